@@ -1,0 +1,5 @@
+"""edgetrain: compile a forward ONNX model into a dependency-free C99 on-device trainer."""
+
+from .errors import EdgetrainError
+
+__all__ = ["EdgetrainError"]

@@ -1,0 +1,277 @@
+"""The training API, shaped like ONNX Runtime's on-device training API (onnxruntime.training.api)
+so its users can move over by changing imports. Every number is computed by the generated C;
+Python only moves buffers."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from . import checkpoint
+from .checkpoint import CheckpointError
+from .host import load_library
+
+__all__ = ["CheckpointError", "CheckpointState", "LinearLRScheduler", "Module", "NonFiniteError", "Optimizer",
+           "Parameter"]
+
+OK, BAD_ARGUMENT, NON_FINITE, CORRUPT_CHECKPOINT, WRONG_MODEL, BUFFER_TOO_SMALL = range(6)
+
+
+class NonFiniteError(ArithmeticError):
+    """The step produced NaN or Inf; the trainer applied nothing."""
+
+
+def _check(status: int, what: str) -> None:
+    if status == OK:
+        return
+    if status == NON_FINITE:
+        raise NonFiniteError(f"{what}: the loss or a gradient is not finite; nothing was updated")
+    if status == CORRUPT_CHECKPOINT:
+        raise CheckpointError(f"{what}: checkpoint is corrupt or truncated")
+    if status == WRONG_MODEL:
+        raise CheckpointError(f"{what}: checkpoint belongs to another model")
+    if status == BUFFER_TOO_SMALL:
+        raise ValueError(f"{what}: buffer has the wrong size")
+    raise ValueError(f"{what}: invalid argument (status {status})")
+
+
+class Parameter:
+    """A named parameter. Once a Module is bound, `data` and `grad` are live views of the
+    trainer's memory; frozen parameters are compiled in and read-only."""
+
+    def __init__(self, name: str, data: np.ndarray, requires_grad: bool, grad: np.ndarray | None = None):
+        self.name, self._data, self.requires_grad, self.grad = name, data, requires_grad, grad
+
+    @property
+    def data(self) -> np.ndarray:
+        return self._data
+
+    @data.setter
+    def data(self, value) -> None:
+        value = np.asarray(value, dtype=np.float32)
+        if value.shape != self._data.shape:
+            raise ValueError(f"parameter {self.name!r} expects shape {self._data.shape}, got {value.shape}")
+        if not self._data.flags.writeable:
+            raise ValueError(f"parameter {self.name!r} is frozen and compiled into the trainer")
+        self._data[...] = value
+
+    def __repr__(self) -> str:
+        return f"Parameter({self.name!r}, shape={self._data.shape}, requires_grad={self.requires_grad})"
+
+
+class CheckpointState:
+    """Parameters, optimizer state and user properties, saved in edgetrain's checkpoint format."""
+
+    def __init__(self, data: checkpoint.CheckpointData):
+        self._data = data
+        self._module: Module | None = None
+        self.properties: dict = dict(data.properties)
+        self.parameters: dict[str, Parameter] = {}
+        for name, train, array in zip(data.names, data.trainable, data.arrays):
+            view = np.array(array, dtype=np.float32)
+            view.flags.writeable = bool(train)
+            self.parameters[name] = Parameter(name, view, train)
+
+    @staticmethod
+    def load_checkpoint(path: str | os.PathLike) -> "CheckpointState":
+        try:
+            raw = Path(path).read_bytes()
+        except OSError as exc:
+            raise CheckpointError(f"cannot read checkpoint {path}: {exc.strerror}") from None
+        return CheckpointState(checkpoint.decode(raw))
+
+    @staticmethod
+    def save_checkpoint(state: "CheckpointState", path: str | os.PathLike, include_optimizer_state: bool = False) -> None:
+        Path(path).write_bytes(checkpoint.encode(state._snapshot(include_optimizer_state)))
+
+    def _snapshot(self, include_optimizer_state: bool) -> checkpoint.CheckpointData:
+        if self._module is not None:
+            data = checkpoint.decode(self._module._save(include_optimizer_state))
+        else:
+            data = self._data
+            for array, param in zip(data.arrays, self.parameters.values()):
+                array[...] = param.data
+            if not include_optimizer_state:
+                data = checkpoint.CheckpointData(**{**data.__dict__, "optimizer_state": None})
+        data.properties = dict(self.properties)
+        return data
+
+    def _bind(self, module: "Module") -> None:
+        offset = 0
+        for param in self.parameters.values():
+            if not param.requires_grad:
+                continue
+            size = param.data.size
+            param._data = module._view(module._lib_call("trainable_data"), offset, param.data.shape)
+            param.grad = module._view(module._lib_call("trainable_grad"), offset, param.data.shape)
+            offset += size
+        self._module = module
+
+
+class Module:
+    """The trainer generated next to `train_model_uri`, with `state` loaded into it."""
+
+    def __init__(self, train_model_uri, state: CheckpointState, eval_model_uri=None, device: str = "cpu"):
+        if device != "cpu":
+            raise ValueError(f"device {device!r}: the host trainer runs on the CPU")
+        self._dir = Path(train_model_uri).parent
+        self._eval_model_uri = Path(eval_model_uri) if eval_model_uri else self._dir / "eval_model.onnx"
+        model = onnx.load(os.fspath(train_model_uri), load_external_data=False)
+        meta = {p.key: p.value for p in model.metadata_props}
+        self._prefix = meta["edgetrain.prefix"]
+        infos = {i.name: i for i in model.graph.input}
+        self._inputs = [self._spec(infos[n]) for n in json.loads(meta["edgetrain.inputs"])]
+        self._labels = self._spec(infos[meta["edgetrain.labels"]]) if meta.get("edgetrain.labels") else None
+        self._outputs = json.loads(meta["edgetrain.outputs"])
+        self._ffi, self._lib = load_library(self._dir)
+        _check(self._lib_call("init"), "init")
+        raw = checkpoint.encode(state._snapshot(include_optimizer_state=True))
+        _check(self._lib_call("load_checkpoint", raw, len(raw)), "loading the checkpoint state")
+        state._bind(self)
+        self.state = state
+        self.training = True
+
+    @staticmethod
+    def _spec(info) -> tuple[str, tuple[int, ...], np.dtype]:
+        t = info.type.tensor_type
+        return info.name, tuple(d.dim_value for d in t.shape.dim), onnx.helper.tensor_dtype_to_np_dtype(t.elem_type)
+
+    def _lib_call(self, name: str, *args):
+        return getattr(self._lib, f"{self._prefix}_{name}")(*args)
+
+    def _view(self, base, offset: int, shape) -> np.ndarray:
+        size = int(np.prod(shape, dtype=np.int64))
+        return np.frombuffer(self._ffi.buffer(base + offset, 4 * size), dtype=np.float32).reshape(shape)
+
+    def _arg(self, spec, value):
+        name, shape, dtype = spec
+        value = np.asarray(value)
+        if value.shape != shape:
+            raise ValueError(f"input {name!r} expects shape {shape}, got {value.shape}")
+        if dtype == np.float32:
+            if value.dtype != np.float32:
+                raise ValueError(f"input {name!r} expects dtype float32, got {value.dtype}")
+            return self._ffi.from_buffer("float[]", np.ascontiguousarray(value))
+        if value.dtype not in (np.int32, np.int64):
+            raise ValueError(f"input {name!r} expects integer class labels (int32 or int64), got {value.dtype}")
+        if value.size and (value.min() < -(2**31) or value.max() >= 2**31):
+            raise ValueError(f"input {name!r} has labels outside the int32 range")
+        return self._ffi.from_buffer("int32_t[]", np.ascontiguousarray(value, dtype=np.int32))
+
+    def _data_args(self, args, with_labels: bool):
+        specs = self._inputs + ([self._labels] if with_labels and self._labels else [])
+        if len(args) != len(specs):
+            names = ", ".join(s[0] for s in specs)
+            raise ValueError(f"expected {len(specs)} arrays ({names}), got {len(args)}")
+        return [self._arg(spec, a) for spec, a in zip(specs, args)]
+
+    def __call__(self, *inputs) -> np.float32:
+        """Train mode: forward and backward, accumulating gradients. Eval mode: the loss only."""
+        args = self._data_args(inputs, with_labels=True)
+        loss = self._ffi.new("float *")
+        step = "train_step" if self.training else "eval_step"
+        _check(self._lib_call(step, *args, loss), step)
+        return np.float32(loss[0])
+
+    def infer(self, *inputs) -> list[np.ndarray]:
+        """The model's outputs for `inputs`, computed by the generated C (dropout off)."""
+        args = self._data_args(inputs, with_labels=False)
+        outs = [np.empty(shape, np.float32) for _, shape in self._outputs]
+        _check(self._lib_call("infer", *args, *[self._ffi.from_buffer("float[]", o) for o in outs]), "infer")
+        return outs
+
+    def train(self, mode: bool = True) -> "Module":
+        self.training = bool(mode)
+        return self
+
+    def eval(self) -> "Module":
+        return self.train(False)
+
+    def lazy_reset_grad(self) -> None:
+        _check(self._lib_call("lazy_reset_grad"), "lazy_reset_grad")
+
+    def get_parameters_size(self, trainable_only: bool = True) -> int:
+        count = self._ffi.new("size_t *")
+        _check(self._lib_call("parameters_size", int(trainable_only), count), "parameters_size")
+        return int(count[0])
+
+    def get_contiguous_parameters(self, trainable_only: bool = False) -> np.ndarray:
+        out = np.empty(self.get_parameters_size(trainable_only), np.float32)
+        _check(self._lib_call("copy_parameters_to_buffer", self._ffi.from_buffer("float[]", out), out.size,
+                              int(trainable_only)), "copy_parameters_to_buffer")
+        return out
+
+    def copy_buffer_to_parameters(self, buffer, trainable_only: bool = False) -> None:
+        buffer = np.ascontiguousarray(buffer)
+        expected = self.get_parameters_size(trainable_only)
+        if buffer.dtype != np.float32 or buffer.ndim != 1 or buffer.size != expected:
+            raise ValueError(f"copy_buffer_to_parameters expects a 1-D float32 buffer of {expected} values, "
+                             f"got {buffer.dtype} of shape {buffer.shape}")
+        status = self._lib_call("copy_buffer_to_parameters", self._ffi.from_buffer("float[]", buffer), buffer.size,
+                                int(trainable_only))
+        if status == BAD_ARGUMENT:
+            raise ValueError("copy_buffer_to_parameters: the buffer changes frozen parameters, which are compiled in")
+        _check(status, "copy_buffer_to_parameters")
+
+    def export_model_for_inferencing(self, inference_model_uri, graph_output_names) -> None:
+        """Write a forward-only ONNX model with the current weights."""
+        model = onnx.load(os.fspath(self._eval_model_uri))
+        trained = {n: p.data for n, p in self.state.parameters.items() if p.requires_grad}
+        inputs = [i for i in model.graph.input if i.name not in trained]
+        del model.graph.input[:]
+        model.graph.input.extend(inputs)
+        model.graph.initializer.extend(onnx.numpy_helper.from_array(np.array(a), n) for n, a in trained.items())
+        names = list(graph_output_names)
+        extracted = onnx.utils.Extractor(model).extract_model([s[0] for s in self._inputs], names)
+        del extracted.metadata_props[:]
+        onnx.save(extracted, os.fspath(inference_model_uri))
+
+    def _save(self, include_optimizer_state: bool) -> bytes:
+        size = self._ffi.new("size_t *")
+        _check(self._lib_call("checkpoint_size", int(include_optimizer_state), size), "checkpoint_size")
+        buf = self._ffi.new("uint8_t[]", size[0])
+        _check(self._lib_call("save_checkpoint", buf, size[0], int(include_optimizer_state), size), "save_checkpoint")
+        return bytes(self._ffi.buffer(buf, size[0]))
+
+
+class Optimizer:
+    def __init__(self, optimizer_uri, module: Module):
+        self._module = module
+
+    def step(self) -> None:
+        _check(self._module._lib_call("optimizer_step"), "optimizer_step")
+
+    def set_learning_rate(self, learning_rate: float) -> None:
+        _check(self._module._lib_call("set_learning_rate", float(learning_rate)), "set_learning_rate")
+
+    def get_learning_rate(self) -> float:
+        lr = self._module._ffi.new("float *")
+        _check(self._module._lib_call("get_learning_rate", lr), "get_learning_rate")
+        return float(lr[0])
+
+    def _steps(self) -> int:
+        steps = self._module._ffi.new("uint32_t *")
+        _check(self._module._lib_call("optimizer_steps", steps), "optimizer_steps")
+        return int(steps[0])
+
+
+class LinearLRScheduler:
+    """ONNX Runtime's LinearLRScheduler: warm up linearly to `initial_lr`, then decay linearly to 0
+    at `total_step_count`, driven by the optimizer's step count."""
+
+    def __init__(self, optimizer: Optimizer, warmup_step_count: int, total_step_count: int, initial_lr: float):
+        self._optimizer = optimizer
+        self.warmup, self.total, self.initial_lr = int(warmup_step_count), int(total_step_count), float(initial_lr)
+        optimizer.set_learning_rate(self.initial_lr)
+
+    def factor(self, step: int) -> float:
+        if step < self.warmup:
+            return step / max(1, self.warmup)
+        return max(0.0, (self.total - step) / max(1, self.total - self.warmup))
+
+    def step(self) -> None:
+        self._optimizer.set_learning_rate(self.initial_lr * self.factor(self._optimizer._steps()))

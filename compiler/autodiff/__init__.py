@@ -1,0 +1,3 @@
+from .driver import GraphBuilder, differentiate
+
+__all__ = ["GraphBuilder", "differentiate"]

@@ -1,0 +1,140 @@
+"""The checkpoint format, shared byte for byte with the generated C (`save_checkpoint` /
+`load_checkpoint` in templates/model.c.j2). Little-endian throughout:
+
+    "ETCK"  u32 version  u64 fingerprint  u32 state_slots  u32 optimizer_step  u32 dropout_counter
+    f32 learning_rate  u32 n_params  u32 table_bytes
+    table: per parameter  u16 name_len, name, u8 trainable, u8 rank, u32 dims[rank]
+    data: every parameter's float32 values, in table order
+    optimizer state: per state slot (0 when saved without it), per trainable parameter, float32 values
+    u32 n_properties; per property  u16 key_len, key, u8 kind (0 int64, 1 float64, 2 str), value
+        (str: u32 byte length + UTF-8)
+    u32 CRC-32 of everything before it
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+MAGIC = b"ETCK"
+VERSION = 1
+HEADER = struct.Struct("<4sIQIIIfII")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that is truncated, corrupt, or of another format version."""
+
+
+@dataclass
+class CheckpointData:
+    fingerprint: int
+    names: list[str]
+    trainable: list[bool]
+    arrays: list[np.ndarray]
+    optimizer_state: list[list[np.ndarray]] | None = None  # [slot][trainable parameter]; None = not saved
+    step: int = 0
+    counter: int = 0
+    learning_rate: float = 0.0
+    properties: dict = field(default_factory=dict)
+
+
+def table_bytes(names, trainable, shapes) -> bytes:
+    out = bytearray()
+    for name, train, shape in zip(names, trainable, shapes):
+        raw = name.encode()
+        out += struct.pack("<H", len(raw)) + raw + struct.pack("<BB", int(train), len(shape))
+        out += struct.pack(f"<{len(shape)}I", *shape)
+    return bytes(out)
+
+
+def encode(ck: CheckpointData) -> bytes:
+    table = table_bytes(ck.names, ck.trainable, [a.shape for a in ck.arrays])
+    slots = len(ck.optimizer_state or [])
+    out = bytearray(HEADER.pack(MAGIC, VERSION, ck.fingerprint, slots, ck.step, ck.counter,
+                                ck.learning_rate, len(ck.names), len(table)))
+    out += table
+    for array in ck.arrays:
+        out += np.ascontiguousarray(array, dtype="<f4").tobytes()
+    for slot in ck.optimizer_state or []:
+        for array in slot:
+            out += np.ascontiguousarray(array, dtype="<f4").tobytes()
+    out += struct.pack("<I", len(ck.properties))
+    for key, value in ck.properties.items():
+        raw = str(key).encode()
+        out += struct.pack("<H", len(raw)) + raw
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise TypeError(f"property {key!r} must be int, float or str, not {type(value).__name__}")
+        if isinstance(value, int):
+            out += struct.pack("<Bq", 0, value)
+        elif isinstance(value, float):
+            out += struct.pack("<Bd", 1, value)
+        else:
+            text = value.encode()
+            out += struct.pack("<BI", 2, len(text)) + text
+    out += struct.pack("<I", zlib.crc32(out))
+    return bytes(out)
+
+
+class _Reader:
+    def __init__(self, data: bytes):
+        self.data, self.pos = data, 0
+
+    def take(self, fmt: str):
+        size = struct.calcsize(fmt)
+        if self.pos + size > len(self.data):
+            raise CheckpointError("checkpoint is truncated")
+        values = struct.unpack_from(fmt, self.data, self.pos)
+        self.pos += size
+        return values if len(values) > 1 else values[0]
+
+    def raw(self, n: int) -> bytes:
+        if self.pos + n > len(self.data):
+            raise CheckpointError("checkpoint is truncated")
+        self.pos += n
+        return self.data[self.pos - n:self.pos]
+
+    def floats(self, shape) -> np.ndarray:
+        count = int(np.prod(shape, dtype=np.int64))
+        return np.frombuffer(self.raw(4 * count), dtype="<f4").astype(np.float32).reshape(shape)
+
+
+def decode(data: bytes) -> CheckpointData:
+    if len(data) < HEADER.size + 8 or data[:4] != MAGIC:
+        raise CheckpointError("not an edgetrain checkpoint")
+    if zlib.crc32(data[:-4]) != struct.unpack("<I", data[-4:])[0]:
+        raise CheckpointError("checkpoint is corrupt (CRC mismatch)")
+    r = _Reader(data[:-4])
+    magic, version, fingerprint, slots, step, counter, lr, n_params, n_table = r.take(HEADER.format)
+    if version != VERSION:
+        raise CheckpointError(f"checkpoint format version {version}; this edgetrain reads version {VERSION}")
+    names, trainable, shapes = [], [], []
+    table_end = r.pos + n_table
+    for _ in range(n_params):
+        names.append(r.raw(r.take("<H")).decode())
+        train, rank = r.take("<BB")
+        trainable.append(bool(train))
+        shapes.append(tuple(int(d) for d in np.atleast_1d(r.take(f"<{rank}I"))) if rank else ())
+    if r.pos != table_end:
+        raise CheckpointError("checkpoint parameter table is corrupt")
+    arrays = [r.floats(shape) for shape in shapes]
+    trainable_shapes = [s for s, t in zip(shapes, trainable) if t]
+    state = [[r.floats(s) for s in trainable_shapes] for _ in range(slots)] if slots else None
+    properties = {}
+    for _ in range(r.take("<I")):
+        key = r.raw(r.take("<H")).decode()
+        kind = r.take("<B")
+        if kind == 0:
+            properties[key] = r.take("<q")
+        elif kind == 1:
+            properties[key] = r.take("<d")
+        elif kind == 2:
+            properties[key] = r.raw(r.take("<I")).decode()
+        else:
+            raise CheckpointError(f"checkpoint property {key!r} has unknown kind {kind}")
+    if r.pos != len(r.data):
+        raise CheckpointError("checkpoint has trailing bytes")
+    return CheckpointData(fingerprint, names, trainable, arrays, state, step, counter, lr, properties)
+

@@ -1,0 +1,3 @@
+from .emit import render
+
+__all__ = ["render"]

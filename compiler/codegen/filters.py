@@ -1,0 +1,100 @@
+"""C-literal filters for the templates. Everything from the model file that reaches the C text
+passes through one of these (convention 6)."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+
+def c_float(value) -> str:
+    """An exact C float literal (hexadecimal, so no decimal rounding differs between compilers).
+
+    >>> c_float(0.5)
+    '0x1p-1f'
+    >>> c_float(0.1)
+    '0x1.99999ap-4f'
+    >>> c_float(-3.0)
+    '-0x1.8p+1f'
+    >>> c_float(0.0), c_float(float('inf')), c_float(float('-inf'))
+    ('0.0f', 'HUGE_VALF', '(-HUGE_VALF)')
+    """
+    value = float(np.float32(value))
+    if np.isnan(value):
+        return "NAN"
+    if np.isinf(value):
+        return "HUGE_VALF" if value > 0 else "(-HUGE_VALF)"
+    if value == 0.0:
+        return "-0.0f" if np.signbit(value) else "0.0f"
+    mantissa, exponent = float(value).hex().split("p")
+    return mantissa.rstrip("0").rstrip(".") + "p" + exponent + "f"
+
+
+def c_int(value) -> str:
+    """A C int literal; INT32_MIN has no literal of its own.
+
+    >>> c_int(7), c_int(-2**31)
+    ('7', '(-2147483647 - 1)')
+    """
+    value = int(value)
+    if not -(2**31) <= value < 2**31:
+        raise ValueError(f"{value} does not fit a C int")
+    return "(-2147483647 - 1)" if value == -(2**31) else str(value)
+
+
+def c_ints(values) -> str:
+    """A C99 compound literal for an int array argument.
+
+    >>> c_ints((2, 3))
+    '(const int[]){2, 3}'
+    """
+    return "(const int[]){" + ", ".join(c_int(v) for v in values) + "}"
+
+
+def c_array(values, per_line: int = 8, fmt=None) -> str:
+    """An initializer list, a few values per line.
+
+    >>> c_array([1.0, 2.0], fmt=c_float)
+    '0x1p+0f, 0x1p+1f'
+    """
+    fmt = fmt or c_float
+    items = [fmt(v) for v in values]
+    return ",\n    ".join(", ".join(items[i:i + per_line]) for i in range(0, len(items), per_line))
+
+
+def c_bytes(data: bytes) -> str:
+    """Bytes as a uint8_t initializer list.
+
+    >>> c_bytes(b'a*/')
+    '0x61, 0x2a, 0x2f'
+    """
+    return c_array(list(data), per_line=16, fmt=lambda b: f"0x{b:02x}")
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.:()\[\], -]")
+
+
+def c_comment(text: str, limit: int = 60) -> str:
+    """Model text made safe inside /* */: only plain characters survive, so no comment terminator,
+    line break, trigraph or directive can form.
+
+    >>> c_comment('x */ #include "evil.h"\\n// y')
+    'x __ _include _evil.h____ y'
+    """
+    text = _UNSAFE.sub("_", str(text))
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def c_ident(text: str) -> str:
+    """A C identifier made from generated text (prefixes), refusing anything else.
+
+    >>> c_ident('my_model')
+    'my_model'
+    """
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,40}", text):
+        raise ValueError(f"{text!r} is not a C identifier")
+    return text
+
+
+FILTERS = {f.__name__: f for f in (c_float, c_int, c_ints, c_array, c_bytes, c_comment, c_ident)}

@@ -1,0 +1,219 @@
+"""ONNX model -> IR with static shapes: opset normalization, batch fixing, shape-subgraph folding,
+onnx shape inference, and validation that names every problem at once."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnx
+import onnx.inliner
+import onnx.version_converter
+from onnx import numpy_helper, shape_inference
+from onnx.reference import ReferenceEvaluator
+
+from ..errors import EdgetrainError
+from ..ir import Graph, Node, Value
+from ..ir.graph import frozen_attrs
+from ..ops import lookup
+
+MIN_OPSET = 13
+IR_OPSET = 18  # gradient rules emit opset-18 forms (axes and split sizes as inputs)
+
+
+def load_model(model: str | os.PathLike | onnx.ModelProto, batch_size: int | None = None) -> Graph:
+    proto = _read(model)
+    proto = _normalize_opset(proto)
+    proto = onnx.inliner.inline_local_functions(proto)
+    _fix_batch(proto, batch_size)
+    proto, constants = _fold_constants(proto)
+    return _to_ir(proto, constants)
+
+
+def _read(model) -> onnx.ModelProto:
+    if isinstance(model, onnx.ModelProto):
+        return model
+    try:
+        return onnx.load(os.fspath(model))
+    except FileNotFoundError:
+        raise EdgetrainError(f"model file not found: {model}") from None
+    except Exception as exc:  # protobuf decode errors carry no useful type
+        raise EdgetrainError(f"cannot read ONNX model {model}: {exc}".splitlines()[0]) from None
+
+
+def _opset(proto) -> int:
+    versions = [o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")]
+    if not versions:
+        raise EdgetrainError("model imports no default ONNX opset")
+    return versions[0]
+
+
+def _normalize_opset(proto):
+    opset = _opset(proto)
+    if opset < MIN_OPSET:
+        raise EdgetrainError(f"model uses opset {opset}; edgetrain needs opset {MIN_OPSET} or newer")
+    if opset > onnx.defs.onnx_opset_version():
+        raise EdgetrainError(f"model uses opset {opset}, newer than this onnx supports "
+                             f"({onnx.defs.onnx_opset_version()})")
+    if opset >= IR_OPSET:
+        return proto
+    try:
+        return onnx.version_converter.convert_version(proto, IR_OPSET)
+    except Exception as exc:
+        raise EdgetrainError(f"cannot convert opset {opset} model to opset {IR_OPSET}: {exc}".splitlines()[0]) from None
+
+
+def _fix_batch(proto, batch_size):
+    """Pin symbolic leading dimensions to batch_size; any other symbolic dimension is an error."""
+    initializers = {i.name for i in proto.graph.initializer}
+    dynamic = []
+    for value in proto.graph.input:
+        if value.name in initializers:
+            continue
+        for axis, dim in enumerate(value.type.tensor_type.shape.dim):
+            if dim.HasField("dim_value") and dim.dim_value > 0:
+                continue
+            if axis == 0 and batch_size is not None:
+                dim.dim_value = int(batch_size)
+            else:
+                dynamic.append(f"'{value.name}' axis {axis} ({dim.dim_param or '?'})")
+    if dynamic:
+        hint = "; pass batch_size to fix the batch dimension" if batch_size is None else ""
+        raise EdgetrainError("dynamic shape in input " + ", ".join(dynamic) + hint)
+    # Shapes recorded by the exporter may still be symbolic; inference recomputes them.
+    del proto.graph.value_info[:]
+    for value in proto.graph.output:
+        value.type.tensor_type.ClearField("shape")
+
+
+def _infer(proto):
+    try:
+        return shape_inference.infer_shapes(proto, strict_mode=True, data_prop=True)
+    except Exception as exc:
+        raise EdgetrainError(f"shape inference failed: {exc}".splitlines()[0]) from None
+
+
+def _static_shape(type_proto) -> tuple[int, ...] | None:
+    tensor = type_proto.tensor_type
+    if not tensor.HasField("shape"):
+        return None
+    dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tensor.shape.dim)
+    return None if any(d < 0 for d in dims) else dims
+
+
+def _fold_constants(proto):
+    """Evaluate every node whose inputs are known at compile time (the Shape/Gather/Concat/Cast
+    chains exporters emit), replacing it with a constant, until nothing more folds."""
+    graph = proto.graph
+    params = {i.name for i in graph.initializer if i.data_type == onnx.TensorProto.FLOAT}
+    constants = {i.name: numpy_helper.to_array(i) for i in graph.initializer if i.name not in params}
+    while True:
+        proto = _infer(proto)
+        shapes = {v.name: _static_shape(v.type) for v in
+                  list(proto.graph.input) + list(proto.graph.value_info) + list(proto.graph.output)}
+        kept, folded = [], False
+        for node in proto.graph.node:
+            value = _evaluate(node, constants, shapes)
+            if value is None:
+                kept.append(node)
+                continue
+            constants.update(value)
+            folded = True
+        if not folded:
+            return proto, constants
+        del proto.graph.node[:]
+        proto.graph.node.extend(kept)
+        live = {name for n in kept for name in n.input}
+        for name, array in constants.items():
+            if name in live and name not in {i.name for i in proto.graph.initializer}:
+                proto.graph.initializer.append(numpy_helper.from_array(np.asarray(array), name))
+
+
+def _evaluate(node, constants, shapes) -> dict[str, np.ndarray] | None:
+    if node.op_type == "Constant":
+        return dict(zip(node.output, ReferenceEvaluator(_single(node, {})).run(None, {})))
+    if node.op_type == "Shape" and shapes.get(node.input[0]) is not None:
+        attrs = {a.name: a.i for a in node.attribute}
+        dims = shapes[node.input[0]][attrs.get("start", 0):attrs.get("end", None)]
+        return {node.output[0]: np.array(dims, dtype=np.int64)}
+    if node.op_type == "Size" and shapes.get(node.input[0]) is not None:
+        return {node.output[0]: np.array(int(np.prod(shapes[node.input[0]])), dtype=np.int64)}
+    inputs = [name for name in node.input if name]
+    if node.domain not in ("", "ai.onnx") or not inputs or not all(name in constants for name in inputs):
+        return None
+    feeds = {name: constants[name] for name in inputs}
+    try:
+        return dict(zip(node.output, ReferenceEvaluator(_single(node, feeds)).run(None, feeds)))
+    except Exception as exc:
+        raise EdgetrainError(f"cannot fold constant node '{node.name}' ({node.op_type}): {exc}".splitlines()[0]) from None
+
+
+def _single(node, feeds) -> onnx.ModelProto:
+    inputs = [onnx.helper.make_tensor_value_info(name, onnx.helper.np_dtype_to_tensor_dtype(np.asarray(v).dtype),
+                                                 np.asarray(v).shape) for name, v in feeds.items()]
+    outputs = [onnx.helper.make_empty_tensor_value_info(name) for name in node.output if name]
+    graph = onnx.helper.make_graph([node], "fold", inputs, outputs)
+    return onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", IR_OPSET)])
+
+
+def _to_ir(proto, constants) -> Graph:
+    g = proto.graph
+    params = {i.name: numpy_helper.to_array(i).astype(np.float32) for i in g.initializer
+              if i.data_type == onnx.TensorProto.FLOAT and i.name not in constants}
+    values: dict[str, Value] = {}
+    problems = []
+    for info in list(g.input) + list(g.value_info) + list(g.output):
+        shape = _static_shape(info.type)
+        if shape is None:
+            problems.append(f"'{info.name}' has no static shape")
+            continue
+        values[info.name] = Value(info.name, shape, onnx.helper.tensor_dtype_to_np_dtype(info.type.tensor_type.elem_type))
+    for name, array in list(params.items()) + list(constants.items()):
+        values[name] = Value(name, tuple(np.shape(array)), np.asarray(array).dtype)
+
+    nodes = []
+    unsupported: dict[str, list[str]] = {}
+    for index, n in enumerate(g.node):
+        name = n.name or f"{n.op_type}_{index}"
+        if n.domain not in ("", "ai.onnx") or lookup(Node(n.op_type, (), ())) is None:
+            unsupported.setdefault(n.op_type if not n.domain else f"{n.domain}.{n.op_type}", []).append(name)
+            continue
+        attrs = {a.name: _attr(a) for a in n.attribute}
+        nodes.append(Node(n.op_type, tuple(n.input), tuple(n.output), frozen_attrs(attrs), name))
+    if unsupported:
+        raise EdgetrainError("unsupported ops: " + "; ".join(
+            f"{op} (nodes {', '.join(repr(x) for x in names)})" for op, names in sorted(unsupported.items())))
+
+    # A float initializer read as an axis, bound or exponent is a constant, never a parameter.
+    for node in nodes:
+        for slot in lookup(node).const_inputs:
+            if slot < len(node.inputs) and node.inputs[slot] in params:
+                constants[node.inputs[slot]] = params.pop(node.inputs[slot])
+
+    consumed = {name for node in nodes for name in node.inputs} | {o.name for o in g.output}
+    inputs = [i.name for i in g.input if i.name not in params and i.name not in constants]
+    for name in inputs:
+        if values[name].dtype != np.float32:
+            problems.append(f"input '{name}' has dtype {values[name].dtype}; model inputs must be float32")
+    for node in nodes:
+        spec = lookup(node)
+        for slot, name in enumerate(node.inputs):
+            if name and slot in spec.const_inputs and name not in constants:
+                problems.append(f"node '{node.name}' ({node.op}) needs input {slot} '{name}' to be a constant")
+        for name in node.outputs:
+            if name in consumed and values[name].dtype != np.float32:
+                problems.append(f"node '{node.name}' ({node.op}) produces {values[name].dtype} '{name}'; "
+                                "only float32 tensors are computed at run time")
+    if problems:
+        raise EdgetrainError("; ".join(problems))
+    return Graph(values=values, nodes=nodes, inputs=inputs, outputs=[o.name for o in g.output],
+                 params=params, constants=constants, opset=max(_opset(proto), IR_OPSET))
+
+
+def _attr(a):
+    value = onnx.helper.get_attribute_value(a)
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, onnx.TensorProto):
+        return numpy_helper.to_array(value)
+    return tuple(value) if isinstance(value, list) else value

@@ -1,0 +1,3 @@
+from .build import CFLAGS, load_library
+
+__all__ = ["CFLAGS", "load_library"]

@@ -1,0 +1,68 @@
+"""Build the generated C with the system compiler and load it through cffi, cached by content."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import cffi
+
+from ..errors import EdgetrainError
+
+# The default build is the reproducible one: no FMA contraction, so every target rounds alike.
+CFLAGS = ["-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-pedantic", "-Wdouble-promotion",
+          "-ffp-contract=off", "-fno-math-errno"]
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("EDGETRAIN_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "edgetrain")
+    return Path(root)
+
+
+def _compiler() -> str:
+    cc = os.environ.get("CC", "cc")
+    if shutil.which(cc) is None:
+        raise EdgetrainError(f"C compiler {cc!r} not found; install gcc or set CC")
+    return cc
+
+
+def declarations(header: str) -> str:
+    """The prototypes of model.h, which is the one description of the C API."""
+    match = re.search(r"/\* declarations-begin \*/(.*)/\* declarations-end \*/", header, re.S)
+    if not match:
+        raise EdgetrainError("model.h has no declarations block; regenerate the artifacts")
+    return match.group(1)
+
+
+def load_library(directory: str | os.PathLike, extra_flags: tuple[str, ...] = ()):
+    """(ffi, lib) for the trainer generated in `directory`."""
+    directory = Path(directory)
+    source, header = (directory / "model.c").read_text(), (directory / "model.h").read_text()
+    cc = _compiler()
+    flags = CFLAGS + list(extra_flags) + ["-fPIC", "-shared"]
+    key = hashlib.sha256("\0".join([source, header, cc, *flags]).encode()).hexdigest()[:24]
+    library = cache_dir() / f"{key}.so"
+    if not library.exists():
+        library.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=library.parent) as tmp:
+            for name, text in (("model.c", source), ("model.h", header)):
+                Path(tmp, name).write_text(text)
+            built = Path(tmp, "model.so")
+            result = subprocess.run([cc, *flags, "-o", str(built), "model.c", "-lm"], cwd=tmp,
+                                    capture_output=True, text=True)
+            if result.returncode != 0:
+                raise EdgetrainError(f"compiling the generated C failed: {result.stderr.strip()[:2000]}")
+            os.replace(built, library)  # atomic: concurrent builds of the same model agree
+    ffi = cffi.FFI()
+    ffi.cdef(declarations(header))
+    # The trainer's state is static in the library, and dlopen shares one instance per path:
+    # load a private copy so every caller gets a trainer of its own.
+    with tempfile.TemporaryDirectory() as tmp:
+        private = shutil.copy(library, Path(tmp, "model.so"))
+        return ffi, ffi.dlopen(str(private))

@@ -1,0 +1,86 @@
+"""The intermediate representation: ONNX semantics (opset 18 forms), static shapes, float32 tensors.
+
+Nodes keep ONNX op names, inputs and attributes so every graph the compiler builds can be
+written back out as ONNX and executed by an independent reference.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Mapping
+
+import numpy as np
+
+ET_DOMAIN = "ai.edgetrain"  # our own ops: gradients, fused losses and optimizer updates
+
+
+@dataclass(frozen=True)
+class Value:
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+
+@dataclass(frozen=True)
+class Node:
+    op: str
+    inputs: tuple[str, ...]  # "" marks an omitted optional input, as in ONNX
+    outputs: tuple[str, ...]
+    attrs: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    name: str = ""
+    domain: str = ""
+
+    def attr(self, key: str, default: Any = None) -> Any:
+        return self.attrs.get(key, default)
+
+
+@dataclass
+class Graph:
+    values: dict[str, Value]
+    nodes: list[Node]
+    inputs: list[str]  # data inputs fed by the caller
+    outputs: list[str]
+    params: dict[str, np.ndarray]  # float initializers that may be trained or frozen
+    constants: dict[str, np.ndarray]  # known at compile time (shapes, axes, literal tensors)
+    opset: int = 18
+    _counter: int = 0
+
+    def fresh(self, hint: str) -> str:
+        """A value name that cannot clash with the model's own names."""
+        while True:
+            self._counter += 1
+            name = f"_et{self._counter}_{hint}"
+            if name not in self.values:
+                return name
+
+    def add_value(self, name: str, shape, dtype=np.float32) -> str:
+        self.values[name] = Value(name, tuple(int(d) for d in shape), np.dtype(dtype))
+        return name
+
+    def add_constant(self, array: np.ndarray, hint: str = "const") -> str:
+        name = self.fresh(hint)
+        self.constants[name] = array
+        self.add_value(name, array.shape, array.dtype)
+        return name
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self.values[name].shape
+
+    def producers(self) -> dict[str, Node]:
+        return {out: node for node in self.nodes for out in node.outputs}
+
+    def consumers(self) -> dict[str, list[tuple[Node, int]]]:
+        users: dict[str, list[tuple[Node, int]]] = {}
+        for node in self.nodes:
+            for slot, name in enumerate(node.inputs):
+                users.setdefault(name, []).append((node, slot))
+        return users
+
+
+def frozen_attrs(attrs: Mapping[str, Any]) -> Mapping[str, Any]:
+    return MappingProxyType(dict(attrs))

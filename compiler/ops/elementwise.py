@@ -1,0 +1,205 @@
+"""Elementwise ops: activations, arithmetic with NumPy broadcasting, Clip, Pow, Dropout."""
+
+import numpy as np
+
+from ..ir import ET_DOMAIN
+from .registry import Counter, at_least_1d, broadcast_strides, op
+
+
+def _unary(name, fn, grad=None, domain=""):
+    """Register an op whose kernel is `fn(n, X, Y)`."""
+
+    class Unary:
+        @staticmethod
+        def kernel(k, node):
+            return [k.call(fn, k.size(node.outputs[0]), node.inputs[0], node.outputs[0])]
+
+    Unary.grad = staticmethod(grad) if grad else None
+    op(name, domain=domain)(Unary)
+
+
+def _grad_op(name, fn, reference, *attr_names):
+    """Register one of our gradient ops `name(dY, S) -> dX` with kernel `fn(n, attrs..., dY, S, dX)`,
+    where S is the forward input or output the derivative is computed from."""
+
+    class GradOp:
+        @staticmethod
+        def kernel(k, node):
+            attrs = tuple(float(node.attr(a)) for a in attr_names)
+            return [k.call(fn, k.size(node.outputs[0]), *attrs, *node.inputs, node.outputs[0])]
+
+        @staticmethod
+        def shape(graph, node):
+            return [graph.shape(node.inputs[0])]
+
+    GradOp.reference = staticmethod(reference)
+    op(name, domain=ET_DOMAIN)(GradOp)
+
+
+def _f32(x):
+    return (np.asarray(x, dtype=np.float32),)
+
+
+_grad_op("ReluGrad", "et_relu_grad_f32", lambda dy, y: _f32(np.where(y > 0, dy, 0)))
+_grad_op("SigmoidGrad", "et_sigmoid_grad_f32", lambda dy, y: _f32(dy * y * (1 - y)))
+_grad_op("TanhGrad", "et_tanh_grad_f32", lambda dy, y: _f32(dy * (1 - y * y)))
+_grad_op("SqrtGrad", "et_sqrt_grad_f32", lambda dy, y: _f32(dy / (2 * y)))
+_grad_op("LeakyReluGrad", "et_leaky_relu_grad_f32",
+         lambda dy, x, alpha: _f32(np.where(x > 0, dy, alpha * dy)), "alpha")
+_grad_op("PowGrad", "et_pow_grad_f32",
+         lambda dy, x, exponent: _f32(dy * exponent * np.power(x, exponent - 1)), "exponent")
+_grad_op("ClipGrad", "et_clip_grad_f32",
+         lambda dy, x, min, max: _f32(np.where((x >= min) & (x <= max), dy, 0)), "min", "max")
+
+_unary("Relu", "et_relu_f32", lambda g, node, dy: [g.emit("ReluGrad", [dy[0], node.outputs[0]], domain=ET_DOMAIN)])
+_unary("Sigmoid", "et_sigmoid_f32",
+       lambda g, node, dy: [g.emit("SigmoidGrad", [dy[0], node.outputs[0]], domain=ET_DOMAIN)])
+_unary("Tanh", "et_tanh_f32", lambda g, node, dy: [g.emit("TanhGrad", [dy[0], node.outputs[0]], domain=ET_DOMAIN)])
+_unary("Sqrt", "et_sqrt_f32", lambda g, node, dy: [g.emit("SqrtGrad", [dy[0], node.outputs[0]], domain=ET_DOMAIN)])
+# exp' is the result itself (convention 2: rules may use the forward result).
+_unary("Exp", "et_exp_f32", lambda g, node, dy: [g.emit("Mul", [dy[0], node.outputs[0]])])
+_unary("Log", "et_log_f32", lambda g, node, dy: [g.emit("Div", [dy[0], node.inputs[0]])])
+_unary("Neg", "et_neg_f32", lambda g, node, dy: [g.emit("Neg", [dy[0]])])
+_unary("Abs", "et_abs_f32", lambda g, node, dy: [g.emit("Mul", [dy[0], g.emit("Sign", [node.inputs[0]])])])
+_unary("Sign", "et_sign_f32", lambda g, node, dy: [None])  # zero almost everywhere
+_unary("Identity", "et_copy_f32", lambda g, node, dy: [dy[0]])
+
+
+@op("LeakyRelu")
+class LeakyRelu:
+    @staticmethod
+    def kernel(k, node):
+        alpha = float(node.attr("alpha", 0.01))
+        return [k.call("et_leaky_relu_f32", k.size(node.outputs[0]), alpha, node.inputs[0], node.outputs[0])]
+
+    @staticmethod
+    def grad(g, node, dy):
+        alpha = float(node.attr("alpha", 0.01))
+        return [g.emit("LeakyReluGrad", [dy[0], node.inputs[0]], {"alpha": alpha}, domain=ET_DOMAIN)]
+
+
+def _scalar(k, name, default):
+    return float(k.value_of(name).reshape(())) if name else default
+
+
+@op("Clip", const_inputs=(1, 2))
+class Clip:
+    @staticmethod
+    def bounds(k, node):
+        inputs = tuple(node.inputs) + ("", "")
+        return _scalar(k, inputs[1], -np.inf), _scalar(k, inputs[2], np.inf)
+
+    @staticmethod
+    def kernel(k, node):
+        lo, hi = Clip.bounds(k, node)
+        return [k.call("et_clip_f32", k.size(node.outputs[0]), lo, hi, node.inputs[0], node.outputs[0])]
+
+    @staticmethod
+    def grad(g, node, dy):
+        lo, hi = Clip.bounds(g, node)
+        return [g.emit("ClipGrad", [dy[0], node.inputs[0]], {"min": lo, "max": hi}, domain=ET_DOMAIN)]
+
+
+@op("Pow", const_inputs=(1,))
+class Pow:
+    @staticmethod
+    def exponent(k, node):
+        p = k.value_of(node.inputs[1])
+        if p.size != 1:
+            raise NotImplementedError("Pow needs a scalar constant exponent")
+        return float(p.reshape(()))
+
+    @staticmethod
+    def kernel(k, node):
+        p = Pow.exponent(k, node)
+        return [k.call("et_pow_f32", k.size(node.outputs[0]), p, node.inputs[0], node.outputs[0])]
+
+    @staticmethod
+    def grad(g, node, dy):
+        p = Pow.exponent(g, node)
+        return [g.emit("PowGrad", [dy[0], node.inputs[0]], {"exponent": p}, domain=ET_DOMAIN), None]
+
+
+def _binary(name, fn, grad):
+    class Binary:
+        @staticmethod
+        def kernel(k, node):
+            a, b = node.inputs
+            y = node.outputs[0]
+            shape = at_least_1d(k.shape(y))
+            return [k.call(fn, len(shape), shape, a, broadcast_strides(k.shape(a), shape),
+                           b, broadcast_strides(k.shape(b), shape), y)]
+
+    Binary.grad = staticmethod(grad)
+    op(name)(Binary)
+
+
+# Gradients come back in the output's (broadcast) shape; the driver reduces them to each input's.
+_binary("Add", "et_add_f32", lambda g, node, dy: [dy[0], dy[0]])
+_binary("Sub", "et_sub_f32", lambda g, node, dy: [dy[0], g.emit("Neg", [dy[0]]) if g.needs(1) else None])
+_binary("Mul", "et_mul_f32", lambda g, node, dy: [
+    g.emit("Mul", [dy[0], node.inputs[1]]) if g.needs(0) else None,
+    g.emit("Mul", [dy[0], node.inputs[0]]) if g.needs(1) else None])
+# d(a/b)/db = -dy * a / b^2 = -dy * y / b
+_binary("Div", "et_div_f32", lambda g, node, dy: [
+    g.emit("Div", [dy[0], node.inputs[1]]) if g.needs(0) else None,
+    g.emit("Neg", [g.emit("Div", [g.emit("Mul", [dy[0], node.outputs[0]]), node.inputs[1]])])
+    if g.needs(1) else None])
+
+
+def _dropout_mask(shape, ratio, seed, counter):
+    """NumPy twin of et_dropout_f32's counter-based RNG, so the ONNX reference draws the same masks."""
+    def fmix32(h):
+        h = h ^ (h >> np.uint32(16))
+        h = h * np.uint32(0x85EBCA6B)
+        h = h ^ (h >> np.uint32(13))
+        h = h * np.uint32(0xC2B2AE35)
+        return h ^ (h >> np.uint32(16))
+
+    with np.errstate(over="ignore"):
+        i = np.arange(int(np.prod(shape)), dtype=np.uint32)
+        h = fmix32(np.uint32(seed) ^ fmix32(np.uint32(counter) ^ fmix32(i)))
+    u = (h >> np.uint32(8)).astype(np.float32) * np.float32(1.0 / 16777216.0)
+    scale = np.float32(1.0) / (np.float32(1.0) - np.float32(ratio))
+    return np.where(u >= np.float32(ratio), scale, np.float32(0)).reshape(shape).astype(np.float32)
+
+
+@op("Dropout", domain=ET_DOMAIN)
+class Dropout:
+    """Training-mode dropout: Y = X * Mask, where Mask holds 0 or 1/(1-ratio) drawn from
+    (seed, training-step counter, element index) so every target draws the same mask."""
+
+    @staticmethod
+    def kernel(k, node):
+        x, _ = node.inputs
+        y, mask = node.outputs
+        return [k.call("et_dropout_f32", k.size(y), float(node.attr("ratio")), int(node.attr("seed")),
+                       Counter(), x, y, mask)]
+
+    @staticmethod
+    def grad(g, node, dy):
+        return [g.emit("Mul", [dy[0], node.outputs[1]]), None]
+
+    @staticmethod
+    def shape(graph, node):
+        return [graph.shape(node.inputs[0])] * 2
+
+    @staticmethod
+    def reference(x, counter, ratio, seed):
+        mask = _dropout_mask(x.shape, ratio, seed, int(counter))
+        return x * mask, mask
+
+
+
+@op("Dropout", const_inputs=(1, 2))
+class OnnxDropout:
+    """As written in the model, Dropout is the identity (inference); the training graph replaces it
+    with our seeded Dropout."""
+
+    @staticmethod
+    def kernel(k, node):
+        return [k.call("et_copy_f32", k.size(node.outputs[0]), node.inputs[0], node.outputs[0])]
+
+    @staticmethod
+    def grad(g, node, dy):
+        return [dy[0], None, None]

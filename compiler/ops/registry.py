@@ -1,0 +1,134 @@
+"""One table of ops. Each op's kernel binding, gradient rule, and (for our own ops) shape rule
+and Python reference sit together in one block, registered with `@op`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Union
+
+import numpy as np
+import onnx
+from onnx.reference.op_run import OpRun
+
+from ..ir import ET_DOMAIN, Graph, Node
+
+
+# Kernel-call arguments: plain data that the template renders (convention 4).
+@dataclass(frozen=True)
+class Tensor:
+    name: str
+    offset: int = 0  # in elements, for views into part of a tensor (Concat, Split)
+
+
+@dataclass(frozen=True)
+class Counter:
+    """The trainer's dropout counter: advances once per successful training step."""
+
+
+Arg = Union[Tensor, Counter, int, float, tuple, None]
+
+
+@dataclass(frozen=True)
+class Call:
+    fn: str
+    args: tuple
+    checked: bool = False  # returns a status that aborts the step when not ET_OK
+
+
+class KernelCtx:
+    """What a kernel binding may ask of the graph: shapes and compile-time constants."""
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self.graph.shape(name)
+
+    def size(self, name: str) -> int:
+        return self.graph.values[name].size
+
+    def value_of(self, name: str) -> np.ndarray:
+        return self.graph.constants[name]
+
+    def call(self, fn: str, *args, checked: bool = False) -> Call:
+        return Call(fn, tuple(Tensor(a) if isinstance(a, str) else a for a in args), checked)
+
+
+@dataclass(frozen=True)
+class OpDef:
+    op: str
+    domain: str
+    kernel: Callable[[KernelCtx, Node], list[Call]]
+    grad: Callable | None  # (GradCtx, node, output grads) -> one entry per input, None = no gradient
+    const_inputs: frozenset[int]  # inputs that must be known at compile time (axes, shapes, bounds)
+    shape: Callable[[Graph, Node], list[tuple[int, ...]]] | None  # our own ops only; ONNX ops use onnx's
+    reference: type[OpRun] | None  # our own ops only: the Python implementation tests execute
+
+
+REGISTRY: dict[tuple[str, str], OpDef] = {}
+
+
+def op(name: str, *, domain: str = "", const_inputs=()):
+    """Register the class body's `kernel`, `grad`, `shape` and `reference` as op `name`."""
+
+    def register(cls):
+        reference = getattr(cls, "reference", None)
+        REGISTRY[(domain, name)] = OpDef(
+            op=name,
+            domain=domain,
+            kernel=cls.kernel,
+            grad=getattr(cls, "grad", None),
+            const_inputs=frozenset(const_inputs),
+            shape=getattr(cls, "shape", None),
+            reference=_reference_op(name, reference) if reference else None,
+        )
+        return cls
+
+    return register
+
+
+def lookup(node: Node) -> OpDef | None:
+    return REGISTRY.get((node.domain, node.op))
+
+
+def _reference_op(name: str, fn: Callable) -> type[OpRun]:
+    """Wrap a NumPy function `fn(*inputs, **attributes) -> tuple` as an onnx.reference op."""
+
+    def _run(self, *inputs):
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in self.onnx_node.attribute}
+        return tuple(fn(*inputs, **attrs))
+
+    return type(name, (OpRun,), {"op_domain": ET_DOMAIN, "_run": _run})
+
+
+def reference_ops() -> list[type[OpRun]]:
+    return [d.reference for d in REGISTRY.values() if d.reference is not None]
+
+
+# Helpers shared by op blocks.
+
+def contiguous_strides(shape) -> tuple[int, ...]:
+    strides, step = [], 1
+    for dim in reversed(shape):
+        strides.append(step)
+        step *= dim
+    return tuple(reversed(strides))
+
+
+def broadcast_strides(shape, out_shape) -> tuple[int, ...]:
+    """Element strides of a contiguous `shape` read as `out_shape` (0 on broadcast axes)."""
+    padded = (1,) * (len(out_shape) - len(shape)) + tuple(shape)
+    return tuple(0 if dim == 1 and out != 1 else s
+                 for dim, out, s in zip(padded, out_shape, contiguous_strides(padded)))
+
+
+def at_least_1d(shape) -> tuple[int, ...]:
+    """Scalars go to the C kernels as one-element vectors."""
+    return tuple(shape) or (1,)
+
+
+def split_axis(shape, axis: int) -> tuple[int, int, int]:
+    """View `shape` as [outer, shape[axis], inner]."""
+    axis = axis % len(shape)
+    return (int(np.prod(shape[:axis], dtype=np.int64)), shape[axis],
+            int(np.prod(shape[axis + 1:], dtype=np.int64)))

@@ -1,0 +1,92 @@
+"""Ops that move data without arithmetic: reshapes, Transpose, Concat, Split, Expand."""
+
+import numpy as np
+
+from .registry import Tensor, at_least_1d, broadcast_strides, op, split_axis
+
+
+def _as_reshape(g, node, dy):
+    return [g.reshape(dy[0], g.shape(node.inputs[0]))] + [None] * (len(node.inputs) - 1)
+
+
+def _copy(k, node):
+    return [k.call("et_copy_f32", k.size(node.outputs[0]), node.inputs[0], node.outputs[0])]
+
+
+for _name, _consts in (("Reshape", (1,)), ("Flatten", ()), ("Squeeze", (1,)), ("Unsqueeze", (1,))):
+    op(_name, const_inputs=_consts)(type(_name, (), {"kernel": staticmethod(_copy),
+                                                     "grad": staticmethod(_as_reshape)}))
+
+
+def _perm(node, rank):
+    perm = node.attr("perm")
+    return tuple(perm) if perm is not None else tuple(reversed(range(rank)))
+
+
+@op("Transpose")
+class Transpose:
+    @staticmethod
+    def kernel(k, node):
+        shape = k.shape(node.inputs[0])
+        return [k.call("et_transpose_f32", len(shape), at_least_1d(shape), at_least_1d(_perm(node, len(shape))),
+                       node.inputs[0], node.outputs[0])]
+
+    @staticmethod
+    def grad(g, node, dy):
+        perm = _perm(node, len(g.shape(node.inputs[0])))
+        return [g.emit("Transpose", [dy[0]], {"perm": [int(i) for i in np.argsort(perm)]})]
+
+
+@op("Concat")
+class Concat:
+    @staticmethod
+    def kernel(k, node):
+        y = node.outputs[0]
+        outer, _, inner = split_axis(k.shape(y), node.attr("axis"))
+        row = k.size(y) // max(outer, 1)
+        calls, offset = [], 0
+        for x in node.inputs:
+            width = k.size(x) // max(outer, 1)
+            calls.append(k.call("et_copy_block_f32", outer, width, x, width, Tensor(y, offset), row))
+            offset += width
+        return calls
+
+    @staticmethod
+    def grad(g, node, dy):
+        axis = node.attr("axis")
+        sizes = [g.shape(x)[axis] for x in node.inputs]
+        parts = g.emit("Split", [dy[0], g.ints(sizes)], {"axis": axis}, outputs=len(sizes))
+        return list(parts) if len(sizes) > 1 else [parts]
+
+
+@op("Split", const_inputs=(1,))
+class Split:
+    @staticmethod
+    def kernel(k, node):
+        x = node.inputs[0]
+        outer, _, _ = split_axis(k.shape(x), node.attr("axis", 0))
+        row = k.size(x) // max(outer, 1)
+        calls, offset = [], 0
+        for y in node.outputs:
+            width = k.size(y) // max(outer, 1)
+            calls.append(k.call("et_copy_block_f32", outer, width, Tensor(x, offset), row, y, width))
+            offset += width
+        return calls
+
+    @staticmethod
+    def grad(g, node, dy):
+        parts = [d if d else g.const(np.zeros(g.shape(y), np.float32)) for d, y in zip(dy, node.outputs)]
+        return [g.emit("Concat", parts, {"axis": node.attr("axis", 0)})] + [None] * (len(node.inputs) - 1)
+
+
+@op("Expand", const_inputs=(1,))
+class Expand:
+    @staticmethod
+    def kernel(k, node):
+        x, y = node.inputs[0], node.outputs[0]
+        shape = at_least_1d(k.shape(y))
+        return [k.call("et_expand_f32", len(shape), shape, x, broadcast_strides(k.shape(x), shape), y)]
+
+    @staticmethod
+    def grad(g, node, dy):
+        return [dy[0], None]  # the driver sums the broadcast axes away

@@ -1,0 +1,140 @@
+/* edgetrain runtime: shared definitions, byte-order helpers, CRC-32, hashing.
+ *
+ * Every runtime file is pasted, in a fixed order, into one generated C99
+ * translation unit, so everything here is static inline and nothing warns
+ * when unused.  Bit-identical results across targets rely on IEEE single
+ * precision evaluation (FLT_EVAL_METHOD 0) and on no FMA contraction: ISO
+ * C modes of GCC (-std=c99) already default to -ffp-contract=off, and GCC
+ * rejects the standard FP_CONTRACT pragma under -Wall, so the build flags
+ * carry that guarantee rather than this file. */
+#ifndef ET_COMMON_H
+#define ET_COMMON_H
+
+#include <stdint.h>
+#include <stddef.h>
+#include <string.h>
+#include <math.h>
+
+#ifndef ET_STATUS_DEFINED
+#define ET_STATUS_DEFINED
+enum et_status {
+    ET_OK = 0,
+    ET_BAD_ARGUMENT = 1,
+    ET_NON_FINITE = 2,
+    ET_CORRUPT_CHECKPOINT = 3,
+    ET_WRONG_MODEL = 4,
+    ET_BUFFER_TOO_SMALL = 5
+};
+#endif
+
+/* Fixed-size index arrays keep the kernels free of allocation; the
+ * compiler rejects graphs with tensors of higher rank. */
+#define ET_MAX_RANK 8
+
+/* memcpy is the only type pun that is defined behaviour in C99. */
+static inline uint32_t et_f32_bits(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+
+static inline float et_f32_from_bits(uint32_t u)
+{
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+/* Checkpoints must be readable on any host, so bytes are assembled by
+ * shifting instead of copying native integers. */
+static inline void et_put_u16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)(v & 0xffu);
+    p[1] = (uint8_t)(v >> 8);
+}
+
+static inline void et_put_u32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)(v & 0xffu);
+    p[1] = (uint8_t)((v >> 8) & 0xffu);
+    p[2] = (uint8_t)((v >> 16) & 0xffu);
+    p[3] = (uint8_t)(v >> 24);
+}
+
+static inline void et_put_u64(uint8_t *p, uint64_t v)
+{
+    et_put_u32(p, (uint32_t)(v & 0xffffffffu));
+    et_put_u32(p + 4, (uint32_t)(v >> 32));
+}
+
+static inline uint16_t et_get_u16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | (p[1] << 8));
+}
+
+static inline uint32_t et_get_u32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
+           ((uint32_t)p[3] << 24);
+}
+
+static inline uint64_t et_get_u64(const uint8_t *p)
+{
+    return (uint64_t)et_get_u32(p) | ((uint64_t)et_get_u32(p + 4) << 32);
+}
+
+static inline void et_put_f32(uint8_t *p, float v)
+{
+    et_put_u32(p, et_f32_bits(v));
+}
+
+static inline float et_get_f32(const uint8_t *p)
+{
+    return et_f32_from_bits(et_get_u32(p));
+}
+
+/* zlib's CRC-32 so checkpoints can be verified with standard tools; pass
+ * the previous result as crc to continue a running checksum.  Bitwise
+ * rather than table-driven to keep 1 KiB of table out of flash. */
+static inline uint32_t et_crc32(uint32_t crc, const uint8_t *p, size_t n)
+{
+    size_t i;
+    int k;
+    crc = ~crc;
+    for (i = 0; i < n; ++i) {
+        crc ^= p[i];
+        for (k = 0; k < 8; ++k)
+            crc = (crc >> 1) ^ (0xEDB88320u & (0u - (crc & 1u)));
+    }
+    return ~crc;
+}
+
+/* Decided on the bit pattern so it still works under -ffinite-math-only. */
+static inline int et_is_finite_f32(float x)
+{
+    return (et_f32_bits(x) & 0x7f800000u) != 0x7f800000u;
+}
+
+static inline int et_all_finite_f32(int n, const float *X)
+{
+    int i;
+    for (i = 0; i < n; ++i)
+        if (!et_is_finite_f32(X[i]))
+            return 0;
+    return 1;
+}
+
+/* murmur3 fmix32: a cheap bijective mixer, so counter-based random streams
+ * (dropout) are reproducible without keeping generator state. */
+static inline uint32_t et_hash_u32(uint32_t h)
+{
+    h ^= h >> 16;
+    h *= 0x85ebca6bu;
+    h ^= h >> 13;
+    h *= 0xc2b2ae35u;
+    h ^= h >> 16;
+    return h;
+}
+
+#endif /* ET_COMMON_H */

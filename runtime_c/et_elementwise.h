@@ -1,0 +1,358 @@
+/* edgetrain runtime: elementwise kernels, their gradients, dropout and
+ * broadcasting binary operators.
+ *
+ * Each loop reads element i before writing element i, so every unary and
+ * gradient kernel also works in place (Y == X, dX == dY). */
+#ifndef ET_ELEMENTWISE_H
+#define ET_ELEMENTWISE_H
+
+/* NaN passes through (x != x) so the trainer's non-finite check sees it,
+ * as it would in PyTorch. */
+static inline void et_relu_f32(int n, const float *X, float *Y)
+{
+    int i;
+    for (i = 0; i < n; ++i) {
+        float x = X[i];
+        Y[i] = (x > 0.0f || x != x) ? x : 0.0f;
+    }
+}
+
+static inline void et_leaky_relu_f32(int n, float alpha, const float *X, float *Y)
+{
+    int i;
+    for (i = 0; i < n; ++i) {
+        float x = X[i];
+        Y[i] = x > 0.0f ? x : alpha * x;
+    }
+}
+
+static inline void et_sigmoid_f32(int n, const float *X, float *Y)
+{
+    int i;
+    for (i = 0; i < n; ++i)
+        Y[i] = et_sigmoidf(X[i]);
+}
+
+static inline void et_tanh_f32(int n, const float *X, float *Y)
+{
+    int i;
+    for (i = 0; i < n; ++i)
+        Y[i] = et_tanhf(X[i]);
+}
+
+static inline void et_exp_f32(int n, const float *X, float *Y)
+{
+    int i;
+    for (i = 0; i < n; ++i)
+        Y[i] = et_expf(X[i]);
+}
+
+static inline void et_log_f32(int n, const float *X, float *Y)
+{
+    int i;
+    for (i = 0; i < n; ++i)
+        Y[i] = et_logf(X[i]);
+}
+
+static inline void et_sqrt_f32(int n, const float *X, float *Y)
+{
+    int i;
+    for (i = 0; i < n; ++i)
+        Y[i] = sqrtf(X[i]);
+}
+
+static inline void et_neg_f32(int n, const float *X, float *Y)
+{
+    int i;
+    for (i = 0; i < n; ++i)
+        Y[i] = -X[i];
+}
+
+static inline void et_abs_f32(int n, const float *X, float *Y)
+{
+    int i;
+    for (i = 0; i < n; ++i)
+        Y[i] = et_f32_from_bits(et_f32_bits(X[i]) & 0x7fffffffu);
+}
+
+/* sign(0) = 0 and sign(NaN) = NaN, as in ONNX and PyTorch. */
+static inline float et_signf_(float x)
+{
+    return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : x * 0.0f);
+}
+
+static inline void et_sign_f32(int n, const float *X, float *Y)
+{
+    int i;
+    for (i = 0; i < n; ++i)
+        Y[i] = et_signf_(X[i]);
+}
+
+static inline void et_pow_f32(int n, float p, const float *X, float *Y)
+{
+    int i;
+    for (i = 0; i < n; ++i)
+        Y[i] = et_powf_const(X[i], p);
+}
+
+/* Comparisons with NaN are false, so a NaN x falls through unchanged. */
+static inline void et_clip_f32(int n, float lo, float hi, const float *X, float *Y)
+{
+    int i;
+    for (i = 0; i < n; ++i) {
+        float x = X[i];
+        Y[i] = x < lo ? lo : (x > hi ? hi : x);
+    }
+}
+
+static inline void et_copy_f32(int n, const float *X, float *Y)
+{
+    if (n > 0 && X != Y)
+        memmove(Y, X, (size_t)n * sizeof(float));
+}
+
+static inline void et_scale_f32(int n, float s, const float *X, float *Y)
+{
+    int i;
+    for (i = 0; i < n; ++i)
+        Y[i] = s * X[i];
+}
+
+static inline void et_fill_f32(int n, float v, float *Y)
+{
+    int i;
+    for (i = 0; i < n; ++i)
+        Y[i] = v;
+}
+
+/* ---- gradients ---- */
+
+static inline void et_relu_grad_f32(int n, const float *dY, const float *Y, float *dX)
+{
+    int i;
+    for (i = 0; i < n; ++i)
+        dX[i] = Y[i] > 0.0f ? dY[i] : 0.0f;
+}
+
+static inline void et_leaky_relu_grad_f32(int n, float alpha, const float *dY,
+                                          const float *X, float *dX)
+{
+    int i;
+    for (i = 0; i < n; ++i)
+        dX[i] = X[i] > 0.0f ? dY[i] : alpha * dY[i];
+}
+
+static inline void et_sigmoid_grad_f32(int n, const float *dY, const float *Y, float *dX)
+{
+    int i;
+    for (i = 0; i < n; ++i) {
+        float y = Y[i];
+        dX[i] = dY[i] * y * (1.0f - y);
+    }
+}
+
+static inline void et_tanh_grad_f32(int n, const float *dY, const float *Y, float *dX)
+{
+    int i;
+    for (i = 0; i < n; ++i) {
+        float y = Y[i];
+        dX[i] = dY[i] * (1.0f - y * y);
+    }
+}
+
+static inline void et_sqrt_grad_f32(int n, const float *dY, const float *Y, float *dX)
+{
+    int i;
+    for (i = 0; i < n; ++i)
+        dX[i] = dY[i] / (2.0f * Y[i]);
+}
+
+static inline void et_abs_grad_f32(int n, const float *dY, const float *X, float *dX)
+{
+    int i;
+    for (i = 0; i < n; ++i)
+        dX[i] = dY[i] * et_signf_(X[i]);
+}
+
+/* Grouped as dY * (p * x^(p-1)) like PyTorch's pow_backward; p == 0 gives
+ * exact zeros there too, where p * x^-1 would be NaN at x == 0. */
+static inline void et_pow_grad_f32(int n, float p, const float *dY, const float *X,
+                                   float *dX)
+{
+    int i;
+    for (i = 0; i < n; ++i)
+        dX[i] = p == 0.0f ? 0.0f : dY[i] * (p * et_powf_const(X[i], p - 1.0f));
+}
+
+/* PyTorch clamp semantics: the gradient also flows at the bounds. */
+static inline void et_clip_grad_f32(int n, float lo, float hi, const float *dY,
+                                    const float *X, float *dX)
+{
+    int i;
+    for (i = 0; i < n; ++i) {
+        float x = X[i];
+        dX[i] = (x >= lo && x <= hi) ? dY[i] : 0.0f;
+    }
+}
+
+/* ---- dropout ---- */
+
+/* The mask is a pure function of (seed, counter, i), so the backward pass
+ * and a resumed run reproduce it without stored generator state; the top
+ * 24 bits of the hash give a uniform float in [0, 1) exactly. */
+static inline void et_dropout_f32(int n, float ratio, uint32_t seed, uint32_t counter,
+                                  const float *X, float *Y, float *Mask)
+{
+    int i;
+    float scale = ratio < 1.0f ? 1.0f / (1.0f - ratio) : 0.0f;
+    for (i = 0; i < n; ++i) {
+        uint32_t h = et_hash_u32(seed ^ et_hash_u32(counter ^ et_hash_u32((uint32_t)i)));
+        float u = (float)(h >> 8) * (1.0f / 16777216.0f);
+        Mask[i] = u >= ratio ? scale : 0.0f;
+        Y[i] = X[i] * Mask[i];
+    }
+}
+
+/* ---- broadcasting ---- */
+
+/* Element count of a shape; 0 if any extent is 0. */
+static inline int et_numel_(int rank, const int *shape)
+{
+    int d, n = 1;
+    for (d = 0; d < rank; ++d)
+        n *= shape[d];
+    return n;
+}
+
+/* 1 if strides describe a contiguous tensor of this shape (strides on
+ * extent-1 axes are never used, so they may be anything). */
+static inline int et_is_contiguous_(int rank, const int *shape, const int *strides)
+{
+    int d, expect = 1;
+    for (d = rank - 1; d >= 0; --d) {
+        if (shape[d] != 1 && strides[d] != expect)
+            return 0;
+        expect *= shape[d];
+    }
+    return 1;
+}
+
+static inline int et_is_scalar_(int rank, const int *shape, const int *strides)
+{
+    int d;
+    for (d = 0; d < rank; ++d)
+        if (shape[d] != 1 && strides[d] != 0)
+            return 0;
+    return 1;
+}
+
+/* Advances the row-major index of all but the innermost axis and keeps
+ * two operand offsets in step with it, so the broadcast loop is written
+ * once for every operator. */
+static inline void et_bcast_next_(int rank, const int *shape, int *idx,
+                                  const int *a_strides, int *a_off,
+                                  const int *b_strides, int *b_off)
+{
+    int d;
+    for (d = rank - 2; d >= 0; --d) {
+        if (++idx[d] < shape[d]) {
+            *a_off += a_strides[d];
+            *b_off += b_strides[d];
+            return;
+        }
+        idx[d] = 0;
+        *a_off -= a_strides[d] * (shape[d] - 1);
+        *b_off -= b_strides[d] * (shape[d] - 1);
+    }
+}
+
+/* Y may alias A or B when that operand is contiguous and full-size: each
+ * output element is written only after its own inputs are read. */
+#define ET_DEFINE_BINARY_(name, OP)                                            \
+    static inline void name(int rank, const int *shape, const float *A,       \
+                            const int *a_strides, const float *B,             \
+                            const int *b_strides, float *Y)                   \
+    {                                                                          \
+        int n = et_numel_(rank, shape), i, o, inner, sa, sb;                   \
+        int idx[ET_MAX_RANK] = {0}, ao = 0, bo = 0;                            \
+        if (n == 0)                                                            \
+            return;                                                            \
+        if (et_is_contiguous_(rank, shape, a_strides)) {                       \
+            if (et_is_contiguous_(rank, shape, b_strides)) {                   \
+                for (i = 0; i < n; ++i)                                        \
+                    Y[i] = A[i] OP B[i];                                       \
+                return;                                                        \
+            }                                                                  \
+            if (et_is_scalar_(rank, shape, b_strides)) {                       \
+                float b = B[0];                                                \
+                for (i = 0; i < n; ++i)                                        \
+                    Y[i] = A[i] OP b;                                          \
+                return;                                                        \
+            }                                                                  \
+        } else if (et_is_scalar_(rank, shape, a_strides) &&                    \
+                   et_is_contiguous_(rank, shape, b_strides)) {                \
+            float a = A[0];                                                    \
+            for (i = 0; i < n; ++i)                                            \
+                Y[i] = a OP B[i];                                              \
+            return;                                                            \
+        }                                                                      \
+        inner = shape[rank - 1];                                               \
+        sa = a_strides[rank - 1];                                              \
+        sb = b_strides[rank - 1];                                              \
+        for (o = 0; o < n; o += inner) {                                       \
+            for (i = 0; i < inner; ++i)                                        \
+                Y[o + i] = A[ao + i * sa] OP B[bo + i * sb];                   \
+            et_bcast_next_(rank, shape, idx, a_strides, &ao, b_strides, &bo);  \
+        }                                                                      \
+    }
+
+ET_DEFINE_BINARY_(et_add_f32, +)
+ET_DEFINE_BINARY_(et_sub_f32, -)
+ET_DEFINE_BINARY_(et_mul_f32, *)
+ET_DEFINE_BINARY_(et_div_f32, /)
+
+#undef ET_DEFINE_BINARY_
+
+static inline void et_expand_f32(int rank, const int *shape, const float *X,
+                                 const int *x_strides, float *Y)
+{
+    int n = et_numel_(rank, shape), i, o, inner, sx;
+    int idx[ET_MAX_RANK] = {0}, xo = 0, unused = 0;
+    if (n == 0)
+        return;
+    inner = shape[rank - 1];
+    sx = x_strides[rank - 1];
+    for (o = 0; o < n; o += inner) {
+        for (i = 0; i < inner; ++i)
+            Y[o + i] = X[xo + i * sx];
+        et_bcast_next_(rank, shape, idx, x_strides, &xo, x_strides, &unused);
+    }
+}
+
+/* ---- accumulation ---- */
+
+/* reset lets the first micro-batch overwrite instead of needing a
+ * separate zeroing pass. */
+static inline void et_accumulate_f32(int n, const float *G, float *Acc, int reset)
+{
+    int i;
+    if (reset) {
+        et_copy_f32(n, G, Acc);
+        return;
+    }
+    for (i = 0; i < n; ++i)
+        Acc[i] += G[i];
+}
+
+/* Sequential so the result (e.g. a gradient-clipping norm) does not depend
+ * on vector width. */
+static inline float et_sum_squares_f32(int n, const float *X)
+{
+    int i;
+    float s = 0.0f;
+    for (i = 0; i < n; ++i)
+        s += X[i] * X[i];
+    return s;
+}
+
+#endif /* ET_ELEMENTWISE_H */

@@ -1,0 +1,68 @@
+/* edgetrain runtime: optimizer updates, one parameter tensor per call. */
+#ifndef ET_OPTIM_H
+#define ET_OPTIM_H
+
+/* beta^t by square-and-multiply on the float beta: O(log t) roundings
+ * (relative error a few ulp even for t in the millions), and no libm
+ * pow, whose results vary between targets. */
+static inline float et_powu_(float b, uint32_t t)
+{
+    float r = 1.0f;
+    while (t) {
+        if (t & 1u)
+            r *= b;
+        t >>= 1;
+        if (t)
+            b *= b;
+    }
+    return r;
+}
+
+/* Adam's bias corrections folded into one step size per step t >= 1,
+ * which leaves the per-element update with a single division. */
+static inline float et_adam_step_size(float lr, float beta1, float beta2, uint32_t t)
+{
+    return lr * sqrtf(1.0f - et_powu_(beta2, t)) / (1.0f - et_powu_(beta1, t));
+}
+
+/* Update order of ONNX Runtime 1.19's AdamW: the moment-based step first,
+ * then decoupled weight decay applied to the updated weight. */
+static inline void et_adamw_f32(int n, float step_size, float lr, float beta1,
+                                float beta2, float eps, float weight_decay, float *W,
+                                const float *G, float *M, float *V)
+{
+    int i;
+    float decay = lr * weight_decay;
+    for (i = 0; i < n; ++i) {
+        float g = G[i], w;
+        float m = beta1 * M[i] + (1.0f - beta1) * g;
+        float v = beta2 * V[i] + (1.0f - beta2) * g * g;
+        M[i] = m;
+        V[i] = v;
+        w = W[i] - step_size * m / (sqrtf(v) + eps);
+        W[i] = w - decay * w;
+    }
+}
+
+/* torch.optim.SGD (foreach=False) step for step.  The weight_decay and
+ * momentum tests mirror PyTorch's: skipping the add is not the same as
+ * adding 0 when w is infinite or g is -0. */
+static inline void et_sgd_f32(int n, float lr, float momentum, float dampening,
+                              int nesterov, float weight_decay, int first_step, float *W,
+                              const float *G, float *Buf)
+{
+    int i;
+    for (i = 0; i < n; ++i) {
+        float g = G[i];
+        if (weight_decay != 0.0f)
+            g = g + weight_decay * W[i];
+        if (momentum != 0.0f) {
+            float b = first_step ? g : momentum * Buf[i] + (1.0f - dampening) * g;
+            Buf[i] = b;
+            g = nesterov ? g + momentum * b : b;
+        }
+        W[i] = W[i] - lr * g;
+    }
+}
+
+#endif /* ET_OPTIM_H */

@@ -1,0 +1,1 @@
+"""Jinja2 templates of the generated C, shipped inside the package."""

@@ -1,0 +1,489 @@
+"""Tests for the C runtime kernels in runtime_c/.
+
+The headers are compiled exactly as the generated file uses them (pasted in
+order into one C99 translation unit, strict warnings as errors) plus a few
+exported wrappers, and the wrappers are called through cffi's ABI mode.
+"""
+import re
+import shutil
+import subprocess
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+cffi = pytest.importorskip("cffi")
+
+ROOT = Path(__file__).resolve().parents[2]
+RUNTIME = ROOT / "runtime_c"
+HEADERS = [
+    "et_common.h",
+    "et_math.h",
+    "et_elementwise.h",
+    "et_linalg.h",
+    "et_shape.h",
+    "et_softmax.h",
+    "et_loss.h",
+    "et_optim.h",
+]
+STRICT = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic",
+          "-Wdouble-promotion", "-ffp-contract=off", "-O2"]
+
+# Wrappers have external linkage because the kernels are static inline.
+WRAPPERS = r"""
+void t_expf(int n, const float *x, float *y) { int i; for (i = 0; i < n; ++i) y[i] = et_expf(x[i]); }
+void t_logf(int n, const float *x, float *y) { int i; for (i = 0; i < n; ++i) y[i] = et_logf(x[i]); }
+void t_tanhf(int n, const float *x, float *y) { int i; for (i = 0; i < n; ++i) y[i] = et_tanhf(x[i]); }
+uint32_t t_crc32(uint32_t crc, const uint8_t *p, size_t n) { return et_crc32(crc, p, n); }
+uint32_t t_hash_u32(uint32_t h) { return et_hash_u32(h); }
+void t_dropout(int n, float ratio, uint32_t seed, uint32_t counter, const float *X, float *Y, float *Mask)
+{ et_dropout_f32(n, ratio, seed, counter, X, Y, Mask); }
+void t_add(int rank, const int *shape, const float *A, const int *as, const float *B, const int *bs, float *Y)
+{ et_add_f32(rank, shape, A, as, B, bs, Y); }
+void t_gemm(int M, int N, int K, float alpha, const float *A, int ta, const float *B, int tb,
+            float beta, const float *C, int c_rs, int c_cs, float *Y)
+{ et_gemm_f32(M, N, K, alpha, A, ta, B, tb, beta, C, c_rs, c_cs, Y); }
+void t_sce(int N, int C, int D, const float *X, const int32_t *labels, const float *w, int ignore,
+           float *loss, float *log_prob)
+{ et_softmax_cross_entropy_f32(N, C, D, X, labels, w, ignore, loss, log_prob); }
+void t_sce_grad(int N, int C, int D, const float *dloss, const float *log_prob, const int32_t *labels,
+                const float *w, int ignore, float *dX)
+{ et_softmax_cross_entropy_grad_f32(N, C, D, dloss, log_prob, labels, w, ignore, dX); }
+int t_check_labels(int n, const int32_t *labels, int classes, int ignore)
+{ return et_check_labels(n, labels, classes, ignore); }
+void t_bce(int n, const float *X, const float *T, float *L) { et_bce_with_logits_f32(n, X, T, L); }
+float t_adam_step_size(float lr, float b1, float b2, uint32_t t) { return et_adam_step_size(lr, b1, b2, t); }
+void t_adamw(int n, float step, float lr, float b1, float b2, float eps, float wd, float *W,
+             const float *G, float *M, float *V)
+{ et_adamw_f32(n, step, lr, b1, b2, eps, wd, W, G, M, V); }
+"""
+
+CDEF = """
+void t_expf(int, const float *, float *);
+void t_logf(int, const float *, float *);
+void t_tanhf(int, const float *, float *);
+uint32_t t_crc32(uint32_t, const uint8_t *, size_t);
+uint32_t t_hash_u32(uint32_t);
+void t_dropout(int, float, uint32_t, uint32_t, const float *, float *, float *);
+void t_add(int, const int *, const float *, const int *, const float *, const int *, float *);
+void t_gemm(int, int, int, float, const float *, int, const float *, int, float, const float *,
+            int, int, float *);
+void t_sce(int, int, int, const float *, const int32_t *, const float *, int, float *, float *);
+void t_sce_grad(int, int, int, const float *, const float *, const int32_t *, const float *, int,
+                float *);
+int t_check_labels(int, const int32_t *, int, int);
+void t_bce(int, const float *, const float *, float *);
+float t_adam_step_size(float, float, float, uint32_t);
+void t_adamw(int, float, float, float, float, float, float, float *, const float *, float *,
+             float *);
+"""
+
+
+def runtime_source():
+    """The runtime as the generated file contains it: pasted in order."""
+    return "\n".join((RUNTIME / h).read_text() for h in HEADERS)
+
+
+@pytest.fixture(scope="module")
+def lib(tmp_path_factory):
+    build = tmp_path_factory.mktemp("et_runtime")
+    src = build / "wrappers.c"
+    src.write_text(runtime_source() + WRAPPERS)
+    so = build / "libet_runtime_test.so"
+    subprocess.run(["gcc", *STRICT, "-shared", "-fPIC", str(src), "-o", str(so)],
+                   check=True, capture_output=True, text=True)
+    ffi = cffi.FFI()
+    ffi.cdef(CDEF)
+    return ffi, ffi.dlopen(str(so))
+
+
+def fptr(ffi, a, ctype="float *"):
+    return ffi.cast(ctype, a.ctypes.data)
+
+
+def ordered(a):
+    """Float32 bits mapped to integers that are consecutive in float order."""
+    i = a.view(np.int32).astype(np.int64)
+    return np.where(i < 0, -(i & 0x7FFFFFFF), i)
+
+
+def ulp_distance(got, ref64):
+    """Distance in ulps from got to the correctly rounded float32 of ref64."""
+    with np.errstate(over="ignore"):  # overflow to inf is the rounding we want
+        ref = ref64.astype(np.float32)
+    assert np.array_equal(np.isnan(got), np.isnan(ref))
+    ok = ~np.isnan(ref)
+    return np.abs(ordered(got[ok]) - ordered(ref[ok]))
+
+
+# ---- compilation ----
+
+SIGNATURE = re.compile(r"static inline\s+([\w ]+?[\s*])(et_\w+)\(([^)]*)\)\s*\{", re.S)
+
+
+def use_every_kernel(source):
+    """One external caller per runtime function.
+
+    Some warnings (e.g. -Wmaybe-uninitialized) only appear once a static
+    inline function is instantiated, as the generated code does."""
+    sigs = [(r.strip(), name, " ".join(params.split()))
+            for r, name, params in SIGNATURE.findall(source)]
+    binary = "int rank, const int *shape, const float *A, const int *a_strides, " \
+             "const float *B, const int *b_strides, float *Y"
+    sigs += [("void", name, binary) for name in re.findall(r"ET_DEFINE_BINARY_\((et_\w+),", source)]
+    out = []
+    for ret, name, params in sigs:
+        args = ", ".join(re.findall(r"(\w+)\s*(?:,|$)", params)) if params != "void" else ""
+        call = f"{name}({args})"
+        body = f"return {call};" if ret != "void" else f"{call};"
+        out.append(f"{ret} use_{name}({params});\n{ret} use_{name}({params}) {{ {body} }}")
+    return sigs, "\n".join(out)
+
+def test_headers_compile_strict_and_unused_is_silent(tmp_path):
+    # No wrappers: every static inline function is unused and must not warn.
+    src = tmp_path / "all.c"
+    src.write_text(runtime_source() + "\nint et_dummy_symbol;\n")
+    extra = ["-Wshadow", "-Wstrict-prototypes", "-Wmissing-prototypes", "-Wcast-qual", "-Wundef"]
+    r = subprocess.run(["gcc", *STRICT, *extra, "-c", str(src), "-o", str(tmp_path / "all.o")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    for h in HEADERS:  # each file is self-contained given the ones before it
+        text = (RUNTIME / h).read_text()
+        assert text.lstrip().startswith("/*"), h
+        assert "#ifndef ET_" in text, h
+        assert "double" not in text.replace("double-promotion", ""), h
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O2", "-O3", "-Os"])
+def test_every_kernel_instantiates_without_warnings(tmp_path, opt):
+    source = runtime_source()
+    sigs, callers = use_every_kernel(source)
+    names = {name for _, name, _ in sigs}
+    assert {"et_expf", "et_add_f32", "et_div_f32", "et_gemm_f32", "et_sgd_f32"} <= names
+    src = tmp_path / "use.c"
+    src.write_text(source + "\n" + callers + "\n")
+    strict = [f for f in STRICT if f != "-O2"]
+    r = subprocess.run(["gcc", *strict, opt, "-Wmissing-prototypes", "-c", str(src),
+                        "-o", str(tmp_path / "use.o")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def test_headers_compile_for_cortex_m4(tmp_path):
+    cc = shutil.which("arm-none-eabi-gcc")
+    if cc is None:
+        pytest.skip("arm-none-eabi-gcc not installed")
+    src = tmp_path / "all.c"
+    source = runtime_source()
+    src.write_text(source + "\n" + use_every_kernel(source)[1] + "\n")
+    r = subprocess.run([cc, *STRICT, "-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=hard",
+                        "-mfpu=fpv4-sp-d16", "-c", str(src), "-o", str(tmp_path / "all.o")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+# ---- math ----
+
+def sweep_inputs():
+    # ~2M bit patterns spread over all 2^32 (both signs, subnormals, inf,
+    # NaN), plus dense coverage where the functions are used most.
+    grid = np.arange(0, 1 << 32, 2147, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    rng = np.random.default_rng(0)
+    dense = rng.uniform(-20.0, 20.0, 200_000).astype(np.float32)
+    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 2.0, 0.5,
+                        88.72283172607421875, 88.72284, 88.7, -87.3, -103.97207, -103.97208,
+                        -104.0, 1e-45, -1e-45, 1.17549435e-38, 3.4028235e38, -3.4028235e38,
+                        1e-8, -1e-8, 0.625, 0.62499994, 9.0, 9.000001, -9.0],
+                       dtype=np.float32)
+    return np.concatenate([grid, dense, special])
+
+
+@pytest.mark.parametrize("name,ref,bound", [
+    ("t_expf", np.exp, 2),
+    ("t_logf", np.log, 2),
+    ("t_tanhf", np.tanh, 3),
+])
+def test_math_ulp(lib, name, ref, bound):
+    ffi, L = lib
+    x = sweep_inputs()
+    y = np.empty_like(x)
+    getattr(L, name)(len(x), fptr(ffi, x), fptr(ffi, y))
+    with np.errstate(all="ignore"):
+        r = ref(x.astype(np.float64))
+    d = ulp_distance(y, r)
+    assert d.max() <= bound, (name, int(d.max()), x[~np.isnan(r)][np.argmax(d)])
+
+
+def test_math_special_values(lib):
+    ffi, L = lib
+
+    def call(name, vals):
+        x = np.array(vals, dtype=np.float32)
+        y = np.empty_like(x)
+        getattr(L, name)(len(x), fptr(ffi, x), fptr(ffi, y))
+        return y
+
+    e = call("t_expf", [0.0, np.inf, -np.inf, 89.0, -105.0, np.nan])
+    assert e[0] == 1.0 and e[1] == np.inf and e[2] == 0.0 and e[3] == np.inf and e[4] == 0.0
+    assert np.isnan(e[5])
+    lg = call("t_logf", [1.0, 0.0, -0.0, -1.0, np.inf, np.nan, 1e-45])
+    assert lg[0] == 0.0 and lg[1] == -np.inf and lg[2] == -np.inf and np.isnan(lg[3])
+    assert lg[4] == np.inf and np.isnan(lg[5])
+    assert abs(lg[6] - np.log(np.float64(np.float32(1e-45)))) < 1e-4
+    t = call("t_tanhf", [-0.0, 0.0, np.inf, -np.inf, 50.0, np.nan])
+    assert np.signbit(t[0]) and not np.signbit(t[1])
+    assert list(t[2:5]) == [1.0, -1.0, 1.0] and np.isnan(t[5])
+
+
+# ---- common ----
+
+def test_crc32_matches_zlib(lib):
+    ffi, L = lib
+    assert L.t_crc32(0, b"123456789", 9) == 0xCBF43926
+    data = np.random.default_rng(1).integers(0, 256, 10_000, dtype=np.uint8).tobytes()
+    crc = L.t_crc32(0, data[:3333], 3333)
+    crc = L.t_crc32(crc, data[3333:], len(data) - 3333)
+    assert crc == zlib.crc32(data)
+    assert L.t_crc32(0, b"", 0) == 0
+
+
+def np_hash(h):
+    h = h.astype(np.uint32)
+    h ^= h >> np.uint32(16)
+    h *= np.uint32(0x85EBCA6B)
+    h ^= h >> np.uint32(13)
+    h *= np.uint32(0xC2B2AE35)
+    h ^= h >> np.uint32(16)
+    return h
+
+
+def test_hash_and_dropout(lib):
+    ffi, L = lib
+    for v in [0, 1, 0xDEADBEEF, 0xFFFFFFFF]:
+        assert L.t_hash_u32(v) == int(np_hash(np.array([v], dtype=np.uint32))[0])
+    n, seed, counter = 5000, 1234, 77
+    x = np.random.default_rng(2).standard_normal(n).astype(np.float32)
+    for ratio in [0.0, 0.1, 0.5]:
+        y = np.empty_like(x)
+        mask = np.empty_like(x)
+        L.t_dropout(n, ratio, seed, counter, fptr(ffi, x), fptr(ffi, y), fptr(ffi, mask))
+        i = np.arange(n, dtype=np.uint32)
+        h = np_hash(np.uint32(seed) ^ np_hash(np.uint32(counter) ^ np_hash(i)))
+        u = (h >> np.uint32(8)).astype(np.float32) * np.float32(1.0 / 16777216.0)
+        scale = np.float32(1.0) / (np.float32(1.0) - np.float32(ratio))
+        ref_mask = np.where(u >= np.float32(ratio), scale, np.float32(0.0)).astype(np.float32)
+        assert np.array_equal(mask, ref_mask)
+        assert np.array_equal(y, x * ref_mask)
+        if ratio == 0.5:
+            assert 0.45 < (mask == 0).mean() < 0.55
+    # In place.
+    y = x.copy()
+    L.t_dropout(n, 0.5, seed, counter, fptr(ffi, y), fptr(ffi, y), fptr(ffi, mask))
+    assert np.array_equal(y, x * mask)
+
+
+# ---- elementwise broadcast ----
+
+def call_add(lib, shape, a, a_strides, b, b_strides, out=None):
+    ffi, L = lib
+    # Named so the arrays outlive the call: a cast pointer holds no reference.
+    shape_a = np.array(shape, dtype=np.int32)
+    as_a = np.array(a_strides, dtype=np.int32)
+    bs_a = np.array(b_strides, dtype=np.int32)
+    y = np.empty(shape, dtype=np.float32) if out is None else out
+    L.t_add(len(shape), fptr(ffi, shape_a, "int *"), fptr(ffi, a), fptr(ffi, as_a, "int *"),
+            fptr(ffi, b), fptr(ffi, bs_a, "int *"), fptr(ffi, y))
+    return y
+
+
+def test_broadcast_add(lib):
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    b = rng.standard_normal((3, 1)).astype(np.float32)
+    assert np.array_equal(call_add(lib, [2, 3, 4], a, [12, 4, 1], b, [0, 1, 0]), a + b)
+    # Both operands broadcast: [2,1,4] + [3,1] -> [2,3,4].
+    c = rng.standard_normal((2, 1, 4)).astype(np.float32)
+    assert np.array_equal(call_add(lib, [2, 3, 4], c, [4, 0, 1], b, [0, 1, 0]), c + b)
+    # Same-shape and scalar fast paths, scalar on either side.
+    d = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    assert np.array_equal(call_add(lib, [2, 3, 4], a, [12, 4, 1], d, [12, 4, 1]), a + d)
+    s = np.array([1.5], dtype=np.float32)
+    assert np.array_equal(call_add(lib, [2, 3, 4], s, [0, 0, 0], a, [12, 4, 1]), s + a)
+    assert np.array_equal(call_add(lib, [1], s, [0], s, [0]), s + s)
+    # Extent-1 axes may carry any stride and still be contiguous.
+    e = rng.standard_normal((1, 5)).astype(np.float32)
+    assert np.array_equal(call_add(lib, [1, 5], e, [99, 1], e, [5, 1]), e + e)
+    # Y aliasing the full-size operand, on the general path.
+    y = a.copy()
+    call_add(lib, [2, 3, 4], y, [12, 4, 1], b, [0, 1, 0], out=y)
+    assert np.array_equal(y, a + b)
+    # Empty tensors write nothing.
+    z = np.zeros((0, 3), dtype=np.float32)
+    call_add(lib, [0, 3], z, [3, 1], b, [0, 1], out=z)
+
+
+# ---- linalg ----
+
+def seq_gemm_ref(a, b, alpha, beta, c):
+    """float32 reference with the kernel's exact rounding: sum over k in order."""
+    acc = np.zeros((a.shape[0], b.shape[1]), dtype=np.float32)
+    for k in range(a.shape[1]):
+        acc = acc + a[:, k:k + 1] * b[k:k + 1, :]
+    y = np.float32(alpha) * acc
+    if c is not None:
+        y = y + np.float32(beta) * c
+    return y
+
+
+@pytest.mark.parametrize("trans_a", [0, 1])
+@pytest.mark.parametrize("trans_b", [0, 1])
+def test_gemm(lib, trans_a, trans_b):
+    ffi, L = lib
+    rng = np.random.default_rng(4 + 2 * trans_a + trans_b)
+    M, N, K = 5, 7, 9
+    a = rng.standard_normal((M, K)).astype(np.float32)
+    b = rng.standard_normal((K, N)).astype(np.float32)
+    a_in = np.ascontiguousarray(a.T) if trans_a else a
+    b_in = np.ascontiguousarray(b.T) if trans_b else b
+    bias = rng.standard_normal(N).astype(np.float32)
+    alpha, beta = 0.75, 2.0
+
+    y = np.empty((M, N), dtype=np.float32)
+    # C broadcast along rows (row stride 0), as for a Gemm bias.
+    L.t_gemm(M, N, K, alpha, fptr(ffi, a_in), trans_a, fptr(ffi, b_in), trans_b, beta,
+             fptr(ffi, bias), 0, 1, fptr(ffi, y))
+    cfull = np.broadcast_to(bias, (M, N))
+    np.testing.assert_allclose(y, alpha * (a.astype(np.float64) @ b) + beta * cfull,
+                               rtol=1e-5, atol=1e-5)
+    assert np.array_equal(y, seq_gemm_ref(a, b, alpha, beta, cfull))
+
+    # No C: beta is ignored.
+    L.t_gemm(M, N, K, 1.0, fptr(ffi, a_in), trans_a, fptr(ffi, b_in), trans_b, 123.0,
+             ffi.NULL, 0, 0, fptr(ffi, y))
+    assert np.array_equal(y, seq_gemm_ref(a, b, 1.0, 0.0, None))
+
+    # Column-major C via strides.
+    c = rng.standard_normal((N, M)).astype(np.float32)
+    L.t_gemm(M, N, K, 1.0, fptr(ffi, a_in), trans_a, fptr(ffi, b_in), trans_b, 1.0,
+             fptr(ffi, c), 1, M, fptr(ffi, y))
+    assert np.array_equal(y, seq_gemm_ref(a, b, 1.0, 1.0, c.T))
+
+
+# ---- loss ----
+
+def np_sce(x, labels, weights, ignore):
+    x = x.astype(np.float64)
+    N, C, D = x.shape
+    m = x.max(axis=1, keepdims=True)
+    lp = x - m - np.log(np.exp(x - m).sum(axis=1, keepdims=True))
+    w = np.ones(C) if weights is None else weights.astype(np.float64)
+    keep = labels != ignore
+    safe = np.where(keep, labels, 0)
+    wt = np.where(keep, w[safe], 0.0)                                   # [N, D]
+    picked = np.take_along_axis(lp, safe[:, None, :], axis=1)[:, 0, :]  # [N, D]
+    den = wt.sum()
+    loss = (wt * -picked).sum() / den if den else 0.0
+    onehot = np.zeros_like(lp)
+    np.put_along_axis(onehot, safe[:, None, :], 1.0, axis=1)
+    grad = (wt / den if den else 0.0 * wt)[:, None, :] * (np.exp(lp) - onehot)
+    return loss, lp, grad
+
+
+@pytest.mark.parametrize("D,weighted", [(1, False), (1, True), (3, True)])
+def test_softmax_cross_entropy(lib, D, weighted):
+    ffi, L = lib
+    rng = np.random.default_rng(5 + D)
+    N, C, ignore = 6, 4, -100
+    x = (3 * rng.standard_normal((N, C, D))).astype(np.float32)
+    labels = rng.integers(0, C, (N, D)).astype(np.int32)
+    labels[1, 0] = ignore
+    labels[4, D - 1] = ignore
+    weights = rng.uniform(0.2, 2.0, C).astype(np.float32) if weighted else None
+    wptr = fptr(ffi, weights) if weighted else ffi.NULL
+
+    assert L.t_check_labels(N * D, fptr(ffi, labels, "int32_t *"), C, ignore) == 0
+    loss = np.zeros(1, dtype=np.float32)
+    lp = np.empty_like(x)
+    L.t_sce(N, C, D, fptr(ffi, x), fptr(ffi, labels, "int32_t *"), wptr, ignore,
+            fptr(ffi, loss), fptr(ffi, lp))
+    ref_loss, ref_lp, ref_grad = np_sce(x, labels, weights, ignore)
+    np.testing.assert_allclose(lp, ref_lp, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(loss[0], ref_loss, rtol=1e-5)
+
+    dloss = np.array([0.5], dtype=np.float32)
+    dx = np.empty_like(x)
+    L.t_sce_grad(N, C, D, fptr(ffi, dloss), fptr(ffi, lp), fptr(ffi, labels, "int32_t *"),
+                 wptr, ignore, fptr(ffi, dx))
+    np.testing.assert_allclose(dx, 0.5 * ref_grad, rtol=1e-5, atol=1e-7)
+    assert np.all(dx[1, :, 0] == 0.0)
+
+
+def test_softmax_cross_entropy_all_ignored_and_bad_labels(lib):
+    ffi, L = lib
+    N, C, D = 3, 5, 1
+    x = np.random.default_rng(6).standard_normal((N, C, D)).astype(np.float32)
+    labels = np.full((N, D), 7, dtype=np.int32)
+    loss = np.array([np.nan], dtype=np.float32)
+    lp = np.empty_like(x)
+    L.t_sce(N, C, D, fptr(ffi, x), fptr(ffi, labels, "int32_t *"), ffi.NULL, 7,
+            fptr(ffi, loss), fptr(ffi, lp))
+    assert loss[0] == 0.0
+    dx = np.full_like(x, np.nan)
+    one = np.ones(1, dtype=np.float32)
+    L.t_sce_grad(N, C, D, fptr(ffi, one), fptr(ffi, lp), fptr(ffi, labels, "int32_t *"),
+                 ffi.NULL, 7, fptr(ffi, dx))
+    assert np.all(dx == 0.0)
+    bad = np.array([0, 4, 5], dtype=np.int32)
+    assert L.t_check_labels(3, fptr(ffi, bad, "int32_t *"), 5, -100) == 1
+    neg = np.array([0, -1], dtype=np.int32)
+    assert L.t_check_labels(2, fptr(ffi, neg, "int32_t *"), 5, -100) == 1
+    assert L.t_check_labels(2, fptr(ffi, neg, "int32_t *"), 5, -1) == 0
+
+
+def test_bce_with_logits_extremes(lib):
+    ffi, L = lib
+    x = np.array([100, -100, 100, -100, 0, 3.5, -2.25, 1e-3], dtype=np.float32)
+    t = np.array([1, 0, 0, 1, 0.5, 0.3, 1, 0], dtype=np.float32)
+    out = np.empty_like(x)
+    L.t_bce(len(x), fptr(ffi, x), fptr(ffi, t), fptr(ffi, out))
+    x64, t64 = x.astype(np.float64), t.astype(np.float64)
+    ref = np.maximum(x64, 0) - x64 * t64 + np.log1p(np.exp(-np.abs(x64)))
+    assert np.all(np.isfinite(out))
+    # atol: exp(-100) is subnormal in float32, where ulps are 1.4e-45.
+    np.testing.assert_allclose(out, ref, rtol=1e-6, atol=1.5e-45)
+
+
+# ---- optimizer ----
+
+def test_adamw_one_step(lib):
+    ffi, L = lib
+    rng = np.random.default_rng(7)
+    n = 1000
+    w = rng.standard_normal(n).astype(np.float32)
+    g = rng.standard_normal(n).astype(np.float32)
+    m = (0.1 * rng.standard_normal(n)).astype(np.float32)
+    v = rng.uniform(0.0, 0.1, n).astype(np.float32)
+    # The reference uses the float32 values the kernel actually receives.
+    lr, b1, b2, eps, wd = (float(np.float32(v)) for v in (1e-3, 0.9, 0.999, 1e-8, 0.01))
+    t = 3
+
+    step = L.t_adam_step_size(lr, b1, b2, t)
+    ref_step = lr * np.sqrt(1 - b2 ** t) / (1 - b1 ** t)
+    # 1 - beta2^t cancels, so float rounding of beta2^t is amplified ~300x.
+    assert abs(step - ref_step) <= 2e-5 * ref_step
+    for t_big in (1, 10, 1000, 100000):
+        s = L.t_adam_step_size(lr, b1, b2, t_big)
+        r = lr * np.sqrt(1 - b2 ** t_big) / (1 - b1 ** t_big)
+        assert abs(s - r) <= 2e-5 * r, t_big
+
+    W, M, V = w.copy(), m.copy(), v.copy()
+    L.t_adamw(n, step, lr, b1, b2, eps, wd, fptr(ffi, W), fptr(ffi, g), fptr(ffi, M),
+              fptr(ffi, V))
+    w64, g64 = w.astype(np.float64), g.astype(np.float64)
+    m64 = b1 * m.astype(np.float64) + (1 - b1) * g64
+    v64 = b2 * v.astype(np.float64) + (1 - b2) * g64 * g64
+    w64 = w64 - step * m64 / (np.sqrt(v64) + eps)
+    w64 = w64 - lr * wd * w64
+    np.testing.assert_allclose(M, m64, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(V, v64, rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(W, w64, rtol=1e-6, atol=1e-6)
