@@ -161,16 +161,19 @@ def _to_ir(proto, constants) -> Graph:
     params = {i.name: numpy_helper.to_array(i).astype(np.float32) for i in g.initializer
               if i.data_type == onnx.TensorProto.FLOAT and i.name not in constants}
     values: dict[str, Value] = {}
-    problems = []
+    shapeless = []
     for info in list(g.input) + list(g.value_info) + list(g.output):
         shape = _static_shape(info.type)
         if shape is None:
-            problems.append(f"'{info.name}' has no static shape")
+            shapeless.append(f"'{info.name}' has no static shape")
             continue
         values[info.name] = Value(info.name, shape, onnx.helper.tensor_dtype_to_np_dtype(info.type.tensor_type.elem_type))
     for name, array in list(params.items()) + list(constants.items()):
         values[name] = Value(name, tuple(np.shape(array)), np.asarray(array).dtype)
 
+    inputs = [i.name for i in g.input if i.name not in params and i.name not in constants]
+    problems = [f"input '{name}' has dtype {values[name].dtype}; model inputs must be float32"
+                for name in inputs if name in values and values[name].dtype != np.float32]
     nodes = []
     unsupported: dict[str, list[str]] = {}
     for index, n in enumerate(g.node):
@@ -180,9 +183,11 @@ def _to_ir(proto, constants) -> Graph:
             continue
         attrs = {a.name: _attr(a) for a in n.attribute}
         nodes.append(Node(n.op_type, tuple(n.input), tuple(n.output), frozen_attrs(attrs), name))
-    if unsupported:
-        raise EdgetrainError("unsupported ops: " + "; ".join(
-            f"{op} (nodes {', '.join(repr(x) for x in names)})" for op, names in sorted(unsupported.items())))
+    if unsupported:  # values downstream of an unknown op have no shapes: naming the op says it all
+        raise EdgetrainError("; ".join(["unsupported ops: " + "; ".join(
+            f"{op} (nodes {', '.join(repr(x) for x in names)})" for op, names in sorted(unsupported.items()))]
+            + problems))
+    problems += shapeless
 
     # A float initializer read as an axis, bound or exponent is a constant, never a parameter.
     for node in nodes:
@@ -191,17 +196,13 @@ def _to_ir(proto, constants) -> Graph:
                 constants[node.inputs[slot]] = params.pop(node.inputs[slot])
 
     consumed = {name for node in nodes for name in node.inputs} | {o.name for o in g.output}
-    inputs = [i.name for i in g.input if i.name not in params and i.name not in constants]
-    for name in inputs:
-        if values[name].dtype != np.float32:
-            problems.append(f"input '{name}' has dtype {values[name].dtype}; model inputs must be float32")
     for node in nodes:
         spec = lookup(node)
         for slot, name in enumerate(node.inputs):
             if name and slot in spec.const_inputs and name not in constants:
                 problems.append(f"node '{node.name}' ({node.op}) needs input {slot} '{name}' to be a constant")
         for name in node.outputs:
-            if name in consumed and values[name].dtype != np.float32:
+            if name in consumed and name in values and values[name].dtype != np.float32:
                 problems.append(f"node '{node.name}' ({node.op}) produces {values[name].dtype} '{name}'; "
                                 "only float32 tensors are computed at run time")
     if problems:

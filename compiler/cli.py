@@ -1,0 +1,78 @@
+"""The `edgetrain` command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from . import artifacts
+from .errors import EdgetrainError
+from .optim import LossType, OptimType
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="edgetrain", description="Compile a forward ONNX model into a C99 trainer.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    compile_ = sub.add_parser("compile", help="write training artifacts (C trainer, ONNX graphs, checkpoint, report)")
+    compile_.add_argument("model", help="forward ONNX model")
+    compile_.add_argument("-o", "--output", required=True, help="artifact directory")
+    compile_.add_argument("--loss", choices=[t.value for t in LossType] + ["none"], default="CrossEntropyLoss",
+                          help="loss on the model's first output; 'none' if that output already is the loss")
+    compile_.add_argument("--optimizer", choices=[t.value for t in OptimType], default="AdamW")
+    compile_.add_argument("--lr", type=float, default=1e-3, help="initial learning rate")
+    compile_.add_argument("--momentum", type=float, default=0.0, help="SGD momentum")
+    compile_.add_argument("--nesterov", action="store_true", help="SGD Nesterov momentum")
+    compile_.add_argument("--weight-decay", type=float, default=0.0)
+    compile_.add_argument("--max-grad-norm", type=float, help="clip gradients to this global norm")
+    compile_.add_argument("--batch-size", type=int, help="fixes a symbolic batch dimension")
+    compile_.add_argument("--requires-grad", nargs="+", metavar="NAME", help="initializers to train (default: all)")
+    compile_.add_argument("--frozen", nargs="+", metavar="NAME", default=None, help="initializers to keep fixed")
+    compile_.add_argument("--ignore-index", type=int, help="CrossEntropyLoss label to ignore")
+    compile_.add_argument("--target", default="host", choices=artifacts.TARGETS)
+    compile_.add_argument("--prefix", default="model", help="C symbol prefix, to link several models together")
+
+    report = sub.add_parser("report", help="print the memory report of an artifact directory")
+    report.add_argument("directory")
+    report.add_argument("--json", action="store_true", help="print report.json instead of the table")
+
+    demo = sub.add_parser("demo", help="train a digits classifier through the generated C")
+    demo.add_argument("--epochs", type=int, default=10)
+    demo.add_argument("--output", default="out/demo", help="artifact directory")
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "compile":
+            out = artifacts.generate_artifacts(
+                args.model, requires_grad=args.requires_grad, frozen_params=args.frozen,
+                loss=None if args.loss == "none" else LossType(args.loss), optimizer=OptimType(args.optimizer),
+                artifact_directory=args.output, batch_size=args.batch_size, target=args.target,
+                learning_rate=args.lr, prefix=args.prefix, ignore_index=args.ignore_index, momentum=args.momentum,
+                nesterov=args.nesterov, weight_decay=args.weight_decay, max_grad_norm=args.max_grad_norm)
+            print((out / "report.txt").read_text(), end="")
+            print(f"wrote {out}/: model.c model.h training_model.onnx eval_model.onnx optimizer_model.onnx "
+                  "checkpoint report.json")
+        elif args.command == "report":
+            path = f"{args.directory}/report.{'json' if args.json else 'txt'}"
+            try:
+                text = open(path).read()
+            except OSError:
+                raise EdgetrainError(f"no report in {args.directory}; run `edgetrain compile` first") from None
+            print(json.dumps(json.loads(text), indent=2) if args.json else text, end="\n" if args.json else "")
+        else:
+            from .demo import run_demo
+            run_demo(epochs=args.epochs, directory=args.output)
+    except EdgetrainError as exc:
+        parser.exit(2, f"edgetrain: error: {exc}\n")
+    except Exception as exc:  # a bug of ours: still one line for the user, never a traceback
+        parser.exit(2, f"edgetrain: error: internal error ({type(exc).__name__}: {exc}); please report it\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""Bad input gets one clear line naming every problem; the CLI prints it and exits 2."""
+
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from edgetrain import EdgetrainError, artifacts
+from models import mlp
+
+
+def model_with(nodes, inputs, outputs, inits=(), opset=18):
+    graph = helper.make_graph(nodes, "m", inputs, outputs, list(inits))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def unsupported_model():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    w = numpy_helper.from_array(np.ones((2, 3), np.float32), "w")
+    nodes = [helper.make_node("Cos", ["x"], ["a"], name="cos_a"),
+             helper.make_node("Cos", ["a"], ["b"], name="cos_b"),
+             helper.make_node("HardSwish", ["b"], ["c"], name="hs"),
+             helper.make_node("Mul", ["c", "w"], ["y"], name="mul")]
+    return model_with(nodes, [x], [y], [w])
+
+
+CASES = {
+    "unsupported ops": (unsupported_model, {}, ["unsupported ops", "Cos", "'cos_a'", "'cos_b'", "HardSwish", "'hs'"]),
+    "unknown domain": (lambda: helper.make_model(helper.make_graph(
+        [helper.make_node("FusedThing", ["x"], ["a"], domain="com.example", name="fused"),
+         helper.make_node("Relu", ["a"], ["y"], name="relu")], "m",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])]),
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)]),
+        {}, ["unsupported ops", "com.example.FusedThing", "'fused'"]),
+    "dynamic non-batch axis": (lambda: model_with(
+        [helper.make_node("Relu", ["x"], ["y"])], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, "T"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, "T"])]), {"batch_size": 2},
+        ["dynamic shape", "'x' axis 1 (T)"]),
+    "dynamic batch": (lambda: mlp(batch="N"), {}, ["dynamic shape", "'x' axis 0", "batch_size"]),
+    "integer input": (lambda: model_with(
+        [helper.make_node("Cast", ["x"], ["xf"], to=TensorProto.FLOAT), helper.make_node("Mul", ["xf", "w"], ["y"])],
+        [helper.make_tensor_value_info("x", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+        [numpy_helper.from_array(np.ones(2, np.float32), "w")]), {}, ["input 'x'", "int64", "float32"]),
+    "unknown requires_grad": (mlp, {"batch_size": 4, "requires_grad": ["fc0.weight", "nope"]},
+                              ["unknown initializer", "'nope'"]),
+    "unknown frozen": (mlp, {"batch_size": 4, "frozen_params": ["fc9.bias"]}, ["unknown initializer", "'fc9.bias'"]),
+    "old opset": (lambda: mlp(opset=11), {"batch_size": 4}, ["opset 11", "13"]),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_generate_artifacts_error(tmp_path, case):
+    make, kwargs, fragments = CASES[case]
+    with pytest.raises(EdgetrainError) as err:
+        artifacts.generate_artifacts(make(), artifact_directory=tmp_path, **kwargs)
+    message = str(err.value)
+    assert "\n" not in message
+    for fragment in fragments:
+        assert fragment in message
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "edgetrain.cli", *map(str, args)], capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_cli_error_is_one_line_exit_2(tmp_path, case):
+    make, kwargs, fragments = CASES[case]
+    onnx.save(make(), tmp_path / "m.onnx")
+    args = ["compile", tmp_path / "m.onnx", "-o", tmp_path / "out"]
+    if "batch_size" in kwargs:
+        args += ["--batch-size", kwargs["batch_size"]]
+    for flag, key in (("--requires-grad", "requires_grad"), ("--frozen", "frozen_params")):
+        if key in kwargs:
+            args += [flag, *kwargs[key]]
+    result = cli(*args)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("edgetrain: error: ")
+    assert "Traceback" not in result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+@pytest.mark.parametrize("content", [b"", b"\x08\x07garbage\xff\xff", b"not a model at all"])
+def test_unreadable_model_file(tmp_path, content):
+    (tmp_path / "bad.onnx").write_bytes(content)
+    result = cli("compile", tmp_path / "bad.onnx", "-o", tmp_path / "out")
+    assert result.returncode == 2
+    assert result.stderr.startswith("edgetrain: error: ") and len(result.stderr.splitlines()) == 1
+
+
+def test_missing_model_file(tmp_path):
+    result = cli("compile", tmp_path / "absent.onnx", "-o", tmp_path / "out")
+    assert result.returncode == 2
+    assert "not found" in result.stderr
