@@ -77,14 +77,14 @@ def build_op_model(op_type: str, inputs: dict, attrs: dict, const_inputs: dict, 
     nodes = [helper.make_node(op_type, _input_names(inputs, const_inputs), outs, name="op", **attrs)]
     terms = []
     for i, y in enumerate(outs):
+        term = "loss" if n_outputs == 1 else f"S{i}"
         nodes += [helper.make_node("Mul", [y, f"R{i}"], [f"YR{i}"]),
-                  helper.make_node("ReduceSum", [f"YR{i}"], [f"S{i}"], keepdims=0)]
-        terms.append(f"S{i}")
+                  helper.make_node("ReduceSum", [f"YR{i}"], [term], keepdims=0)]
+        terms.append(term)
     acc = terms[0]
     for i, t in enumerate(terms[1:]):
-        nodes.append(helper.make_node("Add", [acc, t], [f"acc{i}"]))
+        nodes.append(helper.make_node("Add", [acc, t], ["loss" if i == len(terms) - 2 else f"acc{i}"]))
         acc = f"acc{i}"
-    nodes.append(helper.make_node("Identity", [acc], ["loss"]))
     graph_inputs = [helper.make_tensor_value_info(f"R{i}", TensorProto.FLOAT, s) for i, s in enumerate(shapes)]
     inits = [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in inputs.items()]
     inits += [numpy_helper.from_array(np.asarray(v), k) for k, v in const_inputs.items() if v is not None]

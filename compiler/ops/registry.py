@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from typing import Callable, Union
 
 import numpy as np
-import onnx
 from onnx.reference.op_run import OpRun
 
 from ..ir import ET_DOMAIN, Graph, Node
@@ -94,8 +93,7 @@ def lookup(node: Node) -> OpDef | None:
 def _reference_op(name: str, fn: Callable) -> type[OpRun]:
     """Wrap a NumPy function `fn(*inputs, **attributes) -> tuple` as an onnx.reference op."""
 
-    def _run(self, *inputs):
-        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in self.onnx_node.attribute}
+    def _run(self, *inputs, **attrs):  # onnx.reference passes the node's attributes by name
         return tuple(fn(*inputs, **attrs))
 
     return type(name, (OpRun,), {"op_domain": ET_DOMAIN, "_run": _run})
