@@ -2,6 +2,7 @@
 dynamo exporter) train through edgetrain with PyTorch's gradients."""
 
 import numpy as np
+import onnx
 import pytest
 import torch
 
@@ -85,3 +86,44 @@ def test_dropout_model_trains_and_evaluates_like_torch(tmp_path, exporter):
     assert np.all(np.isfinite(losses))
     module.eval()
     assert module(x.numpy(), y.numpy()) < before
+
+
+class ShapeArithmetic(torch.nn.Module):
+    """Reshapes through x.size(), which the TorchScript exporter writes as Shape/Gather/Unsqueeze/
+    Concat chains feeding Reshape, plus a matmul with a broadcast batch."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(4, 3))
+        self.scale = torch.nn.Parameter(torch.randn(3))
+
+    def forward(self, x):
+        b = x.size(0)
+        h = x.view(b, x.size(1), -1)              # (B, 2, 4)
+        h = torch.matmul(h, self.w) * self.scale  # (B, 2, 3)
+        return h.reshape(b, -1).softmax(dim=-1)
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_shape_subgraphs_fold_to_constants(tmp_path):
+    torch.manual_seed(2)
+    net = ShapeArithmetic()
+    x = torch.randn(BATCH, 2, 2, 2)
+    torch.onnx.export(net, (x,), tmp_path / "net.onnx", dynamo=False, training=torch.onnx.TrainingMode.TRAINING,
+                      do_constant_folding=False, input_names=["x"], output_names=["y"],
+                      dynamic_axes={"x": {0: "batch"}})
+    exported_ops = {n.op_type for n in onnx.load(tmp_path / "net.onnx").graph.node}
+    assert {"Shape", "Gather"} <= exported_ops
+    target = torch.rand(BATCH, 6)
+    out = artifacts.generate_artifacts(tmp_path / "net.onnx", loss=artifacts.LossType.MSELoss,
+                                       artifact_directory=tmp_path / "out", batch_size=BATCH)
+    training_ops = {n.op_type for n in onnx.load(out / "training_model.onnx").graph.node}
+    assert not training_ops & {"Shape", "Gather", "ConstantOfShape", "Cast"}
+    state, module = load(out)
+    loss = module(x.numpy(), target.numpy())
+    reference = torch.nn.functional.mse_loss(net(x), target)
+    reference.backward()
+    assert abs(loss - reference.item()) <= 1e-6
+    for name, param in net.named_parameters():
+        want = param.grad.numpy()
+        assert np.max(np.abs(state.parameters[name].grad - want)) <= 1e-4 * max(1.0, np.max(np.abs(want))), name

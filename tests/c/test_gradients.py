@@ -218,17 +218,27 @@ for op, fn in [("ReduceSum", torch.sum), ("ReduceMean", torch.mean)]:
 
 # ---- Dropout: counter-based mask in training, identity in eval ----
 
-def _dropout_model(shape, ratio, seed_attr=None, rng=None):
-    """W -> Identity -> Dropout(ratio) -> * R -> ReduceSum: Dropout is node 1, so its default seed is 1."""
+def _dropout_model(shape, ratio, seed_attr=None, rng=None, training_mode=None):
+    """W -> Identity -> Dropout(ratio) -> * R -> ReduceSum: Dropout is node 1, so its default seed is 1.
+    ratio None omits the ratio input (ONNX default 0.5); training_mode None omits that input."""
     w = rng.normal(size=shape).astype(np.float32)
     drop_attrs = {} if seed_attr is None else {"seed": seed_attr}
+    consts = [numpy_helper.from_array(w, "W")]
+    drop_inputs = ["X", "ratio" if ratio is not None else ""]
+    if ratio is not None:
+        consts.append(numpy_helper.from_array(f32(ratio), "ratio"))
+    if training_mode is not None:
+        drop_inputs.append("training_mode")
+        consts.append(numpy_helper.from_array(np.array(training_mode, np.bool_), "training_mode"))
+    while not drop_inputs[-1]:
+        drop_inputs.pop()
     nodes = [helper.make_node("Identity", ["W"], ["X"]),
-             helper.make_node("Dropout", ["X", "ratio"], ["Y"], **drop_attrs),
+             helper.make_node("Dropout", drop_inputs, ["Y"], **drop_attrs),
              helper.make_node("Mul", ["Y", "R"], ["YR"]),
              helper.make_node("ReduceSum", ["YR"], ["loss"], keepdims=0)]
     graph = helper.make_graph(nodes, "dropout", [helper.make_tensor_value_info("R", TensorProto.FLOAT, shape)],
                               [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])],
-                              [numpy_helper.from_array(w, "W"), numpy_helper.from_array(f32(ratio), "ratio")])
+                              consts)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), w
 
 
@@ -236,12 +246,14 @@ def _dropout_model(shape, ratio, seed_attr=None, rng=None):
 class DropoutCase:
     check: str  # "mask", "eval" or "fraction"
     shape: tuple
-    ratio: float
+    ratio: float | None  # None: the ratio input is omitted, ONNX's default 0.5 applies
     seed_attr: int | None = None
+    training_mode: bool | None = None  # False: exported for inference, so no dropout in training
 
     def run(self, tmp_path, seed: int) -> float:
         rng = np.random.default_rng(seed)
-        model, w = _dropout_model(self.shape, self.ratio, self.seed_attr, rng)
+        model, w = _dropout_model(self.shape, self.ratio, self.seed_attr, rng, self.training_mode)
+        ratio = 0.0 if self.training_mode is False else 0.5 if self.ratio is None else self.ratio
         module, state = compile_module(model, tmp_path, loss=None)
         r = rng.normal(size=self.shape).astype(np.float32)
         mask_seed = 1 if self.seed_attr is None else self.seed_attr
@@ -251,12 +263,15 @@ class DropoutCase:
             for counter in (0, 1):  # the counter advances once per training step
                 module.lazy_reset_grad()
                 loss = module(r)
-                mask = _dropout_mask(self.shape, self.ratio, mask_seed, counter)
-                assert np.any(mask == 0) and np.any(mask != 0)
+                mask = _dropout_mask(self.shape, ratio, mask_seed, counter)
+                if ratio == 0:
+                    assert np.all(mask == 1)
+                else:
+                    assert np.any(mask == 0) and np.any(mask != 0)
                 errors.append(assert_close(grad, r * mask, f"dropout grad, step {counter}"))
                 errors.append(assert_close(loss, np.sum((w * mask * r).astype(np.float64)), f"dropout loss, step {counter}"))
-            assert not np.array_equal(_dropout_mask(self.shape, self.ratio, mask_seed, 0),
-                                      _dropout_mask(self.shape, self.ratio, mask_seed, 1))
+            assert ratio == 0 or not np.array_equal(_dropout_mask(self.shape, ratio, mask_seed, 0),
+                                                    _dropout_mask(self.shape, ratio, mask_seed, 1))
             return max(errors)
         if self.check == "eval":
             module.eval()
@@ -267,14 +282,17 @@ class DropoutCase:
         assert self.check == "fraction"
         module(r)
         dropped = float(np.mean(grad == 0))
-        assert abs(dropped - self.ratio) < 0.03, f"dropped {dropped:.3f} of the elements, ratio {self.ratio}"
+        assert abs(dropped - ratio) < 0.03, f"dropped {dropped:.3f} of the elements, ratio {ratio}"
         kept = grad != 0
-        return assert_close(grad[kept], r[kept] / np.float32(1 - self.ratio), "dropout kept scale")
+        return assert_close(grad[kept], r[kept] / (np.float32(1) - np.float32(ratio)), "dropout kept scale")
 
 
 CASES += [
     pytest.param(DropoutCase("mask", (4, 5), 0.3), id="Dropout-mask-node-index-seed"),
     pytest.param(DropoutCase("mask", (3, 7), 0.5, seed_attr=1234), id="Dropout-mask-seed-attr"),
+    pytest.param(DropoutCase("mask", (4, 5), None), id="Dropout-mask-default-ratio"),
+    pytest.param(DropoutCase("mask", (4, 5), 0.3, training_mode=True), id="Dropout-mask-training-mode-true"),
+    pytest.param(DropoutCase("mask", (4, 5), 0.3, training_mode=False), id="Dropout-training-mode-false"),
     pytest.param(DropoutCase("eval", (4, 5), 0.4), id="Dropout-eval-identity"),
     pytest.param(DropoutCase("fraction", (64, 64), 0.25), id="Dropout-fraction"),
 ]
