@@ -52,8 +52,8 @@ class GraphBuilder:
             return name
         lead = len(have) - len(want)
         axes = list(range(lead)) + [lead + i for i, d in enumerate(want) if d == 1 and have[lead + i] != 1]
-        summed = self.emit("ReduceSum", [name, self.ints(axes)], {"keepdims": 1}) if axes else name
-        return self.reshape(summed, want)
+        summed = self.emit("ReduceSum", [name, self.ints(axes)], {"keepdims": 0}) if axes else name
+        return self.reshape(summed, want)  # puts back the broadcast unit axes, when there were any
 
     def _infer(self, node: Node) -> list[tuple[int, ...]]:
         spec = lookup(node)
