@@ -71,10 +71,11 @@ class CheckpointState:
         self._module: Module | None = None
         self.properties: dict = dict(data.properties)
         self.parameters: dict[str, Parameter] = {}
-        for name, train, array in zip(data.names, data.trainable, data.arrays):
+        for name, kind, array in zip(data.names, data.kinds, data.arrays):
             view = np.array(array, dtype=np.float32)
-            view.flags.writeable = bool(train)
-            self.parameters[name] = Parameter(name, view, train)
+            view.flags.writeable = kind != checkpoint.FROZEN
+            self.parameters[name] = Parameter(name, view, kind == checkpoint.TRAINABLE)
+        self._kinds = dict(zip(data.names, data.kinds))
 
     @staticmethod
     def load_checkpoint(path: str | os.PathLike) -> "CheckpointState":
@@ -101,14 +102,18 @@ class CheckpointState:
         return data
 
     def _bind(self, module: "Module") -> None:
-        offset = 0
+        offsets = {checkpoint.TRAINABLE: 0, checkpoint.BUFFER: 0}
         for param in self.parameters.values():
-            if not param.requires_grad:
-                continue
-            size = param.data.size
-            param._data = module._view(module._lib_call("trainable_data"), offset, param.data.shape)
-            param.grad = module._view(module._lib_call("trainable_grad"), offset, param.data.shape)
-            offset += size
+            kind = self._kinds[param.name]
+            if kind == checkpoint.FROZEN:
+                continue  # compiled into the trainer: the loaded values are the live ones
+            shape, offset = param.data.shape, offsets[kind]
+            if kind == checkpoint.TRAINABLE:
+                param._data = module._view(module._lib_call("trainable_data"), offset, shape)
+                param.grad = module._view(module._lib_call("trainable_grad"), offset, shape)
+            else:
+                param._data = module._view(module._lib_call("buffer_data"), offset, shape)
+            offsets[kind] += param.data.size
         self._module = module
 
 
@@ -220,7 +225,7 @@ class Module:
     def export_model_for_inferencing(self, inference_model_uri, graph_output_names) -> None:
         """Write a forward-only ONNX model with the current weights."""
         model = onnx.load(os.fspath(self._eval_model_uri))
-        trained = {n: p.data for n, p in self.state.parameters.items() if p.requires_grad}
+        trained = {n: p.data for n, p in self.state.parameters.items() if p.data.flags.writeable}
         inputs = [i for i in model.graph.input if i.name not in trained]
         del model.graph.input[:]
         model.graph.input.extend(inputs)

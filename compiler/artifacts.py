@@ -16,7 +16,8 @@ from .errors import EdgetrainError
 from .frontend import load_model
 from .ir.to_onnx import to_onnx
 from .optim import LossType, OptimizerSpec, OptimType
-from .trainer import COUNTER, Trainer, build_trainer
+from .ir import COUNTER
+from .trainer import Trainer, build_trainer
 
 __all__ = ["LossType", "OptimType", "generate_artifacts"]
 
@@ -60,10 +61,10 @@ def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=LossT
 def initial_checkpoint(trainer: Trainer) -> checkpoint.CheckpointData:
     g = trainer.graph
     slots = trainer.optimizer.state_slots
+    entries = trainer.checkpoint_entries
     return checkpoint.CheckpointData(
-        fingerprint=trainer.fingerprint(), names=trainer.params,
-        trainable=[p in trainer.trainable for p in trainer.params],
-        arrays=[g.params[p] for p in trainer.params],
+        fingerprint=trainer.fingerprint(), names=[n for n, _ in entries], kinds=[k for _, k in entries],
+        arrays=[g.params[n] if k != checkpoint.BUFFER else g.buffers[n] for n, k in entries],
         optimizer_state=[[np.zeros_like(g.params[p]) for p in trainer.trainable] for _ in slots] or None,
         learning_rate=trainer.optimizer.lr)
 
@@ -75,13 +76,15 @@ def _onnx_models(trainer: Trainer, prefix: str) -> dict[str, onnx.ModelProto]:
     counter = [COUNTER] if COUNTER in g.values else []
     grads = [trainer.grads[p] for p in trainer.trainable if trainer.grads[p]]
     renames = {trainer.grads[p]: f"{p}_grad" for p in trainer.trainable if trainer.grads[p]}
-    training = to_onnx(g, trainer.train_nodes, data + counter + trainer.trainable, [trainer.loss] + grads,
-                       frozen, "training", renames)
+    renames |= {value: f"{buffer}_updated" for buffer, value in trainer.state_updates.items()}
+    training = to_onnx(g, trainer.train_nodes, data + counter + trainer.trainable + trainer.buffers,
+                       [trainer.loss] + grads + list(trainer.state_updates.values()), frozen, "training", renames)
     meta = {"edgetrain.prefix": prefix, "edgetrain.inputs": json.dumps(g.inputs),
             "edgetrain.labels": trainer.labels or "", "edgetrain.optimizer": trainer.optimizer.kind.value,
             "edgetrain.outputs": json.dumps([[n, list(g.shape(n))] for n in g.outputs])}
     onnx.helper.set_model_props(training, meta)
-    evaluation = to_onnx(g, trainer.eval_nodes, data + trainer.trainable, [trainer.loss], frozen, "eval")
+    evaluation = to_onnx(g, trainer.eval_nodes, data + trainer.trainable + trainer.buffers, [trainer.loss], frozen,
+                         "eval")
     onnx.helper.set_model_props(evaluation, meta)
     return {"training_model.onnx": training, "eval_model.onnx": evaluation,
             "optimizer_model.onnx": _optimizer_model(trainer)}

@@ -3,8 +3,8 @@
 
     "ETCK"  u32 version  u64 fingerprint  u32 state_slots  u32 optimizer_step  u32 dropout_counter
     f32 learning_rate  u32 n_params  u32 table_bytes
-    table: per parameter  u16 name_len, name, u8 trainable, u8 rank, u32 dims[rank]
-    data: every parameter's float32 values, in table order
+    table: per tensor  u16 name_len, name, u8 kind (0 frozen, 1 trainable, 2 buffer), u8 rank, u32 dims[rank]
+    data: every tensor's float32 values, in table order
     optimizer state: per state slot (0 when saved without it), per trainable parameter, float32 values
     u32 n_properties; per property  u16 key_len, key, u8 kind (0 int64, 1 float64, 2 str), value
         (str: u32 byte length + UTF-8)
@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 MAGIC = b"ETCK"
+FROZEN, TRAINABLE, BUFFER = 0, 1, 2  # tensor kinds: buffers are state a training step updates (BN statistics)
 VERSION = 1
 HEADER = struct.Struct("<4sIQIIIfII")
 
@@ -32,7 +33,7 @@ class CheckpointError(ValueError):
 class CheckpointData:
     fingerprint: int
     names: list[str]
-    trainable: list[bool]
+    kinds: list[int]
     arrays: list[np.ndarray]
     optimizer_state: list[list[np.ndarray]] | None = None  # [slot][trainable parameter]; None = not saved
     step: int = 0
@@ -41,17 +42,17 @@ class CheckpointData:
     properties: dict = field(default_factory=dict)
 
 
-def table_bytes(names, trainable, shapes) -> bytes:
+def table_bytes(names, kinds, shapes) -> bytes:
     out = bytearray()
-    for name, train, shape in zip(names, trainable, shapes):
+    for name, kind, shape in zip(names, kinds, shapes):
         raw = name.encode()
-        out += struct.pack("<H", len(raw)) + raw + struct.pack("<BB", int(train), len(shape))
+        out += struct.pack("<H", len(raw)) + raw + struct.pack("<BB", kind, len(shape))
         out += struct.pack(f"<{len(shape)}I", *shape)
     return bytes(out)
 
 
 def encode(ck: CheckpointData) -> bytes:
-    table = table_bytes(ck.names, ck.trainable, [a.shape for a in ck.arrays])
+    table = table_bytes(ck.names, ck.kinds, [a.shape for a in ck.arrays])
     slots = len(ck.optimizer_state or [])
     out = bytearray(HEADER.pack(MAGIC, VERSION, ck.fingerprint, slots, ck.step, ck.counter,
                                 ck.learning_rate, len(ck.names), len(table)))
@@ -110,17 +111,19 @@ def decode(data: bytes) -> CheckpointData:
     magic, version, fingerprint, slots, step, counter, lr, n_params, n_table = r.take(HEADER.format)
     if version != VERSION:
         raise CheckpointError(f"checkpoint format version {version}; this edgetrain reads version {VERSION}")
-    names, trainable, shapes = [], [], []
+    names, kinds, shapes = [], [], []
     table_end = r.pos + n_table
     for _ in range(n_params):
         names.append(r.raw(r.take("<H")).decode())
-        train, rank = r.take("<BB")
-        trainable.append(bool(train))
+        kind, rank = r.take("<BB")
+        if kind not in (FROZEN, TRAINABLE, BUFFER):
+            raise CheckpointError(f"checkpoint tensor {names[-1]!r} has unknown kind {kind}")
+        kinds.append(kind)
         shapes.append(tuple(int(d) for d in np.atleast_1d(r.take(f"<{rank}I"))) if rank else ())
     if r.pos != table_end:
         raise CheckpointError("checkpoint parameter table is corrupt")
     arrays = [r.floats(shape) for shape in shapes]
-    trainable_shapes = [s for s, t in zip(shapes, trainable) if t]
+    trainable_shapes = [s for s, k in zip(shapes, kinds) if k == TRAINABLE]
     state = [[r.floats(s) for s in trainable_shapes] for _ in range(slots)] if slots else None
     properties = {}
     for _ in range(r.take("<I")):
@@ -136,5 +139,5 @@ def decode(data: bytes) -> CheckpointData:
             raise CheckpointError(f"checkpoint property {key!r} has unknown kind {kind}")
     if r.pos != len(r.data):
         raise CheckpointError("checkpoint has trailing bytes")
-    return CheckpointData(fingerprint, names, trainable, arrays, state, step, counter, lr, properties)
+    return CheckpointData(fingerprint, names, kinds, arrays, state, step, counter, lr, properties)
 

@@ -6,15 +6,11 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-import numpy as np
-
 from .autodiff import differentiate
 from .errors import EdgetrainError
-from .ir import ET_DOMAIN, Graph, Node
-from .ir.graph import frozen_attrs
+from .ir import Graph, Node
+from .ops import lookup
 from .optim import LossType, OptimizerSpec, append_loss
-
-COUNTER = "dropout_counter"  # the training-step counter that seeds dropout masks
 
 
 @dataclass
@@ -29,11 +25,21 @@ class Trainer:
     frozen: list[str]
     grads: dict[str, str | None]  # trainable parameter -> its gradient value
     optimizer: OptimizerSpec
+    state_updates: dict[str, str]  # buffer -> its new value after a training step
 
     @property
     def params(self) -> list[str]:
-        """All parameters in checkpoint order: the model's initializer order."""
+        """Trainable and frozen parameters in the model's initializer order."""
         return [p for p in self.graph.params if p in self.trainable or p in self.frozen]
+
+    @property
+    def buffers(self) -> list[str]:
+        return list(self.graph.buffers)
+
+    @property
+    def checkpoint_entries(self) -> list[tuple[str, int]]:
+        """(name, kind) in checkpoint order; kind 0 frozen, 1 trainable, 2 buffer."""
+        return [(p, int(p in self.trainable)) for p in self.params] + [(b, 2) for b in self.buffers]
 
     def fingerprint(self) -> int:
         """Identifies the compiled model: structure, shapes, frozen weights and optimizer layout."""
@@ -41,8 +47,8 @@ class Trainer:
         for node in self.train_nodes:
             h.update(repr((node.op, node.domain, [self.graph.values[n].shape if n in self.graph.values else ()
                                                    for n in node.inputs], sorted(node.attrs.items(), key=str))).encode())
-        for name in self.params:
-            h.update(repr((name, name in self.trainable, self.graph.shape(name))).encode())
+        for name, kind in self.checkpoint_entries:
+            h.update(repr((name, kind, self.graph.shape(name))).encode())
             if name in self.frozen:
                 h.update(self.graph.params[name].tobytes())
         h.update(repr((self.optimizer.kind.value, self.optimizer.state_slots)).encode())
@@ -77,24 +83,23 @@ def _live(nodes: list[Node], wanted: list[str]) -> list[Node]:
     return keep[::-1]
 
 
-def _training_dropout(graph: Graph, nodes: list[Node]) -> list[Node]:
-    """Model Dropout nodes are the identity at inference; in training they draw seeded masks."""
+def _variants(graph: Graph, nodes: list[Node], training: bool) -> list[Node]:
+    """The nodes as the training (or inference) graph runs them."""
     out = []
     for index, node in enumerate(nodes):
-        if node.op != "Dropout" or node.domain:
-            out.append(node)
-            continue
-        ratio = node.inputs[1] if len(node.inputs) > 1 and node.inputs[1] else ""
-        ratio = float(graph.constants[ratio].reshape(())) if ratio else 0.5
-        training = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else ""
-        if training and not bool(graph.constants[training].reshape(())):
-            ratio = 0.0  # exported with training_mode=False: the model asked for no dropout
-        mask = graph.add_value(graph.fresh("dropout_mask"), graph.shape(node.inputs[0]))
-        if COUNTER not in graph.values:
-            graph.add_value(COUNTER, (), np.int64)
-        attrs = frozen_attrs({"ratio": ratio, "seed": int(node.attr("seed", index))})
-        out.append(Node("Dropout", (node.inputs[0], COUNTER), (node.outputs[0], mask), attrs, node.name, ET_DOMAIN))
+        spec = lookup(node)
+        out.append(spec.variant(graph, node, index, training) if spec.variant else node)
     return out
+
+
+def _state_updates(nodes: list[Node]) -> dict[str, str]:
+    """buffer -> the value holding its new contents after a training step."""
+    updates = {}
+    for node in nodes:
+        spec = lookup(node)
+        for in_slot, out_slot in (spec.state(node) if spec.state else {}).items():
+            updates[node.inputs[in_slot]] = node.outputs[out_slot]
+    return updates
 
 
 def build_trainer(graph: Graph, *, loss: LossType | None, optimizer: OptimizerSpec, requires_grad=None,
@@ -102,13 +107,16 @@ def build_trainer(graph: Graph, *, loss: LossType | None, optimizer: OptimizerSp
     trainable, frozen = _resolve_params(graph, requires_grad, frozen_params)
     if not trainable:
         raise EdgetrainError("nothing to train: no trainable float initializers")
-    forward = list(graph.nodes)
+    model_nodes = list(graph.nodes)
     loss_value, labels = append_loss(graph, loss, ignore_index=ignore_index, class_weights=class_weights)
-    loss_nodes = graph.nodes[len(forward):]
-    graph.nodes = _live(_training_dropout(graph, forward) + loss_nodes, [loss_value])
+    loss_nodes = graph.nodes[len(model_nodes):]
+    training = _variants(graph, model_nodes, training=True)
+    updates = _state_updates(training)
+    graph.nodes = _live(training + loss_nodes, [loss_value] + list(updates.values()))
     grads = differentiate(graph, loss_value, trainable)
     train_nodes = graph.nodes
-    graph.nodes = forward
-    return Trainer(graph=graph, train_nodes=train_nodes, eval_nodes=_live(forward + loss_nodes, [loss_value]),
-                   infer_nodes=_live(forward, graph.outputs), loss=loss_value, labels=labels,
-                   trainable=trainable, frozen=frozen, grads=grads, optimizer=optimizer)
+    inference = _variants(graph, model_nodes, training=False)
+    graph.nodes = inference
+    return Trainer(graph=graph, train_nodes=train_nodes, eval_nodes=_live(inference + loss_nodes, [loss_value]),
+                   infer_nodes=_live(inference, graph.outputs), loss=loss_value, labels=labels,
+                   trainable=trainable, frozen=frozen, grads=grads, optimizer=optimizer, state_updates=updates)

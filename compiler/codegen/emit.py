@@ -49,10 +49,17 @@ class Function:
 
 @dataclass(frozen=True)
 class ParamInfo:
-    trainable: bool
-    offset: int  # in et_params (trainable) or et_consts (frozen)
+    kind: int  # checkpoint kind: 0 frozen (et_consts), 1 trainable (et_params), 2 buffer (et_buffers)
+    offset: int
     size: int
     name: str  # for comments only
+
+
+@dataclass(frozen=True)
+class StateUpdate:
+    value: Arg  # the new contents, computed by train_step
+    offset: int  # in et_buffers
+    size: int
 
 
 @dataclass(frozen=True)
@@ -76,8 +83,10 @@ class ModelC:
     eval_loss: Arg
     infer_outputs: tuple[Arg, ...]
     grads: tuple[GradInfo, ...]
+    state_updates: tuple[StateUpdate, ...]
     params: tuple[ParamInfo, ...]
     param_init: tuple[float, ...]
+    buffer_init: tuple[float, ...]
     consts: tuple[float, ...]
     state_slots: int
     optimizer: str
@@ -109,6 +118,10 @@ class _Storage:
             self.fixed[name] = Arg("ptr", "et_params", offset)
             offset += g.values[name].size
         self.trainable_floats = offset
+        offset = 0
+        for name in trainer.buffers:
+            self.fixed[name] = Arg("ptr", "et_buffers", offset)
+            offset += g.values[name].size
         self.consts: list[np.ndarray] = []
         self.const_floats = 0
         for name in trainer.frozen:
@@ -170,7 +183,8 @@ def build(trainer: Trainer, prefix: str) -> ModelC:
     g = trainer.graph
     storage = _Storage(trainer)
     grad_values = [v for v in trainer.grads.values() if v]
-    train, train_at = _lower(trainer, storage, trainer.train_nodes, [trainer.loss] + grad_values)
+    train, train_at = _lower(trainer, storage, trainer.train_nodes,
+                             [trainer.loss] + grad_values + list(trainer.state_updates.values()))
     evaluate, eval_at = _lower(trainer, storage, trainer.eval_nodes, [trainer.loss])
     infer, infer_at = _lower(trainer, storage, trainer.infer_nodes, list(g.outputs))
 
@@ -179,10 +193,11 @@ def build(trainer: Trainer, prefix: str) -> ModelC:
         offsets[name] = storage.fixed[name].offset
         grad = trainer.grads[name]
         grads.append(GradInfo(train_at[grad] if grad else None, offsets[name], g.values[name].size))
-    params = tuple(ParamInfo(name in trainer.trainable, storage.fixed[name].offset, g.values[name].size, name)
-                   for name in trainer.params)
-    names = trainer.params
-    table = table_bytes(names, [n in trainer.trainable for n in names], [g.shape(n) for n in names])
+    entries = trainer.checkpoint_entries
+    params = tuple(ParamInfo(kind, storage.fixed[name].offset, g.values[name].size, name) for name, kind in entries)
+    table = table_bytes([n for n, _ in entries], [k for _, k in entries], [g.shape(n) for n, _ in entries])
+    updates = tuple(StateUpdate(train_at[value], storage.fixed[buffer].offset, g.values[buffer].size)
+                    for buffer, value in trainer.state_updates.items())
     opt = trainer.optimizer
     labels = g.values[trainer.labels] if trainer.labels else None
     return ModelC(
@@ -194,8 +209,10 @@ def build(trainer: Trainer, prefix: str) -> ModelC:
         train=train, eval=evaluate, infer=infer,
         train_loss=train_at[trainer.loss], eval_loss=eval_at[trainer.loss],
         infer_outputs=tuple(infer_at[n] for n in g.outputs),
-        grads=tuple(grads), params=params,
+        grads=tuple(grads), state_updates=updates, params=params,
         param_init=tuple(np.concatenate([g.params[n].ravel() for n in trainer.trainable]).tolist()),
+        buffer_init=tuple(np.concatenate([g.buffers[n].ravel() for n in trainer.buffers]).tolist())
+        if trainer.buffers else (),
         consts=tuple(np.concatenate(storage.consts).tolist()) if storage.consts else (),
         state_slots=len(opt.state_slots), optimizer=opt.kind.value, hyper=opt.attrs(),
         learning_rate=opt.lr, max_grad_norm=opt.max_grad_norm,
@@ -211,12 +228,19 @@ def _environment() -> jinja2.Environment:
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
                              keep_trailing_newline=True, autoescape=False)
     env.filters.update(FILTERS)
-    env.globals["runtime_files"] = RUNTIME_FILES
+    env.globals["runtime_files"] = _runtime_files()
     return env
 
 
-RUNTIME_FILES = ("et_common.h", "et_math.h", "et_elementwise.h", "et_linalg.h", "et_shape.h",
-                 "et_softmax.h", "et_loss.h", "et_optim.h")
+# Every kernel file is pasted in: these in dependency order, then any others (which may use
+# these, not each other) by name.
+_RUNTIME_BASE = ("et_common.h", "et_math.h", "et_elementwise.h", "et_linalg.h", "et_shape.h", "et_softmax.h",
+                 "et_loss.h", "et_optim.h")
+
+
+def _runtime_files() -> tuple[str, ...]:
+    names = sorted(f.name for f in resources.files("edgetrain.runtime_c").iterdir() if f.name.endswith(".h"))
+    return _RUNTIME_BASE + tuple(n for n in names if n not in _RUNTIME_BASE)
 
 
 def render(model: ModelC) -> tuple[str, str]:

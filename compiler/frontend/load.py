@@ -195,6 +195,17 @@ def _to_ir(proto, constants) -> Graph:
             if slot < len(node.inputs) and node.inputs[slot] in params:
                 constants[node.inputs[slot]] = params.pop(node.inputs[slot])
 
+    # Running statistics and the like: state the training step updates, neither trained nor constant.
+    buffers = {}
+    for node in nodes:
+        spec = lookup(node)
+        for slot in (spec.state(node) if spec.state else {}):
+            name = node.inputs[slot]
+            if name in params:
+                buffers[name] = params.pop(name)
+            elif name not in buffers:
+                problems.append(f"node '{node.name}' ({node.op}) needs input {slot} '{name}' to be an initializer")
+
     consumed = {name for node in nodes for name in node.inputs} | {o.name for o in g.output}
     for node in nodes:
         spec = lookup(node)
@@ -208,7 +219,7 @@ def _to_ir(proto, constants) -> Graph:
     if problems:
         raise EdgetrainError("; ".join(problems))
     return Graph(values=values, nodes=nodes, inputs=inputs, outputs=[o.name for o in g.output],
-                 params=params, constants=constants, opset=max(_opset(proto), IR_OPSET))
+                 params=params, constants=constants, buffers=buffers, opset=max(_opset(proto), IR_OPSET))
 
 
 def _attr(a):

@@ -1,3 +1,3 @@
-from .graph import ET_DOMAIN, Graph, Node, Value
+from .graph import COUNTER, ET_DOMAIN, Graph, Node, Value
 
-__all__ = ["ET_DOMAIN", "Graph", "Node", "Value"]
+__all__ = ["COUNTER", "ET_DOMAIN", "Graph", "Node", "Value"]

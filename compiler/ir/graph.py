@@ -13,6 +13,7 @@ from typing import Any, Mapping
 import numpy as np
 
 ET_DOMAIN = "ai.edgetrain"  # our own ops: gradients, fused losses and optimizer updates
+COUNTER = "dropout_counter"  # the trainer's count of training steps, which seeds dropout masks
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ class Graph:
     outputs: list[str]
     params: dict[str, np.ndarray]  # float initializers that may be trained or frozen
     constants: dict[str, np.ndarray]  # known at compile time (shapes, axes, literal tensors)
+    buffers: dict[str, np.ndarray] = field(default_factory=dict)  # state updated by training (BN statistics)
     opset: int = 18
     _counter: int = 0
 

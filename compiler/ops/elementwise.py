@@ -2,7 +2,8 @@
 
 import numpy as np
 
-from ..ir import ET_DOMAIN
+from ..ir import COUNTER, ET_DOMAIN, Node
+from ..ir.graph import frozen_attrs
 from .registry import Counter, at_least_1d, broadcast_strides, op
 
 
@@ -193,8 +194,8 @@ class Dropout:
 
 @op("Dropout", const_inputs=(1, 2))
 class OnnxDropout:
-    """As written in the model, Dropout is the identity (inference); the training graph replaces it
-    with our seeded Dropout."""
+    """As written in the model, Dropout is the identity (inference); the training graph runs our
+    seeded Dropout instead."""
 
     @staticmethod
     def kernel(k, node):
@@ -203,3 +204,19 @@ class OnnxDropout:
     @staticmethod
     def grad(g, node, dy):
         return [dy[0], None, None]
+
+    @staticmethod
+    def variant(graph, node, index, training):
+        if not training:
+            return node
+        ratio, mode = (tuple(node.inputs) + ("", ""))[1:3]
+        ratio = float(graph.constants[ratio].reshape(())) if ratio else 0.5
+        if mode and not bool(graph.constants[mode].reshape(())):
+            ratio = 0.0  # exported with training_mode=False: the model asked for no dropout
+        mask = graph.add_value(graph.fresh("dropout_mask"), graph.shape(node.inputs[0]))
+        if COUNTER not in graph.values:
+            graph.add_value(COUNTER, (), np.int64)
+        # Without a seed attribute, the node's position among the model's compute nodes (after
+        # constant folding) seeds it, so two dropouts never share masks.
+        attrs = frozen_attrs({"ratio": ratio, "seed": int(node.attr("seed", index))})
+        return Node("Dropout", (node.inputs[0], COUNTER), (node.outputs[0], mask), attrs, node.name, ET_DOMAIN)

@@ -62,6 +62,12 @@ class OpDef:
     const_inputs: frozenset[int]  # inputs that must be known at compile time (axes, shapes, bounds)
     shape: Callable[[Graph, Node], list[tuple[int, ...]]] | None  # our own ops only; ONNX ops use onnx's
     reference: type[OpRun] | None  # our own ops only: the Python implementation tests execute
+    # (graph, node, index, training) -> the node as the training or inference graph runs it,
+    # for ops that behave differently in the two (Dropout, BatchNormalization).
+    variant: Callable[[Graph, Node, int, bool], Node] | None
+    # node -> {input slot: output slot}: inputs that are mutable state (BatchNormalization's running
+    # statistics), and the outputs holding their new values after a training step.
+    state: Callable[[Node], dict[int, int]] | None
 
 
 REGISTRY: dict[tuple[str, str], OpDef] = {}
@@ -80,6 +86,8 @@ def op(name: str, *, domain: str = "", const_inputs=()):
             const_inputs=frozenset(const_inputs),
             shape=getattr(cls, "shape", None),
             reference=_reference_op(name, reference) if reference else None,
+            variant=getattr(cls, "variant", None),
+            state=getattr(cls, "state", None),
         )
         return cls
 
