@@ -13,10 +13,11 @@ import onnx
 
 from . import checkpoint
 from .checkpoint import CheckpointError
+from .export import merge_parameter_blob
 from .host import load_library
 
 __all__ = ["CheckpointError", "CheckpointState", "LinearLRScheduler", "Module", "NonFiniteError", "Optimizer",
-           "Parameter"]
+           "Parameter", "merge_parameter_blob"]
 
 OK, BAD_ARGUMENT, NON_FINITE, CORRUPT_CHECKPOINT, WRONG_MODEL, BUFFER_TOO_SMALL = range(6)
 
@@ -64,11 +65,16 @@ class Parameter:
 
 
 class CheckpointState:
-    """Parameters, optimizer state and user properties, saved in edgetrain's checkpoint format."""
+    """Parameters, optimizer state and user properties, saved in edgetrain's checkpoint format.
+
+    A nominal checkpoint (`is_nominal`) has the parameter table only: its parameters read as zeros
+    until a Module is bound, which keeps the weights compiled into the trainer (real ones can follow
+    through Module.copy_buffer_to_parameters or a full checkpoint)."""
 
     def __init__(self, data: checkpoint.CheckpointData):
         self._data = data
         self._module: Module | None = None
+        self.is_nominal = bool(data.contents & checkpoint.NOMINAL)
         self.properties: dict = dict(data.properties)
         self.parameters: dict[str, Parameter] = {}
         for name, kind, array in zip(data.names, data.kinds, data.arrays):
@@ -103,6 +109,15 @@ class CheckpointState:
 
     def _bind(self, module: "Module") -> None:
         offsets = {checkpoint.TRAINABLE: 0, checkpoint.BUFFER: 0}
+        if not self._data.stored(checkpoint.FROZEN):  # the trainer has the values this state lacks
+            everything, at = module.get_contiguous_parameters(), 0
+            for param in self.parameters.values():
+                if self._kinds[param.name] == checkpoint.BUFFER:
+                    continue
+                if self._kinds[param.name] == checkpoint.FROZEN:
+                    param._data = everything[at:at + param.data.size].reshape(param.data.shape)
+                    param._data.flags.writeable = False
+                at += param.data.size
         for param in self.parameters.values():
             kind = self._kinds[param.name]
             if kind == checkpoint.FROZEN:
@@ -115,6 +130,7 @@ class CheckpointState:
                 param._data = module._view(module._lib_call("buffer_data"), offset, shape)
             offsets[kind] += param.data.size
         self._module = module
+        self.is_nominal = False
 
 
 class Module:
@@ -179,7 +195,11 @@ class Module:
         args = self._data_args(inputs, with_labels=True)
         loss = self._ffi.new("float *")
         step = "train_step" if self.training else "eval_step"
-        _check(self._lib_call(step, *args, loss), step)
+        status = self._lib_call(step, *args, loss)
+        if status == BAD_ARGUMENT:
+            raise ValueError(f"{step}: an input is out of range for the model (class labels must lie in "
+                             "[0, number of classes) or equal ignore_index)")
+        _check(status, step)
         return np.float32(loss[0])
 
     def infer(self, *inputs) -> list[np.ndarray]:
@@ -223,17 +243,51 @@ class Module:
         _check(status, "copy_buffer_to_parameters")
 
     def export_model_for_inferencing(self, inference_model_uri, graph_output_names) -> None:
-        """Write a forward-only ONNX model with the current weights."""
-        model = onnx.load(os.fspath(self._eval_model_uri))
-        trained = {n: p.data for n, p in self.state.parameters.items() if p.data.flags.writeable}
-        inputs = [i for i in model.graph.input if i.name not in trained]
-        del model.graph.input[:]
-        model.graph.input.extend(inputs)
-        model.graph.initializer.extend(onnx.numpy_helper.from_array(np.array(a), n) for n, a in trained.items())
-        names = list(graph_output_names)
-        extracted = onnx.utils.Extractor(model).extract_model([s[0] for s in self._inputs], names)
-        del extracted.metadata_props[:]
-        onnx.save(extracted, os.fspath(inference_model_uri))
+        """Write a forward-only ONNX model with the current weights and buffers, merged from the C's
+        export blob exactly as a device's blob is (edgetrain.export.merge_parameter_blob)."""
+        model = merge_parameter_blob(self._eval_model_uri, self.export_parameters(), graph_output_names)
+        onnx.save(model, os.fspath(inference_model_uri))
+
+    def export_parameters(self) -> bytes:
+        """The C's export blob: trainable parameters and buffers in the checkpoint format."""
+        size = self._ffi.new("size_t *")
+        _check(self._lib_call("export_size", size), "export_size")
+        buf = self._ffi.new("uint8_t[]", size[0])
+        _check(self._lib_call("export_parameters", buf, size[0], size), "export_parameters")
+        return bytes(self._ffi.buffer(buf, size[0]))
+
+    # Federated learning (artifacts generated with federated=True): the change of the trainable
+    # parameters since a reference, and aggregated updates applied to that reference.
+    def _federated(self, name: str):
+        if not hasattr(self._lib, f"{self._prefix}_{name}"):
+            raise RuntimeError(f"{name}: the trainer was generated without federated=True")
+        return name
+
+    def set_reference(self) -> None:
+        """Remember the trainable parameters as they are now (e.g. the global model just received)."""
+        _check(self._lib_call(self._federated("set_reference")), "set_reference")
+
+    def get_delta(self) -> np.ndarray:
+        """Trainable parameters minus the reference, as one float32 vector."""
+        out = np.empty(self.get_parameters_size(trainable_only=True), np.float32)
+        status = self._lib_call(self._federated("get_delta"), self._ffi.from_buffer("float[]", out), out.size)
+        if status == BAD_ARGUMENT:
+            raise RuntimeError("get_delta: no reference; call set_reference first")
+        _check(status, "get_delta")
+        return out
+
+    def apply_delta(self, delta, scale: float = 1.0) -> None:
+        """Set the trainable parameters, and the reference, to reference + scale * delta."""
+        delta = np.ascontiguousarray(delta)
+        expected = self.get_parameters_size(trainable_only=True)
+        if delta.dtype != np.float32 or delta.ndim != 1 or delta.size != expected:
+            raise ValueError(f"apply_delta expects a 1-D float32 buffer of {expected} values, "
+                             f"got {delta.dtype} of shape {delta.shape}")
+        status = self._lib_call(self._federated("apply_update"), self._ffi.from_buffer("float[]", delta), delta.size,
+                                float(scale))
+        if status == BAD_ARGUMENT:
+            raise RuntimeError("apply_delta: no reference (call set_reference first) or a non-finite scale")
+        _check(status, "apply_delta")
 
     def _save(self, include_optimizer_state: bool) -> bytes:
         size = self._ffi.new("size_t *")
@@ -248,9 +302,20 @@ class Optimizer:
         self._module = module
 
     def step(self) -> None:
-        _check(self._module._lib_call("optimizer_step"), "optimizer_step")
+        """Update the parameters from the gradients accumulated since the last lazy_reset_grad().
+
+        Raises ValueError when there are none: no training-mode call of the module succeeded since it
+        was created, its checkpoint was loaded or lazy_reset_grad() ran (ONNX Runtime would silently
+        reapply the previous gradients). Eval-mode calls compute no gradients."""
+        status = self._module._lib_call("optimizer_step")
+        if status == BAD_ARGUMENT:
+            raise ValueError("Optimizer.step(): no gradients since lazy_reset_grad() or since the module was "
+                             "created; run a training step first (module.train(); module(inputs, labels))")
+        _check(status, "optimizer_step")
 
     def set_learning_rate(self, learning_rate: float) -> None:
+        if not np.isfinite(learning_rate) or learning_rate < 0:
+            raise ValueError(f"learning rate must be a finite number >= 0, got {learning_rate}")
         _check(self._module._lib_call("set_learning_rate", float(learning_rate)), "set_learning_rate")
 
     def get_learning_rate(self) -> float:
@@ -271,6 +336,9 @@ class LinearLRScheduler:
     def __init__(self, optimizer: Optimizer, warmup_step_count: int, total_step_count: int, initial_lr: float):
         self._optimizer = optimizer
         self.warmup, self.total, self.initial_lr = int(warmup_step_count), int(total_step_count), float(initial_lr)
+        if self.warmup < 0 or self.total < 0:
+            raise ValueError(f"step counts must be >= 0, got warmup_step_count={self.warmup}, "
+                             f"total_step_count={self.total}")
         optimizer.set_learning_rate(self.initial_lr)
 
     def factor(self, step: int) -> float:

@@ -13,7 +13,9 @@ from . import checkpoint
 from .codegen import render
 from .codegen.emit import build
 from .errors import EdgetrainError
+from . import targets
 from .frontend import load_model
+from .frontend.validate import check_prefix, check_ram
 from .ir.to_onnx import to_onnx
 from .optim import LossType, OptimizerSpec, OptimType
 from .ir import COUNTER
@@ -21,15 +23,20 @@ from .trainer import Trainer, build_trainer
 
 __all__ = ["LossType", "OptimType", "generate_artifacts"]
 
-TARGETS = ("host",)
+TARGETS = targets.names()
 
 
 def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=LossType.CrossEntropyLoss,
-                       optimizer=OptimType.AdamW, artifact_directory="out", batch_size=None, target="host", *,
+                       optimizer=OptimType.AdamW, artifact_directory="out", batch_size=None, target=None, *,
                        learning_rate=1e-3, prefix="model", ignore_index=None, class_weights=None,
-                       momentum=0.0, nesterov=False, weight_decay=0.0, max_grad_norm=None) -> Path:
-    """Compile the forward ONNX `model` into a trainer. Returns the artifact directory."""
-    if target not in TARGETS:
+                       momentum=0.0, nesterov=False, weight_decay=0.0, max_grad_norm=None, federated=False,
+                       nominal_checkpoint=False) -> Path:
+    """Compile the forward ONNX `model` into a trainer. Returns the artifact directory.
+
+    federated: the C keeps a reference copy of the trainable parameters (one more copy of them in
+    RAM) for set_reference / get_delta / apply_update. nominal_checkpoint: also write
+    `checkpoint.nominal`, the parameter table without values, for shipping an app without weights."""
+    if target is not None and target not in TARGETS:
         raise EdgetrainError(f"unknown target {target!r}; known targets: {', '.join(TARGETS)}")
     optimizer = OptimType(optimizer.value if isinstance(optimizer, OptimType) else optimizer)
     if loss is not None:
@@ -39,10 +46,13 @@ def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=LossT
                          max_grad_norm=None if max_grad_norm is None else float(max_grad_norm))
     if nesterov and optimizer is OptimType.SGD and momentum <= 0:
         raise EdgetrainError("nesterov needs a positive momentum")
+    check_prefix(prefix)
     graph = load_model(model, batch_size)
     trainer = build_trainer(graph, loss=loss, optimizer=spec, requires_grad=requires_grad,
                             frozen_params=frozen_params, ignore_index=ignore_index, class_weights=class_weights)
-    model_c = build(trainer, prefix)
+    model_c = build(trainer, prefix, federated)
+    check_ram(4 * (model_c.arena_floats + (2 + model_c.state_slots + model_c.federated) * model_c.trainable_floats
+                   + len(model_c.buffer_init)))
     source, header = render(model_c)
 
     out = Path(artifact_directory)
@@ -52,7 +62,14 @@ def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=LossT
     for name, proto in _onnx_models(trainer, prefix).items():
         onnx.save(proto, os.fspath(out / name))
     (out / "checkpoint").write_bytes(checkpoint.encode(initial_checkpoint(trainer)))
+    if nominal_checkpoint:
+        nominal = initial_checkpoint(trainer)
+        nominal.optimizer_state, nominal.contents = None, checkpoint.NOMINAL
+        (out / "checkpoint.nominal").write_bytes(checkpoint.encode(nominal))
     report = memory_report(trainer, model_c)
+    # A target's compiler measures flash and RAM (targets/<name>.mk); None, the library default,
+    # spares the compile and reports the planner's host figures.
+    report = targets.add_sizes(report, target, out / "model.c")
     (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     (out / "report.txt").write_text(format_report(report))
     return out
@@ -79,7 +96,8 @@ def _onnx_models(trainer: Trainer, prefix: str) -> dict[str, onnx.ModelProto]:
     renames |= {value: f"{buffer}_updated" for buffer, value in trainer.state_updates.items()}
     training = to_onnx(g, trainer.train_nodes, data + counter + trainer.trainable + trainer.buffers,
                        [trainer.loss] + grads + list(trainer.state_updates.values()), frozen, "training", renames)
-    meta = {"edgetrain.prefix": prefix, "edgetrain.inputs": json.dumps(g.inputs),
+    meta = {"edgetrain.prefix": prefix, "edgetrain.fingerprint": f"{trainer.fingerprint():016x}",
+            "edgetrain.inputs": json.dumps(g.inputs),
             "edgetrain.labels": trainer.labels or "", "edgetrain.optimizer": trainer.optimizer.kind.value,
             "edgetrain.outputs": json.dumps([[n, list(g.shape(n))] for n in g.outputs])}
     onnx.helper.set_model_props(training, meta)
@@ -122,6 +140,7 @@ def memory_report(trainer: Trainer, m) -> dict:
         "parameters": trainable,
         "gradients": trainable,
         "optimizer_state": m.state_slots * trainable,
+        "federated_reference": trainable if m.federated else 0,
     }
     return {
         "target": "host",
@@ -146,10 +165,15 @@ def format_report(report: dict) -> str:
             ("trainable parameters", report["ram_breakdown"]["parameters"]),
             ("gradients", report["ram_breakdown"]["gradients"]),
             ("optimizer state", report["ram_breakdown"]["optimizer_state"]),
+            *([("federated reference", report["ram_breakdown"]["federated_reference"])]
+              if report["ram_breakdown"]["federated_reference"] else []),
+            *([("other (buffers, counters, alignment)", report["ram_breakdown"]["other"])]
+              if "other" in report["ram_breakdown"] else []),
             ("total RAM", report["ram_bytes"]),
             ("constants in flash (frozen weights)", report["flash_constants_bytes"])]
     width = max(len(r[0]) for r in rows)
     lines = [f"{label:<{width}}  {value:>12,} B" for label, value in rows]
     bound = report["liveness_lower_bound_bytes"]["train_step"]
     lines.append(f"{'train_step liveness lower bound':<{width}}  {bound:>12,} B")
+    lines += targets.format_sizes(report, width)
     return "\n".join(lines) + "\n"

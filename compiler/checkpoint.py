@@ -1,14 +1,20 @@
 """The checkpoint format, shared byte for byte with the generated C (`save_checkpoint` /
-`load_checkpoint` in templates/model.c.j2). Little-endian throughout:
+`load_checkpoint` / `export_parameters` in templates/model.c.j2). Little-endian throughout:
 
-    "ETCK"  u32 version  u64 fingerprint  u32 state_slots  u32 optimizer_step  u32 dropout_counter
-    f32 learning_rate  u32 n_params  u32 table_bytes
+    "ETCK"  u16 version  u16 contents  u64 fingerprint  u32 state_slots  u32 optimizer_step
+    u32 dropout_counter  f32 learning_rate  u32 n_params  u32 table_bytes
     table: per tensor  u16 name_len, name, u8 kind (0 frozen, 1 trainable, 2 buffer), u8 rank, u32 dims[rank]
-    data: every tensor's float32 values, in table order
+    data: the float32 values of every stored tensor, in table order
     optimizer state: per state slot (0 when saved without it), per trainable parameter, float32 values
     u32 n_properties; per property  u16 key_len, key, u8 kind (0 int64, 1 float64, 2 str), value
         (str: u32 byte length + UTF-8)
     u32 CRC-32 of everything before it
+
+`contents` says which tensors carry values: 0 all of them; NOMINAL none (the table alone, like
+ONNX Runtime's nominal checkpoint: an app ships without weights and takes the compiled-in ones or
+receives real ones later); NO_FROZEN all but the frozen ones, which the compiled model already
+holds (the export blob a device sends for merging into the inference model). A full checkpoint
+reads the same whether its second field is taken as u32 version 1 or as u16 version + u16 0.
 """
 
 from __future__ import annotations
@@ -22,7 +28,9 @@ import numpy as np
 MAGIC = b"ETCK"
 FROZEN, TRAINABLE, BUFFER = 0, 1, 2  # tensor kinds: buffers are state a training step updates (BN statistics)
 VERSION = 1
-HEADER = struct.Struct("<4sIQIIIfII")
+MAX_FLOATS = 2**29  # 2 GiB of float32: edgetrain's limit on any tensor (frontend/validate.py)
+NOMINAL, NO_FROZEN = 1, 2  # `contents` flags
+HEADER = struct.Struct("<4sHHQIIIfII")
 
 
 class CheckpointError(ValueError):
@@ -40,6 +48,11 @@ class CheckpointData:
     counter: int = 0
     learning_rate: float = 0.0
     properties: dict = field(default_factory=dict)
+    contents: int = 0  # NOMINAL / NO_FROZEN: the tensors without stored values decode as zeros
+
+    def stored(self, kind: int) -> bool:
+        """Whether tensors of `kind` carry their values in this checkpoint."""
+        return not self.contents & NOMINAL and not (kind == FROZEN and self.contents & NO_FROZEN)
 
 
 def table_bytes(names, kinds, shapes) -> bytes:
@@ -54,11 +67,14 @@ def table_bytes(names, kinds, shapes) -> bytes:
 def encode(ck: CheckpointData) -> bytes:
     table = table_bytes(ck.names, ck.kinds, [a.shape for a in ck.arrays])
     slots = len(ck.optimizer_state or [])
-    out = bytearray(HEADER.pack(MAGIC, VERSION, ck.fingerprint, slots, ck.step, ck.counter,
+    if ck.contents & ~(NOMINAL | NO_FROZEN) or (slots and ck.contents & NOMINAL):
+        raise ValueError(f"invalid checkpoint contents {ck.contents} with {slots} optimizer state slots")
+    out = bytearray(HEADER.pack(MAGIC, VERSION, ck.contents, ck.fingerprint, slots, ck.step, ck.counter,
                                 ck.learning_rate, len(ck.names), len(table)))
     out += table
-    for array in ck.arrays:
-        out += np.ascontiguousarray(array, dtype="<f4").tobytes()
+    for array, kind in zip(ck.arrays, ck.kinds):
+        if ck.stored(kind):
+            out += np.ascontiguousarray(array, dtype="<f4").tobytes()
     for slot in ck.optimizer_state or []:
         for array in slot:
             out += np.ascontiguousarray(array, dtype="<f4").tobytes()
@@ -98,19 +114,45 @@ class _Reader:
         return self.data[self.pos - n:self.pos]
 
     def floats(self, shape) -> np.ndarray:
-        count = int(np.prod(shape, dtype=np.int64))
+        count = _count(shape)
         return np.frombuffer(self.raw(4 * count), dtype="<f4").astype(np.float32).reshape(shape)
 
 
+def _count(shape) -> int:
+    """Elements of a shape read from the file; bounded before anything is allocated (a forged
+    table could otherwise ask for exabytes)."""
+    count = 1
+    for d in shape:
+        count *= int(d)
+    if count > MAX_FLOATS:
+        raise CheckpointError(f"checkpoint tensor shape {tuple(shape)} is implausibly large")
+    return count
+
+
+def _zeros(shape) -> np.ndarray:
+    _count(shape)
+    return np.zeros(shape, np.float32)
+
+
 def decode(data: bytes) -> CheckpointData:
+    """The checkpoint in `data`; anything malformed raises CheckpointError, and nothing else."""
+    try:
+        return _decode(data)
+    except UnicodeDecodeError:
+        raise CheckpointError("checkpoint has a name or string property that is not UTF-8") from None
+
+
+def _decode(data: bytes) -> CheckpointData:
     if len(data) < HEADER.size + 8 or data[:4] != MAGIC:
         raise CheckpointError("not an edgetrain checkpoint")
     if zlib.crc32(data[:-4]) != struct.unpack("<I", data[-4:])[0]:
         raise CheckpointError("checkpoint is corrupt (CRC mismatch)")
     r = _Reader(data[:-4])
-    magic, version, fingerprint, slots, step, counter, lr, n_params, n_table = r.take(HEADER.format)
+    magic, version, contents, fingerprint, slots, step, counter, lr, n_params, n_table = r.take(HEADER.format)
     if version != VERSION:
         raise CheckpointError(f"checkpoint format version {version}; this edgetrain reads version {VERSION}")
+    if contents & ~(NOMINAL | NO_FROZEN) or (slots and contents & NOMINAL):
+        raise CheckpointError(f"checkpoint has unknown contents flags {contents}")
     names, kinds, shapes = [], [], []
     table_end = r.pos + n_table
     for _ in range(n_params):
@@ -122,7 +164,8 @@ def decode(data: bytes) -> CheckpointData:
         shapes.append(tuple(int(d) for d in np.atleast_1d(r.take(f"<{rank}I"))) if rank else ())
     if r.pos != table_end:
         raise CheckpointError("checkpoint parameter table is corrupt")
-    arrays = [r.floats(shape) for shape in shapes]
+    ck = CheckpointData(fingerprint, names, kinds, [], contents=contents)
+    arrays = [r.floats(shape) if ck.stored(kind) else _zeros(shape) for shape, kind in zip(shapes, kinds)]
     trainable_shapes = [s for s, k in zip(shapes, kinds) if k == TRAINABLE]
     state = [[r.floats(s) for s in trainable_shapes] for _ in range(slots)] if slots else None
     properties = {}
@@ -139,5 +182,5 @@ def decode(data: bytes) -> CheckpointData:
             raise CheckpointError(f"checkpoint property {key!r} has unknown kind {kind}")
     if r.pos != len(r.data):
         raise CheckpointError("checkpoint has trailing bytes")
-    return CheckpointData(fingerprint, names, kinds, arrays, state, step, counter, lr, properties)
+    return CheckpointData(fingerprint, names, kinds, arrays, state, step, counter, lr, properties, contents)
 

@@ -30,12 +30,25 @@ def _parser() -> argparse.ArgumentParser:
     compile_.add_argument("--requires-grad", nargs="+", metavar="NAME", help="initializers to train (default: all)")
     compile_.add_argument("--frozen", nargs="+", metavar="NAME", default=None, help="initializers to keep fixed")
     compile_.add_argument("--ignore-index", type=int, help="CrossEntropyLoss label to ignore")
-    compile_.add_argument("--target", default="host", choices=artifacts.TARGETS)
+    compile_.add_argument("--target", default="host", choices=artifacts.TARGETS,
+                          help="measure flash and RAM with this target's compiler (targets/<name>.mk)")
     compile_.add_argument("--prefix", default="model", help="C symbol prefix, to link several models together")
+    compile_.add_argument("--federated", action="store_true",
+                          help="add set_reference/get_delta/apply_update (one more copy of the trainable parameters)")
+    compile_.add_argument("--nominal-checkpoint", action="store_true",
+                          help="also write checkpoint.nominal: the parameter table without values")
 
     report = sub.add_parser("report", help="print the memory report of an artifact directory")
     report.add_argument("directory")
     report.add_argument("--json", action="store_true", help="print report.json instead of the table")
+
+    run = sub.add_parser("run", help="build the trainer with a harness for a target and train on embedded data "
+                         "(emulated unless host); prints each step's loss and a SHA-256 of the parameters")
+    run.add_argument("directory", help="artifact directory (edgetrain compile -o)")
+    run.add_argument("--target", default="host", choices=artifacts.TARGETS)
+    run.add_argument("--data", required=True, help=".npz with x and y; their first axis indexes batches")
+    run.add_argument("--steps", type=int, required=True, help="training steps (train, optimizer step, reset)")
+    run.add_argument("--lr", type=float, help="learning rate (default: the compiled one)")
 
     demo = sub.add_parser("demo", help="train a digits classifier through the generated C")
     demo.add_argument("--epochs", type=int, default=10)
@@ -53,7 +66,8 @@ def main(argv=None) -> int:
                 loss=None if args.loss == "none" else LossType(args.loss), optimizer=OptimType(args.optimizer),
                 artifact_directory=args.output, batch_size=args.batch_size, target=args.target,
                 learning_rate=args.lr, prefix=args.prefix, ignore_index=args.ignore_index, momentum=args.momentum,
-                nesterov=args.nesterov, weight_decay=args.weight_decay, max_grad_norm=args.max_grad_norm)
+                nesterov=args.nesterov, weight_decay=args.weight_decay, max_grad_norm=args.max_grad_norm,
+                federated=args.federated, nominal_checkpoint=args.nominal_checkpoint)
             print((out / "report.txt").read_text(), end="")
             print(f"wrote {out}/: model.c model.h training_model.onnx eval_model.onnx optimizer_model.onnx "
                   "checkpoint report.json")
@@ -64,13 +78,17 @@ def main(argv=None) -> int:
             except OSError:
                 raise EdgetrainError(f"no report in {args.directory}; run `edgetrain compile` first") from None
             print(json.dumps(json.loads(text), indent=2) if args.json else text, end="\n" if args.json else "")
+        elif args.command == "run":
+            from .firmware import run
+            print(run([(args.directory, args.data)], args.target, args.steps, args.lr), end="")
         else:
             from .demo import run_demo
             run_demo(epochs=args.epochs, directory=args.output)
     except EdgetrainError as exc:
         parser.exit(2, f"edgetrain: error: {exc}\n")
     except Exception as exc:  # a bug of ours: still one line for the user, never a traceback
-        parser.exit(2, f"edgetrain: error: internal error ({type(exc).__name__}: {exc}); please report it\n")
+        parser.exit(2, f"edgetrain: error: {EdgetrainError(f'internal error ({type(exc).__name__}: {exc})')}; "
+                       "please report it\n")
     return 0
 
 

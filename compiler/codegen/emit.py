@@ -3,6 +3,7 @@ templates frozen dataclasses, and the templates render them through the C-litera
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from importlib import resources
 
@@ -32,6 +33,11 @@ class Stmt:
     args: tuple[Arg, ...]
     checked: bool
     comment: str  # model text: the template escapes it
+
+    def __post_init__(self):
+        # Kernel names come from the op registry; one built from model text would reach the C raw.
+        if not re.fullmatch(r"et_[a-z0-9_]+", self.fn):
+            raise ValueError(f"kernel name {self.fn!r} is not an et_* C identifier")
 
 
 @dataclass(frozen=True)
@@ -98,6 +104,7 @@ class ModelC:
     header_bytes: int
     trainable_floats: int
     frozen_floats: int
+    federated: bool  # keeps a reference copy of the trainable parameters for model deltas
 
     @property
     def arena_floats(self) -> int:
@@ -179,7 +186,7 @@ def _lower(trainer: Trainer, storage: _Storage, nodes: list[Node], results: list
     return Function(stmts, total, liveness_lower_bound(intervals)), located
 
 
-def build(trainer: Trainer, prefix: str) -> ModelC:
+def build(trainer: Trainer, prefix: str, federated: bool = False) -> ModelC:
     g = trainer.graph
     storage = _Storage(trainer)
     grad_values = [v for v in trainer.grads.values() if v]
@@ -217,7 +224,7 @@ def build(trainer: Trainer, prefix: str) -> ModelC:
         state_slots=len(opt.state_slots), optimizer=opt.kind.value, hyper=opt.attrs(),
         learning_rate=opt.lr, max_grad_norm=opt.max_grad_norm,
         fingerprint=trainer.fingerprint(), table=table, header_bytes=HEADER.size,
-        trainable_floats=storage.trainable_floats, frozen_floats=storage.frozen_floats,
+        trainable_floats=storage.trainable_floats, frozen_floats=storage.frozen_floats, federated=bool(federated),
     )
 
 

@@ -3,6 +3,8 @@ onnx shape inference, and validation that names every problem at once."""
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import os
 
 import numpy as np
@@ -16,6 +18,7 @@ from ..errors import EdgetrainError
 from ..ir import Graph, Node, Value
 from ..ir.graph import frozen_attrs
 from ..ops import lookup
+from .validate import check_model, check_tensor_size, read_model
 
 MIN_OPSET = 13
 IR_OPSET = 18  # gradient rules emit opset-18 forms (axes and split sizes as inputs)
@@ -23,22 +26,21 @@ IR_OPSET = 18  # gradient rules emit opset-18 forms (axes and split sizes as inp
 
 def load_model(model: str | os.PathLike | onnx.ModelProto, batch_size: int | None = None) -> Graph:
     proto = _read(model)
+    check_model(proto)
     proto = _normalize_opset(proto)
     proto = onnx.inliner.inline_local_functions(proto)
     _fix_batch(proto, batch_size)
     proto, constants = _fold_constants(proto)
-    return _to_ir(proto, constants)
+    graph = _to_ir(proto, constants)
+    for value in graph.values.values():
+        check_tensor_size(value.name, value.shape)
+    return graph
 
 
 def _read(model) -> onnx.ModelProto:
     if isinstance(model, onnx.ModelProto):
         return model
-    try:
-        return onnx.load(os.fspath(model))
-    except FileNotFoundError:
-        raise EdgetrainError(f"model file not found: {model}") from None
-    except Exception as exc:  # protobuf decode errors carry no useful type
-        raise EdgetrainError(f"cannot read ONNX model {model}: {exc}".splitlines()[0]) from None
+    return read_model(model)
 
 
 def _opset(proto) -> int:
@@ -189,9 +191,11 @@ def _to_ir(proto, constants) -> Graph:
             + problems))
     problems += shapeless
 
+    _untie(nodes, params, values)
+
     # A float initializer read as an axis, bound or exponent is a constant, never a parameter.
     for node in nodes:
-        for slot in lookup(node).const_inputs:
+        for slot in _held_slots(node)[0]:
             if slot < len(node.inputs) and node.inputs[slot] in params:
                 constants[node.inputs[slot]] = params.pop(node.inputs[slot])
 
@@ -203,14 +207,14 @@ def _to_ir(proto, constants) -> Graph:
             name = node.inputs[slot]
             if name in params:
                 buffers[name] = params.pop(name)
-            elif name not in buffers:
+            elif name in constants:  # computed in the graph instead, it is not state (the op's variant decides)
                 problems.append(f"node '{node.name}' ({node.op}) needs input {slot} '{name}' to be an initializer")
 
     consumed = {name for node in nodes for name in node.inputs} | {o.name for o in g.output}
     for node in nodes:
-        spec = lookup(node)
+        const_slots = _held_slots(node)[0]
         for slot, name in enumerate(node.inputs):
-            if name and slot in spec.const_inputs and name not in constants:
+            if name and slot in const_slots and name not in constants:
                 problems.append(f"node '{node.name}' ({node.op}) needs input {slot} '{name}' to be a constant")
         for name in node.outputs:
             if name in consumed and name in values and values[name].dtype != np.float32:
@@ -220,6 +224,34 @@ def _to_ir(proto, constants) -> Graph:
         raise EdgetrainError("; ".join(problems))
     return Graph(values=values, nodes=nodes, inputs=inputs, outputs=[o.name for o in g.output],
                  params=params, constants=constants, buffers=buffers, opset=max(_opset(proto), IR_OPSET))
+
+
+def _held_slots(node) -> tuple[set[int], set[int]]:
+    """(inputs that must be compile-time constants, state inputs): a state input, such as
+    BatchNormalization's running mean in training mode, is a buffer rather than a constant."""
+    spec = lookup(node)
+    state = set(spec.state(node) if spec.state else ())
+    return set(spec.const_inputs) - state, state
+
+
+def _untie(nodes: list[Node], params: dict, values: dict) -> None:
+    """Exporters merge equal initializers (a fresh BatchNorm's running_var and weight are both
+    ones): a constant or state use of a float initializer that is also read elsewhere gets its own
+    copy, so the other uses stay trainable and no two layers share state."""
+    uses = collections.Counter(name for node in nodes for name in node.inputs if name in params)
+    for i, node in enumerate(nodes):
+        inputs = list(node.inputs)
+        for slot in sorted(set().union(*_held_slots(node))):
+            name = inputs[slot] if slot < len(inputs) else ""
+            if uses[name] > 1:
+                uses[name] -= 1
+                copy = f"{name}@{node.name}"
+                while copy in values:
+                    copy += "_"
+                params[copy] = params[name].copy()
+                values[copy] = Value(copy, values[name].shape, values[name].dtype)
+                inputs[slot] = copy
+        nodes[i] = dataclasses.replace(node, inputs=tuple(inputs))
 
 
 def _attr(a):

@@ -17,6 +17,10 @@ from ..errors import EdgetrainError
 # The default build is the reproducible one: no FMA contraction, so every target rounds alike.
 CFLAGS = ["-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-pedantic", "-Wdouble-promotion",
           "-ffp-contract=off", "-fno-math-errno"]
+# EDGETRAIN_SANITIZE=1: every trainer is built under AddressSanitizer and UndefinedBehaviorSanitizer,
+# any report aborts (the C test tier's second pass; the process must preload libasan).
+SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-g",
+            "-O0"]  # instrumentation catches as much at -O0, and compiles ten times faster than at -O2
 
 
 def cache_dir() -> Path:
@@ -46,6 +50,7 @@ def load_library(directory: str | os.PathLike, extra_flags: tuple[str, ...] = ()
     source, header = (directory / "model.c").read_text(), (directory / "model.h").read_text()
     cc = _compiler()
     flags = CFLAGS + list(extra_flags) + ["-fPIC", "-shared"]
+    flags += SANITIZE if os.environ.get("EDGETRAIN_SANITIZE") == "1" else []
     key = hashlib.sha256("\0".join([source, header, cc, *flags]).encode()).hexdigest()[:24]
     library = cache_dir() / f"{key}.so"
     if not library.exists():

@@ -1,0 +1,56 @@
+"""The inference model with trained weights: the eval model's forward part, with the trainable
+parameters and buffers (BatchNorm running statistics) of a checkpoint or of a device's export blob
+(`<prefix>_export_parameters`) written in as initializers."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import onnx
+from onnx import numpy_helper
+
+from . import checkpoint
+from .checkpoint import CheckpointError
+
+__all__ = ["merge_parameter_blob"]
+
+
+def _eval_model(model) -> onnx.ModelProto:
+    if isinstance(model, onnx.ModelProto):
+        return onnx.ModelProto.FromString(model.SerializeToString())  # the caller's copy stays as it is
+    path = Path(model)
+    return onnx.load(os.fspath(path / "eval_model.onnx" if path.is_dir() else path))
+
+
+def merge_parameter_blob(model, blob, graph_output_names=None) -> onnx.ModelProto:
+    """A forward-only ONNX model (no loss, no training ops, BatchNorm in inference form) holding the
+    values of `blob`: bytes or a path of a checkpoint or export blob, written by the host or the C.
+
+    model: an artifact directory, its eval_model.onnx, or that model as a ModelProto.
+    graph_output_names: the outputs to keep; default the forward model's outputs."""
+    raw = bytes(blob) if isinstance(blob, (bytes, bytearray, memoryview)) else Path(blob).read_bytes()
+    data = checkpoint.decode(raw)
+    proto = _eval_model(model)
+    meta = {p.key: p.value for p in proto.metadata_props}
+    if "edgetrain.inputs" not in meta:
+        raise ValueError("not an edgetrain eval model (no edgetrain metadata); pass eval_model.onnx or its directory")
+    if meta.get("edgetrain.fingerprint") not in (None, f"{data.fingerprint:016x}"):
+        raise CheckpointError("the parameter blob belongs to another model")
+    if data.contents & checkpoint.NOMINAL:
+        raise CheckpointError("a nominal checkpoint carries no values to export")
+    values = {n: a for n, k, a in zip(data.names, data.kinds, data.arrays) if k != checkpoint.FROZEN}
+    inputs = {i.name: i for i in proto.graph.input}
+    missing = [n for n in values if n not in inputs]
+    if missing:
+        raise CheckpointError(f"the parameter blob does not match the model: no input {missing[0]!r}")
+    kept = [i for i in proto.graph.input if i.name not in values]
+    del proto.graph.input[:]
+    proto.graph.input.extend(kept)
+    proto.graph.initializer.extend(numpy_helper.from_array(a, n) for n, a in values.items())
+    names = list(graph_output_names) if graph_output_names is not None else \
+        [n for n, _ in json.loads(meta["edgetrain.outputs"])]
+    inference = onnx.utils.Extractor(proto).extract_model(json.loads(meta["edgetrain.inputs"]), names)
+    del inference.metadata_props[:]
+    return inference

@@ -1,0 +1,133 @@
+"""`edgetrain run`: the generated trainer plus a harness that trains it on embedded data, built for
+a target by targets/Makefile and run there (under its emulator unless the target is the host)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from . import checkpoint, targets
+from .codegen.emit import _environment
+from .codegen.filters import c_float, c_int
+from .errors import EdgetrainError
+
+
+@dataclass(frozen=True)
+class HarnessModel:
+    prefix: str
+    label: str  # printed before each line when several models share the firmware
+    batches: int
+    x: tuple[float, ...]
+    x_size: int
+    label_type: str | None  # "float" | "int32_t"
+    y: tuple
+    y_size: int
+    trainable: int
+
+
+def _model_spec(directory: Path) -> tuple[str, int, str | None, int, int]:
+    """(prefix, input floats, label C type, label count, trainable floats) of an artifact directory."""
+    try:
+        model = onnx.load(os.fspath(directory / "training_model.onnx"), load_external_data=False)
+        data = checkpoint.decode((directory / "checkpoint").read_bytes())
+    except OSError as exc:
+        raise EdgetrainError(f"{directory} holds no artifacts ({exc.strerror}); run `edgetrain compile` first") from None
+    meta = {p.key: p.value for p in model.metadata_props}
+    infos = {i.name: i.type.tensor_type for i in model.graph.input}
+
+    def size(name: str) -> int:
+        return int(np.prod([d.dim_value for d in infos[name].shape.dim], dtype=np.int64))
+
+    inputs = json.loads(meta["edgetrain.inputs"])
+    if len(inputs) != 1:
+        raise EdgetrainError(f"the model in {directory} has {len(inputs)} inputs; `run` feeds exactly one (x)")
+    labels = meta.get("edgetrain.labels") or None
+    label_type = None if labels is None else (
+        "float" if infos[labels].elem_type == onnx.TensorProto.FLOAT else "int32_t")
+    trainable = sum(a.size for a, k in zip(data.arrays, data.kinds) if k == checkpoint.TRAINABLE)
+    return meta["edgetrain.prefix"], size(inputs[0]), label_type, size(labels) if labels else 0, trainable
+
+
+def harness_model(directory, data) -> HarnessModel:
+    """The harness's view of the trainer in `directory` fed with `data` (a path to an .npz holding x
+    and y, or a mapping): the first axis of x and y indexes batches, which training cycles through."""
+    directory = Path(directory)
+    prefix, x_size, label_type, y_size, trainable = _model_spec(directory)
+    try:
+        arrays = np.load(data) if isinstance(data, (str, os.PathLike)) else data
+    except (OSError, ValueError) as exc:
+        raise EdgetrainError(f"cannot read the data {data}: {exc}") from None
+    if "x" not in arrays:
+        raise EdgetrainError("the data holds no array `x`")
+    x = np.asarray(arrays["x"])
+    if x.ndim == 0 or x.shape[0] == 0 or x[0].size != x_size or not np.issubdtype(x.dtype, np.number):
+        raise EdgetrainError(f"x must be numbers of shape (batches, ...) with {x_size} values per batch, "
+                             f"got {x.dtype} {x.shape}")
+    y = np.zeros((x.shape[0], 0))
+    if label_type is not None:
+        if "y" not in arrays:
+            raise EdgetrainError("the model has labels but the data holds no array `y`")
+        y = np.asarray(arrays["y"])
+        integral = np.issubdtype(y.dtype, np.integer)
+        if y.ndim == 0 or y.shape[0] != x.shape[0] or y[0].size != y_size:
+            raise EdgetrainError(f"y must be of shape ({x.shape[0]}, ...) with {y_size} labels per batch, got {y.shape}")
+        if integral != (label_type == "int32_t"):
+            raise EdgetrainError(f"the model's labels are {'integers' if label_type == 'int32_t' else 'floats'}, "
+                                 f"y is {y.dtype}")
+        if integral and (y.min() < -2**31 or y.max() >= 2**31):
+            raise EdgetrainError("integer labels must fit int32")
+    x = x.astype(np.float32).ravel()
+    y = y.astype(np.float32 if label_type == "float" else np.int64).ravel()
+    return HarnessModel(prefix=prefix, label="", batches=int(arrays["x"].shape[0]), x=tuple(x.tolist()),
+                        x_size=x_size, label_type=label_type, y=tuple(y.tolist()), y_size=y_size,
+                        trainable=trainable)
+
+
+def render_harness(models: list[HarnessModel], steps: int, lr: float | None) -> str:
+    env = _environment()
+    env.globals.update(c_float=c_float, c_int=c_int)
+    return env.get_template("harness.c.j2").render(models=models, steps=steps, lr=lr)
+
+
+def run(models: list[tuple[os.PathLike, object]], target: str, steps: int, lr: float | None = None,
+        build=None, timeout: float = 300) -> str:
+    """Build one firmware training every (artifact directory, data) pair in turn for `steps` steps,
+    run it on `target`, and return what it printed. Lines carry the model's prefix when there are
+    several models."""
+    if not 0 <= steps < 2**32:
+        raise EdgetrainError(f"steps must be in [0, 2**32), got {steps}")
+    if lr is not None and not (np.isfinite(lr) and lr >= 0):
+        raise EdgetrainError(f"learning rate must be finite and non-negative, got {lr}")
+    spec = targets.load(target)
+    spec.require()
+    harness = [harness_model(d, data) for d, data in models]
+    if len(harness) > 1:
+        harness = [replace(m, label=f"{m.prefix} ") for m in harness]
+    prefixes = [m.prefix for m in harness]
+    if len(set(prefixes)) != len(prefixes):
+        raise EdgetrainError(f"models linked into one firmware need distinct prefixes, got {', '.join(prefixes)} "
+                             "(`edgetrain compile --prefix`)")
+    build = Path(build or Path(models[0][0]) / "build" / target)
+    for (directory, _), m in zip(models, harness):
+        (build / m.prefix).mkdir(parents=True, exist_ok=True)
+        for name in ("model.c", "model.h"):
+            shutil.copy(Path(directory) / name, build / m.prefix / name)
+    (build / "harness.c").write_text(render_harness(harness, steps, lr))
+    try:
+        result = targets.make(f"TARGET={target}", "BUILD=.", f"MODELS={' '.join(prefixes)}",
+                              f"RUN_TIMEOUT={timeout:g}", "run", cwd=build, timeout=timeout + 120)
+    except subprocess.TimeoutExpired:
+        result = None
+    if result is None or "Error 124" in result.stderr:  # 124: timeout(1) stopped the emulator
+        raise EdgetrainError(f"the firmware did not finish on {target} within {timeout:g} s")
+    if result.returncode != 0:
+        raise EdgetrainError(f"building or running the firmware for {target} failed:\n"
+                             f"{(result.stdout + result.stderr).strip()[-3000:]}")
+    return result.stdout

@@ -1,0 +1,203 @@
+/* edgetrain runtime: ops that select elements (Slice, Tile, Gather, Where,
+ * Max, Min) and their gradients.
+ *
+ * Shapes arrive as a rank and an extent array (rank >= 1: scalars come as
+ * one-element vectors); "strides" are element strides of an operand read
+ * in the output's shape, 0 on broadcast axes.  Outputs must not overlap
+ * inputs unless a function says otherwise.  Scatter-adds run in a fixed
+ * order, so gradients are the same on every target. */
+#ifndef ET_INDEXING_H
+#define ET_INDEXING_H
+
+/* Slice's forward pass is a strided read, et_expand_f32 from the first
+ * selected element; its gradient writes dY back through the same strides
+ * (negative for negative steps) into a dX that the caller zeroed.  Slice
+ * never selects an element twice, so plain stores suffice. */
+static inline void et_slice_grad_f32(int rank, const int *shape, const float *dY, float *dX,
+                                     const int *x_strides)
+{
+    int n = et_numel_(rank, shape), i, o, inner, sx, xo = 0, unused = 0;
+    int idx[ET_MAX_RANK] = {0};
+    if (n == 0)
+        return;
+    inner = shape[rank - 1];
+    sx = x_strides[rank - 1];
+    for (o = 0; o < n; o += inner) {
+        for (i = 0; i < inner; ++i)
+            dX[xo + i * sx] = dY[o + i];
+        et_bcast_next_(rank, shape, idx, x_strides, &xo, x_strides, &unused);
+    }
+}
+
+/* ONNX Tile: output extent d is in_shape[d] * repeats[d].  Each output row
+ * is the matching input row copied repeats[rank - 1] times. */
+static inline void et_tile_f32(int rank, const int *in_shape, const int *repeats, const float *X,
+                               float *Y)
+{
+    int in_strides[ET_MAX_RANK] = {0}, idx[ET_MAX_RANK] = {0};
+    int d, n = 1, s = 1, o, r, xo, row, block;
+    for (d = rank - 1; d >= 0; --d) {
+        in_strides[d] = s;
+        s *= in_shape[d];
+        n *= in_shape[d] * repeats[d];
+    }
+    row = in_shape[rank - 1];
+    block = row * repeats[rank - 1];
+    if (n == 0)
+        return;
+    for (o = 0; o < n; o += block) {
+        xo = 0;
+        for (d = 0; d < rank - 1; ++d)
+            xo += (idx[d] % in_shape[d]) * in_strides[d];
+        for (r = 0; r < repeats[rank - 1]; ++r)
+            memcpy(Y + o + r * row, X + xo, (size_t)row * sizeof(float));
+        for (d = rank - 2; d >= 0; --d) {
+            if (++idx[d] < in_shape[d] * repeats[d])
+                break;
+            idx[d] = 0;
+        }
+    }
+}
+
+/* ONNX Gather with X viewed as [outer, axis_dim, inner] and Y as
+ * [outer, n_indices, inner].  Negative indices count from the end, as in
+ * ONNX; indices must lie in [-axis_dim, axis_dim). */
+static inline void et_gather_f32(int outer, int axis_dim, int inner, int n_indices,
+                                 const int *indices, const float *X, float *Y)
+{
+    int o, j, k;
+    if (inner <= 0)
+        return;
+    for (o = 0; o < outer; ++o)
+        for (j = 0; j < n_indices; ++j) {
+            k = indices[j] < 0 ? indices[j] + axis_dim : indices[j];
+            memcpy(Y + ((size_t)o * (size_t)n_indices + (size_t)j) * (size_t)inner,
+                   X + ((size_t)o * (size_t)axis_dim + (size_t)k) * (size_t)inner,
+                   (size_t)inner * sizeof(float));
+        }
+}
+
+/* Scatter-add of dY back to the gathered rows.  A repeated index sums its
+ * rows in index order, so the result is the same on every target. */
+static inline void et_gather_grad_f32(int outer, int axis_dim, int inner, int n_indices,
+                                      const int *indices, const float *dY, float *dX)
+{
+    int o, j, k, i;
+    float *dst;
+    const float *src;
+    for (i = 0; i < outer * axis_dim * inner; ++i)
+        dX[i] = 0.0f;
+    for (o = 0; o < outer; ++o)
+        for (j = 0; j < n_indices; ++j) {
+            k = indices[j] < 0 ? indices[j] + axis_dim : indices[j];
+            dst = dX + ((size_t)o * (size_t)axis_dim + (size_t)k) * (size_t)inner;
+            src = dY + ((size_t)o * (size_t)n_indices + (size_t)j) * (size_t)inner;
+            for (i = 0; i < inner; ++i)
+                dst[i] += src[i];
+        }
+}
+
+/* Offset of row idx (all axes but the innermost) in an operand. */
+static inline int et_row_offset_(int rank, const int *idx, const int *strides)
+{
+    int d, off = 0;
+    for (d = 0; d < rank - 1; ++d)
+        off += idx[d] * strides[d];
+    return off;
+}
+
+/* ONNX Where with three broadcast operands.  The condition is a
+ * compile-time constant, stored like every constant as floats (0 or 1). */
+static inline void et_where_f32(int rank, const int *shape, const float *Cond,
+                                const int *c_strides, const float *X, const int *x_strides,
+                                const float *Y, const int *y_strides, float *Out)
+{
+    int n = et_numel_(rank, shape), i, o, d, inner, co, xo, yo;
+    int idx[ET_MAX_RANK] = {0};
+    if (n == 0)
+        return;
+    inner = shape[rank - 1];
+    for (o = 0; o < n; o += inner) {
+        co = et_row_offset_(rank, idx, c_strides);
+        xo = et_row_offset_(rank, idx, x_strides);
+        yo = et_row_offset_(rank, idx, y_strides);
+        for (i = 0; i < inner; ++i)
+            Out[o + i] = Cond[co + i * c_strides[rank - 1]] != 0.0f ? X[xo + i * x_strides[rank - 1]]
+                                                                    : Y[yo + i * y_strides[rank - 1]];
+        for (d = rank - 2; d >= 0; --d) {
+            if (++idx[d] < shape[d])
+                break;
+            idx[d] = 0;
+        }
+    }
+}
+
+/* Elementwise max / min of two broadcast operands; NaN in either operand
+ * gives NaN, as torch.maximum does.  Y may alias A when A is contiguous
+ * and full-size (each element is read before it is written), which is how
+ * variadic Max folds its inputs into the output. */
+#define ET_DEFINE_SELECT_(name, CMP)                                           \
+    static inline void name(int rank, const int *shape, const float *A,       \
+                            const int *a_strides, const float *B,             \
+                            const int *b_strides, float *Y)                   \
+    {                                                                          \
+        int n = et_numel_(rank, shape), i, o, inner, sa, sb;                   \
+        int idx[ET_MAX_RANK] = {0}, ao = 0, bo = 0;                            \
+        if (n == 0)                                                            \
+            return;                                                            \
+        inner = shape[rank - 1];                                               \
+        sa = a_strides[rank - 1];                                              \
+        sb = b_strides[rank - 1];                                              \
+        for (o = 0; o < n; o += inner) {                                       \
+            for (i = 0; i < inner; ++i) {                                      \
+                float a = A[ao + i * sa], b = B[bo + i * sb];                  \
+                Y[o + i] = (a CMP b || a != a) ? a : b;                        \
+            }                                                                  \
+            et_bcast_next_(rank, shape, idx, a_strides, &ao, b_strides, &bo);  \
+        }                                                                      \
+    }
+
+ET_DEFINE_SELECT_(et_max_f32, >)
+ET_DEFINE_SELECT_(et_min_f32, <)
+
+#undef ET_DEFINE_SELECT_
+
+/* Max/Min gradient, in two passes over the output's shape: first Count
+ * (zeroed by the caller) gains 1 for every input equal to the result Y,
+ * then each input's dX = dY / Count where it equals Y, else 0.  Ties so
+ * share dY equally, which for two inputs is torch.maximum's 1/2 each. */
+static inline void et_count_equal_f32(int rank, const int *shape, const float *X,
+                                      const int *x_strides, const float *Y, float *Count)
+{
+    int n = et_numel_(rank, shape), i, o, inner, sx, xo = 0, unused = 0;
+    int idx[ET_MAX_RANK] = {0};
+    if (n == 0)
+        return;
+    inner = shape[rank - 1];
+    sx = x_strides[rank - 1];
+    for (o = 0; o < n; o += inner) {
+        for (i = 0; i < inner; ++i)
+            if (X[xo + i * sx] == Y[o + i])
+                Count[o + i] += 1.0f;
+        et_bcast_next_(rank, shape, idx, x_strides, &xo, x_strides, &unused);
+    }
+}
+
+/* dX holds the counts on entry and the gradient on return. */
+static inline void et_minmax_grad_f32(int rank, const int *shape, const float *dY, const float *Y,
+                                      const float *X, const int *x_strides, float *dX)
+{
+    int n = et_numel_(rank, shape), i, o, inner, sx, xo = 0, unused = 0;
+    int idx[ET_MAX_RANK] = {0};
+    if (n == 0)
+        return;
+    inner = shape[rank - 1];
+    sx = x_strides[rank - 1];
+    for (o = 0; o < n; o += inner) {
+        for (i = 0; i < inner; ++i)
+            dX[o + i] = X[xo + i * sx] == Y[o + i] ? dY[o + i] / dX[o + i] : 0.0f;
+        et_bcast_next_(rank, shape, idx, x_strides, &xo, x_strides, &unused);
+    }
+}
+
+#endif /* ET_INDEXING_H */

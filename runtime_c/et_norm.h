@@ -1,0 +1,203 @@
+/* edgetrain runtime: BatchNormalization (inference form, and training form
+ * with PyTorch's running statistics) and InstanceNormalization, with their
+ * gradients.
+ *
+ * Tensors are ONNX's [N, C, spatial...], seen as [N, C, inner]: channel c
+ * of batch item n is the contiguous block X + (n * C + c) * inner.  A
+ * BatchNormalization channel is N such blocks, C * inner apart; an
+ * InstanceNormalization group is one block.  The helpers below work on
+ * "blocks blocks of inner values, stride apart" so both share them.
+ * Outputs must not overlap inputs. */
+#ifndef ET_NORM_H
+#define ET_NORM_H
+
+/* Mean and biased variance.  Two passes: summing squared deviations from
+ * the mean avoids the cancellation of E[x^2] - E[x]^2 when |mean| >> std. */
+static inline void et_norm_moments_f32(int blocks, int inner, int stride, const float *X,
+                                       float *mean, float *var)
+{
+    int b, i;
+    float count = (float)blocks * (float)inner, sum = 0.0f, m, d;
+    for (b = 0; b < blocks; ++b)
+        for (i = 0; i < inner; ++i)
+            sum += X[(size_t)b * (size_t)stride + (size_t)i];
+    m = sum / count;
+    sum = 0.0f;
+    for (b = 0; b < blocks; ++b)
+        for (i = 0; i < inner; ++i) {
+            d = X[(size_t)b * (size_t)stride + (size_t)i] - m;
+            sum += d * d;
+        }
+    *mean = m;
+    *var = sum / count;
+}
+
+/* Y = (X - mean) * a + b over one group (a = scale / sqrt(var + eps)). */
+static inline void et_norm_apply_f32(int blocks, int inner, int stride, const float *X, float mean,
+                                     float a, float b, float *Y)
+{
+    int k, i;
+    size_t at;
+    for (k = 0; k < blocks; ++k)
+        for (i = 0; i < inner; ++i) {
+            at = (size_t)k * (size_t)stride + (size_t)i;
+            Y[at] = (X[at] - mean) * a + b;
+        }
+}
+
+/* Backward through normalization with the group's own statistics (PyTorch's
+ * batch_norm backward): with xmu = X - mean, M values in the group,
+ *   dX = (dY - sum(dY) / M - xmu * sum(dY * xmu) * inv_std^2 / M) * scale * inv_std.
+ * Returns sum(dY) and sum(dY * xmu) for dB and dscale. */
+static inline void et_norm_group_grad_f32(int blocks, int inner, int stride, const float *dY,
+                                          const float *X, float mean, float inv_std, float scale,
+                                          float *dX, float *sum_dy, float *sum_dy_xmu)
+{
+    int k, i;
+    size_t at;
+    float count = (float)blocks * (float)inner, s = 0.0f, sx = 0.0f, mean_dy, proj, a;
+    for (k = 0; k < blocks; ++k)
+        for (i = 0; i < inner; ++i) {
+            at = (size_t)k * (size_t)stride + (size_t)i;
+            s += dY[at];
+            sx += dY[at] * (X[at] - mean);
+        }
+    mean_dy = s / count;
+    proj = sx * inv_std * inv_std / count;
+    a = scale * inv_std;
+    for (k = 0; k < blocks; ++k)
+        for (i = 0; i < inner; ++i) {
+            at = (size_t)k * (size_t)stride + (size_t)i;
+            dX[at] = (dY[at] - mean_dy - (X[at] - mean) * proj) * a;
+        }
+    *sum_dy = s;
+    *sum_dy_xmu = sx;
+}
+
+/* Inference form: normalizes with the given (running or constant) statistics. */
+static inline void et_batchnorm_f32(int n, int c, int inner, float epsilon, const float *X,
+                                    const float *scale, const float *B, const float *mean,
+                                    const float *var, float *Y)
+{
+    int ch;
+    for (ch = 0; ch < c; ++ch)
+        et_norm_apply_f32(n, inner, c * inner, X + (size_t)ch * (size_t)inner, mean[ch],
+                          scale[ch] / sqrtf(var[ch] + epsilon), B[ch], Y + (size_t)ch * (size_t)inner);
+}
+
+/* Training form: normalizes with the batch statistics (biased variance) and,
+ * when running_mean/running_var are given, writes their new values as
+ * PyTorch updates them: running = momentum * running + (1 - momentum) * batch,
+ * with the unbiased batch variance for running_var (momentum is ONNX's, i.e.
+ * 1 - PyTorch's; the compiler guarantees more than one value per channel).
+ * NULL running inputs/outputs: statistics not tracked.  saved_mean and
+ * saved_inv_std = 1 / sqrt(var + eps) are kept for the gradient (NULL:
+ * no gradient follows). */
+static inline void et_batchnorm_train_f32(int n, int c, int inner, float epsilon, float momentum,
+                                          const float *X, const float *scale, const float *B,
+                                          const float *running_mean, const float *running_var,
+                                          float *Y, float *running_mean_out, float *running_var_out,
+                                          float *saved_mean, float *saved_inv_std)
+{
+    int ch;
+    float mean, var, inv_std, count = (float)n * (float)inner;
+    for (ch = 0; ch < c; ++ch) {
+        et_norm_moments_f32(n, inner, c * inner, X + (size_t)ch * (size_t)inner, &mean, &var);
+        inv_std = 1.0f / sqrtf(var + epsilon);
+        et_norm_apply_f32(n, inner, c * inner, X + (size_t)ch * (size_t)inner, mean, scale[ch] * inv_std,
+                          B[ch], Y + (size_t)ch * (size_t)inner);
+        if (saved_mean) {
+            saved_mean[ch] = mean;
+            saved_inv_std[ch] = inv_std;
+        }
+        if (running_mean_out) {
+            running_mean_out[ch] = momentum * running_mean[ch] + (1.0f - momentum) * mean;
+            running_var_out[ch] = momentum * running_var[ch] + (1.0f - momentum) * (var * count / (count - 1.0f));
+        }
+    }
+}
+
+/* Gradient of the training form: flows through the batch statistics. */
+static inline void et_batchnorm_grad_f32(int n, int c, int inner, const float *dY, const float *X,
+                                         const float *scale, const float *saved_mean,
+                                         const float *saved_inv_std, float *dX, float *dscale, float *dB)
+{
+    int ch;
+    float sum_dy, sum_dy_xmu;
+    size_t at;
+    for (ch = 0; ch < c; ++ch) {
+        at = (size_t)ch * (size_t)inner;
+        et_norm_group_grad_f32(n, inner, c * inner, dY + at, X + at, saved_mean[ch], saved_inv_std[ch],
+                               scale[ch], dX + at, &sum_dy, &sum_dy_xmu);
+        dB[ch] = sum_dy;
+        dscale[ch] = sum_dy_xmu * saved_inv_std[ch];
+    }
+}
+
+/* Gradient of the inference form: the statistics are constants, so
+ * dX = dY * scale / sqrt(var + eps). */
+static inline void et_batchnorm_inference_grad_f32(int n, int c, int inner, float epsilon, const float *dY,
+                                                   const float *X, const float *scale, const float *mean,
+                                                   const float *var, float *dX, float *dscale, float *dB)
+{
+    int ch, k, i;
+    size_t at;
+    float inv_std, a, s, sx;
+    for (ch = 0; ch < c; ++ch) {
+        inv_std = 1.0f / sqrtf(var[ch] + epsilon);
+        a = scale[ch] * inv_std;
+        s = 0.0f;
+        sx = 0.0f;
+        for (k = 0; k < n; ++k)
+            for (i = 0; i < inner; ++i) {
+                at = ((size_t)k * (size_t)c + (size_t)ch) * (size_t)inner + (size_t)i;
+                s += dY[at];
+                sx += dY[at] * (X[at] - mean[ch]);
+                dX[at] = dY[at] * a;
+            }
+        dB[ch] = s;
+        dscale[ch] = sx * inv_std;
+    }
+}
+
+/* Each (n, c) block normalized with its own statistics (biased variance). */
+static inline void et_instancenorm_f32(int n, int c, int inner, float epsilon, const float *X,
+                                       const float *scale, const float *B, float *Y)
+{
+    int k, ch;
+    size_t at;
+    float mean, var;
+    for (k = 0; k < n; ++k)
+        for (ch = 0; ch < c; ++ch) {
+            at = ((size_t)k * (size_t)c + (size_t)ch) * (size_t)inner;
+            et_norm_moments_f32(1, inner, inner, X + at, &mean, &var);
+            et_norm_apply_f32(1, inner, inner, X + at, mean, scale[ch] / sqrtf(var + epsilon), B[ch], Y + at);
+        }
+}
+
+/* Recomputes each block's statistics rather than keeping N * C of them
+ * alive from the forward pass: one extra read of X, less arena. */
+static inline void et_instancenorm_grad_f32(int n, int c, int inner, float epsilon, const float *dY,
+                                            const float *X, const float *scale, float *dX, float *dscale,
+                                            float *dB)
+{
+    int k, ch;
+    size_t at;
+    float mean, var, inv_std, sum_dy, sum_dy_xmu;
+    for (ch = 0; ch < c; ++ch) {
+        dscale[ch] = 0.0f;
+        dB[ch] = 0.0f;
+    }
+    for (k = 0; k < n; ++k)
+        for (ch = 0; ch < c; ++ch) {
+            at = ((size_t)k * (size_t)c + (size_t)ch) * (size_t)inner;
+            et_norm_moments_f32(1, inner, inner, X + at, &mean, &var);
+            inv_std = 1.0f / sqrtf(var + epsilon);
+            et_norm_group_grad_f32(1, inner, inner, dY + at, X + at, mean, inv_std, scale[ch], dX + at,
+                                   &sum_dy, &sum_dy_xmu);
+            dB[ch] += sum_dy;
+            dscale[ch] += sum_dy_xmu * inv_std;
+        }
+}
+
+#endif /* ET_NORM_H */

@@ -1,0 +1,229 @@
+/* edgetrain runtime: Pad and Resize (nearest and linear), with gradients.
+ *
+ * Both map every output element to input elements axis by axis, so each
+ * has one walker used in both directions: forward gathers
+ * Y[o] = sum w * X[i]; backward scatters dX[i] += w * dY[o], visiting the
+ * output in row-major order so the accumulation order is fixed.  The
+ * per-axis mapping is recomputed only when that axis's index changes.
+ * Outputs must not overlap inputs. */
+#ifndef ET_RESIZE_H
+#define ET_RESIZE_H
+
+enum { ET_PAD_CONSTANT = 0, ET_PAD_REFLECT = 1, ET_PAD_EDGE = 2, ET_PAD_WRAP = 3 };
+
+/* The input index output index o of an axis reads (o - begin inside the
+ * input), or -1 for the constant border.  Negative pads crop: the same
+ * formula then selects an inner range.  Reflect repeats when the pad is
+ * wider than the axis, as numpy.pad does. */
+static inline int et_pad_source(int o, int begin, int n, int mode)
+{
+    int i = o - begin, period;
+    if (i >= 0 && i < n)
+        return i;
+    if (n <= 0 || mode == ET_PAD_CONSTANT)
+        return -1;
+    if (mode == ET_PAD_EDGE)
+        return i < 0 ? 0 : n - 1;
+    if (mode == ET_PAD_WRAP) {
+        i %= n;
+        return i < 0 ? i + n : i;
+    }
+    if (n == 1)
+        return 0;
+    period = 2 * (n - 1);
+    i %= period;
+    if (i < 0)
+        i += period;
+    return i < n ? i : period - i;
+}
+
+/* forward: Y = pad(X); backward: dX = sum of dY over the outputs reading
+ * each input (the constant border gets no gradient). */
+static inline void et_pad_walk_f32(int rank, const int *in_shape, const int *out_shape, const int *begins,
+                                   int mode, float value, const float *src, float *dst, int backward)
+{
+    int strides[ET_MAX_RANK] = {0}, idx[ET_MAX_RANK] = {0}, part[ET_MAX_RANK] = {0};
+    int d, n_in = 1, n_out = 1, o, off, s, outside;
+    for (d = rank - 1; d >= 0; --d) {
+        strides[d] = n_in;
+        n_in *= in_shape[d];
+        n_out *= out_shape[d];
+    }
+    if (backward)
+        for (o = 0; o < n_in; ++o)
+            dst[o] = 0.0f;
+    if (n_out == 0)
+        return;
+    for (d = 0; d < rank; ++d) {
+        s = et_pad_source(0, begins[d], in_shape[d], mode);
+        part[d] = s < 0 ? -1 : s * strides[d];
+    }
+    for (o = 0; o < n_out; ++o) {
+        off = 0;
+        outside = 0;
+        for (d = 0; d < rank; ++d) {
+            if (part[d] < 0)
+                outside = 1;
+            off += part[d];
+        }
+        if (backward) {
+            if (!outside)
+                dst[off] += src[o];
+        } else {
+            dst[o] = outside ? value : src[off];
+        }
+        for (d = rank - 1; d >= 0; --d) {
+            if (++idx[d] >= out_shape[d])
+                idx[d] = 0;
+            s = et_pad_source(idx[d], begins[d], in_shape[d], mode);
+            part[d] = s < 0 ? -1 : s * strides[d];
+            if (idx[d] != 0)
+                break;
+        }
+    }
+}
+
+static inline void et_pad_f32(int rank, const int *in_shape, const int *out_shape, const int *begins, int mode,
+                              float value, const float *X, float *Y)
+{
+    et_pad_walk_f32(rank, in_shape, out_shape, begins, mode, value, X, Y, 0);
+}
+
+static inline void et_pad_grad_f32(int rank, const int *in_shape, const int *out_shape, const int *begins,
+                                   int mode, const float *dY, float *dX)
+{
+    et_pad_walk_f32(rank, in_shape, out_shape, begins, mode, 0.0f, dY, dX, 1);
+}
+
+/* ONNX coordinate_transformation_mode values we support. */
+enum { ET_RESIZE_HALF_PIXEL = 0, ET_RESIZE_PYTORCH_HALF_PIXEL = 1, ET_RESIZE_ALIGN_CORNERS = 2,
+       ET_RESIZE_ASYMMETRIC = 3 };
+/* mode linear, or mode nearest with its nearest_mode. */
+enum { ET_RESIZE_LINEAR = 0, ET_RESIZE_ROUND_PREFER_FLOOR = 1, ET_RESIZE_ROUND_PREFER_CEIL = 2,
+       ET_RESIZE_FLOOR = 3, ET_RESIZE_CEIL = 4 };
+
+/* Output coordinate o in input coordinates, computed in float as ONNX
+ * Runtime does. */
+static inline float et_resize_coord(int o, int n_in, int n_out, float scale, int coord)
+{
+    if (coord == ET_RESIZE_ALIGN_CORNERS)
+        return n_out <= 1 ? 0.0f : (float)o * (float)(n_in - 1) / (float)(n_out - 1);
+    if (coord == ET_RESIZE_ASYMMETRIC)
+        return (float)o / scale;
+    if (coord == ET_RESIZE_PYTORCH_HALF_PIXEL && n_out <= 1)
+        return 0.0f;
+    return ((float)o + 0.5f) / scale - 0.5f;
+}
+
+/* The input indices lo, hi and the weight of hi for output index o.
+ * Linear clamps the coordinate into [0, n_in - 1], which is what ONNX's
+ * edge-replicating neighbours and PyTorch's index clamping amount to;
+ * nearest has lo == hi and w_hi == 0.  Every rounding of a negative
+ * coordinate ends at index 0, so negatives are clamped first and the
+ * float -> int conversions below are floors. */
+static inline void et_resize_sample(int o, int n_in, int n_out, float scale, int coord, int mode, int *lo,
+                                    int *hi, float *w_hi)
+{
+    float x = et_resize_coord(o, n_in, n_out, scale, coord), frac;
+    int i;
+    if (x < 0.0f)
+        x = 0.0f;
+    if (mode == ET_RESIZE_LINEAR) {
+        if (x > (float)(n_in - 1))
+            x = (float)(n_in - 1);
+        i = (int)x;
+        *lo = i;
+        *hi = i + 1 < n_in ? i + 1 : i;
+        *w_hi = x - (float)i;
+        return;
+    }
+    i = (int)x;
+    frac = x - (float)i;
+    if ((mode == ET_RESIZE_CEIL && frac > 0.0f) || (mode == ET_RESIZE_ROUND_PREFER_FLOOR && frac > 0.5f) ||
+        (mode == ET_RESIZE_ROUND_PREFER_CEIL && frac >= 0.5f))
+        ++i;
+    if (i > n_in - 1)
+        i = n_in - 1;
+    *lo = i;
+    *hi = i;
+    *w_hi = 0.0f;
+}
+
+/* scales: ONNX's scales input, scales[scale_index[d]] for axis d (index
+ * -1: axis not listed); NULL when the model gave sizes, so
+ * scale = out / in as the spec defines.  Linear interpolates over the 2^k
+ * corners of the k axes that change (an unchanged axis maps exactly to
+ * itself, weight 0 on its second neighbour). */
+static inline void et_resize_walk_f32(int rank, const int *in_shape, const int *out_shape, const float *scales,
+                                      const int *scale_index, int coord, int mode, const float *src, float *dst,
+                                      int backward)
+{
+    int strides[ET_MAX_RANK] = {0}, idx[ET_MAX_RANK] = {0}, lo[ET_MAX_RANK] = {0}, hi[ET_MAX_RANK] = {0};
+    int active[ET_MAX_RANK] = {0};
+    float scale[ET_MAX_RANK] = {0.0f}, w_hi[ET_MAX_RANK] = {0.0f}, w, acc;
+    int d, a, n_active = 0, n_in = 1, n_out = 1, o, k, corners, base, off;
+    for (d = rank - 1; d >= 0; --d) {
+        strides[d] = n_in;
+        n_in *= in_shape[d];
+        n_out *= out_shape[d];
+    }
+    if (backward)
+        for (o = 0; o < n_in; ++o)
+            dst[o] = 0.0f;
+    if (n_out == 0)
+        return;
+    for (d = 0; d < rank; ++d) {
+        scale[d] = scales && scale_index[d] >= 0 ? scales[scale_index[d]]
+                                                 : (float)out_shape[d] / (float)in_shape[d];
+        et_resize_sample(0, in_shape[d], out_shape[d], scale[d], coord, mode, &lo[d], &hi[d], &w_hi[d]);
+        if (mode == ET_RESIZE_LINEAR && (in_shape[d] != out_shape[d] || scale[d] != 1.0f))
+            active[n_active++] = d;
+    }
+    corners = 1 << n_active;
+    for (o = 0; o < n_out; ++o) {
+        base = 0;
+        for (d = 0; d < rank; ++d)
+            base += lo[d] * strides[d];
+        acc = 0.0f;
+        for (k = 0; k < corners; ++k) {
+            off = base;
+            w = 1.0f;
+            for (a = 0; a < n_active; ++a) {
+                d = active[a];
+                if ((k >> a) & 1) {
+                    off += (hi[d] - lo[d]) * strides[d];
+                    w *= w_hi[d];
+                } else {
+                    w *= 1.0f - w_hi[d];
+                }
+            }
+            if (backward)
+                dst[off] += w * src[o];
+            else
+                acc += w * src[off];
+        }
+        if (!backward)
+            dst[o] = acc;
+        for (d = rank - 1; d >= 0; --d) {
+            if (++idx[d] >= out_shape[d])
+                idx[d] = 0;
+            et_resize_sample(idx[d], in_shape[d], out_shape[d], scale[d], coord, mode, &lo[d], &hi[d], &w_hi[d]);
+            if (idx[d] != 0)
+                break;
+        }
+    }
+}
+
+static inline void et_resize_f32(int rank, const int *in_shape, const int *out_shape, const float *scales,
+                                 const int *scale_index, int coord, int mode, const float *X, float *Y)
+{
+    et_resize_walk_f32(rank, in_shape, out_shape, scales, scale_index, coord, mode, X, Y, 0);
+}
+
+static inline void et_resize_grad_f32(int rank, const int *in_shape, const int *out_shape, const float *scales,
+                                      const int *scale_index, int coord, int mode, const float *dY, float *dX)
+{
+    et_resize_walk_f32(rank, in_shape, out_shape, scales, scale_index, coord, mode, dY, dX, 1);
+}
+
+#endif /* ET_RESIZE_H */

@@ -1,0 +1,1 @@
+"""Target descriptors (one make fragment per target) and board files, shipped inside the package."""

@@ -1,0 +1,13 @@
+# What the MPS2 boards share: arm-none-eabi-gcc with newlib, our startup code and memory map,
+# output through semihosting (newlib's rdimon), and QEMU's board emulation.
+CC := arm-none-eabi-gcc
+SIZE := arm-none-eabi-size
+NM := arm-none-eabi-nm
+LDFLAGS := --specs=rdimon.specs -nostartfiles -T $(TARGETS_DIR)mps2/mps2.ld -Wl,--gc-sections
+LDLIBS := -lm
+BOARD_SOURCES := $(TARGETS_DIR)mps2/startup.c
+RUN := qemu-system-arm -M $(MACHINE) -nographic -monitor none -serial none \
+       -semihosting-config enable=on,target=native -kernel
+NEEDS := arm-none-eabi-gcc:gcc-arm-none-eabi \
+         /usr/lib/arm-none-eabi/newlib/rdimon.specs:libnewlib-arm-none-eabi \
+         qemu-system-arm:qemu-system-arm

@@ -1,0 +1,52 @@
+"""The personalization and federated-learning examples, end to end (the federated one reduced to
+2 clients and 2 rounds per strategy; `make federated` runs the full one)."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def test_personalization_improves_the_users_accuracy(tmp_path):
+    sys.path.insert(0, str(EXAMPLES / "personalization"))
+    try:
+        import run as personalization
+    finally:
+        sys.path.pop(0)
+    r = personalization.run(tmp_path)
+    assert r["user_after"] >= r["user_before"] + 0.1
+    assert r["original_before"] >= 0.9
+    assert r["ram_head"] < r["ram_full"] / 10  # only the head's parameters, gradients and momentum
+
+
+def _our_processes(flwr_home: Path) -> list[int]:
+    """Processes whose environment points at this run's Flower home."""
+    marker = f"FLWR_HOME={flwr_home}".encode()
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if marker in environ.read_bytes().split(b"\0") and \
+                    (environ.parent / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                found.append(int(environ.parent.name))
+        except OSError:
+            continue
+    return found
+
+
+def test_federated_example_runs_on_flowers_deployment_engine(tmp_path):
+    pytest.importorskip("flwr")
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / "federated" / "run.py"), "--clients", "2", "--rounds", "2",
+         "--local-epochs", "2", "--strategy", "fedavg,fedadam", "--out", str(tmp_path), "--timeout", "280"],
+        capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    rounds = [float(l.split()[-1]) for l in lines if re.fullmatch(r"round \d+ accuracy [0-9.]+", l)]
+    assert len(rounds) == 4 and min(rounds[1], rounds[3]) > 0.5, result.stdout
+    assert sum(l.startswith("clients' held-out digits: accuracy") for l in lines) == 2, result.stdout
+    assert any(l.startswith("fedadam: final global accuracy") for l in lines)
+    assert _our_processes(tmp_path / "flwr") == []  # SuperLink, SuperNodes and their children stopped
