@@ -14,38 +14,6 @@
 #define ET_SQRT2_PI 7.978846e-01f    /* sqrt(2 / pi) */
 #define ET_GELU_KAPPA 4.4715e-02f
 
-/* exp(x) - 1 without the cancellation near 0.  The reduction of et_expf,
- * x = k ln2 + r with |r| <= ln2/2, then expm1(x) = 2^k expm1(r) + (2^k - 1):
- * expm1(r) is et_expf's polynomial without its final 1 (full relative
- * precision), the scaling and 2^k - 1 are exact for |k| <= 24, so only the
- * last addition rounds at full magnitude.  Checked against float64 expm1 on
- * every float in [-100, 100]: at most 1.6 ulp from the exact value. */
-static inline float et_expm1f(float x)
-{
-    float fk, r, p, two_k;
-    int k;
-    if (x != x)
-        return x + x;
-    /* Past +-16 the subtraction cannot cancel (|e^x - 1| > 0.9999). */
-    if (x < -16.0f || x > 16.0f)
-        return et_expf(x) - 1.0f;
-    fk = x * ET_LOG2E;
-    k = (int)(fk + (fk < 0.0f ? -0.5f : 0.5f));
-    fk = (float)k;
-    r = (x - fk * ET_LN2_HI) - fk * ET_LN2_LO;
-    p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * (r * r) + r;
-    if (k == 0)
-        return p;
-    two_k = et_f32_from_bits((uint32_t)(k + 127) << 23);
-    return two_k * p + (two_k - 1.0f);
-}
-
 /* erf to within 1.05 ulp of the exact value, so never more than 1 ulp from
  * the correctly rounded float (checked against float64 erf on every
  * non-negative float; erf is odd by construction).  Polynomials

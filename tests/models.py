@@ -3,28 +3,7 @@
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
-
-def mlp(batch="batch", sizes=(8, 16, 3), seed=0, dropout=None, opset=18):
-    """Gemm -> Relu [-> Dropout] -> Gemm, initialized like torch.nn.Linear."""
-    rng = np.random.default_rng(seed)
-    inits, nodes, x = [], [], "x"
-    for i, (fan_in, fan_out) in enumerate(zip(sizes, sizes[1:])):
-        bound = 1 / np.sqrt(fan_in)
-        inits += [numpy_helper.from_array(rng.uniform(-bound, bound, (fan_out, fan_in)).astype(np.float32), f"fc{i}.weight"),
-                  numpy_helper.from_array(rng.uniform(-bound, bound, fan_out).astype(np.float32), f"fc{i}.bias")]
-        y = "logits" if i == len(sizes) - 2 else f"h{i}"
-        nodes.append(helper.make_node("Gemm", [x, f"fc{i}.weight", f"fc{i}.bias"], [y], transB=1, name=f"fc{i}"))
-        if y != "logits":
-            nodes.append(helper.make_node("Relu", [y], [f"{y}r"], name=f"relu{i}"))
-            y = f"{y}r"
-            if dropout is not None:
-                inits.append(numpy_helper.from_array(np.array(dropout, np.float32), f"ratio{i}"))
-                nodes.append(helper.make_node("Dropout", [y, f"ratio{i}"], [f"{y}d"], name=f"drop{i}"))
-                y = f"{y}d"
-        x = y
-    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, sizes[0]])],
-                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, sizes[-1]])], inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+from edgetrain.demo import build_mlp as mlp  # noqa: F401  (the tests' MLP is the demo's)
 
 
 def weighted_sum(shape, seed=0):

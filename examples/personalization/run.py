@@ -19,38 +19,16 @@ import time
 from pathlib import Path
 
 import numpy as np
-import onnx
-from onnx import TensorProto, helper, numpy_helper
 from scipy import ndimage
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
 from edgetrain import api, artifacts
-from edgetrain.demo import predict
+from edgetrain.demo import build_mlp, predict
 
 SIZES = (64, 128, 64, 10)
 BATCH = 10  # the exported model keeps the batch size it was compiled with
 FEATURES = ["fc0.weight", "fc0.bias", "fc1.weight", "fc1.bias"]  # frozen while personalizing
-
-
-def build_mlp(seed: int) -> onnx.ModelProto:
-    rng = np.random.default_rng(seed)
-    inits, nodes, x = [], [], "x"
-    for i, (fan_in, fan_out) in enumerate(zip(SIZES, SIZES[1:])):
-        bound = 1 / np.sqrt(fan_in)  # torch.nn.Linear's initialization
-        inits += [numpy_helper.from_array(rng.uniform(-bound, bound, (fan_out, fan_in)).astype(np.float32),
-                                          f"fc{i}.weight"),
-                  numpy_helper.from_array(rng.uniform(-bound, bound, fan_out).astype(np.float32), f"fc{i}.bias")]
-        y = "logits" if i == len(SIZES) - 2 else f"h{i}"
-        nodes.append(helper.make_node("Gemm", [x, f"fc{i}.weight", f"fc{i}.bias"], [y], transB=1))
-        if y != "logits":
-            nodes.append(helper.make_node("Relu", [y], [f"{y}_relu"]))
-            y = f"{y}_relu"
-        x = y
-    graph = helper.make_graph(nodes, "digits_mlp",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", SIZES[0]])],
-                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", SIZES[-1]])], inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
 
 
 def user_handwriting(images: np.ndarray, seed: int) -> np.ndarray:
@@ -97,7 +75,7 @@ def run(work: Path, seed: int = 0, pretrain_epochs: int = 30, finetune_epochs: i
         x_user, y_user, train_size=user_train, stratify=y_user, random_state=seed)
 
     # 1. Pre-training: every layer trainable.
-    pre = artifacts.generate_artifacts(build_mlp(seed), artifact_directory=work / "pretrain", batch_size=BATCH,
+    pre = artifacts.generate_artifacts(build_mlp(SIZES, seed), artifact_directory=work / "pretrain", batch_size=BATCH,
                                        learning_rate=1e-3)
     module, opt = trainer(pre)
     fit(module, opt, x_train, y_train, pretrain_epochs, seed)

@@ -8,35 +8,11 @@ import json
 from pathlib import Path
 
 import numpy as np
-import onnx
-from onnx import TensorProto, helper, numpy_helper
-
 from edgetrain import api
 
 SIZES = (64, 64, 10)
 BATCH = 10
 LEARNING_RATE = 0.05  # local SGD with momentum 0.9, restarted every round
-
-
-def build_mlp(seed: int) -> onnx.ModelProto:
-    """Gemm -> Relu -> Gemm, initialized like torch.nn.Linear."""
-    rng = np.random.default_rng(seed)
-    inits, nodes, x = [], [], "x"
-    for i, (fan_in, fan_out) in enumerate(zip(SIZES, SIZES[1:])):
-        bound = 1 / np.sqrt(fan_in)
-        inits += [numpy_helper.from_array(rng.uniform(-bound, bound, (fan_out, fan_in)).astype(np.float32),
-                                          f"fc{i}.weight"),
-                  numpy_helper.from_array(rng.uniform(-bound, bound, fan_out).astype(np.float32), f"fc{i}.bias")]
-        y = "logits" if i == len(SIZES) - 2 else f"h{i}"
-        nodes.append(helper.make_node("Gemm", [x, f"fc{i}.weight", f"fc{i}.bias"], [y], transB=1))
-        if y != "logits":
-            nodes.append(helper.make_node("Relu", [y], [f"{y}_relu"]))
-            y = f"{y}_relu"
-        x = y
-    graph = helper.make_graph(nodes, "digits_mlp",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", SIZES[0]])],
-                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", SIZES[-1]])], inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
 
 
 def split_non_iid(labels: np.ndarray, clients: int, alpha: float, rng: np.random.Generator) -> list[np.ndarray]:
@@ -60,6 +36,7 @@ def prepare(work: Path, clients: int, seed: int = 0, alpha: float = 0.5) -> dict
     from sklearn.model_selection import train_test_split
 
     from edgetrain import artifacts  # the compiler: run.py needs it, the clients do not
+    from edgetrain.demo import build_mlp
 
     digits = load_digits()
     x, y = (digits.data / 16).astype(np.float32), digits.target.astype(np.int64)
@@ -73,7 +50,7 @@ def prepare(work: Path, clients: int, seed: int = 0, alpha: float = 0.5) -> dict
                  x_val=x_train[idx[cut:]], y_val=y_train[idx[cut:]])
         sizes.append(np.bincount(y_train[idx], minlength=10).tolist())
     np.savez(work / "test.npz", x=x_test, y=y_test)
-    artifacts.generate_artifacts(build_mlp(seed), artifact_directory=work / "artifacts", batch_size=BATCH,
+    artifacts.generate_artifacts(build_mlp(SIZES, seed), artifact_directory=work / "artifacts", batch_size=BATCH,
                                  optimizer="SGD", momentum=0.9, learning_rate=LEARNING_RATE, federated=True)
     info = {"clients": clients, "class_counts": sizes, "train": len(x_train), "test": len(x_test)}
     (work / "split.json").write_text(json.dumps(info))
