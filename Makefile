@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 TARGET ?= host
 STEPS ?= 100
 
-.PHONY: demo test clean tools run federated personalize
+.PHONY: demo test clean tools run federated personalize text bench-memory bench-speed
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -44,12 +44,32 @@ federated: $(VENV)/.federated
 personalize: $(VENV)/.demo
 	$(BIN)/python examples/personalization/run.py
 
+# A character-level transformer pre-trained in PyTorch (hence the test extra), fine-tuned in C.
+text: $(VENV)/.test
+	$(BIN)/python examples/text/run.py
+
 tools:
 	@$(MAKE) -s -f targets/Makefile TARGET=$(TARGET) tools
 
 run: $(VENV)/.demo tools
 	$(if $(and $(ARTIFACTS),$(DATA)),,$(error run needs ARTIFACTS=<edgetrain compile output> and DATA=<.npz with x, y>))
 	$(BIN)/edgetrain run $(ARTIFACTS) --target $(TARGET) --data $(DATA) --steps $(STEPS)$(if $(LR), --lr $(LR))
+
+# ONNX Runtime training 1.19.2, the benchmarks' reference, gets its own venv: its wheel provides the
+# `onnxruntime` module too and would shadow the inference package of .venv.
+ORT_VENV := bench/.venv-ort
+$(ORT_VENV)/.installed:
+	$(PYTHON) -m venv $(ORT_VENV)
+	$(ORT_VENV)/bin/pip install -q onnxruntime-training-cpu==1.19.2 torch==2.13.0 onnx numpy
+	touch $@
+
+# RAM of the MLPerf Tiny models under each update policy, beside ONNX Runtime training's (bench/README.md).
+bench-memory: $(VENV)/.test $(ORT_VENV)/.installed
+	$(BIN)/python bench/memory.py
+
+# Training-step time beside ONNX Runtime training and PyTorch (bench/README.md); ARGS=--quick for a short run.
+bench-speed: $(VENV)/.test $(ORT_VENV)/.installed
+	$(BIN)/python bench/speed.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) out build *.egg-info

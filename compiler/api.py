@@ -125,7 +125,8 @@ class CheckpointState:
             shape, offset = param.data.shape, offsets[kind]
             if kind == checkpoint.TRAINABLE:
                 param._data = module._view(module._lib_call("trainable_data"), offset, shape)
-                param.grad = module._view(module._lib_call("trainable_grad"), offset, shape)
+                grads = module._lib_call("trainable_grad")  # NULL for a fused update: no gradient buffers
+                param.grad = None if grads == module._ffi.NULL else module._view(grads, offset, shape)
             else:
                 param._data = module._view(module._lib_call("buffer_data"), offset, shape)
             offsets[kind] += param.data.size
@@ -178,9 +179,10 @@ class Module:
                 raise ValueError(f"input {name!r} expects dtype float32, got {value.dtype}")
             return self._ffi.from_buffer("float[]", np.ascontiguousarray(value))
         if value.dtype not in (np.int32, np.int64):
-            raise ValueError(f"input {name!r} expects integer class labels (int32 or int64), got {value.dtype}")
+            raise ValueError(f"input {name!r} expects integer class labels or indices (int32 or int64), "
+                             f"got {value.dtype}")
         if value.size and (value.min() < -(2**31) or value.max() >= 2**31):
-            raise ValueError(f"input {name!r} has labels outside the int32 range")
+            raise ValueError(f"input {name!r} has values outside the int32 range")
         return self._ffi.from_buffer("int32_t[]", np.ascontiguousarray(value, dtype=np.int32))
 
     def _data_args(self, args, with_labels: bool):
@@ -198,7 +200,8 @@ class Module:
         status = self._lib_call(step, *args, loss)
         if status == BAD_ARGUMENT:
             raise ValueError(f"{step}: an input is out of range for the model (class labels must lie in "
-                             "[0, number of classes) or equal ignore_index)")
+                             "[0, number of classes) or equal ignore_index; indices must lie in [-n, n) for an "
+                             "axis of n)")
         _check(status, step)
         return np.float32(loss[0])
 
@@ -206,7 +209,11 @@ class Module:
         """The model's outputs for `inputs`, computed by the generated C (dropout off)."""
         args = self._data_args(inputs, with_labels=False)
         outs = [np.empty(shape, np.float32) for _, shape in self._outputs]
-        _check(self._lib_call("infer", *args, *[self._ffi.from_buffer("float[]", o) for o in outs]), "infer")
+        status = self._lib_call("infer", *args, *[self._ffi.from_buffer("float[]", o) for o in outs])
+        if status == BAD_ARGUMENT:
+            raise ValueError("infer: an index input is out of range for the model (indices must lie in [-n, n) "
+                             "for an axis of n)")
+        _check(status, "infer")
         return outs
 
     def train(self, mode: bool = True) -> "Module":
@@ -303,6 +310,10 @@ class Optimizer:
 
     def step(self) -> None:
         """Update the parameters from the gradients accumulated since the last lazy_reset_grad().
+
+        A trainer compiled with fused_update=True updates the parameters inside each training call
+        (and advances the step count the learning-rate scheduler reads); then step() does nothing,
+        so an ONNX Runtime training loop runs unchanged.
 
         Raises ValueError when there are none: no training-mode call of the module succeeded since it
         was created, its checkpoint was loaded or lazy_reset_grad() ran (ONNX Runtime would silently

@@ -11,17 +11,19 @@ import onnx
 
 from . import checkpoint
 from .codegen import render
-from .codegen.emit import build
+from .codegen.emit import build, build_inference
 from .errors import EdgetrainError
 from . import targets
 from .frontend import load_model
 from .frontend.validate import check_prefix, check_ram
 from .ir.to_onnx import to_onnx
+from .memory.policy import Plan, meet_budget, policy_parameters, static_ram_bytes
+from .memory.report import memory_report, write_report
 from .optim import LossType, OptimizerSpec, OptimType
 from .ir import COUNTER
-from .trainer import Trainer, build_trainer
+from .trainer import Trainer, build_trainer, inference_only
 
-__all__ = ["LossType", "OptimType", "generate_artifacts"]
+__all__ = ["LossType", "OptimType", "generate_artifacts", "generate_inference"]
 
 TARGETS = targets.names()
 
@@ -30,12 +32,19 @@ def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=LossT
                        optimizer=OptimType.AdamW, artifact_directory="out", batch_size=None, target=None, *,
                        learning_rate=1e-3, prefix="model", ignore_index=None, class_weights=None,
                        momentum=0.0, nesterov=False, weight_decay=0.0, max_grad_norm=None, federated=False,
-                       nominal_checkpoint=False) -> Path:
+                       nominal_checkpoint=False, fused_update=False, update_policy=None, ram_budget=None) -> Path:
     """Compile the forward ONNX `model` into a trainer. Returns the artifact directory.
 
     federated: the C keeps a reference copy of the trainable parameters (one more copy of them in
     RAM) for set_reference / get_delta / apply_update. nominal_checkpoint: also write
-    `checkpoint.nominal`, the parameter table without values, for shipping an app without weights."""
+    `checkpoint.nominal`, the parameter table without values, for shipping an app without weights.
+
+    fused_update: each training step applies the optimizer to each parameter as soon as its
+    gradient is final, so no gradient buffers exist (gradients do not accumulate across calls, and
+    Optimizer.step() has nothing left to do). update_policy: which parameters train, by name of a
+    sparse-update policy ("bias", "last:K", "bias+last:K"; see edgetrain.memory.policy), instead of
+    requires_grad. ram_budget: bytes of RAM the trainer must fit in; cheaper plans (fused update,
+    recomputation) are tried in turn, and the compile fails naming the smallest one reached."""
     if target is not None and target not in TARGETS:
         raise EdgetrainError(f"unknown target {target!r}; known targets: {', '.join(TARGETS)}")
     optimizer = OptimType(optimizer.value if isinstance(optimizer, OptimType) else optimizer)
@@ -47,12 +56,23 @@ def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=LossT
     if nesterov and optimizer is OptimType.SGD and momentum <= 0:
         raise EdgetrainError("nesterov needs a positive momentum")
     check_prefix(prefix)
-    graph = load_model(model, batch_size)
-    trainer = build_trainer(graph, loss=loss, optimizer=spec, requires_grad=requires_grad,
-                            frozen_params=frozen_params, ignore_index=ignore_index, class_weights=class_weights)
-    model_c = build(trainer, prefix, federated)
-    check_ram(4 * (model_c.arena_floats + (2 + model_c.state_slots + model_c.federated) * model_c.trainable_floats
-                   + len(model_c.buffer_init)))
+    if update_policy is not None and requires_grad is not None:
+        raise EdgetrainError("give requires_grad or update_policy, not both")
+    if fused_update and max_grad_norm is not None:
+        raise EdgetrainError("fused_update cannot clip by global norm (max_grad_norm): the norm needs every "
+                             "gradient before the first update")
+
+    def compile_(plan: Plan):
+        graph = load_model(model, batch_size)
+        names = requires_grad if update_policy is None else policy_parameters(graph, update_policy)
+        trainer = build_trainer(graph, loss=loss, optimizer=spec, requires_grad=names, frozen_params=frozen_params,
+                                ignore_index=ignore_index, class_weights=class_weights, recompute=plan.recompute,
+                                keep_every=plan.keep_every)
+        return trainer, build(trainer, prefix, federated, plan.fused_update)
+
+    trainer, model_c = meet_budget(compile_, Plan(bool(fused_update)), ram_budget,
+                                   can_fuse=max_grad_norm is None)
+    check_ram(static_ram_bytes(model_c))
     source, header = render(model_c)
 
     out = Path(artifact_directory)
@@ -70,8 +90,21 @@ def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=LossT
     # A target's compiler measures flash and RAM (targets/<name>.mk); None, the library default,
     # spares the compile and reports the planner's host figures.
     report = targets.add_sizes(report, target, out / "model.c")
-    (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
-    (out / "report.txt").write_text(format_report(report))
+    write_report(report, out)
+    return out
+
+
+def generate_inference(model, artifact_directory="out", batch_size=None, *, prefix="model") -> Path:
+    """Compile a model with nothing to train into model.c / model.h whose one function is `infer`
+    (initializers compiled in as constants). Returns the artifact directory."""
+    check_prefix(prefix)
+    model_c = build_inference(inference_only(load_model(model, batch_size)), prefix)
+    check_ram(4 * (model_c.arena_floats + len(model_c.buffer_init)))
+    source, header = render(model_c)
+    out = Path(artifact_directory)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "model.c").write_text(source)
+    (out / "model.h").write_text(header)
     return out
 
 
@@ -130,50 +163,3 @@ def _optimizer_model(trainer: Trainer) -> onnx.ModelProto:
                               producer_name="edgetrain")
     model.ir_version = min(model.ir_version, 10)
     return model
-
-
-def memory_report(trainer: Trainer, m) -> dict:
-    f32 = 4
-    trainable = m.trainable_floats * f32
-    breakdown = {
-        "arena": m.arena_floats * f32,
-        "parameters": trainable,
-        "gradients": trainable,
-        "optimizer_state": m.state_slots * trainable,
-        "federated_reference": trainable if m.federated else 0,
-    }
-    return {
-        "target": "host",
-        "arena_bytes": breakdown["arena"],
-        "ram_bytes": sum(breakdown.values()),
-        "ram_breakdown": breakdown,
-        "flash_constants_bytes": len(m.consts) * f32,
-        "liveness_lower_bound_bytes": {
-            "train_step": m.train.lower_bound * f32, "eval_step": m.eval.lower_bound * f32,
-            "infer": m.infer.lower_bound * f32},
-        "arena_by_function_bytes": {
-            "train_step": m.train.arena_floats * f32, "eval_step": m.eval.arena_floats * f32,
-            "infer": m.infer.arena_floats * f32},
-        "trainable_parameters": m.trainable_floats,
-        "frozen_parameters": m.frozen_floats,
-        "optimizer": trainer.optimizer.kind.value,
-    }
-
-
-def format_report(report: dict) -> str:
-    rows = [("arena (activations, temporaries)", report["ram_breakdown"]["arena"]),
-            ("trainable parameters", report["ram_breakdown"]["parameters"]),
-            ("gradients", report["ram_breakdown"]["gradients"]),
-            ("optimizer state", report["ram_breakdown"]["optimizer_state"]),
-            *([("federated reference", report["ram_breakdown"]["federated_reference"])]
-              if report["ram_breakdown"]["federated_reference"] else []),
-            *([("other (buffers, counters, alignment)", report["ram_breakdown"]["other"])]
-              if "other" in report["ram_breakdown"] else []),
-            ("total RAM", report["ram_bytes"]),
-            ("constants in flash (frozen weights)", report["flash_constants_bytes"])]
-    width = max(len(r[0]) for r in rows)
-    lines = [f"{label:<{width}}  {value:>12,} B" for label, value in rows]
-    bound = report["liveness_lower_bound_bytes"]["train_step"]
-    lines.append(f"{'train_step liveness lower bound':<{width}}  {bound:>12,} B")
-    lines += targets.format_sizes(report, width)
-    return "\n".join(lines) + "\n"

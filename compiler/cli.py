@@ -35,12 +35,22 @@ def _parser() -> argparse.ArgumentParser:
     compile_.add_argument("--prefix", default="model", help="C symbol prefix, to link several models together")
     compile_.add_argument("--federated", action="store_true",
                           help="add set_reference/get_delta/apply_update (one more copy of the trainable parameters)")
+    compile_.add_argument("--fused-update", action="store_true",
+                          help="apply each parameter's update inside the training step, as soon as its gradient "
+                          "is final: no gradient buffers, and gradients do not accumulate across steps")
+    compile_.add_argument("--update-policy", metavar="POLICY",
+                          help="sparse update: 'bias', 'last:K' (the K parameterized layers nearest the output) or "
+                          "'bias+last:K'; instead of --requires-grad")
+    compile_.add_argument("--ram-budget", type=int, metavar="BYTES",
+                          help="fit the trainer's RAM in BYTES, with fused update and recomputation if needed")
     compile_.add_argument("--nominal-checkpoint", action="store_true",
                           help="also write checkpoint.nominal: the parameter table without values")
 
     report = sub.add_parser("report", help="print the memory report of an artifact directory")
     report.add_argument("directory")
     report.add_argument("--json", action="store_true", help="print report.json instead of the table")
+    report.add_argument("--plot", action="store_true",
+                        help="draw the arena occupancy plot (memory.png; needs matplotlib: edgetrain[report])")
 
     run = sub.add_parser("run", help="build the trainer with a harness for a target and train on embedded data "
                          "(emulated unless host); prints each step's loss and a SHA-256 of the parameters")
@@ -67,10 +77,14 @@ def main(argv=None) -> int:
                 artifact_directory=args.output, batch_size=args.batch_size, target=args.target,
                 learning_rate=args.lr, prefix=args.prefix, ignore_index=args.ignore_index, momentum=args.momentum,
                 nesterov=args.nesterov, weight_decay=args.weight_decay, max_grad_norm=args.max_grad_norm,
-                federated=args.federated, nominal_checkpoint=args.nominal_checkpoint)
+                federated=args.federated, nominal_checkpoint=args.nominal_checkpoint,
+                fused_update=args.fused_update, update_policy=args.update_policy, ram_budget=args.ram_budget)
             print((out / "report.txt").read_text(), end="")
             print(f"wrote {out}/: model.c model.h training_model.onnx eval_model.onnx optimizer_model.onnx "
-                  "checkpoint report.json")
+                  "checkpoint report.json report.txt" + (" memory.png" if (out / "memory.png").exists() else ""))
+        elif args.command == "report" and args.plot:
+            from .memory.report import plot_directory
+            print(f"wrote {plot_directory(args.directory)}")
         elif args.command == "report":
             path = f"{args.directory}/report.{'json' if args.json else 'txt'}"
             try:

@@ -48,6 +48,8 @@ def _model_spec(directory: Path) -> tuple[str, int, str | None, int, int]:
     inputs = json.loads(meta["edgetrain.inputs"])
     if len(inputs) != 1:
         raise EdgetrainError(f"the model in {directory} has {len(inputs)} inputs; `run` feeds exactly one (x)")
+    if infos[inputs[0]].elem_type != onnx.TensorProto.FLOAT:
+        raise EdgetrainError(f"the model in {directory} takes integer indices as input; `run` feeds float x only")
     labels = meta.get("edgetrain.labels") or None
     label_type = None if labels is None else (
         "float" if infos[labels].elem_type == onnx.TensorProto.FLOAT else "int32_t")

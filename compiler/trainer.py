@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from .autodiff import differentiate
 from .errors import EdgetrainError
 from .ir import Graph, Node
+from .memory.recompute import recompute as recompute_cheap
 from .ops import lookup
 from .optim import LossType, OptimizerSpec, append_loss
 
@@ -26,6 +27,7 @@ class Trainer:
     grads: dict[str, str | None]  # trainable parameter -> its gradient value
     optimizer: OptimizerSpec
     state_updates: dict[str, str]  # buffer -> its new value after a training step
+    backward_start: int = 0  # train_nodes[backward_start:] are the backward pass
 
     @property
     def params(self) -> list[str]:
@@ -103,20 +105,37 @@ def _state_updates(nodes: list[Node]) -> dict[str, str]:
 
 
 def build_trainer(graph: Graph, *, loss: LossType | None, optimizer: OptimizerSpec, requires_grad=None,
-                  frozen_params=None, ignore_index=None, class_weights=None) -> Trainer:
+                  frozen_params=None, ignore_index=None, class_weights=None, recompute=False,
+                  keep_every=0) -> Trainer:
+    """recompute: forward activations the backward pass reads are computed again there
+    (edgetrain.memory.recompute: cheap ones, or with keep_every=K all but every K-th), trading
+    time for RAM."""
     trainable, frozen = _resolve_params(graph, requires_grad, frozen_params)
     if not trainable:
-        raise EdgetrainError("nothing to train: no trainable float initializers")
+        raise EdgetrainError("nothing to train: no trainable float initializers "
+                             "(artifacts.generate_inference compiles a model for inference only)")
     model_nodes = list(graph.nodes)
     loss_value, labels = append_loss(graph, loss, ignore_index=ignore_index, class_weights=class_weights)
     loss_nodes = graph.nodes[len(model_nodes):]
     training = _variants(graph, model_nodes, training=True)
     updates = _state_updates(training)
     graph.nodes = _live(training + loss_nodes, [loss_value] + list(updates.values()))
+    backward_start = len(graph.nodes)
     grads = differentiate(graph, loss_value, trainable)
-    train_nodes = graph.nodes
+    train_nodes = (recompute_cheap(graph, graph.nodes, backward_start, keep_every) if recompute
+                   else graph.nodes)
     inference = _variants(graph, model_nodes, training=False)
     graph.nodes = inference
     return Trainer(graph=graph, train_nodes=train_nodes, eval_nodes=_live(inference + loss_nodes, [loss_value]),
                    infer_nodes=_live(inference, graph.outputs), loss=loss_value, labels=labels,
-                   trainable=trainable, frozen=frozen, grads=grads, optimizer=optimizer, state_updates=updates)
+                   trainable=trainable, frozen=frozen, grads=grads, optimizer=optimizer, state_updates=updates,
+                   backward_start=backward_start)
+
+
+def inference_only(graph: Graph) -> Trainer:
+    """A model with nothing to train, as its inference graph alone: every float initializer is
+    frozen, and there is no loss, no training graph and no optimizer."""
+    graph.nodes = _variants(graph, list(graph.nodes), training=False)
+    return Trainer(graph=graph, train_nodes=[], eval_nodes=[], infer_nodes=_live(graph.nodes, graph.outputs),
+                   loss=None, labels=None, trainable=[], frozen=list(graph.params), grads={}, optimizer=None,
+                   state_updates={})

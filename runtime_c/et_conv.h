@@ -31,7 +31,9 @@ static inline int et_conv_ceil_div_(int a, int b)
  * Clipping ranges up front keeps bounds tests out of the inner loops. */
 static inline void et_conv_span_(int step, int off, int len, int n, int *lo, int *hi)
 {
-    int a = et_conv_ceil_div_(-off, step), b = et_conv_ceil_div_(len - off, step);
+    /* Unit steps (most taps) need no division. */
+    int a = step == 1 ? -off : et_conv_ceil_div_(-off, step);
+    int b = step == 1 ? len - off : et_conv_ceil_div_(len - off, step);
     *lo = a > 0 ? a : 0;
     *hi = b < n ? b : n;
     if (*hi < *lo)
@@ -43,20 +45,55 @@ static inline int et_conv_volume_(const int *v)
     return v[0] * v[1] * v[2];
 }
 
-/* y[j * y_step] += w * x[j * x_step] for j < n: the inner loop of both
- * convolution directions.  Output and input never overlap, and saying so
- * (restrict) lets compilers vectorize the unit-step case; each y element
- * still gets its own single product, so rounding is unchanged. */
-static inline void et_conv_axpy_(int n, float w, const float *restrict x, int x_step,
-                                 float *restrict y, int y_step)
+/* Output channels that share each load of an input row: the forward and
+ * transposed kernels run four output rows at once where a group has four
+ * channels left, one otherwise. */
+#define ET_CONV_ROWS 4
+
+static inline void et_conv_axpy4_(int n, float w0, float w1, float w2, float w3, const float *restrict x,
+                                  float *restrict y0, float *restrict y1, float *restrict y2,
+                                  float *restrict y3)
 {
     int j;
-    if (x_step == 1 && y_step == 1)
-        for (j = 0; j < n; ++j)
-            y[j] += w * x[j];
-    else
-        for (j = 0; j < n; ++j)
-            y[j * y_step] += w * x[j * x_step];
+    for (j = 0; j < n; ++j) {
+        float xj = x[j];
+        y0[j] += w0 * xj;
+        y1[j] += w1 * xj;
+        y2[j] += w2 * xj;
+        y3[j] += w3 * xj;
+    }
+}
+
+/* y_r[j * y_step] += w[r * w_step] * x[j * x_step] for j < n and rows
+ * r < rows (1 or ET_CONV_ROWS), the rows `y_rs` apart: the inner loop of
+ * both convolution directions.  Outputs never overlap inputs, and saying
+ * so (restrict) lets compilers vectorize the unit-step case; each y
+ * element still gets its own single product, so rounding is unchanged. */
+static inline void et_conv_axpy_(int rows, int n, const float *w, int w_step, const float *restrict x,
+                                 int x_step, float *restrict y, size_t y_rs, int y_step)
+{
+    int j, r;
+    if (rows == ET_CONV_ROWS && x_step == 1 && y_step == 1) {
+        et_conv_axpy4_(n, w[0], w[w_step], w[2 * w_step], w[3 * w_step], x, y, y + y_rs, y + 2 * y_rs,
+                       y + 3 * y_rs);
+        return;
+    }
+    for (r = 0; r < rows; ++r) {
+        float wr = w[r * w_step];
+        float *yr = y + r * y_rs;
+        if (x_step == 1 && y_step == 1)
+            for (j = 0; j < n; ++j)
+                yr[j] += wr * x[j];
+        else
+            for (j = 0; j < n; ++j)
+                yr[j * y_step] += wr * x[j * x_step];
+    }
+}
+
+/* How many output channels from m on, within a group ending at m_end, run together. */
+static inline int et_conv_rows_(int m, int m_end)
+{
+    return m_end - m >= ET_CONV_ROWS ? ET_CONV_ROWS : 1;
 }
 
 /* A 1x1 kernel with unit strides and no shift maps position i to i. */
@@ -83,7 +120,7 @@ static inline void et_conv_f32(int N, int C, int M, int G, const int *in, const 
     int Cg = C / G, Mg = M / G;
     int in_size = et_conv_volume_(in), out_size = et_conv_volume_(out);
     int k_size = et_conv_volume_(k);
-    int n, m, c, g, oz, oy, ox, kz, ky, kx;
+    int n, m, c, g, r, rows, oz, oy, ox, kz, ky, kx;
     if (et_conv_pointwise_(in, out, k, s, p)) {
         for (n = 0; n < N; ++n)
             for (g = 0; g < G; ++g)
@@ -94,19 +131,21 @@ static inline void et_conv_f32(int N, int C, int M, int G, const int *in, const 
         return;
     }
     for (n = 0; n < N; ++n)
-        for (m = 0; m < M; ++m) {
-            const float *Xg = X + ((size_t)n * (size_t)C + (size_t)(m / Mg) * (size_t)Cg) * (size_t)in_size;
+        for (m = 0; m < M; m += rows) {
+            int g0 = m / Mg;
+            const float *Xg = X + ((size_t)n * (size_t)C + (size_t)g0 * (size_t)Cg) * (size_t)in_size;
             const float *Wm = W + (size_t)m * (size_t)Cg * (size_t)k_size;
             float *Ym = Y + ((size_t)n * (size_t)M + (size_t)m) * (size_t)out_size;
-            float bias = B ? B[m] : 0.0f;
+            rows = et_conv_rows_(m, (g0 + 1) * Mg);
             for (oz = 0; oz < out[0]; ++oz)
                 for (oy = 0; oy < out[1]; ++oy) {
                     float *y = Ym + ((size_t)oz * (size_t)out[1] + (size_t)oy) * (size_t)out[2];
                     int z0, z1, y0, y1;
                     et_conv_span_(d[0], oz * s[0] - p[0], in[0], k[0], &z0, &z1);
                     et_conv_span_(d[1], oy * s[1] - p[1], in[1], k[1], &y0, &y1);
-                    for (ox = 0; ox < out[2]; ++ox)
-                        y[ox] = 0.0f;
+                    for (r = 0; r < rows; ++r)
+                        for (ox = 0; ox < out[2]; ++ox)
+                            y[r * out_size + ox] = 0.0f;
                     for (c = 0; c < Cg; ++c)
                         for (kz = z0; kz < z1; ++kz)
                             for (ky = y0; ky < y1; ++ky) {
@@ -118,11 +157,13 @@ static inline void et_conv_f32(int N, int C, int M, int G, const int *in, const 
                                 for (kx = 0; kx < k[2]; ++kx) {
                                     int off = kx * d[2] - p[2], x0, x1;
                                     et_conv_span_(s[2], off, in[2], out[2], &x0, &x1);
-                                    et_conv_axpy_(x1 - x0, wrow[kx], xrow + x0 * s[2] + off, s[2], y + x0, 1);
+                                    et_conv_axpy_(rows, x1 - x0, wrow + kx, Cg * k_size, xrow + x0 * s[2] + off, s[2],
+                                                  y + x0, (size_t)out_size, 1);
                                 }
                             }
-                    for (ox = 0; ox < out[2]; ++ox)
-                        y[ox] += bias;
+                    for (r = 0; r < rows; ++r)
+                        for (ox = 0; ox < out[2]; ++ox)
+                            y[r * out_size + ox] += B ? B[m + r] : 0.0f;
                 }
         }
 }
@@ -141,7 +182,7 @@ static inline void et_conv_transpose_f32(int N, int C, int M, int G, const int *
     int Cg = C / G, Mg = M / G;
     int in_size = et_conv_volume_(in), out_size = et_conv_volume_(out);
     int k_size = et_conv_volume_(k);
-    int n, m, c, g, i, iz, iy, kz, ky, kx;
+    int n, m, c, g, i, rows, iz, iy, kz, ky, kx;
     if (et_conv_pointwise_(in, out, k, s, p)) {
         /* Y_g = W_g^T X_g: W_g is [C/G, M/G], read transposed. */
         for (n = 0; n < N; ++n)
@@ -153,10 +194,11 @@ static inline void et_conv_transpose_f32(int N, int C, int M, int G, const int *
         return;
     }
     for (n = 0; n < N; ++n)
-        for (m = 0; m < M; ++m) {
+        for (m = 0; m < M; m += rows) {
             int gi = m / Mg, mm = m % Mg;
             float *Ym = Y + ((size_t)n * (size_t)M + (size_t)m) * (size_t)out_size;
-            for (i = 0; i < out_size; ++i)
+            rows = et_conv_rows_(m, (gi + 1) * Mg);
+            for (i = 0; i < rows * out_size; ++i)
                 Ym[i] = 0.0f;
             for (c = 0; c < Cg; ++c) {
                 const float *Xc = X + ((size_t)n * (size_t)C + (size_t)gi * (size_t)Cg + (size_t)c) * (size_t)in_size;
@@ -176,30 +218,33 @@ static inline void et_conv_transpose_f32(int N, int C, int M, int G, const int *
                                 for (kx = 0; kx < k[2]; ++kx) {
                                     int offx = kx * d[2] - p[2], x0, x1;
                                     et_conv_span_(s[2], offx, out[2], in[2], &x0, &x1);
-                                    et_conv_axpy_(x1 - x0, wrow[kx], xrow + x0, 1, yrow + x0 * s[2] + offx, s[2]);
+                                    et_conv_axpy_(rows, x1 - x0, wrow + kx, k_size, xrow + x0, 1,
+                                                  yrow + x0 * s[2] + offx, (size_t)out_size, s[2]);
                                 }
                             }
                         }
                 }
             }
             if (B)
-                for (i = 0; i < out_size; ++i)
-                    Ym[i] += B[m];
+                for (i = 0; i < rows * out_size; ++i)
+                    Ym[i] += B[m + i / out_size];
         }
 }
 
 /* Conv's weight gradient: dW[m, c, kz, ky, kx] = sum over n, oz, oy, ox
- * (in that order) of dY[n, m, o] * X[n, g*C/G + c, o*s + k*d - p], with
- * Conv's geometry (`in` is X's size, `out` is dY's).  ConvTranspose's
- * weight gradient is the same sum with the roles of X and dY swapped. */
+ * of dY[n, m, o] * X[n, g*C/G + c, o*s + k*d - p], with Conv's geometry
+ * (`in` is X's size, `out` is dY's): one dot product per weight, its rows
+ * (n, oz, oy ascending; whole planes for a pointwise kernel) added into
+ * et_linalg.h's lanes.  ConvTranspose's weight gradient is the same sum
+ * with the roles of X and dY swapped. */
 static inline void et_conv_grad_w_f32(int N, int C, int M, int G, const int *in,
                                       const int *out, const int *k, const int *s,
                                       const int *d, const int *p, const float *dY,
                                       const float *X, float *dW)
 {
-    int Cg = C / G, Mg = M / G;
+    int Cg = C / G, Mg = M / G, pointwise = et_conv_pointwise_(in, out, k, s, p);
     int in_size = et_conv_volume_(in), out_size = et_conv_volume_(out);
-    int n, m, c, oz, oy, ox, kz, ky, kx;
+    int n, m, c, oz, oy, kz, ky, kx;
     for (m = 0; m < M; ++m)
         for (c = 0; c < Cg; ++c)
             for (kz = 0; kz < k[0]; ++kz) {
@@ -210,23 +255,26 @@ static inline void et_conv_grad_w_f32(int N, int C, int M, int G, const int *in,
                     et_conv_span_(s[1], offy, in[1], out[1], &y0, &y1);
                     for (kx = 0; kx < k[2]; ++kx) {
                         int offx = kx * d[2] - p[2], x0, x1;
-                        float acc = 0.0f;
+                        float lane[ET_LANES] = {0.0f};
                         et_conv_span_(s[2], offx, in[2], out[2], &x0, &x1);
                         for (n = 0; n < N; ++n) {
                             const float *dYm = dY + ((size_t)n * (size_t)M + (size_t)m) * (size_t)out_size;
                             const float *Xc = X + ((size_t)n * (size_t)C + (size_t)(m / Mg) * (size_t)Cg +
                                                    (size_t)c) * (size_t)in_size;
+                            if (pointwise) {
+                                et_dot_lanes_f32_(out_size, Xc, 1, dYm, lane);
+                                continue;
+                            }
                             for (oz = z0; oz < z1; ++oz)
                                 for (oy = y0; oy < y1; ++oy) {
                                     const float *dyrow = dYm + ((size_t)oz * (size_t)out[1] + (size_t)oy) * (size_t)out[2];
                                     const float *xrow = Xc + ((size_t)(oz * s[0] + offz) * (size_t)in[1] +
                                                               (size_t)(oy * s[1] + offy)) * (size_t)in[2];
-                                    for (ox = x0; ox < x1; ++ox)
-                                        acc += dyrow[ox] * xrow[ox * s[2] + offx];
+                                    et_dot_lanes_f32_(x1 - x0, xrow + x0 * s[2] + offx, s[2], dyrow + x0, lane);
                                 }
                         }
                         dW[((((size_t)m * (size_t)Cg + (size_t)c) * (size_t)k[0] + (size_t)kz) * (size_t)k[1] +
-                            (size_t)ky) * (size_t)k[2] + (size_t)kx] = acc;
+                            (size_t)ky) * (size_t)k[2] + (size_t)kx] = et_dot_total_f32_(lane);
                     }
                 }
             }

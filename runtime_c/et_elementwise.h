@@ -100,8 +100,8 @@ static inline void et_clip_f32(int n, float lo, float hi, const float *X, float 
 {
     int i;
     for (i = 0; i < n; ++i) {
-        float x = X[i];
-        Y[i] = x < lo ? lo : (x > hi ? hi : x);
+        float y = X[i] < lo ? lo : X[i];
+        Y[i] = y > hi ? hi : y;  /* max wins when lo > hi, as ONNX and torch.clamp say */
     }
 }
 

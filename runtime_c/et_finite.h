@@ -14,4 +14,10 @@ static inline int et_sum_finite_f32(int n, const float *G, const float *Acc)
     return 1;
 }
 
+/* A status for the fused update: a parameter is updated only from a finite gradient. */
+static inline int et_check_finite_f32(int n, const float *X)
+{
+    return et_all_finite_f32(n, X) ? ET_OK : ET_NON_FINITE;
+}
+
 #endif /* ET_FINITE_H */

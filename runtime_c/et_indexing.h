@@ -1,5 +1,5 @@
-/* edgetrain runtime: ops that select elements (Slice, Tile, Gather, Where,
- * Max, Min) and their gradients.
+/* edgetrain runtime: ops that select elements (Slice, Tile, Gather, Trilu,
+ * Where, Max, Min) and their gradients.
  *
  * Shapes arrive as a rank and an extent array (rank >= 1: scalars come as
  * one-element vectors); "strides" are element strides of an operand read
@@ -59,28 +59,55 @@ static inline void et_tile_f32(int rank, const int *in_shape, const int *repeats
     }
 }
 
+/* Token indices come from user data at run time, so they are validated
+ * before any kernel uses them: each must lie in [-axis_dim, axis_dim). */
+static inline int et_check_indices(int n, const int32_t *indices, int axis_dim)
+{
+    int i;
+    for (i = 0; i < n; ++i)
+        if (indices[i] < -axis_dim || indices[i] >= axis_dim)
+            return ET_BAD_ARGUMENT;
+    return ET_OK;
+}
+
+/* Gather's indices come as compile-time constants (int) or as a model input
+ * (int32_t, which is not int on every target): exactly one of the two
+ * pointers is given.  Negative indices count from the end, as in ONNX. */
+static inline int et_gather_index_(const int *const_indices, const int32_t *indices, int j,
+                                   int axis_dim)
+{
+    int k = const_indices ? const_indices[j] : (int)indices[j];
+    return k < 0 ? k + axis_dim : k;
+}
+
 /* ONNX Gather with X viewed as [outer, axis_dim, inner] and Y as
- * [outer, n_indices, inner].  Negative indices count from the end, as in
- * ONNX; indices must lie in [-axis_dim, axis_dim). */
+ * [outer, n_indices, inner].  An index out of range, which the callers rule
+ * out beforehand, gives a row of zeros, so a missed check cannot read out of
+ * bounds. */
 static inline void et_gather_f32(int outer, int axis_dim, int inner, int n_indices,
-                                 const int *indices, const float *X, float *Y)
+                                 const int *const_indices, const int32_t *indices, const float *X,
+                                 float *Y)
 {
     int o, j, k;
-    if (inner <= 0)
-        return;
+    float *dst;
     for (o = 0; o < outer; ++o)
         for (j = 0; j < n_indices; ++j) {
-            k = indices[j] < 0 ? indices[j] + axis_dim : indices[j];
-            memcpy(Y + ((size_t)o * (size_t)n_indices + (size_t)j) * (size_t)inner,
-                   X + ((size_t)o * (size_t)axis_dim + (size_t)k) * (size_t)inner,
-                   (size_t)inner * sizeof(float));
+            k = et_gather_index_(const_indices, indices, j, axis_dim);
+            dst = Y + ((size_t)o * (size_t)n_indices + (size_t)j) * (size_t)inner;
+            if (k < 0 || k >= axis_dim)
+                memset(dst, 0, (size_t)inner * sizeof(float));
+            else
+                memcpy(dst, X + ((size_t)o * (size_t)axis_dim + (size_t)k) * (size_t)inner,
+                       (size_t)inner * sizeof(float));
         }
 }
 
 /* Scatter-add of dY back to the gathered rows.  A repeated index sums its
- * rows in index order, so the result is the same on every target. */
+ * rows in index order, so the result is the same on every target; an index
+ * out of range adds nothing. */
 static inline void et_gather_grad_f32(int outer, int axis_dim, int inner, int n_indices,
-                                      const int *indices, const float *dY, float *dX)
+                                      const int *const_indices, const int32_t *indices,
+                                      const float *dY, float *dX)
 {
     int o, j, k, i;
     float *dst;
@@ -89,12 +116,27 @@ static inline void et_gather_grad_f32(int outer, int axis_dim, int inner, int n_
         dX[i] = 0.0f;
     for (o = 0; o < outer; ++o)
         for (j = 0; j < n_indices; ++j) {
-            k = indices[j] < 0 ? indices[j] + axis_dim : indices[j];
+            k = et_gather_index_(const_indices, indices, j, axis_dim);
+            if (k < 0 || k >= axis_dim)
+                continue;
             dst = dX + ((size_t)o * (size_t)axis_dim + (size_t)k) * (size_t)inner;
             src = dY + ((size_t)o * (size_t)n_indices + (size_t)j) * (size_t)inner;
             for (i = 0; i < inner; ++i)
                 dst[i] += src[i];
         }
+}
+
+/* ONNX Trilu over `batch` matrices of rows x cols: keeps the elements with
+ * col - row >= k (upper) or col - row <= k (lower) and zeroes the others. */
+static inline void et_trilu_f32(int batch, int rows, int cols, int k, int upper, const float *X,
+                                float *Y)
+{
+    int b, r, c;
+    size_t at = 0;
+    for (b = 0; b < batch; ++b)
+        for (r = 0; r < rows; ++r)
+            for (c = 0; c < cols; ++c, ++at)
+                Y[at] = (upper ? c - r >= k : c - r <= k) ? X[at] : 0.0f;
 }
 
 /* Offset of row idx (all axes but the innermost) in an operand. */

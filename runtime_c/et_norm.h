@@ -1,6 +1,6 @@
 /* edgetrain runtime: BatchNormalization (inference form, and training form
- * with PyTorch's running statistics) and InstanceNormalization, with their
- * gradients.
+ * with PyTorch's running statistics), InstanceNormalization and
+ * LayerNormalization, with their gradients.
  *
  * Tensors are ONNX's [N, C, spatial...], seen as [N, C, inner]: channel c
  * of batch item n is the contiguous block X + (n * C + c) * inner.  A
@@ -198,6 +198,72 @@ static inline void et_instancenorm_grad_f32(int n, int c, int inner, float epsil
             dB[ch] += sum_dy;
             dscale[ch] += sum_dy_xmu * inv_std;
         }
+}
+
+/* LayerNormalization over rows of `inner` values (the axes from ONNX's axis
+ * on), each with its own statistics; scale and B hold one value per row
+ * position (B may be NULL).  Mean and InvStd, when not NULL, receive each
+ * row's mean and 1 / sqrt(var + eps). */
+static inline void et_layernorm_f32(int outer, int inner, float epsilon, const float *X,
+                                    const float *scale, const float *B, float *Y, float *Mean,
+                                    float *InvStd)
+{
+    int r, i;
+    size_t at;
+    float mean, var, inv_std;
+    for (r = 0; r < outer; ++r) {
+        at = (size_t)r * (size_t)inner;
+        et_norm_moments_f32(1, inner, inner, X + at, &mean, &var);
+        inv_std = 1.0f / sqrtf(var + epsilon);
+        for (i = 0; i < inner; ++i)
+            Y[at + (size_t)i] = (X[at + (size_t)i] - mean) * inv_std * scale[i] + (B ? B[i] : 0.0f);
+        if (Mean)
+            Mean[r] = mean;
+        if (InvStd)
+            InvStd[r] = inv_std;
+    }
+}
+
+/* Recomputes each row's statistics (one extra read of X instead of keeping
+ * them alive).  With xhat = (X - mean) * inv_std, g = dY * scale and M values
+ * per row:
+ *   dX = inv_std * (g - sum(g) / M - xhat * sum(g * xhat) / M)
+ *        + dMean / M - dInvStd * inv_std^2 * xhat / M,
+ * the last two terms from the gradients reaching the Mean and InvStdDev
+ * outputs (NULL when the loss does not use them); d inv_std / dX follows from
+ * var's derivative 2 (X - mean) / M.  dscale and dB sum dY * xhat and dY. */
+static inline void et_layernorm_grad_f32(int outer, int inner, float epsilon, const float *dY,
+                                         const float *X, const float *scale, const float *dMean,
+                                         const float *dInvStd, float *dX, float *dscale, float *dB)
+{
+    int r, i;
+    size_t at;
+    float mean, var, inv_std, xhat, sum_g, sum_gx, count = (float)inner, extra_mean, extra_inv;
+    for (i = 0; i < inner; ++i) {
+        dscale[i] = 0.0f;
+        dB[i] = 0.0f;
+    }
+    for (r = 0; r < outer; ++r) {
+        at = (size_t)r * (size_t)inner;
+        et_norm_moments_f32(1, inner, inner, X + at, &mean, &var);
+        inv_std = 1.0f / sqrtf(var + epsilon);
+        sum_g = 0.0f;
+        sum_gx = 0.0f;
+        for (i = 0; i < inner; ++i) {
+            xhat = (X[at + (size_t)i] - mean) * inv_std;
+            sum_g += dY[at + (size_t)i] * scale[i];
+            sum_gx += dY[at + (size_t)i] * scale[i] * xhat;
+            dscale[i] += dY[at + (size_t)i] * xhat;
+            dB[i] += dY[at + (size_t)i];
+        }
+        extra_mean = dMean ? dMean[r] / count : 0.0f;
+        extra_inv = dInvStd ? dInvStd[r] * inv_std * inv_std / count : 0.0f;
+        for (i = 0; i < inner; ++i) {
+            xhat = (X[at + (size_t)i] - mean) * inv_std;
+            dX[at + (size_t)i] = inv_std * (dY[at + (size_t)i] * scale[i] - sum_g / count - xhat * sum_gx / count)
+                                 + extra_mean - extra_inv * xhat;
+        }
+    }
 }
 
 #endif /* ET_NORM_H */

@@ -4,6 +4,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # shared helpers: gradcheck, models
+sys.path.insert(1, str(Path(__file__).parent.parent / "examples" / "models"))  # reference models: mlperf_tiny
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -62,8 +62,8 @@ def _output_shapes(op_type, inputs, attrs, const_inputs, n_outputs, opset):
 
 
 def _input_names(inputs, const_inputs):
-    """Node inputs: the float operands in order, then the constants; a None constant is an omitted input."""
-    names = list(inputs) + [("" if v is None else k) for k, v in const_inputs.items()]
+    """Node inputs: the float operands in order, then the constants; a None value is an omitted input."""
+    names = [("" if v is None else k) for k, v in list(inputs.items()) + list(const_inputs.items())]
     while names and not names[-1]:
         names.pop()
     return names
@@ -86,7 +86,7 @@ def build_op_model(op_type: str, inputs: dict, attrs: dict, const_inputs: dict, 
         nodes.append(helper.make_node("Add", [acc, t], ["loss" if i == len(terms) - 2 else f"acc{i}"]))
         acc = f"acc{i}"
     graph_inputs = [helper.make_tensor_value_info(f"R{i}", TensorProto.FLOAT, s) for i, s in enumerate(shapes)]
-    inits = [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in inputs.items()]
+    inits = [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in inputs.items() if v is not None]
     inits += [numpy_helper.from_array(np.asarray(v), k) for k, v in const_inputs.items() if v is not None]
     graph = helper.make_graph(nodes, f"grad_{op_type}", graph_inputs,
                               [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])], inits)
@@ -98,13 +98,14 @@ def check_op_gradients(op_type: str, inputs: dict[str, np.ndarray], attrs: dict,
                        n_outputs: int = 1, seed: int = 0) -> float:
     """Compare edgetrain's loss and gradients for one `op_type` node against torch autograd.
 
-    inputs: the op's float operands (become trainable initializers), in node-input order.
+    inputs: the op's float operands (become trainable initializers), in node-input order; a None
+        value leaves that optional input empty (e.g. a recurrence's B before its initial_h).
     const_inputs: constant operands that follow them (axes, shape, bounds, exponent, split sizes);
         a None value leaves that optional input empty (e.g. Clip's min).
-    torch_fn: maps the float operands as torch tensors (same order) to Y, or a tuple of outputs.
+    torch_fn: maps the given float operands as torch tensors (same order) to Y, or a tuple of outputs.
     Returns the max absolute error measured over the loss and every gradient."""
     const_inputs = dict(const_inputs or {})
-    inputs = {k: np.asarray(v, np.float32) for k, v in inputs.items()}
+    inputs = {k: None if v is None else np.asarray(v, np.float32) for k, v in inputs.items()}
     clash = {"loss"} | {f"{p}{i}" for p in ("R", "YR", "S", "Y", "acc") for i in range(n_outputs)} | {"Y"}
     assert not clash & (set(inputs) | set(const_inputs)), "operand names clash with the harness's names"
     model, _, shapes = build_op_model(op_type, inputs, attrs, const_inputs, n_outputs, opset)
@@ -114,7 +115,8 @@ def check_op_gradients(op_type: str, inputs: dict[str, np.ndarray], attrs: dict,
     module, state = compile_module(model, tmp_path, loss=None)
     loss = module(*rs)
 
-    leaves = [torch.tensor(v, requires_grad=True) for v in inputs.values()]
+    present = {k: v for k, v in inputs.items() if v is not None}
+    leaves = [torch.tensor(v, requires_grad=True) for v in present.values()]
     ys = torch_fn(*leaves)
     ys = ys if isinstance(ys, (tuple, list)) else (ys,)
     assert len(ys) == n_outputs, f"torch_fn returned {len(ys)} outputs, expected {n_outputs}"
@@ -124,7 +126,7 @@ def check_op_gradients(op_type: str, inputs: dict[str, np.ndarray], attrs: dict,
     total.backward()
 
     errors = [assert_close(loss, total.detach().numpy(), f"{op_type} loss")]
-    for (name, _), leaf in zip(inputs.items(), leaves):
+    for name, leaf in zip(present, leaves):
         want = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
         errors.append(assert_close(state.parameters[name].grad, want.numpy(), f"{op_type} d loss/d {name}"))
     return max(errors)

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..checkpoint import HEADER, table_bytes
 from ..ir import Node
-from ..memory import Interval, liveness_lower_bound, place
+from ..memory import Block, Interval, liveness_lower_bound, place
 from ..ops import Call, Counter, KernelCtx, Tensor, lookup
 from ..optim import OptimType
 from ..trainer import Trainer
@@ -21,8 +21,8 @@ from .filters import FILTERS
 
 @dataclass(frozen=True)
 class Arg:
-    kind: str  # ptr | int | float | ints | null | counter
-    base: str = ""  # ptr: one of the generated storage identifiers
+    kind: str  # ptr | int | float | ints | null | counter | var
+    base: str = ""  # ptr: one of the generated storage identifiers; var: a train_step variable
     offset: int = 0
     value: object = None
 
@@ -51,6 +51,7 @@ class Function:
     stmts: tuple[Stmt, ...]
     arena_floats: int
     lower_bound: int
+    blocks: tuple[Block, ...]  # the arena's allocations, for the memory report
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,7 @@ class GradInfo:
 class ModelC:
     prefix: str
     input_sizes: tuple[int, ...]
+    input_types: tuple[str, ...]  # "float" | "int32_t" (integer indices, such as token ids)
     label_type: str | None  # "float" | "int32_t"
     label_size: int
     output_sizes: tuple[int, ...]
@@ -105,6 +107,7 @@ class ModelC:
     trainable_floats: int
     frozen_floats: int
     federated: bool  # keeps a reference copy of the trainable parameters for model deltas
+    fused_update: bool  # train_step updates the parameters; no gradient buffers, optimizer_step does nothing
 
     @property
     def arena_floats(self) -> int:
@@ -147,26 +150,52 @@ class _Storage:
         return self.fixed.get(name)
 
 
-def _lower(trainer: Trainer, storage: _Storage, nodes: list[Node], results: list[str]) -> tuple[Function, dict]:
-    """Kernel calls for `nodes`, with arena offsets planned from the tensors' lifetimes."""
-    ctx = KernelCtx(trainer.graph)
-    calls: list[tuple[int, Call, Node]] = [(i, call, node) for i, node in enumerate(nodes)
-                                           for call in lookup(node).kernel(ctx, node)]
-    arena = {a.name for _, call, _ in calls for a in call.args if isinstance(a, Tensor)}
-    arena = {name for name in arena | set(results) if storage.locate(name) is None}
-    first, last = {}, {}
+def _lower(trainer: Trainer, storage: _Storage, nodes: list[Node], results: list[str],
+           after: dict[int, list[Call]] | None = None, backward_from: int | None = None) -> tuple[Function, dict]:
+    """Kernel calls for `nodes` (and the `after[i]` calls right after node i's), with arena offsets
+    planned from the tensors' lifetimes in statements. Values made from node `backward_from` on
+    are gradients, the others activations."""
+    g = trainer.graph
+    ctx = KernelCtx(g)
+    calls: list[tuple[Call, Node]] = []
+    span: list[tuple[int, int]] = []  # per node: its first and last statement
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
     for i, node in enumerate(nodes):
+        begin = len(calls)
+        calls += [(call, node) for call in lookup(node).kernel(ctx, node)]
+        span.append((begin, max(begin, len(calls) - 1)))
         for name in node.outputs:
-            first.setdefault(name, i)
+            first.setdefault(name, begin)
         for name in node.inputs:
-            last[name] = i
-    end = len(nodes)
-    intervals = [Interval(name, first[name], end if name in results else max(last.get(name, 0), first[name]),
-                          trainer.graph.values[name].size) for name in sorted(arena)]
+            last[name] = span[-1][1]
+        for call in (after or {}).get(i, ()):
+            last.update((a.name, len(calls)) for a in call.args if isinstance(a, Tensor))
+            calls.append((call, node))
+    arena = {a.name for call, _ in calls for a in call.args if isinstance(a, Tensor)}
+    arena = {name for name in arena | set(results) if storage.locate(name) is None}
+    end = max(len(calls) - 1, 0)
+    for name in arena:
+        last[name] = end if name in results else max(last.get(name, 0), first[name])
+    root = _in_place(g, nodes, calls, span, arena, last, set(results))
+    groups: dict[str, list[str]] = {}
+    for name in sorted(arena, key=lambda n: (first[n], n)):
+        groups.setdefault(root.get(name, name), []).append(name)
+    intervals = [Interval(r, first[r], max(last[m] for m in members), g.values[r].size)
+                 for r, members in groups.items()]
     offsets, total = place(intervals)
-    where = {name: Arg("ptr", "et_arena", off) for name, off in offsets.items()}
+    where = {name: Arg("ptr", "et_arena", offsets[root.get(name, name)]) for name in arena}
+    # Gradients are made by the backward pass, except forward nodes recomputed there (same name).
+    forward = {(n.op, n.name) for n in nodes[:backward_from]}
+    producer = {name: node for node in nodes[backward_from:] for name in node.outputs}
+    kind = {r: "gradient" if r in producer and (producer[r].op, producer[r].name) not in forward else "activation"
+            for r in groups}
+    blocks = tuple(Block(" -> ".join(groups[iv.name]), kind[iv.name], 4 * offsets[iv.name], 4 * iv.size, iv.start,
+                         iv.end) for iv in sorted(intervals, key=lambda iv: (iv.start, iv.name)))
 
     def arg(a) -> Arg:
+        if isinstance(a, Arg):
+            return a
         if isinstance(a, Tensor):
             base = storage.locate(a.name) or where[a.name]
             return Arg("ptr", base.base, base.offset + a.offset)
@@ -181,17 +210,79 @@ def _lower(trainer: Trainer, storage: _Storage, nodes: list[Node], results: list
         return Arg("float", value=float(a))
 
     stmts = tuple(Stmt(call.fn, tuple(arg(a) for a in call.args), call.checked, f"{node.op} {node.name}")
-                  for _, call, node in calls)
+                  for call, node in calls)
     located = {name: storage.locate(name) or where[name] for name in results}
-    return Function(stmts, total, liveness_lower_bound(intervals)), located
+    return Function(stmts, total, liveness_lower_bound(intervals), blocks), located
 
 
-def build(trainer: Trainer, prefix: str, federated: bool = False) -> ModelC:
+def _in_place(g, nodes, calls, span, arena, last, results) -> dict[str, str]:
+    """Outputs that take over the bytes of an input dying at their node (the op's `inplace` slots:
+    its kernel reads each element before writing it). Returns value -> the value whose bytes it
+    uses."""
+    root: dict[str, str] = {}
+    for i, node in enumerate(nodes):
+        slots = lookup(node).inplace
+        first_stmt, last_stmt = span[i]
+        if not slots or first_stmt != last_stmt or first_stmt >= len(calls) or calls[first_stmt][1] is not node:
+            continue  # one kernel call, so nothing reads an input after the output is written
+        y = node.outputs[0]
+        for slot in slots:
+            x = node.inputs[slot] if slot < len(node.inputs) else ""
+            if (x in arena and y in arena and x not in results and last[x] == last_stmt
+                    and (g.values[x].size, g.values[x].dtype) == (g.values[y].size, g.values[y].dtype)):
+                root[y] = root.get(x, x)
+                break
+    return root
+
+
+def _fused_updates(trainer: Trainer, storage: _Storage) -> dict[int, list[Call]]:
+    """Operator reordering: each parameter's optimizer update, placed right after the node where
+    its gradient is final and the parameter's last reader has run (so every gradient is computed
+    from the step's starting weights, as with a separate optimizer step). The gradient is then an
+    arena temporary that dies at its update. Once the forward pass is done and its loss and new
+    buffer values (BatchNormalization's running statistics) are checked finite, the buffers are
+    written, so those values need not stay in the arena through the backward pass either."""
+    g, opt, nodes = trainer.graph, trainer.optimizer, trainer.train_nodes
+    index = {name: i for i, node in enumerate(nodes) for name in node.outputs}
+    last_read = {name: i for i, node in enumerate(nodes) for name in node.inputs}
+
+    def check(size, name):
+        return Call("et_check_finite_f32", (size, Tensor(name)), checked=True)
+
+    buffers = trainer.state_updates.items()
+    forward_done = max([index[trainer.loss]] + [index[value] for _, value in buffers])
+    copies = [Call("et_copy_f32", (g.values[value].size, Tensor(value),
+                                   Arg("ptr", "et_buffers", storage.fixed[buffer].offset))) for buffer, value in buffers]
+    after = {forward_done: [check(1, trainer.loss)] + [check(g.values[v].size, v) for _, v in buffers] + copies}
+    lr = Arg("var", "et_lr")
+    for param in trainer.trainable:
+        size, at = g.values[param].size, storage.fixed[param].offset
+        grad = trainer.grads[param]
+        if grad is None:  # the loss does not depend on it; weight decay and momentum still act
+            grad = f"{param}.zero_grad"
+            storage._add_const(grad, np.zeros(size, np.float32))
+        state = [Arg("ptr", "et_state", slot * storage.trainable_floats + at) for slot in range(len(opt.state_slots))]
+        h = opt.attrs()
+        if opt.kind is OptimType.AdamW:
+            update = Call("et_adamw_f32", (size, Arg("var", "et_step_size"), lr, h["beta1"], h["beta2"], h["eps"],
+                                           h["weight_decay"], Tensor(param), Tensor(grad), *state))
+        else:
+            update = Call("et_sgd_f32", (size, lr, h["momentum"], h["dampening"], h["nesterov"], h["weight_decay"],
+                                         Arg("var", "et_first_step"), Tensor(param), Tensor(grad), *(state or [None])))
+        i = max(index.get(grad, -1), last_read.get(param, -1), forward_done)
+        after.setdefault(i, []).extend([check(size, grad), update])
+    return after
+
+
+def build(trainer: Trainer, prefix: str, federated: bool = False, fused_update: bool = False) -> ModelC:
+    """fused_update: train_step applies the optimizer itself (see _fused_updates), and there are no
+    gradient buffers; otherwise gradients accumulate into them for optimizer_step (ORT's semantics)."""
     g = trainer.graph
     storage = _Storage(trainer)
-    grad_values = [v for v in trainer.grads.values() if v]
-    train, train_at = _lower(trainer, storage, trainer.train_nodes,
-                             [trainer.loss] + grad_values + list(trainer.state_updates.values()))
+    # A fused update writes gradients and buffers inside the step; otherwise they are results.
+    kept = [] if fused_update else [v for v in trainer.grads.values() if v] + list(trainer.state_updates.values())
+    train, train_at = _lower(trainer, storage, trainer.train_nodes, [trainer.loss] + kept,
+                             _fused_updates(trainer, storage) if fused_update else None, trainer.backward_start)
     evaluate, eval_at = _lower(trainer, storage, trainer.eval_nodes, [trainer.loss])
     infer, infer_at = _lower(trainer, storage, trainer.infer_nodes, list(g.outputs))
 
@@ -199,17 +290,19 @@ def build(trainer: Trainer, prefix: str, federated: bool = False) -> ModelC:
     for name in trainer.trainable:
         offsets[name] = storage.fixed[name].offset
         grad = trainer.grads[name]
-        grads.append(GradInfo(train_at[grad] if grad else None, offsets[name], g.values[name].size))
+        if not fused_update:
+            grads.append(GradInfo(train_at[grad] if grad else None, offsets[name], g.values[name].size))
     entries = trainer.checkpoint_entries
     params = tuple(ParamInfo(kind, storage.fixed[name].offset, g.values[name].size, name) for name, kind in entries)
     table = table_bytes([n for n, _ in entries], [k for _, k in entries], [g.shape(n) for n, _ in entries])
     updates = tuple(StateUpdate(train_at[value], storage.fixed[buffer].offset, g.values[buffer].size)
-                    for buffer, value in trainer.state_updates.items())
+                    for buffer, value in trainer.state_updates.items() if not fused_update)
     opt = trainer.optimizer
     labels = g.values[trainer.labels] if trainer.labels else None
     return ModelC(
         prefix=prefix,
         input_sizes=tuple(g.values[n].size for n in g.inputs),
+        input_types=tuple("float" if g.values[n].dtype == np.float32 else "int32_t" for n in g.inputs),
         label_type=None if labels is None else ("float" if labels.dtype == np.float32 else "int32_t"),
         label_size=labels.size if labels else 0,
         output_sizes=tuple(g.values[n].size for n in g.outputs),
@@ -225,8 +318,40 @@ def build(trainer: Trainer, prefix: str, federated: bool = False) -> ModelC:
         learning_rate=opt.lr, max_grad_norm=opt.max_grad_norm,
         fingerprint=trainer.fingerprint(), table=table, header_bytes=HEADER.size,
         trainable_floats=storage.trainable_floats, frozen_floats=storage.frozen_floats, federated=bool(federated),
+        fused_update=bool(fused_update),
     )
 
+
+@dataclass(frozen=True)
+class InferenceC:
+    """A model with nothing to train: the C holds `infer` alone, every initializer compiled in."""
+    prefix: str
+    input_sizes: tuple[int, ...]
+    input_types: tuple[str, ...]
+    output_sizes: tuple[int, ...]
+    infer: Function
+    infer_outputs: tuple[Arg, ...]
+    buffer_init: tuple[float, ...]
+    consts: tuple[float, ...]
+
+    @property
+    def arena_floats(self) -> int:
+        return self.infer.arena_floats
+
+
+def build_inference(trainer: Trainer, prefix: str) -> InferenceC:
+    g = trainer.graph
+    storage = _Storage(trainer)
+    infer, infer_at = _lower(trainer, storage, trainer.infer_nodes, list(g.outputs))
+    return InferenceC(
+        prefix=prefix,
+        input_sizes=tuple(g.values[n].size for n in g.inputs),
+        input_types=tuple("float" if g.values[n].dtype == np.float32 else "int32_t" for n in g.inputs),
+        output_sizes=tuple(g.values[n].size for n in g.outputs),
+        infer=infer, infer_outputs=tuple(infer_at[n] for n in g.outputs),
+        buffer_init=tuple(float(v) for n in trainer.buffers for v in g.buffers[n].ravel()),
+        consts=tuple(float(v) for c in storage.consts for v in c),
+    )
 
 def _environment() -> jinja2.Environment:
     templates = resources.files("edgetrain.templates")
@@ -250,8 +375,9 @@ def _runtime_files() -> tuple[str, ...]:
     return _RUNTIME_BASE + tuple(n for n in names if n not in _RUNTIME_BASE)
 
 
-def render(model: ModelC) -> tuple[str, str]:
+def render(model: ModelC | InferenceC) -> tuple[str, str]:
     """(model.c, model.h)."""
     env = _environment()
-    return (env.get_template("model.c.j2").render(m=model),
-            env.get_template("model.h.j2").render(m=model))
+    kind = "infer" if isinstance(model, InferenceC) else "model"
+    return (env.get_template(f"{kind}.c.j2").render(m=model),
+            env.get_template(f"{kind}.h.j2").render(m=model))

@@ -75,6 +75,9 @@ def _fix_batch(proto, batch_size):
         for axis, dim in enumerate(value.type.tensor_type.shape.dim):
             if dim.HasField("dim_value") and dim.dim_value > 0:
                 continue
+            if dim.HasField("dim_value") and dim.dim_value == 0:
+                raise EdgetrainError(f"input '{value.name}' is empty (axis {axis} has size 0); edgetrain computes "
+                                     "non-empty tensors")
             if axis == 0 and batch_size is not None:
                 dim.dim_value = int(batch_size)
             else:
@@ -174,8 +177,8 @@ def _to_ir(proto, constants) -> Graph:
         values[name] = Value(name, tuple(np.shape(array)), np.asarray(array).dtype)
 
     inputs = [i.name for i in g.input if i.name not in params and i.name not in constants]
-    problems = [f"input '{name}' has dtype {values[name].dtype}; model inputs must be float32"
-                for name in inputs if name in values and values[name].dtype != np.float32]
+    problems = [_input_dtype_problem(g, name, values[name].dtype) for name in inputs if name in values]
+    problems = [p for p in problems if p]
     nodes = []
     unsupported: dict[str, list[str]] = {}
     for index, n in enumerate(g.node):
@@ -224,6 +227,21 @@ def _to_ir(proto, constants) -> Graph:
         raise EdgetrainError("; ".join(problems))
     return Graph(values=values, nodes=nodes, inputs=inputs, outputs=[o.name for o in g.output],
                  params=params, constants=constants, buffers=buffers, opset=max(_opset(proto), IR_OPSET))
+
+
+def _input_dtype_problem(g, name: str, dtype) -> str | None:
+    """Model inputs are float32, except integer indices (token ids) that only index ops read."""
+    if dtype == np.float32:
+        return None
+    if dtype not in (np.int32, np.int64):
+        return f"input '{name}' has dtype {dtype}; model inputs must be float32 (or int32/int64 indices)"
+    for index, n in enumerate(g.node):
+        spec = lookup(Node(n.op_type, (), (), domain=n.domain))
+        for slot, read in enumerate(n.input):
+            if read == name and spec is not None and slot not in spec.index_inputs:
+                return (f"integer input '{name}' is read by node '{n.name or f'{n.op_type}_{index}'}' "
+                        f"({n.op_type}) input {slot}; integer model inputs may only be indices (Gather's indices)")
+    return None
 
 
 def _held_slots(node) -> tuple[set[int], set[int]]:

@@ -106,6 +106,10 @@ def check_model(proto: onnx.ModelProto) -> None:
 
 
 def _check_dtypes(g: onnx.GraphProto) -> None:
+    kinds = [(i.name, i.type.WhichOneof("value")) for i in list(g.input) + list(g.output)]
+    other = [f"{name!r} is a {kind.removesuffix('_type')}" for name, kind in kinds if kind not in (None, "tensor_type")]
+    if other:
+        raise EdgetrainError("unsupported value type: " + ", ".join(other) + "; edgetrain computes tensors only")
     typed = [(i.name, i.type.tensor_type.elem_type) for i in list(g.input) + list(g.output)]
     typed += [(i.name, i.data_type) for i in g.initializer]
     bad = [f"{name!r} is {FLOAT_TYPES[t]}" for name, t in typed if t in FLOAT_TYPES]

@@ -1,3 +1,3 @@
-from .planner import ALIGN, Interval, liveness_lower_bound, place
+from .planner import ALIGN, KINDS, Block, Interval, liveness_lower_bound, place
 
-__all__ = ["ALIGN", "Interval", "liveness_lower_bound", "place"]
+__all__ = ["ALIGN", "KINDS", "Block", "Interval", "liveness_lower_bound", "place"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 ALIGN = 4  # floats (16 bytes), so vector loads of any tensor start aligned
+KINDS = ("activation", "gradient", "optimizer_state", "workspace")
 
 
 @dataclass(frozen=True)
@@ -16,20 +17,42 @@ class Interval:
     size: int  # floats
 
 
+@dataclass(frozen=True)
+class Block:
+    """One arena tensor as the memory report shows it."""
+    name: str
+    kind: str  # one of KINDS; workspace = a kernel's scratch tensor
+    offset: int  # bytes from the start of the arena
+    size: int  # bytes
+    start: int  # index of the statement that writes it
+    end: int  # index of the last statement that reads it (inclusive)
+
+
 def _aligned(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
 
-def place(intervals: list[Interval]) -> tuple[dict[str, int], int]:
-    """Best-fit placement, largest tensors first: each goes into the smallest free gap among the
-    already placed tensors it is live with. Returns (offsets, arena size), in floats."""
-    placed: list[tuple[int, int, Interval]] = []  # (offset, aligned size, interval)
+# Best fit is greedy, so the order tensors are placed in matters; no single order wins on every
+# schedule, and planning is cheap next to compiling, so each of these is tried and the smallest
+# arena kept. Big tensors first leaves small ones for the gaps; earliest first follows the schedule
+# the way a stack allocator would; most byte-statements first favours long-lived activations.
+_ORDERS = (
+    lambda i: (-i.size, i.start, i.name),
+    lambda i: (i.start, -i.size, i.name),
+    lambda i: (-i.size * (i.end - i.start + 1), i.name),
+    lambda i: (-(i.end - i.start), -i.size, i.name),
+)
+
+
+def _best_fit(intervals: list[Interval]) -> tuple[dict[str, int], int]:
+    """Each tensor goes into the smallest free gap among the already placed tensors it is live
+    with, or past the last of them when no gap fits."""
+    placed: list[tuple[int, int, int, int]] = []  # (start, end, offset, offset + aligned size)
     offsets: dict[str, int] = {}
     total = 0
-    for iv in sorted(intervals, key=lambda i: (-i.size, i.start, i.name)):
+    for iv in intervals:
         size = _aligned(iv.size)
-        busy = sorted((off, off + sz) for off, sz, other in placed
-                      if other.start <= iv.end and iv.start <= other.end)
+        busy = sorted((lo, hi) for start, end, lo, hi in placed if start <= iv.end and iv.start <= end)
         best, best_gap, cursor = None, None, 0
         for lo, hi in busy:
             gap = lo - cursor
@@ -37,14 +60,34 @@ def place(intervals: list[Interval]) -> tuple[dict[str, int], int]:
                 best, best_gap = cursor, gap
             cursor = max(cursor, hi)
         if best is None:
-            best = cursor  # no gap fits: extend past the last live neighbour
+            best = cursor
         offsets[iv.name] = best
-        placed.append((best, size, iv))
+        placed.append((iv.start, iv.end, best, best + size))
         total = max(total, best + size)
     return offsets, total
 
 
+def place(intervals: list[Interval]) -> tuple[dict[str, int], int]:
+    """Best-fit placement by size and conflict, in the order (of a few) that packs tightest.
+    Returns (offsets, arena size), in floats."""
+    best, bound = None, liveness_lower_bound(intervals)
+    for order in _ORDERS:
+        offsets, total = _best_fit(sorted(intervals, key=order))
+        if best is None or total < best[1]:
+            best = (offsets, total)
+        if total == bound:
+            break
+    return best if best else ({}, 0)
+
+
 def liveness_lower_bound(intervals: list[Interval]) -> int:
     """The most floats live at any one statement: no placement can use less."""
-    points = {i.start for i in intervals}
-    return max((sum(_aligned(i.size) for i in intervals if i.start <= p <= i.end) for p in points), default=0)
+    events: dict[int, int] = {}
+    for i in intervals:
+        events[i.start] = events.get(i.start, 0) + _aligned(i.size)
+        events[i.end + 1] = events.get(i.end + 1, 0) - _aligned(i.size)
+    live = peak = 0
+    for point in sorted(events):
+        live += events[point]
+        peak = max(peak, live)
+    return peak

@@ -17,6 +17,8 @@ def _unary(name, fn, grad_op, attrs=lambda node: {}):
     with the same attributes."""
 
     class Unary:
+        inplace = (0,)
+
         @staticmethod
         def kernel(k, node):
             values = tuple(float(v) for v in attrs(node).values())

@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from ..errors import EdgetrainError
 from ..ir import COUNTER, ET_DOMAIN, Node
 from ..ir.graph import frozen_attrs
 from .registry import Counter, at_least_1d, broadcast_strides, op
@@ -11,6 +12,8 @@ def _unary(name, fn, grad=None, domain=""):
     """Register an op whose kernel is `fn(n, X, Y)`."""
 
     class Unary:
+        inplace = (0,)
+
         @staticmethod
         def kernel(k, node):
             return [k.call(fn, k.size(node.outputs[0]), node.inputs[0], node.outputs[0])]
@@ -24,6 +27,8 @@ def _grad_op(name, fn, reference, *attr_names):
     where S is the forward input or output the derivative is computed from."""
 
     class GradOp:
+        inplace = (0, 1)
+
         @staticmethod
         def kernel(k, node):
             attrs = tuple(float(node.attr(a)) for a in attr_names)
@@ -68,6 +73,8 @@ _unary("Identity", "et_copy_f32", lambda g, node, dy: [dy[0]])
 
 @op("LeakyRelu")
 class LeakyRelu:
+    inplace = (0,)
+
     @staticmethod
     def kernel(k, node):
         alpha = float(node.attr("alpha", 0.01))
@@ -107,7 +114,8 @@ class Pow:
     def exponent(k, node):
         p = k.value_of(node.inputs[1])
         if p.size != 1:
-            raise NotImplementedError("Pow needs a scalar constant exponent")
+            raise EdgetrainError(f"node '{node.name}' (Pow): the exponent must be one constant value, "
+                                 f"got shape {p.shape}")
         return float(p.reshape(()))
 
     @staticmethod
@@ -123,6 +131,8 @@ class Pow:
 
 def _binary(name, fn, grad):
     class Binary:
+        inplace = (0, 1)  # each output element is written after its own inputs are read
+
         @staticmethod
         def kernel(k, node):
             a, b = node.inputs

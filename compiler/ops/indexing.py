@@ -1,5 +1,5 @@
-"""Ops that select elements: Slice, Tile, Gather (constant indices), Where (constant condition),
-and variadic Max / Min."""
+"""Ops that select elements: Slice, Tile, Gather (constant or run-time indices), Trilu (constant k),
+Where (constant condition), and variadic Max / Min."""
 
 import numpy as np
 
@@ -110,25 +110,31 @@ class Tile:
         return [g.reshape(summed, g.shape(node.inputs[0])), None]
 
 
-# ---- Gather with compile-time indices (gradient: scatter-add into the data) ----
+# ---- Gather (gradient: scatter-add into the data). Indices are compile-time constants or an
+# integer model input (token ids), which arrives as int32_t and is range-checked before use. ----
 
-def _gather_view(k, node, data_shape):
-    """(outer, axis extent, inner, indices as ints) for X viewed as [outer, axis, inner]."""
-    indices = k.value_of(node.inputs[1]).astype(np.int64).ravel()
+def _gather_calls(k, node, data_shape, fn, *tensors):
+    """Calls of `fn(outer, axis extent, inner, count, constant indices, run-time indices, *tensors)`
+    with the data viewed as [outer, axis, inner]; run-time indices are range-checked first."""
     outer, dim, inner = split_axis(data_shape, int(node.attr("axis", 0)))
+    name = node.inputs[1]
+    if name not in k.graph.constants:
+        count = k.size(name)
+        return [k.call("et_check_indices", count, name, dim, checked=True),
+                k.call(fn, outer, dim, inner, count, None, name, *tensors)]
+    indices = k.value_of(name).astype(np.int64).ravel()
     bad = indices[(indices < -dim) | (indices >= dim)]
     if bad.size:
         raise EdgetrainError(f"node '{node.name}' (Gather): index {int(bad[0])} out of range for an axis of {dim}")
-    return outer, dim, inner, tuple(int(i) for i in indices)
+    return [k.call(fn, outer, dim, inner, len(indices), tuple(int(i) for i in indices), None, *tensors)]
 
 
-@op("Gather", const_inputs=(1,))
+@op("Gather", index_inputs=(1,))
 class Gather:
     @staticmethod
     def kernel(k, node):
         x, y = node.inputs[0], node.outputs[0]
-        outer, dim, inner, indices = _gather_view(k, node, k.shape(x))
-        return [k.call("et_gather_f32", outer, dim, inner, len(indices), indices, x, y)]
+        return _gather_calls(k, node, k.shape(x), "et_gather_f32", x, y)
 
     @staticmethod
     def grad(g, node, dy):
@@ -145,8 +151,7 @@ class GatherGrad:
     @staticmethod
     def kernel(k, node):
         dy, dx = node.inputs[0], node.outputs[0]
-        outer, dim, inner, indices = _gather_view(k, node, k.shape(dx))
-        return [k.call("et_gather_grad_f32", outer, dim, inner, len(indices), indices, dy, dx)]
+        return _gather_calls(k, node, k.shape(dx), "et_gather_grad_f32", dy, dx)
 
     @staticmethod
     def shape(graph, node):
@@ -162,6 +167,30 @@ class GatherGrad:
         rows = np.moveaxis(dy.reshape(shape[:axis] + (idx.size,) + tuple(shape[axis + 1:])), axis, 0)
         np.add.at(moved, idx, rows)
         return (dx,)
+
+
+# ---- Trilu with a constant k (a Trilu of a constant, such as a causal mask, folds before this) ----
+
+def _trilu_args(k, node) -> tuple[int, ...]:
+    """(matrices, rows, cols, diagonal, upper) with the diagonal clamped to where it still matters."""
+    shape = k.shape(node.inputs[0])
+    rows, cols = shape[-2], shape[-1]
+    given = (tuple(node.inputs) + ("",))[1]
+    diagonal = int(k.value_of(given)) if given else 0
+    return (int(np.prod(shape[:-2], dtype=np.int64)), rows, cols, max(-rows, min(cols, diagonal)),
+            int(node.attr("upper", 1)))
+
+
+@op("Trilu", const_inputs=(1,))
+class Trilu:
+    @staticmethod
+    def kernel(k, node):
+        return [k.call("et_trilu_f32", *_trilu_args(k, node), node.inputs[0], node.outputs[0])]
+
+    @staticmethod
+    def grad(g, node, dy):
+        # Keeping or zeroing fixed positions is its own adjoint.
+        return [g.emit("Trilu", [dy[0], *node.inputs[1:]], {"upper": int(node.attr("upper", 1))}), None]
 
 
 # ---- Where: the condition is a compile-time constant (comparisons of constants fold to one) ----

@@ -2,7 +2,8 @@
 
 import numpy as np
 
-from ..ir import ET_DOMAIN
+from ..errors import EdgetrainError
+from ..ir import ET_DOMAIN, Node
 from .registry import op
 
 NO_IGNORE = -(2**31)  # ONNX's "no ignore_index": no int32 label can equal it and pass the range check
@@ -13,13 +14,21 @@ def _ce_dims(k, scores):
     return shape[0], shape[1], int(np.prod(shape[2:], dtype=np.int64))
 
 
-@op("SoftmaxCrossEntropyLoss")
+@op("SoftmaxCrossEntropyLoss", index_inputs=(1,))
 class SoftmaxCrossEntropyLoss:
-    """Mean reduction only (PyTorch's default): weighted mean over positions whose label is not ignored."""
+    """Mean reduction only (PyTorch's default): weighted mean over positions whose label is not ignored.
+    The labels are a model input: the kernel reads them as int32."""
 
     @staticmethod
     def kernel(k, node):
         scores, labels, weights = (tuple(node.inputs) + ("",))[:3]
+        reduction = node.attr("reduction", "mean")
+        if reduction != "mean":
+            raise EdgetrainError(f"node '{node.name}' (SoftmaxCrossEntropyLoss): reduction '{reduction}' is not "
+                                 "supported (mean is)")
+        if labels in k.graph.constants:
+            raise EdgetrainError(f"node '{node.name}' (SoftmaxCrossEntropyLoss): the labels must be a model input, "
+                                 "not a constant")
         n, c, d = _ce_dims(k, scores)
         ignore = int(node.attr("ignore_index", NO_IGNORE))
         return [k.call("et_check_labels", n * d, labels, c, ignore, checked=True),
@@ -32,6 +41,14 @@ class SoftmaxCrossEntropyLoss:
         attrs = {"ignore_index": int(node.attr("ignore_index", NO_IGNORE))}
         inputs = [dy[0], node.outputs[1], labels] + ([weights] if weights else [])
         return [g.emit("SoftmaxCrossEntropyLossGrad", inputs, attrs, domain=ET_DOMAIN), None, None]
+
+    @staticmethod
+    def variant(graph, node, index, training):
+        """The kernel writes the log-probabilities too: give them a value when the model does not."""
+        if len(node.outputs) > 1 and node.outputs[1]:
+            return node
+        log_prob = graph.add_value(graph.fresh("log_prob"), graph.shape(node.inputs[0]))
+        return Node(node.op, node.inputs, (node.outputs[0], log_prob), node.attrs, node.name)
 
 
 @op("SoftmaxCrossEntropyLossGrad", domain=ET_DOMAIN)

@@ -38,6 +38,8 @@ class BatchNormalization:
     var. A training-form node reaches the kernel only in eval and inference graphs, when its
     statistics are computed in the graph rather than tracked: it normalizes with the batch's."""
 
+    inplace = (0,)  # a channel's Y is written after that channel's X is read (and its moments taken)
+
     @staticmethod
     def kernel(k, node):
         x, scale, b, mean, var = node.inputs
@@ -67,6 +69,9 @@ class BatchNormalization:
         # such a layer normalizes with the batch statistics in eval mode too.
         tracked = mean in graph.buffers and var in graph.buffers
         if not training:
+            if tracked and set(node.outputs[1:]) & set(graph.outputs):
+                raise EdgetrainError(f"BatchNormalization '{node.name}': its running statistics are state that "
+                                     "training updates, not model outputs")
             return Node(node.op, node.inputs, node.outputs[:1], frozen_attrs({**node.attrs, "training_mode": 0}),
                         node.name) if tracked else node
         n, c, inner = _dims(graph.shape(x))
@@ -88,6 +93,8 @@ class BatchNormalization:
 class BatchNormalizationTraining:
     """(X, scale, B[, running_mean, running_var]) -> (Y, running_mean', running_var', batch mean,
     batch 1/sqrt(var + epsilon)). Without the running inputs, outputs 1 and 2 are empty."""
+
+    inplace = (0,)  # a channel's Y is written after that channel's X is read (and its moments taken)
 
     @staticmethod
     def kernel(k, node):
@@ -141,6 +148,8 @@ def _norm_grad(dy, x, scale, mean, inv_std, axes, bshape):
 @op("BatchNormalizationGrad", domain=ET_DOMAIN)
 class BatchNormalizationGrad:
     """(dY, X, scale, batch mean, batch inv_std) -> (dX, dscale, dB), through the batch statistics."""
+
+    inplace = (0, 1)  # a channel's dX is written after that channel's sums are taken
 
     @staticmethod
     def kernel(k, node):

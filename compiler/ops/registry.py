@@ -60,6 +60,7 @@ class OpDef:
     kernel: Callable[[KernelCtx, Node], list[Call]]
     grad: Callable | None  # (GradCtx, node, output grads) -> one entry per input, None = no gradient
     const_inputs: frozenset[int]  # inputs that must be known at compile time (axes, shapes, bounds)
+    index_inputs: frozenset[int]  # inputs that may be integer model inputs fed at run time (token ids)
     shape: Callable[[Graph, Node], list[tuple[int, ...]]] | None  # our own ops only; ONNX ops use onnx's
     reference: type[OpRun] | None  # our own ops only: the Python implementation tests execute
     # (graph, node, index, training) -> the node as the training or inference graph runs it,
@@ -68,12 +69,15 @@ class OpDef:
     # node -> {input slot: output slot}: inputs that are mutable state (BatchNormalization's running
     # statistics), and the outputs holding their new values after a training step.
     state: Callable[[Node], dict[int, int]] | None
+    # Input slots whose bytes output 0 may take over when that input dies at this node: the
+    # kernel reads each element of them before writing the same element of the output.
+    inplace: tuple[int, ...] = ()
 
 
 REGISTRY: dict[tuple[str, str], OpDef] = {}
 
 
-def op(name: str, *, domain: str = "", const_inputs=()):
+def op(name: str, *, domain: str = "", const_inputs=(), index_inputs=()):
     """Register the class body's `kernel`, `grad`, `shape` and `reference` as op `name`."""
 
     def register(cls):
@@ -84,10 +88,12 @@ def op(name: str, *, domain: str = "", const_inputs=()):
             kernel=cls.kernel,
             grad=getattr(cls, "grad", None),
             const_inputs=frozenset(const_inputs),
+            index_inputs=frozenset(index_inputs),
             shape=getattr(cls, "shape", None),
             reference=_reference_op(name, reference) if reference else None,
             variant=getattr(cls, "variant", None),
             state=getattr(cls, "state", None),
+            inplace=tuple(getattr(cls, "inplace", ())),
         )
         return cls
 

@@ -6,7 +6,8 @@ NM := arm-none-eabi-nm
 LDFLAGS := --specs=rdimon.specs -nostartfiles -T $(TARGETS_DIR)mps2/mps2.ld -Wl,--gc-sections
 LDLIBS := -lm
 BOARD_SOURCES := $(TARGETS_DIR)mps2/startup.c
-RUN := qemu-system-arm -M $(MACHINE) -nographic -monitor none -serial none \
+# QEMU_FLAGS: more emulator options, e.g. `-icount shift=0` to count instructions (bench/instructions.py).
+RUN := qemu-system-arm -M $(MACHINE) -nographic -monitor none -serial none $(QEMU_FLAGS) \
        -semihosting-config enable=on,target=native -kernel
 NEEDS := arm-none-eabi-gcc:gcc-arm-none-eabi \
          /usr/lib/arm-none-eabi/newlib/rdimon.specs:libnewlib-arm-none-eabi \

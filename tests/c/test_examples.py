@@ -1,6 +1,7 @@
-"""The personalization and federated-learning examples, end to end (the federated one reduced to
+"""The personalization, federated-learning and text examples, end to end (the federated one reduced to
 2 clients and 2 rounds per strategy; `make federated` runs the full one)."""
 
+import importlib.util
 import re
 import subprocess
 import sys
@@ -50,3 +51,18 @@ def test_federated_example_runs_on_flowers_deployment_engine(tmp_path):
     assert sum(l.startswith("clients' held-out digits: accuracy") for l in lines) == 2, result.stdout
     assert any(l.startswith("fedadam: final global accuracy") for l in lines)
     assert _our_processes(tmp_path / "flwr") == []  # SuperLink, SuperNodes and their children stopped
+
+
+def test_text_example_fits_the_new_style_of_writing(tmp_path):
+    """Reduced run: pre-train briefly in PyTorch, fine-tune in the generated C on the Psalms (KJV);
+    the held-out Psalms' perplexity, measured by the C, goes down."""
+    folder = EXAMPLES / "text"
+    spec = importlib.util.spec_from_file_location("text_example", folder / "run.py")
+    text = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(folder))  # run.py imports tinygpt beside it
+    try:
+        spec.loader.exec_module(text)
+    finally:
+        sys.path.pop(0)
+    r = text.run(tmp_path, pretrain_steps=80, finetune_steps=30, batch=8, context=32)
+    assert r["psalms_after"] < 0.95 * r["psalms_before"], r

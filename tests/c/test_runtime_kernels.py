@@ -324,23 +324,41 @@ def test_broadcast_add(lib):
 
 # ---- linalg ----
 
-def seq_gemm_ref(a, b, alpha, beta, c):
-    """float32 reference with the kernel's exact rounding: sum over k in order."""
-    acc = np.zeros((a.shape[0], b.shape[1]), dtype=np.float32)
+LANES = 8  # et_linalg.h's ET_LANES
+
+
+def lane_dot_ref(a, b):
+    """float32 dot products of a's rows with b's columns, rounded as et_dot_lanes_f32_ does: lane l
+    sums k = l, l + 8, ... in order, then the lanes add pairwise in a fixed order."""
+    lanes = [np.zeros((a.shape[0], b.shape[1]), dtype=np.float32) for _ in range(LANES)]
     for k in range(a.shape[1]):
-        acc = acc + a[:, k:k + 1] * b[k:k + 1, :]
+        lanes[k % LANES] = lanes[k % LANES] + a[:, k:k + 1] * b[k:k + 1, :]
+    l = lanes
+    return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]))
+
+
+def seq_gemm_ref(a, b, alpha, beta, c, trans_b=0):
+    """float32 reference with the kernel's exact rounding: sum over k in order, or in lanes when
+    op(B) is stored transposed (then each output is a dot product of two contiguous rows)."""
+    if trans_b:
+        acc = lane_dot_ref(a, b)
+    else:
+        acc = np.zeros((a.shape[0], b.shape[1]), dtype=np.float32)
+        for k in range(a.shape[1]):
+            acc = acc + a[:, k:k + 1] * b[k:k + 1, :]
     y = np.float32(alpha) * acc
     if c is not None:
         y = y + np.float32(beta) * c
     return y
 
 
+# (5, 7, 9): a row block and a leftover row, lanes with a tail; (9, 70, 21): two column blocks.
+@pytest.mark.parametrize("M,N,K", [(5, 7, 9), (9, 70, 21)])
 @pytest.mark.parametrize("trans_a", [0, 1])
 @pytest.mark.parametrize("trans_b", [0, 1])
-def test_gemm(lib, trans_a, trans_b):
+def test_gemm(lib, trans_a, trans_b, M, N, K):
     ffi, L = lib
     rng = np.random.default_rng(4 + 2 * trans_a + trans_b)
-    M, N, K = 5, 7, 9
     a = rng.standard_normal((M, K)).astype(np.float32)
     b = rng.standard_normal((K, N)).astype(np.float32)
     a_in = np.ascontiguousarray(a.T) if trans_a else a
@@ -355,18 +373,18 @@ def test_gemm(lib, trans_a, trans_b):
     cfull = np.broadcast_to(bias, (M, N))
     np.testing.assert_allclose(y, alpha * (a.astype(np.float64) @ b) + beta * cfull,
                                rtol=1e-5, atol=1e-5)
-    assert np.array_equal(y, seq_gemm_ref(a, b, alpha, beta, cfull))
+    assert np.array_equal(y, seq_gemm_ref(a, b, alpha, beta, cfull, trans_b))
 
     # No C: beta is ignored.
     L.t_gemm(M, N, K, 1.0, fptr(ffi, a_in), trans_a, fptr(ffi, b_in), trans_b, 123.0,
              ffi.NULL, 0, 0, fptr(ffi, y))
-    assert np.array_equal(y, seq_gemm_ref(a, b, 1.0, 0.0, None))
+    assert np.array_equal(y, seq_gemm_ref(a, b, 1.0, 0.0, None, trans_b))
 
     # Column-major C via strides.
     c = rng.standard_normal((N, M)).astype(np.float32)
     L.t_gemm(M, N, K, 1.0, fptr(ffi, a_in), trans_a, fptr(ffi, b_in), trans_b, 1.0,
              fptr(ffi, c), 1, M, fptr(ffi, y))
-    assert np.array_equal(y, seq_gemm_ref(a, b, 1.0, 1.0, c.T))
+    assert np.array_equal(y, seq_gemm_ref(a, b, 1.0, 1.0, c.T, trans_b))
 
 
 # ---- loss ----

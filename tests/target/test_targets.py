@@ -18,6 +18,7 @@ from edgetrain import api, artifacts, firmware, targets
 from edgetrain.cli import main
 from edgetrain.errors import EdgetrainError
 from edgetrain.ops import REGISTRY
+from mlperf_tiny import ds_cnn, export_training
 from models import mlp
 
 TARGETS = targets.names()
@@ -67,42 +68,6 @@ def small_cnn(batch=4, seed=0) -> onnx.ModelProto:
              helper.make_node("Gemm", ["f", "fc.weight", "fc.bias"], ["logits"], transB=1)]
     graph = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 1, 8, 8])],
                               [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, 3])], inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
-
-
-def kws_dscnn(seed=0) -> onnx.ModelProto:
-    """MLPerf Tiny's keyword-spotting DS-CNN: 49x10 MFCC in, 12 classes out; Conv 64 (10x4, stride 2,
-    TF 'same' padding), four depthwise-separable blocks, average pooling, Dense. BatchNormalization in
-    training form, as on-device training runs it."""
-    rng = np.random.default_rng(seed)
-    inits, nodes = [], []
-
-    def bn_relu(x, name, channels):
-        inits.extend([numpy_helper.from_array(np.ones(channels, np.float32), f"{name}.weight"),
-                      numpy_helper.from_array(np.zeros(channels, np.float32), f"{name}.bias"),
-                      numpy_helper.from_array(np.zeros(channels, np.float32), f"{name}.mean"),
-                      numpy_helper.from_array(np.ones(channels, np.float32), f"{name}.var")])
-        nodes.append(helper.make_node("BatchNormalization", [x, *(f"{name}.{p}" for p in ("weight", "bias", "mean", "var"))],
-                                      [f"{name}.y", f"{name}.mean_out", f"{name}.var_out"], training_mode=1))
-        nodes.append(helper.make_node("Relu", [f"{name}.y"], [f"{name}.r"]))
-        return f"{name}.r"
-
-    def conv(x, name, shape, **attrs):
-        fan_in = int(np.prod(shape[1:]))
-        inits.extend([_param(rng, f"{name}.weight", shape, fan_in), _param(rng, f"{name}.bias", shape[:1], fan_in)])
-        nodes.append(helper.make_node("Conv", [x, f"{name}.weight", f"{name}.bias"], [f"{name}.y"], **attrs))
-        return f"{name}.y"
-
-    x = bn_relu(conv("x", "conv1", (64, 1, 10, 4), strides=[2, 2], pads=[4, 1, 5, 1]), "bn1", 64)
-    for i in range(4):
-        x = bn_relu(conv(x, f"dw{i}", (64, 1, 3, 3), group=64, pads=[1, 1, 1, 1]), f"dwbn{i}", 64)
-        x = bn_relu(conv(x, f"pw{i}", (64, 64, 1, 1)), f"pwbn{i}", 64)
-    nodes += [helper.make_node("AveragePool", [x], ["pool"], kernel_shape=[25, 5]),
-              helper.make_node("Flatten", ["pool"], ["flat"]),
-              helper.make_node("Gemm", ["flat", "fc.weight", "fc.bias"], ["logits"], transB=1)]
-    inits += [_param(rng, "fc.weight", (12, 64), 64), _param(rng, "fc.bias", (12,), 64)]
-    graph = helper.make_graph(nodes, "kws_dscnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 49, 10])],
-                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 12])], inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
 
 
@@ -249,7 +214,7 @@ def test_kws_dscnn_code_fits_48_kb(tmp_path):
     """MLPerf Tiny's KWS DS-CNN trainer on a Cortex-M4: code (flash minus constant weights and the
     parameters' initial values) stays within 48 KB."""
     need("cortex-m4")
-    model = kws_dscnn()
+    model, _ = export_training(ds_cnn(), batch=1)
     need_ops(model)
     directory = artifacts.generate_artifacts(model, artifact_directory=tmp_path / "kws", target="cortex-m4")
     report = json.loads((directory / "report.json").read_text())

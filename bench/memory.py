@@ -1,0 +1,261 @@
+"""RAM of one training step: edgetrain on a Cortex-M4 under each update policy, beside ONNX Runtime
+training 1.19.2's peak RSS for the same step and the Tiny Training Engine's published figures.
+
+    python bench/memory.py [--models kws,vww,ic,mlp] [--json out.json]     (or: make bench-memory)
+
+edgetrain: each model is compiled for cortex-m4 (batch 1, SGD) and its report.json read:
+  ram_bytes    every mutable static byte of the trainer, as arm-none-eabi-size counts the object;
+  arena        the planned arena (the largest of train_step, eval_step, infer);
+  bound        the liveness lower bound of that arena (the most bytes live at one statement).
+ORT: the eval-mode export with BatchNormalization frozen (ORT cannot train the training-mode export,
+DESIGN.md), trained with SGD on the same parameters minus BatchNormalization's; each figure is a
+process of its own in bench/.venv-ort, and README.md explains the RSS method.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+BENCH = Path(__file__).resolve().parent
+ORT_PYTHON = BENCH / ".venv-ort" / "bin" / "python"
+TARGET = "cortex-m4"
+LEARNING_RATE = 0.01
+KB = 1024
+
+# model: K of its last-K policies, in layers (ops with parameters) counted from the output.
+MODELS = {
+    "kws": 5,  # KWS DS-CNN: the last depthwise-separable block (2 Conv, 2 BatchNormalization) and the classifier
+    "vww": 1,  # VWW MobileNetV1-0.25 at 96x96: the classifier
+    "ic": 1,  # ResNet-8 on CIFAR-10: the classifier
+    "mlp": 1,  # the digits MLP of `edgetrain demo`: its last Gemm
+}
+# The autoencoder (MLPerf Tiny AD) is left out: at batch 1 its BatchNorm1d layers see a single
+# value per channel, which training mode cannot normalize (torch refuses to export it).
+
+# (label, generate_artifacts arguments); "{k}" is the model's k.
+POLICIES = (
+    ("full model, accumulate", {}),
+    ("full model, fused SGD", {"fused_update": True}),
+    ("bias only", {"update_policy": "bias"}),
+    ("last {k}", {"update_policy": "last:{k}"}),
+    ("bias + last {k}", {"update_policy": "bias+last:{k}"}),
+)
+
+
+def _status(field: str) -> int:
+    """A /proc/self/status figure in KiB."""
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith(field + ":"))
+
+
+def ort_artifacts(directory: Path) -> None:
+    """In ORT's venv: ORT's training artifacts for directory/spec.json, from the graph one level up."""
+    import onnx
+    from onnxruntime.training import artifacts
+
+    spec = json.loads((directory / "spec.json").read_text())
+    # A ModelProto, not a path: from a path, ORT 1.19 saves scratch external data twice, which the
+    # onnx of its venv refuses.
+    artifacts.generate_artifacts(onnx.load(str(directory.parent / "model.onnx")),
+                                 requires_grad=spec["requires_grad"], frozen_params=spec["frozen"],
+                                 loss=artifacts.LossType[spec["loss"]], optimizer=artifacts.OptimType.SGD,
+                                 artifact_directory=str(directory))
+    optimizer = onnx.load(str(directory / "optimizer_model.onnx"))
+    optimizer.ir_version = 10  # ORT 1.19 reads IR 10 at most
+    onnx.save(optimizer, str(directory / "optimizer_model.onnx"))
+
+
+def ort_rss(directory: Path) -> None:
+    """In ORT's venv: print the RSS, in KiB, that loading the artifacts in `directory` and running
+    one training step (forward, backward, optimizer step, gradient reset) add to the process."""
+    import onnxruntime
+    from onnxruntime.training import api
+
+    x, y = np.load(directory.parent / "x.npy"), np.load(directory.parent / "y.npy")
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    gc.collect()
+    before_load = _status("VmRSS")
+    state = api.CheckpointState.load_checkpoint(str(directory / "checkpoint"))
+    module = api.Module(str(directory / "training_model.onnx"), state, str(directory / "eval_model.onnx"),
+                        session_options=options)
+    optimizer = api.Optimizer(str(directory / "optimizer_model.onnx"), module)
+    module.train()
+    gc.collect()
+    loaded = _status("VmRSS")
+    with open("/proc/self/clear_refs", "w") as clear:
+        clear.write("5")  # resets the peak (VmHWM) to the current RSS, so the peak read next is the step's
+    module(x, y)
+    optimizer.step()
+    module.lazy_reset_grad()
+    peak = _status("VmHWM")
+    print(json.dumps({"step_kib": peak - loaded, "load_and_step_kib": peak - before_load}))
+
+
+def _run(args: list[str], cwd: Path | None = None) -> str:
+    result = subprocess.run(args, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                            cwd=cwd)
+    if result.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)} failed:\n{result.stderr.strip()[-3000:]}")
+    return result.stdout
+
+
+def _ort(work: Path, name: str, requires_grad: list[str], parameters: list[str], cache: dict) -> dict:
+    """ORT's figures for training `requires_grad` of `parameters` (measured once per parameter set)."""
+    key = tuple(sorted(requires_grad))
+    if key not in cache:
+        d = work / name / f"ort{len(cache)}"
+        d.mkdir()
+        loss = "CrossEntropyLoss" if np.issubdtype(np.load(work / name / "y.npy").dtype, np.integer) else "MSELoss"
+        frozen = [p for p in parameters if p not in requires_grad]
+        (d / "spec.json").write_text(json.dumps({"requires_grad": requires_grad, "frozen": frozen, "loss": loss,
+                                                 "lr": LEARNING_RATE}))
+        # ORT writes scratch files into the working directory: give it its own.
+        _run([str(ORT_PYTHON), __file__, "--ort", "artifacts", str(d)], cwd=d)
+        cache[key] = json.loads(_run([str(ORT_PYTHON), __file__, "--ort", "rss", str(d)]).splitlines()[-1])
+    return cache[key]
+
+
+def _trained(directory: Path) -> list[str]:
+    """The parameters a build trains: those training_model.onnx returns a gradient for."""
+    import onnx
+
+    outputs = onnx.load(str(directory / "training_model.onnx"), load_external_data=False).graph.output
+    return [o.name[:-len("_grad")] for o in outputs if o.name.endswith("_grad")]
+
+
+def measure(models: list[str], work: Path, with_ort: bool) -> list[dict]:
+    import onnx
+    from edgetrain import artifacts
+    from edgetrain.errors import EdgetrainError
+    from models import MODELS as BUILDERS, export, torch_model
+    from mlperf_tiny import export_training
+
+    rows = []
+    for name in models:
+        k = MODELS[name]
+        # edgetrain trains the training-mode export (BatchNormalization with batch statistics).
+        if name == "mlp":
+            graph, _, _ = export(torch_model(name), name, 1)  # no BatchNormalization: one form only
+        else:
+            graph, _ = export_training(BUILDERS[name][0](), batch=1)
+        ort_graph, ort_trainable, ort_frozen = export(torch_model(name), name, 1)
+        (work / name).mkdir()
+        onnx.save(ort_graph, str(work / name / "model.onnx"))
+        classes = BUILDERS[name][2]
+        np.save(work / name / "x.npy", np.random.default_rng(0).normal(size=(1, *BUILDERS[name][1])).astype(np.float32))
+        np.save(work / name / "y.npy", np.zeros(1, np.int64) if classes else
+                np.zeros((1, *BUILDERS[name][1]), np.float32))
+        ort_cache: dict = {}
+        for label, kwargs in POLICIES:
+            label = label.format(k=k)
+            kwargs = {key: value.format(k=k) if isinstance(value, str) else value for key, value in kwargs.items()}
+            row = {"model": name, "policy": label}
+            try:
+                out = artifacts.generate_artifacts(
+                    graph, loss="CrossEntropyLoss" if classes else "MSELoss", optimizer="SGD",
+                    learning_rate=LEARNING_RATE, batch_size=1, target=TARGET,
+                    artifact_directory=work / name / label.replace(" ", "_").replace(",", ""), **kwargs)
+            except EdgetrainError as exc:  # the table says so, and the other rows still get measured
+                rows.append({**row, "error": str(exc).splitlines()[0][:160].replace("|", "/")})
+                print(f"  {name:<4} {label:<24} failed: {exc}", file=sys.stderr)
+                continue
+            report = json.loads((out / "report.json").read_text())
+            bound = max(report["liveness_lower_bound_bytes"].values())
+            trained = _trained(out)
+            row.update(ram_bytes=report["ram_bytes"], arena_bytes=report["arena_bytes"], bound_bytes=bound,
+                       ratio=report["arena_bytes"] / bound, trained_parameters=report["trainable_parameters"])
+            if with_ort:
+                ort_params = [p for p in trained if p in ort_trainable]
+                row["ort"] = _ort(work, name, ort_params, ort_trainable + ort_frozen, ort_cache) if ort_params else None
+            rows.append(row)
+            print(f"  {name:<4} {label:<24} {row['ram_bytes'] / KB:9.1f} KB", file=sys.stderr)
+    return rows
+
+
+# Issue 6's targets: (model, policy, at most this many KB of ram_bytes).
+TARGETS = (("kws", "full model, fused SGD", 400), ("kws", "bias + last 5", 160), ("vww", "bias + last 1", 256))
+MAX_RATIO = 1.10  # planned arena / liveness lower bound
+
+
+def targets(rows: list[dict]) -> str:
+    """The targets as met or missed, with the measured figures."""
+    found = {(r["model"], r["policy"]): r for r in rows if "error" not in r}
+    lines = []
+    for model, policy, limit in TARGETS:
+        r = found.get((model, policy))
+        if r:
+            ok = r["ram_bytes"] <= limit * KB
+            lines.append(f"- {model}, {policy}: {r['ram_bytes'] / KB:,.1f} KB "
+                         f"{'≤' if ok else '>'} {limit} KB: {'met' if ok else 'NOT met'}")
+    if found:
+        worst = max(found.values(), key=lambda r: r["ratio"])
+        ok = worst["ratio"] <= MAX_RATIO
+        lines.append(f"- arena / lower bound, worst: {worst['ratio']:.3f} ({worst['model']}, {worst['policy']}) "
+                     f"{'≤' if ok else '>'} {MAX_RATIO:.2f}: {'met' if ok else 'NOT met'}")
+    return "\n".join(lines) + "\n"
+
+
+# The Tiny Training Engine's published peak memory (Lin et al., "On-Device Training Under 256KB
+# Memory", NeurIPS 2022): int8 graphs, sparse update, measured on an STM32F746 at batch 1.
+TTE = (("MCUNet", 173), ("MobileNetV2", 141))
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| model | update policy | trained floats | RAM: ram_bytes (cortex-m4) | arena | lower bound "
+             "| arena / bound | ORT step ΔRSS | ORT load + step ΔRSS |",
+             "|---|---|--:|--:|--:|--:|--:|--:|--:|"]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['model']} | {r['policy']} | failed: {r['error']} |||||||")
+            continue
+        ort = r.get("ort")
+        lines.append(f"| {r['model']} | {r['policy']} | {r['trained_parameters']:,} | {r['ram_bytes'] / KB:,.1f} KB "
+                     f"| {r['arena_bytes'] / KB:,.1f} KB | {r['bound_bytes'] / KB:,.1f} KB | {r['ratio']:.3f} | "
+                     + (f"{ort['step_kib']:,} KB | {ort['load_and_step_kib']:,} KB |" if ort else "– | – |"))
+    lines += [f"| {model} (TTE, published) | sparse update, int8 | – | {kb} KB peak | – | – | – | – | – |"
+              for model, kb in TTE]
+    return "\n".join(lines) + "\n"
+
+
+def machine() -> str:
+    lscpu = dict(line.split(":", 1) for line in _run(["lscpu"]).splitlines() if ":" in line)
+    return f"{lscpu['Model name'].strip()}, {os.cpu_count()} cores"
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, from {', '.join(MODELS)}")
+    parser.add_argument("--no-ort", action="store_true", help="leave ONNX Runtime training out")
+    parser.add_argument("--json", help="also write the rows to this file")
+    parser.add_argument("--ort", nargs=2, metavar=("artifacts|rss", "DIR"), help=argparse.SUPPRESS)  # in ORT's venv
+    args = parser.parse_args(argv)
+    if args.ort:
+        return {"artifacts": ort_artifacts, "rss": ort_rss}[args.ort[0]](Path(args.ort[1]))
+    models = args.models.split(",")
+    if set(models) - set(MODELS):
+        parser.error(f"unknown models: {sorted(set(models) - set(MODELS))}")
+    if not args.no_ort and not ORT_PYTHON.exists():
+        parser.error(f"ONNX Runtime training goes in {ORT_PYTHON.parent.parent}: make bench/.venv-ort/.installed "
+                     "(or --no-ort)")
+    sys.path[:0] = [str(BENCH), str(BENCH.parent / "examples" / "models")]
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = measure(models, Path(tmp), not args.no_ort)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
+    print(f"machine: {machine()}\n")
+    print(table(rows))
+    print(targets(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,100 @@
+"""Memory policies chosen at compile time: which parameters train (sparse update), whether the
+optimizer runs inside the training step (fused update), and meeting a RAM budget with them."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ..errors import EdgetrainError
+from ..ir import Graph
+
+F32 = 4
+# A parameter of these ops at this input slot adds to the op's result: a bias.
+_BIAS_SLOTS = {"Conv": 2, "ConvTranspose": 2, "Gemm": 2, "BatchNormalization": 2, "LayerNormalization": 2,
+               "InstanceNormalization": 2, "GroupNormalization": 2}
+_POLICY = re.compile(r"(bias)?(?:(?:^|\+)last:(\d+))?")
+
+
+def policy_parameters(graph: Graph, policy: str) -> list[str]:
+    """The trainable parameters of a named sparse-update policy: "bias" (every bias), "last:K" (every
+    parameter of the K parameterized layers nearest the output) or "bias+last:K" (both). A layer is
+    an op with a float initializer among its inputs (Conv, Gemm, MatMul, BatchNormalization, ...)."""
+    match = _POLICY.fullmatch(policy or "")
+    if not policy or not match:
+        raise EdgetrainError(f"unknown update policy {policy!r}; expected 'bias', 'last:K' or 'bias+last:K'")
+    bias, last = match.group(1), match.group(2)
+    layers = [[n for n in node.inputs if n in graph.params] for node in graph.nodes]
+    layers = [names for names in layers if names]
+    chosen = set()
+    if last is not None:
+        k = int(last)
+        if not 0 < k <= len(layers):
+            raise EdgetrainError(f"update policy {policy!r}: K must lie in [1, {len(layers)}] (the model's "
+                                 f"parameterized layers)")
+        chosen.update(n for names in layers[-k:] for n in names)
+    if bias:
+        chosen.update(_biases(graph))
+    return [p for p in graph.params if p in chosen]
+
+
+def _biases(graph: Graph) -> set[str]:
+    found = set()
+    for node in graph.nodes:
+        slot = _BIAS_SLOTS.get(node.op)
+        if slot is not None and slot < len(node.inputs) and node.inputs[slot] in graph.params:
+            found.add(node.inputs[slot])
+        if node.op == "Add":  # MatMul + Add, as Linear layers without Gemm export
+            found.update(n for n in node.inputs if n in graph.params)
+    return found
+
+
+NOTHING_KEPT = 1 << 30  # keep_every beyond any model's activations: recompute from the inputs
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How a trainer trades RAM: fused update, then recomputation of cheap forward ops, then of
+    every op but every keep_every-th activation the backward pass reads (0: keep them all)."""
+    fused_update: bool = False
+    recompute: bool = False
+    keep_every: int = 0
+
+    def describe(self) -> str:
+        parts = ["fused update" if self.fused_update else "accumulated gradients"]
+        if self.keep_every >= NOTHING_KEPT:
+            parts.append("recomputation of every activation from the inputs")
+        elif self.keep_every:
+            parts.append(f"recomputation keeping 1 in {self.keep_every} saved activations")
+        elif self.recompute:
+            parts.append("recomputation of cheap ops")
+        return " + ".join(parts)
+
+
+def static_ram_bytes(m) -> int:
+    """Every mutable static byte of the generated C (codegen's ModelC): the arena, trainable
+    parameters, gradients (unless fused), optimizer state, the federated reference copy, buffers
+    and the scalar counters (step, counter, learning rate, reset flag[, reference flag])."""
+    copies = 1 + (not m.fused_update) + m.state_slots + m.federated
+    scalars = 4 + m.federated
+    return F32 * (max(m.arena_floats, 1) + copies * m.trainable_floats + len(m.buffer_init) + scalars)
+
+
+def meet_budget(compile_, plan: Plan, budget: int | None, *, can_fuse: bool):
+    """(trainer, ModelC) of the first plan, from `plan` on, whose static RAM fits `budget` bytes."""
+    if budget is None:
+        return compile_(plan)
+    fused = plan.fused_update or can_fuse
+    candidates = [plan, Plan(fused), Plan(fused, True)] + [Plan(fused, True, k) for k in (2, 4, NOTHING_KEPT)]
+    best = None
+    for candidate in dict.fromkeys(candidates):
+        trainer, model_c = compile_(candidate)
+        size = static_ram_bytes(model_c)
+        if size <= budget:
+            return trainer, model_c
+        if best is None or size < best[0]:
+            best = (size, candidate)
+    size, smallest = best
+    raise EdgetrainError(f"RAM budget of {budget:,} B not met: the smallest footprint reached is {size:,} B, with "
+                         f"{smallest.describe()}; train fewer parameters (update_policy 'bias' or 'bias+last:K') "
+                         "or a smaller batch")

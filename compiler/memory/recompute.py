@@ -1,0 +1,83 @@
+"""Recomputation (gradient checkpointing) of cheap forward segments: an activation the backward
+pass reads is computed again right before its first backward reader, from activations kept for
+backward anyway, so it need not stay alive from the forward pass to the backward one."""
+
+from __future__ import annotations
+
+from ..ir import Graph, Node
+from ..ops import lookup
+
+
+def _cheap(graph: Graph, node: Node) -> bool:
+    """Elementwise ops, batch normalization and depthwise convolution: a few operations per
+    element, against a full convolution's or matrix product's many."""
+    if lookup(node).inplace or node.op == "BatchNormalizationTraining":
+        return True
+    return (node.op == "Conv" and node.attr("group", 1) > 1
+            and node.attr("group") == graph.shape(node.inputs[0])[1])
+
+
+def recompute(graph: Graph, nodes: list[Node], backward_start: int, keep_every: int = 0) -> list[Node]:
+    """`nodes` (forward, then backward from `backward_start`) with cheap activations recomputed.
+    keep_every=K > 0 recomputes dear ones too (convolutions, matrix products), keeping only every
+    K-th of those the backward pass reads as a checkpoint to recompute from: RAM for time."""
+    forward, backward = nodes[:backward_start], list(nodes[backward_start:])
+    producer = {out: node for node in forward for out in node.outputs}
+    read_back = {name for node in backward for name in node.inputs}
+    redo = (lambda node: True) if keep_every else (lambda node: _cheap(graph, node))  # noqa: E731
+    # Kept: secondary outputs (saved statistics), and dear results (every K-th one with keep_every).
+    dear = [node.outputs[0] for node in forward if node.outputs[0] in read_back and not _cheap(graph, node)]
+    kept = {name for name in read_back if name in producer and producer[name].outputs[0] != name}
+    kept |= set(dear[keep_every - 1::keep_every] if keep_every else dear)
+
+    def segment(value: str) -> list[Node] | None:
+        """The forward nodes that recompute `value` from kept values, in order; None if there are none."""
+        if value not in producer or value in kept:
+            return []
+        node = producer[value]
+        if not redo(node) or node.outputs[0] != value:
+            return None
+        chain: list[Node] = []
+        for name in node.inputs:
+            sub = segment(name) if name else []
+            if sub is None:
+                return None
+            chain += [n for n in sub if n not in chain]
+        return chain + [node]
+
+    out = list(forward)
+    for index, node in enumerate(backward):
+        chain_nodes: list[Node] = []
+        for value in node.inputs:
+            chain = segment(value) if value in producer and value not in kept else None
+            if not chain:
+                continue
+            renamed: dict[str, str] = {}
+            for original in chain:
+                outputs = tuple(graph.add_value(graph.fresh("recomputed"), graph.shape(o), graph.values[o].dtype)
+                                if o else "" for o in original.outputs)
+                renamed.update(zip(original.outputs, outputs))
+                chain_nodes.append(Node(original.op, tuple(renamed.get(i, i) for i in original.inputs), outputs,
+                                        original.attrs, original.name, original.domain))
+            for later in range(index, len(backward)):  # every later reader takes the recomputed value
+                b = backward[later]
+                if value in b.inputs:
+                    backward[later] = Node(b.op, tuple(renamed[value] if i == value else i for i in b.inputs),
+                                           b.outputs, b.attrs, b.name, b.domain)
+        node = backward[index]
+        if not chain_nodes:
+            out.append(node)
+            continue
+        # The recomputation runs, once the node's other inputs exist, where the fewest gradient
+        # bytes are live (a convolution's weight gradient before its input gradient is made).
+        made = {name for n in chain_nodes for name in n.outputs}
+        at = max([i for i, n in enumerate(out) if set(n.outputs) & (set(node.inputs) - made)] + [len(forward) - 1])
+        later = {name for n in backward[index:] for name in n.inputs}
+
+        def live(p: int) -> int:
+            read = later | {name for n in out[p:] for name in n.inputs}
+            return sum(graph.values[v].size for n in out[len(forward):p] for v in n.outputs if v in read)
+
+        best = min(range(at + 1, len(out) + 1), key=lambda p: (live(p), -p))
+        out[best:best] = chain_nodes + [node]
+    return out

@@ -1,0 +1,143 @@
+"""The memory report of a compiled trainer: RAM by category, each function's planned arena beside its
+liveness lower bound, the labelled arena blocks, and a plot of arena occupancy over the schedule."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+from .. import targets
+from ..errors import EdgetrainError
+from .planner import KINDS
+
+F32 = 4
+COLOURS = {"activation": "tab:blue", "gradient": "tab:orange", "optimizer_state": "tab:green",
+           "workspace": "tab:gray"}
+PLOT = "memory.png"
+
+
+def memory_report(trainer, m) -> dict:
+    """report.json's contents for the trainer `m` (codegen's ModelC) built from `trainer`."""
+    trainable = m.trainable_floats * F32
+    breakdown = {
+        "arena": m.arena_floats * F32,
+        "parameters": trainable,
+        "gradients": 0 if m.fused_update else trainable,
+        "optimizer_state": m.state_slots * trainable,
+        "federated_reference": trainable if m.federated else 0,
+    }
+    functions = {"train_step": m.train, "eval_step": m.eval, "infer": m.infer}
+    return {
+        "target": "host",
+        "arena_bytes": breakdown["arena"],
+        "ram_bytes": sum(breakdown.values()),
+        "ram_breakdown": breakdown,
+        "flash_constants_bytes": len(m.consts) * F32,
+        "liveness_lower_bound_bytes": {name: f.lower_bound * F32 for name, f in functions.items()},
+        "arena_by_function_bytes": {name: f.arena_floats * F32 for name, f in functions.items()},
+        "trainable_parameters": m.trainable_floats,
+        "frozen_parameters": m.frozen_floats,
+        "optimizer": trainer.optimizer.kind.value,
+        # Fused: train_step updates each parameter as soon as its gradient is final, so there are no
+        # gradient buffers and gradients do not accumulate across calls.
+        "fused_update": m.fused_update,
+        "functions": {name: _function(f) for name, f in functions.items()},
+    }
+
+
+def _function(f) -> dict:
+    blocks = [asdict(b) for b in f.blocks]
+    peak, live = _peak(blocks)
+    return {"arena_bytes": f.arena_floats * F32, "liveness_lower_bound_bytes": f.lower_bound * F32,
+            "peak_statement": peak, "peak_bytes_by_kind": {k: sum(b["size"] for b in live if b["kind"] == k)
+                                                           for k in KINDS},
+            "blocks": blocks}
+
+
+def _peak(blocks: list[dict]) -> tuple[int | None, list[dict]]:
+    """The statement at which the blocks' live bytes are highest, and the blocks live there."""
+    best, best_live, best_bytes = None, [], -1
+    for point in sorted({b["start"] for b in blocks}):
+        live = [b for b in blocks if b["start"] <= point <= b["end"]]
+        if sum(b["size"] for b in live) > best_bytes:
+            best, best_live, best_bytes = point, live, sum(b["size"] for b in live)
+    return best, best_live
+
+
+def format_report(report: dict) -> str:
+    """report.txt: RAM by category, then each function's arena beside its lower bound."""
+    ram = report["ram_breakdown"]
+    rows = [("arena (by function below)", ram["arena"]),
+            ("trainable parameters", ram["parameters"]),
+            ("gradients" + (" (fused update: none kept)" if report["fused_update"] else ""), ram["gradients"]),
+            ("optimizer state", ram["optimizer_state"]),
+            *([("federated reference", ram["federated_reference"])] if ram["federated_reference"] else []),
+            *([("other (buffers, counters, alignment)", ram["other"])] if "other" in ram else []),
+            ("total RAM", report["ram_bytes"]),
+            ("constants in flash (frozen weights)", report["flash_constants_bytes"])]
+    width = max(len(r[0]) for r in rows)
+    lines = [f"{label:<{width}}  {value:>12,} B" for label, value in rows]
+    lines += targets.format_sizes(report, width)
+    lines += ["", "arena per function (bytes; by kind: what is live at the function's peak statement)",
+              f"{'function':<10} {'arena':>10} {'lower bound':>12} {'ratio':>6} "
+              + " ".join(f"{k.replace('_', ' '):>15}" for k in KINDS)]
+    for name, f in report["functions"].items():
+        ratio = f["arena_bytes"] / f["liveness_lower_bound_bytes"] if f["liveness_lower_bound_bytes"] else 1.0
+        lines.append(f"{name:<10} {f['arena_bytes']:>10,} {f['liveness_lower_bound_bytes']:>12,} {ratio:>6.3f} "
+                     + " ".join(f"{f['peak_bytes_by_kind'][k]:>15,}" for k in KINDS))
+    return "\n".join(lines) + "\n"
+
+
+def write_report(report: dict, directory: Path) -> None:
+    """report.json and report.txt, and the occupancy plot when matplotlib is installed."""
+    (directory / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    (directory / "report.txt").write_text(format_report(report))
+    try:
+        plot(report, directory / PLOT)
+    except ModuleNotFoundError:  # the plot is optional (the `report` extra): the figures are all in report.json
+        (directory / PLOT).unlink(missing_ok=True)  # a plot of an earlier build would disagree with the report
+
+
+def plot(report: dict, path: Path) -> Path:
+    """Arena occupancy of train_step (the function that sizes the arena) over its schedule: x is the
+    statement index, y the byte offset; each block is a rectangle coloured by kind, and lines mark
+    the planned arena and its liveness lower bound."""
+    # The Figure API with the Agg canvas, not pyplot: no GUI backend and no global state in a library.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import StrMethodFormatter
+
+    f = report["functions"]["train_step"]
+    fig = Figure(figsize=(10, 4))
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    fig.subplots_adjust(left=0.1, right=0.78)  # room for the legend
+    for kind in KINDS:
+        blocks = [b for b in f["blocks"] if b["kind"] == kind]
+        if blocks:
+            ax.bar([b["start"] - 0.5 for b in blocks], [b["size"] for b in blocks],
+                   width=[b["end"] - b["start"] + 1 for b in blocks], bottom=[b["offset"] for b in blocks],
+                   align="edge", color=COLOURS[kind], edgecolor="white", linewidth=0.3, label=kind.replace("_", " "))
+    ax.axhline(f["arena_bytes"], color="black", linewidth=1, label="planned arena")
+    ax.axhline(f["liveness_lower_bound_bytes"], color="red", linestyle="--", linewidth=1, label="liveness lower bound")
+    ax.set_title(f"train_step: arena {f['arena_bytes']:,} B, liveness lower bound "
+                 f"{f['liveness_lower_bound_bytes']:,} B", fontsize=10)
+    ax.set_xlabel("statement")
+    ax.set_ylabel("arena offset (bytes)")
+    ax.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
+    fig.savefig(path, dpi=100)
+    return path
+
+
+def plot_directory(directory: str) -> Path:
+    """`edgetrain report DIR --plot`: draw DIR's plot again from its report.json."""
+    try:
+        report = json.loads(Path(directory, "report.json").read_text())
+    except OSError:
+        raise EdgetrainError(f"no report in {directory}; run `edgetrain compile` first") from None
+    try:
+        return plot(report, Path(directory, PLOT))
+    except ModuleNotFoundError:
+        raise EdgetrainError("the memory plot needs matplotlib: pip install 'edgetrain[report]'") from None

@@ -1,0 +1,359 @@
+/* edgetrain runtime: GRU and LSTM (ONNX semantics, default activations),
+ * forward and backward through time, one direction per call.
+ *
+ * Each call gets its direction's slices of W, R and B, and a geometry
+ * `g` = {T, N, I, H, reverse, x_t, x_b, y_t, y_b, s_b}: element (t, n)
+ * of X starts at t * x_t + n * x_b, hidden vector (t, n) of Y at
+ * t * y_t + n * y_b, and batch row n of initial_h, initial_c, Y_h, Y_c
+ * and their gradients at n * s_b.  The strides carry ONNX's two layouts
+ * and the interleaving of bidirectional outputs.  B, initial_h and
+ * initial_c may be NULL (zeros).
+ *
+ * The outputs double as working memory, so no kernel needs a buffer the
+ * memory planner does not see: the GRU builds r (.) h in Y's slot for the
+ * step before the new state is complete, the LSTM keeps its running cell
+ * state in Y_c.  Y, Y_h (and Y_c) must therefore all be given and must
+ * not overlap each other or the inputs.
+ *
+ * In training, `saved` keeps per step and batch row what the backward
+ * pass needs (ET_GRU_SAVED or ET_LSTM_SAVED vectors of H), at
+ * (t * N + n) * K * H; the backward pass reads the previous hidden state
+ * from Y.  Backward carries dL/dh (and dL/dc) from step to step in dH0
+ * (and dC0), which end as the gradients of the initial states; `work`
+ * holds 4 * H values. */
+#ifndef ET_RNN_H
+#define ET_RNN_H
+
+#define ET_GRU_SAVED 4  /* z, r, candidate, R_h h + Rb_h */
+#define ET_LSTM_SAVED 5 /* i, o, f, candidate, new cell state */
+
+typedef struct {
+    int T, N, I, H, reverse, x_t, x_b, y_t, y_b, s_b;
+} et_rnn_geometry;
+
+static inline et_rnn_geometry et_rnn_geometry_of(const int *g)
+{
+    et_rnn_geometry r;
+    r.T = g[0];
+    r.N = g[1];
+    r.I = g[2];
+    r.H = g[3];
+    r.reverse = g[4];
+    r.x_t = g[5];
+    r.x_b = g[6];
+    r.y_t = g[7];
+    r.y_b = g[8];
+    r.s_b = g[9];
+    return r;
+}
+
+/* Where row (t, n) of X, of Y, and batch row n of the state tensors start;
+ * where step t, row n of `saved` starts (k vectors per row). */
+static inline size_t et_rnn_x_at(const et_rnn_geometry *g, int t, int n)
+{
+    return (size_t)t * (size_t)g->x_t + (size_t)n * (size_t)g->x_b;
+}
+
+static inline size_t et_rnn_y_at(const et_rnn_geometry *g, int t, int n)
+{
+    return (size_t)t * (size_t)g->y_t + (size_t)n * (size_t)g->y_b;
+}
+
+static inline size_t et_rnn_state_at(const et_rnn_geometry *g, int n)
+{
+    return (size_t)n * (size_t)g->s_b;
+}
+
+static inline size_t et_rnn_saved_at(const et_rnn_geometry *g, int t, int n, int k)
+{
+    return ((size_t)t * (size_t)g->N + (size_t)n) * (size_t)k * (size_t)g->H;
+}
+
+/* The time index of processing step s. */
+static inline int et_rnn_time(const et_rnn_geometry *g, int s)
+{
+    return g->reverse ? g->T - 1 - s : s;
+}
+
+/* The hidden state step s starts from: the previous step's output, or the
+ * initial state (NULL when that is absent, i.e. zero). */
+static inline const float *et_rnn_prev(const et_rnn_geometry *g, const float *Y, const float *H0, int s, int n)
+{
+    if (s > 0)
+        return Y + et_rnn_y_at(g, et_rnn_time(g, s - 1), n);
+    return H0 ? H0 + et_rnn_state_at(g, n) : (const float *)0;
+}
+
+static inline float et_rnn_dot(int n, const float *w, const float *v)
+{
+    int i;
+    float acc = 0.0f;
+    if (!v)
+        return 0.0f;
+    for (i = 0; i < n; ++i)
+        acc += w[i] * v[i];
+    return acc;
+}
+
+static inline float et_rnn_at(const float *v, int i)
+{
+    return v ? v[i] : 0.0f;
+}
+
+/* Pre-activation of gate row `row`: Wb + Rb + W x + R h. */
+static inline float et_rnn_gate(const et_rnn_geometry *g, int gates, int row, const float *W, const float *R,
+                                const float *B, const float *x, const float *h)
+{
+    float bias = B ? B[row] + B[gates * g->H + row] : 0.0f;
+    return bias + et_rnn_dot(g->I, W + (size_t)row * (size_t)g->I, x) +
+           et_rnn_dot(g->H, R + (size_t)row * (size_t)g->H, h);
+}
+
+/* dW row += da * x, dX += da * W row: the input side of one gate row. */
+static inline void et_rnn_input_grad(int I, float da, const float *x, const float *w, float *dw, float *dx)
+{
+    int i;
+    for (i = 0; i < I; ++i) {
+        dw[i] += da * x[i];
+        dx[i] += da * w[i];
+    }
+}
+
+static inline void et_rnn_axpy(int n, float a, const float *x, float *y)
+{
+    int i;
+    if (!x)
+        return;
+    for (i = 0; i < n; ++i)
+        y[i] += a * x[i];
+}
+
+static inline void et_rnn_zero(int n, float *y)
+{
+    int i;
+    for (i = 0; i < n; ++i)
+        y[i] = 0.0f;
+}
+
+/* dst = src (NULL: zeros) over the state rows of one direction. */
+static inline void et_rnn_copy_state(const et_rnn_geometry *g, const float *src, float *dst)
+{
+    int n, j;
+    for (n = 0; n < g->N; ++n)
+        for (j = 0; j < g->H; ++j)
+            dst[et_rnn_state_at(g, n) + (size_t)j] = src ? src[et_rnn_state_at(g, n) + (size_t)j] : 0.0f;
+}
+
+/* Zeroes this direction's weight gradients and, unless another direction
+ * already wrote it, dX; seeds the carried state gradient from dY_h. */
+static inline void et_rnn_grad_start(const et_rnn_geometry *g, int gates, int accumulate, const float *dY_h,
+                                     float *dX, float *dW, float *dR, float *dB, float *dH0)
+{
+    int t, n;
+    et_rnn_zero(gates * g->H * g->I, dW);
+    et_rnn_zero(gates * g->H * g->H, dR);
+    et_rnn_zero(2 * gates * g->H, dB);
+    et_rnn_copy_state(g, dY_h, dH0);
+    if (!accumulate)
+        for (n = 0; n < g->N; ++n)
+            for (t = 0; t < g->T; ++t)
+                et_rnn_zero(g->I, dX + et_rnn_x_at(g, t, n));
+}
+
+/* GRU, gates z, r, h:
+ *   z = sigmoid(Wz x + Rz h + bz), r = sigmoid(Wr x + Rr h + br),
+ *   c = tanh(Wh x + Rh (r . h) + bh)            (linear_before_reset = 0)
+ *   c = tanh(Wh x + Wbh + r . (Rh h + Rbh))     (linear_before_reset = 1)
+ *   h' = (1 - z) . c + z . h */
+static inline void et_gru_f32(const int *geometry, int linear_before_reset, const float *X, const float *W,
+                              const float *R, const float *B, const float *H0, float *Y, float *Y_h,
+                              float *saved)
+{
+    et_rnn_geometry g = et_rnn_geometry_of(geometry);
+    int H = g.H, s, n, j;
+    for (s = 0; s < g.T; ++s) {
+        int t = et_rnn_time(&g, s);
+        for (n = 0; n < g.N; ++n) {
+            const float *x = X + et_rnn_x_at(&g, t, n);
+            const float *h = et_rnn_prev(&g, Y, H0, s, n);
+            float *y = Y + et_rnn_y_at(&g, t, n);
+            float *yh = Y_h + et_rnn_state_at(&g, n);
+            float *sv = saved ? saved + et_rnn_saved_at(&g, t, n, ET_GRU_SAVED) : 0;
+            for (j = 0; j < H; ++j) {
+                float r = et_sigmoidf(et_rnn_gate(&g, 3, H + j, W, R, B, x, h));
+                y[j] = linear_before_reset ? r : r * et_rnn_at(h, j);
+                if (sv)
+                    sv[H + j] = r;
+            }
+            for (j = 0; j < H; ++j) {
+                float z = et_sigmoidf(et_rnn_gate(&g, 3, j, W, R, B, x, h));
+                float a = et_rnn_dot(g.I, W + (size_t)(2 * H + j) * (size_t)g.I, x), hr = 0.0f, c;
+                const float *rh = R + (size_t)(2 * H + j) * (size_t)H;
+                if (linear_before_reset) {
+                    hr = et_rnn_dot(H, rh, h) + (B ? B[5 * H + j] : 0.0f);
+                    a += (B ? B[2 * H + j] : 0.0f) + y[j] * hr;
+                } else {
+                    a += (B ? B[2 * H + j] + B[5 * H + j] : 0.0f) + et_rnn_dot(H, rh, y);
+                }
+                c = et_tanhf(a);
+                yh[j] = (1.0f - z) * c + z * et_rnn_at(h, j);
+                if (sv) {
+                    sv[j] = z;
+                    sv[2 * H + j] = c;
+                    sv[3 * H + j] = hr;
+                }
+            }
+            for (j = 0; j < H; ++j)
+                y[j] = yh[j];
+        }
+    }
+}
+
+static inline void et_gru_grad_f32(const int *geometry, int linear_before_reset, int accumulate, const float *dY,
+                                   const float *dY_h, const float *X, const float *W, const float *R,
+                                   const float *H0, const float *Y, const float *saved, float *dX, float *dW,
+                                   float *dR, float *dB, float *dH0, float *work)
+{
+    et_rnn_geometry g = et_rnn_geometry_of(geometry);
+    int H = g.H, I = g.I, s, n, j, k;
+    float *da_z = work, *da_r = work + H, *da_c = work + 2 * H, *d_hr = work + 3 * H;
+    et_rnn_grad_start(&g, 3, accumulate, dY_h, dX, dW, dR, dB, dH0);
+    for (s = g.T - 1; s >= 0; --s) {
+        int t = et_rnn_time(&g, s);
+        for (n = 0; n < g.N; ++n) {
+            const float *x = X + et_rnn_x_at(&g, t, n);
+            const float *h = et_rnn_prev(&g, Y, H0, s, n);
+            const float *dy = dY ? dY + et_rnn_y_at(&g, t, n) : 0;
+            const float *sv = saved + et_rnn_saved_at(&g, t, n, ET_GRU_SAVED);
+            const float *z = sv, *r = sv + H, *c = sv + 2 * H, *hr = sv + 3 * H;
+            float *dh = dH0 + et_rnn_state_at(&g, n); /* dL/dh of this step in, of the previous out */
+            float *dx = dX + et_rnn_x_at(&g, t, n);
+            for (j = 0; j < H; ++j) {
+                float d = dh[j] + et_rnn_at(dy, j);
+                da_c[j] = d * (1.0f - z[j]) * (1.0f - c[j] * c[j]);
+                da_z[j] = d * (et_rnn_at(h, j) - c[j]) * z[j] * (1.0f - z[j]);
+                dh[j] = d * z[j];
+                if (linear_before_reset) {
+                    da_r[j] = da_c[j] * hr[j] * r[j] * (1.0f - r[j]);
+                    d_hr[j] = da_c[j] * r[j];
+                }
+            }
+            if (!linear_before_reset) /* through Rh (r . h): dL/d(r . h) = Rh^T da_c */
+                for (k = 0; k < H; ++k) {
+                    float d_rh = 0.0f;
+                    for (j = 0; j < H; ++j)
+                        d_rh += R[(size_t)(2 * H + j) * (size_t)H + (size_t)k] * da_c[j];
+                    da_r[k] = d_rh * et_rnn_at(h, k) * r[k] * (1.0f - r[k]);
+                    dh[k] += d_rh * r[k];
+                }
+            for (j = 0; j < H; ++j) {
+                /* Gate h's recurrent part: d_hr scales h (linear_before_reset), else da_c scales r . h. */
+                float da_rh = linear_before_reset ? d_hr[j] : da_c[j];
+                float *drh = dR + (size_t)(2 * H + j) * (size_t)H;
+                et_rnn_input_grad(I, da_z[j], x, W + (size_t)j * (size_t)I, dW + (size_t)j * (size_t)I, dx);
+                et_rnn_input_grad(I, da_r[j], x, W + (size_t)(H + j) * (size_t)I, dW + (size_t)(H + j) * (size_t)I, dx);
+                et_rnn_input_grad(I, da_c[j], x, W + (size_t)(2 * H + j) * (size_t)I,
+                                  dW + (size_t)(2 * H + j) * (size_t)I, dx);
+                dB[j] += da_z[j];
+                dB[H + j] += da_r[j];
+                dB[2 * H + j] += da_c[j];
+                dB[3 * H + j] += da_z[j];
+                dB[4 * H + j] += da_r[j];
+                dB[5 * H + j] += da_rh;
+                et_rnn_axpy(H, da_z[j], h, dR + (size_t)j * (size_t)H);
+                et_rnn_axpy(H, da_r[j], h, dR + (size_t)(H + j) * (size_t)H);
+                if (h)
+                    for (k = 0; k < H; ++k)
+                        drh[k] += da_rh * (linear_before_reset ? h[k] : r[k] * h[k]);
+                /* Rz, Rr and (linear_before_reset) Rh read h directly. */
+                et_rnn_axpy(H, da_z[j], R + (size_t)j * (size_t)H, dh);
+                et_rnn_axpy(H, da_r[j], R + (size_t)(H + j) * (size_t)H, dh);
+                if (linear_before_reset)
+                    et_rnn_axpy(H, d_hr[j], R + (size_t)(2 * H + j) * (size_t)H, dh);
+            }
+        }
+    }
+}
+
+/* LSTM, gates i, o, f, c (no peepholes):
+ *   i, o, f = sigmoid(W x + R h + Wb + Rb), c~ = tanh(...),
+ *   C' = f . C + i . c~, h' = o . tanh(C') */
+static inline void et_lstm_f32(const int *geometry, const float *X, const float *W, const float *R, const float *B,
+                               const float *H0, const float *C0, float *Y, float *Y_h, float *Y_c, float *saved)
+{
+    et_rnn_geometry g = et_rnn_geometry_of(geometry);
+    int H = g.H, s, n, j;
+    et_rnn_copy_state(&g, C0, Y_c);
+    for (s = 0; s < g.T; ++s) {
+        int t = et_rnn_time(&g, s);
+        for (n = 0; n < g.N; ++n) {
+            const float *x = X + et_rnn_x_at(&g, t, n);
+            const float *h = et_rnn_prev(&g, Y, H0, s, n);
+            float *y = Y + et_rnn_y_at(&g, t, n);
+            float *yh = Y_h + et_rnn_state_at(&g, n), *cell = Y_c + et_rnn_state_at(&g, n);
+            float *sv = saved ? saved + et_rnn_saved_at(&g, t, n, ET_LSTM_SAVED) : 0;
+            for (j = 0; j < H; ++j) {
+                float i = et_sigmoidf(et_rnn_gate(&g, 4, j, W, R, B, x, h));
+                float o = et_sigmoidf(et_rnn_gate(&g, 4, H + j, W, R, B, x, h));
+                float f = et_sigmoidf(et_rnn_gate(&g, 4, 2 * H + j, W, R, B, x, h));
+                float c = et_tanhf(et_rnn_gate(&g, 4, 3 * H + j, W, R, B, x, h));
+                cell[j] = f * cell[j] + i * c;
+                y[j] = o * et_tanhf(cell[j]);
+                yh[j] = y[j];
+                if (sv) {
+                    sv[j] = i;
+                    sv[H + j] = o;
+                    sv[2 * H + j] = f;
+                    sv[3 * H + j] = c;
+                    sv[4 * H + j] = cell[j];
+                }
+            }
+        }
+    }
+}
+
+static inline void et_lstm_grad_f32(const int *geometry, int accumulate, const float *dY, const float *dY_h,
+                                    const float *dY_c, const float *X, const float *W, const float *R,
+                                    const float *H0, const float *C0, const float *Y, const float *saved,
+                                    float *dX, float *dW, float *dR, float *dB, float *dH0, float *dC0,
+                                    float *work)
+{
+    et_rnn_geometry g = et_rnn_geometry_of(geometry);
+    int H = g.H, I = g.I, s, n, j, q;
+    et_rnn_grad_start(&g, 4, accumulate, dY_h, dX, dW, dR, dB, dH0);
+    et_rnn_copy_state(&g, dY_c, dC0);
+    for (s = g.T - 1; s >= 0; --s) {
+        int t = et_rnn_time(&g, s);
+        for (n = 0; n < g.N; ++n) {
+            const float *x = X + et_rnn_x_at(&g, t, n);
+            const float *h = et_rnn_prev(&g, Y, H0, s, n);
+            const float *dy = dY ? dY + et_rnn_y_at(&g, t, n) : 0;
+            const float *sv = saved + et_rnn_saved_at(&g, t, n, ET_LSTM_SAVED);
+            const float *c_prev = s > 0 ? saved + et_rnn_saved_at(&g, et_rnn_time(&g, s - 1), n, ET_LSTM_SAVED) + 4 * H
+                                        : (C0 ? C0 + et_rnn_state_at(&g, n) : 0);
+            float *dh = dH0 + et_rnn_state_at(&g, n), *dc = dC0 + et_rnn_state_at(&g, n);
+            float *dx = dX + et_rnn_x_at(&g, t, n);
+            for (j = 0; j < H; ++j) {
+                float i = sv[j], o = sv[H + j], f = sv[2 * H + j], c = sv[3 * H + j];
+                float tc = et_tanhf(sv[4 * H + j]);
+                float d_h = dh[j] + et_rnn_at(dy, j);
+                float d_c = dc[j] + d_h * o * (1.0f - tc * tc);
+                work[j] = d_c * c * i * (1.0f - i);
+                work[H + j] = d_h * tc * o * (1.0f - o);
+                work[2 * H + j] = d_c * et_rnn_at(c_prev, j) * f * (1.0f - f);
+                work[3 * H + j] = d_c * i * (1.0f - c * c);
+                dc[j] = d_c * f;
+                dh[j] = 0.0f;
+            }
+            for (q = 0; q < 4 * H; ++q) {
+                et_rnn_input_grad(I, work[q], x, W + (size_t)q * (size_t)I, dW + (size_t)q * (size_t)I, dx);
+                dB[q] += work[q];
+                dB[4 * H + q] += work[q];
+                et_rnn_axpy(H, work[q], h, dR + (size_t)q * (size_t)H);
+                et_rnn_axpy(H, work[q], R + (size_t)q * (size_t)H, dh);
+            }
+        }
+    }
+}
+
+#endif

@@ -1,0 +1,466 @@
+"""Which ONNX backend node cases of each op edgetrain supports run against the generated C, and why
+the others do not. test_onnx_backend_nodes.py fails when a case of a supported op (an op in the
+registry's default domain) is missing here, so adding an op means listing its cases.
+
+The cases are those onnx's generators make with a single node of the op; the `_expanded` variants
+run the op's function body, made of other ops, and are not cases of the op.
+
+An exclusion is one of two kinds:
+- Refused: edgetrain deliberately does not accept the model, and says so in one line containing
+  `error` (the test checks that it does);
+- Skipped: the model compiles, but the case checks a behaviour that edgetrain deliberately does
+  not have (`reason`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Refused:
+    error: str
+
+
+@dataclass(frozen=True)
+class Skipped:
+    reason: str
+
+
+@dataclass(frozen=True)
+class OpCases:
+    included: tuple[str, ...]
+    excluded: dict[str, Refused | Skipped] = field(default_factory=dict)
+    # Cases whose integer data run as float32: the op only selects and moves values, all small
+    # integers, so float32 gives exactly ONNX's expected values and the case checks the kernel.
+    as_float32: tuple[str, ...] = ()
+
+    @property
+    def run(self) -> tuple[str, ...]:
+        return self.included + self.as_float32
+
+    @property
+    def listed(self) -> tuple[str, ...]:
+        return self.run + tuple(self.excluded)
+
+
+# edgetrain trains float32 models: other data types are refused at the model's inputs and outputs.
+FLOAT_TYPE = Refused("edgetrain trains float32 models")  # float16, bfloat16, float64
+SMALL_INT_DATA = Refused("model inputs must be float32")  # int8, int16, unsigned
+INT_DATA = Refused("integer model inputs may only be indices")  # int32 / int64 data, not indices
+NON_FLOAT_OUTPUT = Refused("only float32 tensors are computed at run time")  # Dropout's mask, MaxPool's argmax
+EMPTY = Refused("is empty")  # a tensor with a zero-size axis
+NOT_TENSOR = Refused("edgetrain computes tensors only")  # sequence and optional values
+OLD_OPSET = Refused("edgetrain needs opset 13 or newer")
+TENSOR_EXPONENT = Refused("the exponent must be one constant value")  # Pow's kernel takes a scalar
+# Resize modes the kernel does not implement.
+CUBIC = Refused("mode 'cubic'")
+CROP_AND_RESIZE = Refused("'tf_crop_and_resize'")
+HALF_PIXEL_SYMMETRIC = Refused("'half_pixel_symmetric'")
+ANTIALIAS = Refused("antialias=1")
+ASPECT_RATIO = Refused("keep_aspect_ratio_policy")
+# SoftmaxCrossEntropyLoss reduces by the mean, as edgetrain's losses do.
+REDUCTION_NONE = Refused("reduction 'none' is not supported")
+REDUCTION_SUM = Refused("reduction 'sum' is not supported")
+PEEPHOLES = Refused("peepholes")
+# Running statistics are buffers a training step updates, so they are not the inference graph's outputs.
+STATISTICS_OUTPUTS = Refused("running statistics are state")
+RANDOM_MASK = Skipped("training_mode=1: the expected values come from a NumPy random mask; infer runs the "
+                      "inference form (identity), and training draws edgetrain's own counter-seeded masks")
+ALIGN_CORNERS_FRACTIONAL = Skipped(
+    "align_corners with scales: onnx divides by the fractional length input*scale - 1 (onnx/onnx#2462); "
+    "edgetrain divides by the output length - 1, as ONNX Runtime and PyTorch do, whose gradients it matches")
+
+# Included cases compared more loosely than RTOL, with why: the expected values carry less precision.
+TOLERANCE = {
+    "test_averagepool_2d_ceil_last_window_starts_on_pad": (1e-3, "onnx writes the expected values to 4 digits"),
+    "test_sce_NCd1d2d3d4d5_mean_weight": (1e-4, "a mean of 6480 float32 terms, summed in order"),
+    "test_sce_NCd1d2d3d4d5_mean_weight_log_prob": (1e-4, "a mean of 6480 float32 terms, summed in order"),
+}
+
+CASES: dict[str, OpCases] = {
+    "Abs": OpCases(
+        included=("test_abs",)),
+    "Add": OpCases(
+        included=("test_add", "test_add_bcast"),
+        excluded={
+            "test_add_int8": SMALL_INT_DATA,
+            "test_add_int16": SMALL_INT_DATA,
+            "test_add_uint8": SMALL_INT_DATA,
+            "test_add_uint16": SMALL_INT_DATA,
+            "test_add_uint32": SMALL_INT_DATA,
+            "test_add_uint64": SMALL_INT_DATA,
+        }),
+    "AveragePool": OpCases(
+        included=("test_averagepool_2d_precomputed_pads", "test_averagepool_2d_precomputed_pads_count_include_pad",
+                  "test_averagepool_2d_precomputed_strides", "test_averagepool_2d_precomputed_same_upper",
+                  "test_averagepool_1d_default", "test_averagepool_2d_default", "test_averagepool_3d_default",
+                  "test_averagepool_2d_same_upper", "test_averagepool_2d_same_lower", "test_averagepool_2d_pads",
+                  "test_averagepool_2d_pads_count_include_pad", "test_averagepool_2d_strides",
+                  "test_averagepool_2d_ceil", "test_averagepool_2d_ceil_last_window_starts_on_pad",
+                  "test_averagepool_2d_dilations", "test_averagepool_3d_dilations_small",
+                  "test_averagepool_3d_dilations_large_count_include_pad_is_0_ceil_mode_is_True",
+                  "test_averagepool_3d_dilations_large_count_include_pad_is_0_ceil_mode_is_False",
+                  "test_averagepool_3d_dilations_large_count_include_pad_is_1_ceil_mode_is_True",
+                  "test_averagepool_3d_dilations_large_count_include_pad_is_1_ceil_mode_is_False")),
+    "BatchNormalization": OpCases(
+        included=("test_batchnorm_example", "test_batchnorm_epsilon"),
+        excluded={
+            "test_batchnorm_example_training_mode": STATISTICS_OUTPUTS,
+            "test_batchnorm_epsilon_training_mode": STATISTICS_OUTPUTS,
+        }),
+    "Celu": OpCases(
+        included=("test_celu",),
+        excluded={
+            "test_celu_float16": FLOAT_TYPE,
+            "test_celu_bfloat16": FLOAT_TYPE,
+        }),
+    "Clip": OpCases(
+        included=("test_clip_example", "test_clip", "test_clip_inbounds", "test_clip_outbounds",
+                  "test_clip_splitbounds", "test_clip_min_greater_than_max", "test_clip_default_min",
+                  "test_clip_default_max", "test_clip_default_inbounds"),
+        excluded={
+            "test_clip_default_int8_min": SMALL_INT_DATA,
+            "test_clip_default_int8_max": SMALL_INT_DATA,
+            "test_clip_default_int8_inbounds": SMALL_INT_DATA,
+        }),
+    "Concat": OpCases(
+        included=("test_concat_1d_axis_0", "test_concat_1d_axis_negative_1", "test_concat_2d_axis_0",
+                  "test_concat_2d_axis_1", "test_concat_2d_axis_negative_2", "test_concat_2d_axis_negative_1",
+                  "test_concat_3d_axis_0", "test_concat_3d_axis_1", "test_concat_3d_axis_2",
+                  "test_concat_3d_axis_negative_3", "test_concat_3d_axis_negative_2",
+                  "test_concat_3d_axis_negative_1")),
+    "Conv": OpCases(
+        included=("test_basic_conv_with_padding", "test_basic_conv_without_padding",
+                  "test_conv_with_strides_padding", "test_conv_with_strides_no_padding",
+                  "test_conv_with_strides_and_asymmetric_padding", "test_conv_with_autopad_same")),
+    "ConvTranspose": OpCases(
+        included=("test_convtranspose", "test_convtranspose_1d", "test_convtranspose_3d",
+                  "test_convtranspose_output_shape", "test_convtranspose_pad", "test_convtranspose_kernel_shape",
+                  "test_convtranspose_pads", "test_convtranspose_dilations", "test_convtranspose_autopad_same",
+                  "test_convtranspose_group_2", "test_convtranspose_group_2_image_3")),
+    "Div": OpCases(
+        included=("test_div_example", "test_div", "test_div_bcast"),
+        excluded={
+            "test_div_int8": SMALL_INT_DATA,
+            "test_div_int16": SMALL_INT_DATA,
+            "test_div_int32_trunc": INT_DATA,
+            "test_div_uint8": SMALL_INT_DATA,
+            "test_div_uint16": SMALL_INT_DATA,
+            "test_div_uint32": SMALL_INT_DATA,
+            "test_div_uint64": SMALL_INT_DATA,
+        }),
+    "Dropout": OpCases(
+        included=("test_dropout_default", "test_dropout_default_ratio", "test_training_dropout_zero_ratio"),
+        excluded={
+            "test_dropout_default_mask": NON_FLOAT_OUTPUT,
+            "test_dropout_default_mask_ratio": NON_FLOAT_OUTPUT,
+            "test_training_dropout_default": RANDOM_MASK,
+            "test_training_dropout_default_mask": NON_FLOAT_OUTPUT,
+            "test_training_dropout": RANDOM_MASK,
+            "test_training_dropout_mask": NON_FLOAT_OUTPUT,
+            "test_training_dropout_zero_ratio_mask": NON_FLOAT_OUTPUT,
+            "test_dropout_default_old": OLD_OPSET,
+            "test_dropout_random_old": OLD_OPSET,
+        }),
+    "Elu": OpCases(
+        included=("test_elu_example", "test_elu", "test_elu_default")),
+    "Erf": OpCases(
+        included=("test_erf",)),
+    "Exp": OpCases(
+        included=("test_exp_example", "test_exp")),
+    "Expand": OpCases(
+        included=("test_expand_dim_changed", "test_expand_dim_unchanged")),
+    "Flatten": OpCases(
+        included=("test_flatten_axis0", "test_flatten_axis1", "test_flatten_axis2", "test_flatten_axis3",
+                  "test_flatten_default_axis", "test_flatten_negative_axis4", "test_flatten_negative_axis3",
+                  "test_flatten_negative_axis2", "test_flatten_negative_axis1")),
+    "GRU": OpCases(
+        included=("test_gru_defaults", "test_gru_with_initial_bias", "test_gru_seq_length", "test_gru_batchwise",
+                  "test_gru_reverse", "test_gru_bidirectional")),
+    "Gather": OpCases(
+        included=("test_gather_0", "test_gather_1", "test_gather_2d_indices", "test_gather_negative_indices")),
+    "Gelu": OpCases(
+        included=("test_gelu_tanh_1", "test_gelu_tanh_2", "test_gelu_default_1", "test_gelu_default_2")),
+    "Gemm": OpCases(
+        included=("test_gemm_default_zero_bias", "test_gemm_default_no_bias", "test_gemm_default_scalar_bias",
+                  "test_gemm_default_single_elem_vector_bias", "test_gemm_default_vector_bias",
+                  "test_gemm_default_matrix_bias", "test_gemm_transposeA", "test_gemm_transposeB",
+                  "test_gemm_alpha", "test_gemm_beta", "test_gemm_all_attributes")),
+    "GlobalAveragePool": OpCases(
+        included=("test_globalaveragepool", "test_globalaveragepool_precomputed")),
+    "GlobalMaxPool": OpCases(
+        included=("test_globalmaxpool", "test_globalmaxpool_precomputed")),
+    "HardSigmoid": OpCases(
+        included=("test_hardsigmoid_example", "test_hardsigmoid", "test_hardsigmoid_default")),
+    "HardSwish": OpCases(
+        included=("test_hardswish",)),
+    "Identity": OpCases(
+        included=("test_identity",),
+        excluded={
+            "test_identity_sequence": NOT_TENSOR,
+            "test_identity_opt": NOT_TENSOR,
+        }),
+    "InstanceNormalization": OpCases(
+        included=("test_instancenorm_example", "test_instancenorm_epsilon")),
+    "LSTM": OpCases(
+        included=("test_lstm_defaults", "test_lstm_with_initial_bias", "test_lstm_batchwise", "test_lstm_reverse",
+                  "test_lstm_bidirectional"),
+        excluded={
+            "test_lstm_with_peepholes": PEEPHOLES,
+        }),
+    "LayerNormalization": OpCases(
+        included=("test_layer_normalization_4d_axis0", "test_layer_normalization_4d_axis_negative_4",
+                  "test_layer_normalization_4d_axis1", "test_layer_normalization_4d_axis_negative_3",
+                  "test_layer_normalization_4d_axis2", "test_layer_normalization_4d_axis_negative_2",
+                  "test_layer_normalization_4d_axis3", "test_layer_normalization_4d_axis_negative_1",
+                  "test_layer_normalization_default_axis", "test_layer_normalization_2d_axis0",
+                  "test_layer_normalization_2d_axis_negative_2", "test_layer_normalization_2d_axis1",
+                  "test_layer_normalization_2d_axis_negative_1", "test_layer_normalization_3d_axis0_epsilon",
+                  "test_layer_normalization_3d_axis_negative_3_epsilon",
+                  "test_layer_normalization_3d_axis1_epsilon",
+                  "test_layer_normalization_3d_axis_negative_2_epsilon",
+                  "test_layer_normalization_3d_axis2_epsilon",
+                  "test_layer_normalization_3d_axis_negative_1_epsilon")),
+    "LeakyRelu": OpCases(
+        included=("test_leakyrelu_example", "test_leakyrelu", "test_leakyrelu_default")),
+    "Log": OpCases(
+        included=("test_log_example", "test_log")),
+    "LogSoftmax": OpCases(
+        included=("test_logsoftmax_example_1", "test_logsoftmax_large_number", "test_logsoftmax_axis_0",
+                  "test_logsoftmax_axis_1", "test_logsoftmax_axis_2", "test_logsoftmax_negative_axis",
+                  "test_logsoftmax_default_axis")),
+    "MatMul": OpCases(
+        included=("test_matmul_2d", "test_matmul_3d", "test_matmul_4d", "test_matmul_bcast", "test_matmul_1d_3d",
+                  "test_matmul_4d_1d", "test_matmul_1d_1d")),
+    "Max": OpCases(
+        included=("test_max_example", "test_max_one_input", "test_max_two_inputs", "test_max_float32"),
+        as_float32=("test_max_int32", "test_max_int64"),
+        excluded={
+            "test_max_int8": SMALL_INT_DATA,
+            "test_max_int16": SMALL_INT_DATA,
+            "test_max_uint8": SMALL_INT_DATA,
+            "test_max_uint16": SMALL_INT_DATA,
+            "test_max_uint32": SMALL_INT_DATA,
+            "test_max_uint64": SMALL_INT_DATA,
+            "test_max_float16": FLOAT_TYPE,
+            "test_max_float64": FLOAT_TYPE,
+        }),
+    "MaxPool": OpCases(
+        included=("test_maxpool_2d_precomputed_pads", "test_maxpool_2d_precomputed_strides",
+                  "test_maxpool_2d_precomputed_same_upper", "test_maxpool_1d_default", "test_maxpool_2d_default",
+                  "test_maxpool_3d_default", "test_maxpool_2d_same_upper", "test_maxpool_2d_same_lower",
+                  "test_maxpool_2d_pads", "test_maxpool_2d_strides", "test_maxpool_2d_ceil",
+                  "test_maxpool_2d_ceil_output_size_reduce_by_one", "test_maxpool_2d_dilations",
+                  "test_maxpool_3d_dilations", "test_maxpool_3d_dilations_use_ref_impl",
+                  "test_maxpool_3d_dilations_use_ref_impl_large"),
+        excluded={
+            "test_maxpool_2d_uint8": SMALL_INT_DATA,
+            "test_maxpool_with_argmax_2d_precomputed_pads": NON_FLOAT_OUTPUT,
+            "test_maxpool_with_argmax_2d_precomputed_strides": NON_FLOAT_OUTPUT,
+        }),
+    "Min": OpCases(
+        included=("test_min_example", "test_min_one_input", "test_min_two_inputs", "test_min_float32"),
+        as_float32=("test_min_int32", "test_min_int64"),
+        excluded={
+            "test_min_int8": SMALL_INT_DATA,
+            "test_min_int16": SMALL_INT_DATA,
+            "test_min_uint8": SMALL_INT_DATA,
+            "test_min_uint16": SMALL_INT_DATA,
+            "test_min_uint32": SMALL_INT_DATA,
+            "test_min_uint64": SMALL_INT_DATA,
+            "test_min_float16": FLOAT_TYPE,
+            "test_min_float64": FLOAT_TYPE,
+        }),
+    "Mul": OpCases(
+        included=("test_mul_example", "test_mul", "test_mul_bcast"),
+        excluded={
+            "test_mul_int8": SMALL_INT_DATA,
+            "test_mul_int16": SMALL_INT_DATA,
+            "test_mul_uint8": SMALL_INT_DATA,
+            "test_mul_uint16": SMALL_INT_DATA,
+            "test_mul_uint32": SMALL_INT_DATA,
+            "test_mul_uint64": SMALL_INT_DATA,
+        }),
+    "Neg": OpCases(
+        included=("test_neg_example", "test_neg")),
+    "PRelu": OpCases(
+        included=("test_prelu_example", "test_prelu_broadcast")),
+    "Pad": OpCases(
+        included=("test_constant_pad", "test_constant_pad_axes", "test_constant_pad_negative_axes"),
+        as_float32=("test_edge_pad", "test_reflect_pad", "test_wrap_pad")),
+    "Pow": OpCases(
+        included=("test_pow_bcast_scalar",),
+        excluded={
+            "test_pow_example": TENSOR_EXPONENT,
+            "test_pow": TENSOR_EXPONENT,
+            "test_pow_bcast_array": TENSOR_EXPONENT,
+            "test_pow_types_float32_int64": TENSOR_EXPONENT,
+            "test_pow_types_int64_float32": INT_DATA,
+            "test_pow_types_float32_int32": TENSOR_EXPONENT,
+            "test_pow_types_int32_float32": INT_DATA,
+            "test_pow_types_float32_uint64": TENSOR_EXPONENT,
+            "test_pow_types_float32_uint32": TENSOR_EXPONENT,
+            "test_pow_types_int64_int64": INT_DATA,
+            "test_pow_types_int32_int32": INT_DATA,
+        }),
+    "ReduceMean": OpCases(
+        included=("test_reduce_mean_do_not_keepdims_example", "test_reduce_mean_do_not_keepdims_random",
+                  "test_reduce_mean_keepdims_example", "test_reduce_mean_keepdims_random",
+                  "test_reduce_mean_default_axes_keepdims_example",
+                  "test_reduce_mean_default_axes_keepdims_random",
+                  "test_reduce_mean_negative_axes_keepdims_example",
+                  "test_reduce_mean_negative_axes_keepdims_random")),
+    "ReduceSum": OpCases(
+        included=("test_reduce_sum_do_not_keepdims_example", "test_reduce_sum_do_not_keepdims_random",
+                  "test_reduce_sum_keepdims_example", "test_reduce_sum_keepdims_random",
+                  "test_reduce_sum_default_axes_keepdims_example", "test_reduce_sum_default_axes_keepdims_random",
+                  "test_reduce_sum_negative_axes_keepdims_example",
+                  "test_reduce_sum_negative_axes_keepdims_random", "test_reduce_sum_empty_axes_input_noop_example",
+                  "test_reduce_sum_empty_axes_input_noop"),
+        excluded={
+            "test_reduce_sum_empty_set": EMPTY,
+            "test_reduce_sum_empty_set_non_reduced_axis_zero": EMPTY,
+        }),
+    "Relu": OpCases(
+        included=("test_relu",)),
+    "Reshape": OpCases(
+        included=("test_reshape_reordered_all_dims", "test_reshape_reordered_last_dims",
+                  "test_reshape_reduced_dims", "test_reshape_extended_dims", "test_reshape_one_dim",
+                  "test_reshape_negative_dim", "test_reshape_negative_extended_dims", "test_reshape_zero_dim",
+                  "test_reshape_zero_and_negative_dim"),
+        excluded={
+            "test_reshape_allowzero_reordered": EMPTY,
+        }),
+    "Resize": OpCases(
+        included=("test_resize_upsample_scales_nearest", "test_resize_downsample_scales_nearest",
+                  "test_resize_upsample_sizes_nearest", "test_resize_downsample_sizes_nearest",
+                  "test_resize_upsample_scales_linear", "test_resize_upsample_scales_linear_align_corners",
+                  "test_resize_downsample_scales_linear", "test_resize_downsample_sizes_linear_pytorch_half_pixel",
+                  "test_resize_upsample_sizes_nearest_floor_align_corners",
+                  "test_resize_upsample_sizes_nearest_round_prefer_ceil_asymmetric",
+                  "test_resize_upsample_sizes_nearest_ceil_half_pixel",
+                  "test_resize_upsample_scales_nearest_axes_2_3", "test_resize_upsample_scales_nearest_axes_3_2",
+                  "test_resize_upsample_sizes_nearest_axes_2_3", "test_resize_upsample_sizes_nearest_axes_3_2"),
+        excluded={
+            "test_resize_downsample_scales_linear_align_corners": ALIGN_CORNERS_FRACTIONAL,
+            "test_resize_upsample_scales_cubic": CUBIC,
+            "test_resize_upsample_scales_cubic_align_corners": CUBIC,
+            "test_resize_downsample_scales_cubic": CUBIC,
+            "test_resize_downsample_scales_cubic_align_corners": CUBIC,
+            "test_resize_upsample_sizes_cubic": CUBIC,
+            "test_resize_downsample_sizes_cubic": CUBIC,
+            "test_resize_upsample_scales_cubic_A_n0p5_exclude_outside": CUBIC,
+            "test_resize_downsample_scales_cubic_A_n0p5_exclude_outside": CUBIC,
+            "test_resize_upsample_scales_cubic_asymmetric": CUBIC,
+            "test_resize_tf_crop_and_resize": CROP_AND_RESIZE,
+            "test_resize_tf_crop_and_resize_extrapolation_value": CROP_AND_RESIZE,
+            "test_resize_downsample_scales_linear_antialias": ANTIALIAS,
+            "test_resize_downsample_sizes_linear_antialias": ANTIALIAS,
+            "test_resize_downsample_scales_cubic_antialias": CUBIC,
+            "test_resize_downsample_sizes_cubic_antialias": CUBIC,
+            "test_resize_tf_crop_and_resize_axes_2_3": CROP_AND_RESIZE,
+            "test_resize_tf_crop_and_resize_axes_3_2": CROP_AND_RESIZE,
+            "test_resize_upsample_sizes_nearest_not_larger": ASPECT_RATIO,
+            "test_resize_upsample_sizes_nearest_not_smaller": ASPECT_RATIO,
+            "test_resize_downsample_sizes_nearest_not_larger": ASPECT_RATIO,
+            "test_resize_downsample_sizes_nearest_not_smaller": ASPECT_RATIO,
+            "test_resize_downsample_scales_linear_half_pixel_symmetric": HALF_PIXEL_SYMMETRIC,
+            "test_resize_upsample_scales_linear_half_pixel_symmetric": HALF_PIXEL_SYMMETRIC,
+        }),
+    "Selu": OpCases(
+        included=("test_selu_example", "test_selu", "test_selu_default")),
+    "Sigmoid": OpCases(
+        included=("test_sigmoid_example", "test_sigmoid")),
+    "Sign": OpCases(
+        included=("test_sign",)),
+    "Slice": OpCases(
+        included=("test_slice", "test_slice_neg", "test_slice_start_out_of_bounds", "test_slice_end_out_of_bounds",
+                  "test_slice_default_axes", "test_slice_default_steps", "test_slice_neg_steps",
+                  "test_slice_negative_axes")),
+    "Softmax": OpCases(
+        included=("test_softmax_example", "test_softmax_large_number", "test_softmax_axis_0",
+                  "test_softmax_axis_1", "test_softmax_axis_2", "test_softmax_negative_axis",
+                  "test_softmax_default_axis")),
+    "SoftmaxCrossEntropyLoss": OpCases(
+        included=("test_sce_mean", "test_sce_mean_log_prob", "test_sce_mean_3d", "test_sce_mean_3d_log_prob",
+                  "test_sce_mean_weight", "test_sce_mean_weight_log_prob", "test_sce_mean_weight_ii",
+                  "test_sce_mean_weight_ii_log_prob", "test_sce_mean_no_weight_ii",
+                  "test_sce_mean_no_weight_ii_log_prob", "test_sce_mean_weight_ii_3d",
+                  "test_sce_mean_weight_ii_3d_log_prob", "test_sce_mean_no_weight_ii_3d",
+                  "test_sce_mean_no_weight_ii_3d_log_prob", "test_sce_mean_weight_ii_4d",
+                  "test_sce_mean_weight_ii_4d_log_prob", "test_sce_mean_no_weight_ii_4d",
+                  "test_sce_mean_no_weight_ii_4d_log_prob", "test_sce_NCd1d2d3d4d5_mean_weight",
+                  "test_sce_NCd1d2d3d4d5_mean_weight_log_prob", "test_sce_NCd1_mean_weight_negative_ii",
+                  "test_sce_NCd1_mean_weight_negative_ii_log_prob"),
+        excluded={
+            "test_sce_none": REDUCTION_NONE,
+            "test_sce_none_log_prob": REDUCTION_NONE,
+            "test_sce_none_weights": REDUCTION_NONE,
+            "test_sce_none_weights_log_prob": REDUCTION_NONE,
+            "test_sce_sum": REDUCTION_SUM,
+            "test_sce_sum_log_prob": REDUCTION_SUM,
+            "test_sce_NCd1d2d3d4d5_none_no_weight": REDUCTION_NONE,
+            "test_sce_NCd1d2d3d4d5_none_no_weight_log_prob": REDUCTION_NONE,
+            "test_sce_NCd1d2d3_none_no_weight_negative_ii": REDUCTION_NONE,
+            "test_sce_NCd1d2d3_none_no_weight_negative_ii_log_prob": REDUCTION_NONE,
+            "test_sce_NCd1d2d3_sum_weight_high_ii": REDUCTION_SUM,
+            "test_sce_NCd1d2d3_sum_weight_high_ii_log_prob": REDUCTION_SUM,
+        }),
+    "Softplus": OpCases(
+        included=("test_softplus_example", "test_softplus")),
+    "Softsign": OpCases(
+        included=("test_softsign_example", "test_softsign")),
+    "Split": OpCases(
+        included=("test_split_equal_parts_1d_opset13", "test_split_variable_parts_1d_opset13",
+                  "test_split_equal_parts_2d_opset13", "test_split_variable_parts_2d_opset13",
+                  "test_split_equal_parts_default_axis_opset13", "test_split_variable_parts_default_axis_opset13",
+                  "test_split_equal_parts_1d_opset18", "test_split_variable_parts_1d_opset18",
+                  "test_split_equal_parts_2d", "test_split_variable_parts_2d_opset18",
+                  "test_split_equal_parts_default_axis_opset18", "test_split_variable_parts_default_axis_opset18",
+                  "test_split_1d_uneven_split_opset18", "test_split_2d_uneven_split_opset18"),
+        excluded={
+            "test_split_zero_size_splits_opset13": EMPTY,
+            "test_split_zero_size_splits_opset18": EMPTY,
+        }),
+    "Sqrt": OpCases(
+        included=("test_sqrt_example", "test_sqrt")),
+    "Squeeze": OpCases(
+        included=("test_squeeze", "test_squeeze_negative_axes")),
+    "Sub": OpCases(
+        included=("test_sub_example", "test_sub", "test_sub_bcast"),
+        excluded={
+            "test_sub_int8": SMALL_INT_DATA,
+            "test_sub_int16": SMALL_INT_DATA,
+            "test_sub_uint8": SMALL_INT_DATA,
+            "test_sub_uint16": SMALL_INT_DATA,
+            "test_sub_uint32": SMALL_INT_DATA,
+            "test_sub_uint64": SMALL_INT_DATA,
+        }),
+    "Tanh": OpCases(
+        included=("test_tanh_example", "test_tanh")),
+    "Tile": OpCases(
+        included=("test_tile", "test_tile_precomputed")),
+    "Transpose": OpCases(
+        included=("test_transpose_default", "test_transpose_all_permutations_0",
+                  "test_transpose_all_permutations_1", "test_transpose_all_permutations_2",
+                  "test_transpose_all_permutations_3", "test_transpose_all_permutations_4",
+                  "test_transpose_all_permutations_5")),
+    "Trilu": OpCases(
+        included=(),
+        excluded={
+            "test_triu_zero": EMPTY,
+            "test_tril_zero": EMPTY,
+        },
+        as_float32=("test_triu", "test_triu_neg", "test_triu_out_neg_out", "test_triu_pos", "test_triu_out_pos",
+                    "test_triu_square", "test_triu_square_neg", "test_triu_one_row", "test_tril", "test_tril_neg",
+                    "test_tril_out_neg", "test_tril_pos", "test_tril_out_pos", "test_tril_square",
+                    "test_tril_square_neg", "test_tril_one_row_neg")),
+    "Unsqueeze": OpCases(
+        included=("test_unsqueeze_axis_0", "test_unsqueeze_axis_1", "test_unsqueeze_axis_2",
+                  "test_unsqueeze_two_axes", "test_unsqueeze_three_axes", "test_unsqueeze_unsorted_axes",
+                  "test_unsqueeze_negative_axes")),
+    "Where": OpCases(
+        included=("test_where_example",),
+        as_float32=("test_where_long_example",)),
+}
