@@ -3,7 +3,12 @@
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
-from edgetrain.demo import build_mlp as mlp  # noqa: F401  (the tests' MLP is the demo's)
+from edgetrain.demo import build_mlp
+
+
+def mlp(batch="batch", sizes=(8, 16, 3), seed=0, dropout=None, opset=18):
+    """The demo's MLP, small: Gemm -> Relu [-> Dropout] -> Gemm."""
+    return build_mlp(sizes, seed, batch=batch, dropout=dropout, opset=opset)
 
 
 def weighted_sum(shape, seed=0):

@@ -1,6 +1,6 @@
-"""Recomputation (gradient checkpointing) of cheap forward segments: an activation the backward
-pass reads is computed again right before its first backward reader, from activations kept for
-backward anyway, so it need not stay alive from the forward pass to the backward one."""
+"""Recomputation (gradient checkpointing): an activation the backward pass reads is computed again
+there, from activations kept for backward anyway, so it need not stay alive from the forward pass
+to the backward one."""
 
 from __future__ import annotations
 
@@ -24,7 +24,6 @@ def recompute(graph: Graph, nodes: list[Node], backward_start: int, keep_every: 
     forward, backward = nodes[:backward_start], list(nodes[backward_start:])
     producer = {out: node for node in forward for out in node.outputs}
     read_back = {name for node in backward for name in node.inputs}
-    redo = (lambda node: True) if keep_every else (lambda node: _cheap(graph, node))  # noqa: E731
     # Kept: secondary outputs (saved statistics), and dear results (every K-th one with keep_every).
     dear = [node.outputs[0] for node in forward if node.outputs[0] in read_back and not _cheap(graph, node)]
     kept = {name for name in read_back if name in producer and producer[name].outputs[0] != name}
@@ -35,7 +34,7 @@ def recompute(graph: Graph, nodes: list[Node], backward_start: int, keep_every: 
         if value not in producer or value in kept:
             return []
         node = producer[value]
-        if not redo(node) or node.outputs[0] != value:
+        if not (keep_every or _cheap(graph, node)) or node.outputs[0] != value:
             return None
         chain: list[Node] = []
         for name in node.inputs:
@@ -48,8 +47,8 @@ def recompute(graph: Graph, nodes: list[Node], backward_start: int, keep_every: 
     out = list(forward)
     for index, node in enumerate(backward):
         chain_nodes: list[Node] = []
-        for value in node.inputs:
-            chain = segment(value) if value in producer and value not in kept else None
+        for value in dict.fromkeys(node.inputs):
+            chain = segment(value)
             if not chain:
                 continue
             renamed: dict[str, str] = {}

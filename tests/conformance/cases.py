@@ -5,7 +5,8 @@ registry's default domain) is missing here, so adding an op means listing its ca
 The cases are those onnx's generators make with a single node of the op; the `_expanded` variants
 run the op's function body, made of other ops, and are not cases of the op.
 
-An exclusion is one of two kinds:
+A case runs as ONNX writes it (`included`) or, for an op that only moves values, with its
+integer data as float32 (`as_float32`). An exclusion is one of two kinds:
 - Refused: edgetrain deliberately does not accept the model, and says so in one line containing
   `error` (the test checks that it does);
 - Skipped: the model compiles, but the case checks a behaviour that edgetrain deliberately does

@@ -7,10 +7,10 @@ why); the first test fails on a case it does not list.
 
 Each case's node keeps its inputs as the op takes them: those the op needs at compile time
 (the registry's const_inputs: axes, shapes, bounds) become initializers, the others graph inputs
-(integer ones are indices, which the C reads as int32; cases.py names the cases whose integer data
-run as float32). The included cases of one opset are merged
-into one model, names prefixed per case, and compiled for inference only, so one gcc run covers
-them; each case is then its own test, comparing its outputs from `infer` with ONNX's.
+(integer ones are indices, which the C reads as int32; cases.py names the cases whose integer
+data run as float32). The cases of one opset are merged into one model, names prefixed per case,
+and compiled for inference only, so one gcc run covers them; each case is then its own test,
+comparing its outputs from `infer` with ONNX's.
 
 Tolerance: |C - ONNX| <= ATOL + RTOL * |ONNX| elementwise. RTOL = 1e-5 is about 80 float32 ulps:
 room for sums accumulated in another order and for exp/log/tanh from et_math.h against ONNX's
