@@ -49,6 +49,9 @@ POLICIES = (
     ("last {k}", {"update_policy": "last:{k}"}),
     ("bias + last {k}", {"update_policy": "bias+last:{k}"}),
 )
+# Issue 6's targets: (model, policy, at most this many KB of ram_bytes). Each is compiled once more
+# with that RAM budget, which lets the compiler fall back on recomputation to meet it.
+TARGETS = (("kws", "full model, fused SGD", 400), ("kws", "bias + last 5", 160), ("vww", "bias + last 1", 256))
 
 
 def _status(field: str) -> int:
@@ -156,9 +159,12 @@ def measure(models: list[str], work: Path, with_ort: bool) -> list[dict]:
         np.save(work / name / "y.npy", np.zeros(1, np.int64) if classes else
                 np.zeros((1, *BUILDERS[name][1]), np.float32))
         ort_cache: dict = {}
-        for label, kwargs in POLICIES:
-            label = label.format(k=k)
-            kwargs = {key: value.format(k=k) if isinstance(value, str) else value for key, value in kwargs.items()}
+        policies = [(label.format(k=k), {key: value.format(k=k) if isinstance(value, str) else value
+                                         for key, value in kwargs.items()}) for label, kwargs in POLICIES]
+        policies += [(f"{label}, ram_budget {kb} KB", {**kwargs, "ram_budget": kb * KB})
+                     for label, kwargs in policies for model, policy, kb in TARGETS
+                     if (model, policy) == (name, label)]
+        for label, kwargs in policies:
             row = {"model": name, "policy": label}
             try:
                 out = artifacts.generate_artifacts(
@@ -166,14 +172,15 @@ def measure(models: list[str], work: Path, with_ort: bool) -> list[dict]:
                     learning_rate=LEARNING_RATE, batch_size=1, target=TARGET,
                     artifact_directory=work / name / label.replace(" ", "_").replace(",", ""), **kwargs)
             except EdgetrainError as exc:  # the table says so, and the other rows still get measured
-                rows.append({**row, "error": str(exc).splitlines()[0][:160].replace("|", "/")})
+                rows.append({**row, "error": str(exc).splitlines()[0][:240].replace("|", "/")})
                 print(f"  {name:<4} {label:<24} failed: {exc}", file=sys.stderr)
                 continue
             report = json.loads((out / "report.json").read_text())
             bound = max(report["liveness_lower_bound_bytes"].values())
             trained = _trained(out)
             row.update(ram_bytes=report["ram_bytes"], arena_bytes=report["arena_bytes"], bound_bytes=bound,
-                       ratio=report["arena_bytes"] / bound, trained_parameters=report["trainable_parameters"])
+                       ratio=report["arena_bytes"] / bound, trained_parameters=report["trainable_parameters"],
+                       recomputed_ops=report["recomputed_ops"])
             if with_ort:
                 ort_params = [p for p in trained if p in ort_trainable]
                 row["ort"] = _ort(work, name, ort_params, ort_trainable + ort_frozen, ort_cache) if ort_params else None
@@ -182,23 +189,24 @@ def measure(models: list[str], work: Path, with_ort: bool) -> list[dict]:
     return rows
 
 
-# Issue 6's targets: (model, policy, at most this many KB of ram_bytes).
-TARGETS = (("kws", "full model, fused SGD", 400), ("kws", "bias + last 5", 160), ("vww", "bias + last 1", 256))
 MAX_RATIO = 1.10  # planned arena / liveness lower bound
 
 
 def targets(rows: list[dict]) -> str:
     """The targets as met or missed, with the measured figures."""
-    found = {(r["model"], r["policy"]): r for r in rows if "error" not in r}
+    found = {(r["model"], r["policy"]): r for r in rows}
     lines = []
     for model, policy, limit in TARGETS:
-        r = found.get((model, policy))
-        if r:
+        r = found.get((model, f"{policy}, ram_budget {limit} KB"))
+        if r and "error" in r:
+            lines.append(f"- {model}, {r['policy']}: NOT met ({r['error']})")
+        elif r:
             ok = r["ram_bytes"] <= limit * KB
-            lines.append(f"- {model}, {policy}: {r['ram_bytes'] / KB:,.1f} KB "
+            lines.append(f"- {model}, {r['policy']}: {r['ram_bytes'] / KB:,.1f} KB "
                          f"{'≤' if ok else '>'} {limit} KB: {'met' if ok else 'NOT met'}")
-    if found:
-        worst = max(found.values(), key=lambda r: r["ratio"])
+    built = [r for r in rows if "error" not in r]
+    if built:
+        worst = max(built, key=lambda r: r["ratio"])
         ok = worst["ratio"] <= MAX_RATIO
         lines.append(f"- arena / lower bound, worst: {worst['ratio']:.3f} ({worst['model']}, {worst['policy']}) "
                      f"{'≤' if ok else '>'} {MAX_RATIO:.2f}: {'met' if ok else 'NOT met'}")
@@ -219,7 +227,8 @@ def table(rows: list[dict]) -> str:
             lines.append(f"| {r['model']} | {r['policy']} | failed: {r['error']} |||||||")
             continue
         ort = r.get("ort")
-        lines.append(f"| {r['model']} | {r['policy']} | {r['trained_parameters']:,} | {r['ram_bytes'] / KB:,.1f} KB "
+        policy = r["policy"] + (f" (recomputes {r['recomputed_ops']} ops)" if r["recomputed_ops"] else "")
+        lines.append(f"| {r['model']} | {policy} | {r['trained_parameters']:,} | {r['ram_bytes'] / KB:,.1f} KB "
                      f"| {r['arena_bytes'] / KB:,.1f} KB | {r['bound_bytes'] / KB:,.1f} KB | {r['ratio']:.3f} | "
                      + (f"{ort['step_kib']:,} KB | {ort['load_and_step_kib']:,} KB |" if ort else "– | – |"))
     lines += [f"| {model} (TTE, published) | sparse update, int8 | – | {kb} KB peak | – | – | – | – | – |"

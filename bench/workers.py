@@ -3,8 +3,9 @@
 `python workers.py SYSTEM DIR BUDGET` trains the model prepared in DIR (x.npy, y.npy and the
 system's artifacts, see speed.py) single-threaded and prints one JSON line: the median step time,
 the steps timed and the process's peak RSS. A step is a training step (forward, loss, backward),
-an optimizer step and a gradient reset. Imports only numpy at the top: the ONNX Runtime worker runs
-in ONNX Runtime's own venv, which has no edgetrain.
+an optimizer step and a gradient reset. `python workers.py COMMAND DIR...` makes the artifacts
+(PREPARE). Imports only numpy at the top: the ONNX Runtime commands run in ONNX Runtime's own venv,
+which has no edgetrain.
 """
 
 import json
@@ -22,7 +23,7 @@ MIN_STEPS, MAX_STEPS = 5, 5000
 def median_step_ns(step, budget: float) -> tuple[int, int]:
     """(median ns, steps timed): warm up, then time single steps until `budget` seconds have passed."""
     start = time.perf_counter()
-    for i in range(MAX_STEPS):
+    for _ in range(MAX_STEPS):
         step()
         if time.perf_counter() - start > WARMUP_SECONDS:
             break
@@ -42,20 +43,25 @@ def peak_rss_kb() -> int:
     return int(status.split("VmHWM:")[1].split()[0])
 
 
-def edgetrain_step(directory: Path, x, y):
-    from edgetrain import api
-
-    state = api.CheckpointState.load_checkpoint(directory / "checkpoint")
-    module = api.Module(directory / "training_model.onnx", state, directory / "eval_model.onnx")
-    optimizer = api.Optimizer(directory / "optimizer_model.onnx", module)
+def training_api_step(module, optimizer, x, y):
+    """A step through ONNX Runtime's training API, or through ours, which has its shape."""
     module.train()
-    y = y.astype(np.int32) if np.issubdtype(y.dtype, np.integer) else y  # the trainer's label type
 
     def step():
         module(x, y)
         optimizer.step()
         module.lazy_reset_grad()
     return step
+
+
+def edgetrain_step(directory: Path, x, y):
+    from edgetrain import api
+
+    state = api.CheckpointState.load_checkpoint(directory / "checkpoint")
+    module = api.Module(directory / "training_model.onnx", state, directory / "eval_model.onnx")
+    optimizer = api.Optimizer(directory / "optimizer_model.onnx", module)
+    y = y.astype(np.int32) if np.issubdtype(y.dtype, np.integer) else y  # the trainer's label type
+    return training_api_step(module, optimizer, x, y)
 
 
 def ort_step(directory: Path, x, y):
@@ -69,13 +75,7 @@ def ort_step(directory: Path, x, y):
                         session_options=options)
     optimizer = api.Optimizer(str(directory / "optimizer_model.onnx"), module)
     optimizer.set_learning_rate(json.loads((directory.parent / "spec.json").read_text())["lr"])
-    module.train()
-
-    def step():
-        module(x, y)
-        optimizer.step()
-        module.lazy_reset_grad()
-    return step
+    return training_api_step(module, optimizer, x, y)
 
 
 def torch_step(directory: Path, x, y):
@@ -127,7 +127,7 @@ def ort_artifacts(directory: Path) -> None:
 
     spec = json.loads((directory.parent / "spec.json").read_text())
     # A ModelProto, not a path: from a path, ORT 1.19 saves scratch external data twice, which the onnx
-    # of its venv refuses. The scratch files land in the working directory, which speed.py makes `directory`.
+    # of its venv refuses. Its scratch files land in the working directory (speed.py's temporary one).
     artifacts.generate_artifacts(onnx.load(str(directory.parent / "model.onnx")), requires_grad=spec["requires_grad"],
                                  frozen_params=spec["frozen"],
                                  loss=artifacts.LossType[spec["loss"]], optimizer=artifacts.OptimType.SGD,

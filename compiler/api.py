@@ -181,7 +181,7 @@ class Module:
         if value.dtype not in (np.int32, np.int64):
             raise ValueError(f"input {name!r} expects integer class labels or indices (int32 or int64), "
                              f"got {value.dtype}")
-        if value.size and (value.min() < -(2**31) or value.max() >= 2**31):
+        if value.dtype == np.int64 and value.size and (value.min() < -(2**31) or value.max() >= 2**31):
             raise ValueError(f"input {name!r} has values outside the int32 range")
         return self._ffi.from_buffer("int32_t[]", np.ascontiguousarray(value, dtype=np.int32))
 

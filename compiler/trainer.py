@@ -44,9 +44,11 @@ class Trainer:
         return [(p, int(p in self.trainable)) for p in self.params] + [(b, 2) for b in self.buffers]
 
     def fingerprint(self) -> int:
-        """Identifies the compiled model: structure, shapes, frozen weights and optimizer layout."""
+        """Identifies the compiled model: structure, shapes, frozen weights and optimizer layout. The
+        forward and loss nodes stand for the structure: the backward pass follows from them and the
+        trainable set, so builds that differ only in their memory plan share checkpoints."""
         h = hashlib.sha256()
-        for node in self.train_nodes:
+        for node in self.train_nodes[:self.backward_start]:
             h.update(repr((node.op, node.domain, [self.graph.values[n].shape if n in self.graph.values else ()
                                                    for n in node.inputs], sorted(node.attrs.items(), key=str))).encode())
         for name, kind in self.checkpoint_entries:

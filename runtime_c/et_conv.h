@@ -50,32 +50,16 @@ static inline int et_conv_volume_(const int *v)
  * channels left, one otherwise. */
 #define ET_CONV_ROWS 4
 
-static inline void et_conv_axpy4_(int n, float w0, float w1, float w2, float w3, const float *restrict x,
-                                  float *restrict y0, float *restrict y1, float *restrict y2,
-                                  float *restrict y3)
-{
-    int j;
-    for (j = 0; j < n; ++j) {
-        float xj = x[j];
-        y0[j] += w0 * xj;
-        y1[j] += w1 * xj;
-        y2[j] += w2 * xj;
-        y3[j] += w3 * xj;
-    }
-}
-
 /* y_r[j * y_step] += w[r * w_step] * x[j * x_step] for j < n and rows
  * r < rows (1 or ET_CONV_ROWS), the rows `y_rs` apart: the inner loop of
- * both convolution directions.  Outputs never overlap inputs, and saying
- * so (restrict) lets compilers vectorize the unit-step case; each y
- * element still gets its own single product, so rounding is unchanged. */
+ * both convolution directions.  Outputs never overlap inputs. */
 static inline void et_conv_axpy_(int rows, int n, const float *w, int w_step, const float *restrict x,
                                  int x_step, float *restrict y, size_t y_rs, int y_step)
 {
     int j, r;
     if (rows == ET_CONV_ROWS && x_step == 1 && y_step == 1) {
-        et_conv_axpy4_(n, w[0], w[w_step], w[2 * w_step], w[3 * w_step], x, y, y + y_rs, y + 2 * y_rs,
-                       y + 3 * y_rs);
+        et_axpy4_f32_(n, w[0], w[w_step], w[2 * w_step], w[3 * w_step], x, y, y + y_rs, y + 2 * y_rs,
+                      y + 3 * y_rs);
         return;
     }
     for (r = 0; r < rows; ++r) {
@@ -94,6 +78,32 @@ static inline void et_conv_axpy_(int rows, int n, const float *w, int w_step, co
 static inline int et_conv_rows_(int m, int m_end)
 {
     return m_end - m >= ET_CONV_ROWS ? ET_CONV_ROWS : 1;
+}
+
+/* et_dot_lanes_f32_ of `a` with rows (1 or ET_CONV_ROWS) of b, `b_rs`
+ * apart, into consecutive lane sets: each load of `a` serves every row,
+ * and the rows' independent sums keep the FPU busy. */
+static inline void et_conv_dot_rows_(int rows, int n, const float *restrict a, int a_step,
+                                    const float *restrict b, size_t b_rs, float *restrict lane)
+{
+    int blocks = rows == ET_CONV_ROWS && a_step == 1 ? n / ET_LANES : 0, i, j, l, r;
+    for (i = 0; i < blocks; ++i)
+        for (l = 0; l < ET_LANES; ++l) {
+            int at = i * ET_LANES + l;
+            float x = a[at];
+            lane[l] += x * b[at];
+            lane[ET_LANES + l] += x * b[b_rs + at];
+            lane[2 * ET_LANES + l] += x * b[2 * b_rs + at];
+            lane[3 * ET_LANES + l] += x * b[3 * b_rs + at];
+        }
+    if (!blocks) {
+        for (r = 0; r < rows; ++r)
+            et_dot_lanes_f32_(n, a, a_step, b + r * b_rs, lane + r * ET_LANES);
+        return;
+    }
+    for (r = 0; r < rows; ++r)  /* the tail after the whole blocks */
+        for (j = blocks * ET_LANES; j < n; ++j)
+            lane[r * ET_LANES + j % ET_LANES] += a[j] * b[r * b_rs + j];
 }
 
 /* A 1x1 kernel with unit strides and no shift maps position i to i. */
@@ -243,9 +253,10 @@ static inline void et_conv_grad_w_f32(int N, int C, int M, int G, const int *in,
                                       const float *X, float *dW)
 {
     int Cg = C / G, Mg = M / G, pointwise = et_conv_pointwise_(in, out, k, s, p);
-    int in_size = et_conv_volume_(in), out_size = et_conv_volume_(out);
-    int n, m, c, oz, oy, kz, ky, kx;
-    for (m = 0; m < M; ++m)
+    int in_size = et_conv_volume_(in), out_size = et_conv_volume_(out), k_size = et_conv_volume_(k);
+    int n, m, c, r, rows, oz, oy, kz, ky, kx;
+    for (m = 0; m < M; m += rows) {
+        rows = et_conv_rows_(m, (m / Mg + 1) * Mg);
         for (c = 0; c < Cg; ++c)
             for (kz = 0; kz < k[0]; ++kz) {
                 int offz = kz * d[0] - p[0], z0, z1;
@@ -255,29 +266,33 @@ static inline void et_conv_grad_w_f32(int N, int C, int M, int G, const int *in,
                     et_conv_span_(s[1], offy, in[1], out[1], &y0, &y1);
                     for (kx = 0; kx < k[2]; ++kx) {
                         int offx = kx * d[2] - p[2], x0, x1;
-                        float lane[ET_LANES] = {0.0f};
+                        float lane[ET_CONV_ROWS * ET_LANES] = {0.0f};
                         et_conv_span_(s[2], offx, in[2], out[2], &x0, &x1);
                         for (n = 0; n < N; ++n) {
                             const float *dYm = dY + ((size_t)n * (size_t)M + (size_t)m) * (size_t)out_size;
                             const float *Xc = X + ((size_t)n * (size_t)C + (size_t)(m / Mg) * (size_t)Cg +
                                                    (size_t)c) * (size_t)in_size;
                             if (pointwise) {
-                                et_dot_lanes_f32_(out_size, Xc, 1, dYm, lane);
+                                et_conv_dot_rows_(rows, out_size, Xc, 1, dYm, (size_t)out_size, lane);
                                 continue;
                             }
                             for (oz = z0; oz < z1; ++oz)
                                 for (oy = y0; oy < y1; ++oy) {
-                                    const float *dyrow = dYm + ((size_t)oz * (size_t)out[1] + (size_t)oy) * (size_t)out[2];
+                                    size_t at = ((size_t)oz * (size_t)out[1] + (size_t)oy) * (size_t)out[2];
                                     const float *xrow = Xc + ((size_t)(oz * s[0] + offz) * (size_t)in[1] +
                                                               (size_t)(oy * s[1] + offy)) * (size_t)in[2];
-                                    et_dot_lanes_f32_(x1 - x0, xrow + x0 * s[2] + offx, s[2], dyrow + x0, lane);
+                                    et_conv_dot_rows_(rows, x1 - x0, xrow + x0 * s[2] + offx, s[2], dYm + at + x0,
+                                                     (size_t)out_size, lane);
                                 }
                         }
-                        dW[((((size_t)m * (size_t)Cg + (size_t)c) * (size_t)k[0] + (size_t)kz) * (size_t)k[1] +
-                            (size_t)ky) * (size_t)k[2] + (size_t)kx] = et_dot_total_f32_(lane);
+                        for (r = 0; r < rows; ++r)
+                            dW[((size_t)(m + r) * (size_t)Cg + (size_t)c) * (size_t)k_size +
+                               ((size_t)kz * (size_t)k[1] + (size_t)ky) * (size_t)k[2] + (size_t)kx] =
+                                et_dot_total_f32_(lane + r * ET_LANES);
                     }
                 }
             }
+    }
 }
 
 #endif /* ET_CONV_H */

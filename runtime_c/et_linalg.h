@@ -18,16 +18,17 @@
  * SSE or one AVX register and cost nothing on a scalar FPU. */
 #define ET_LANES 8
 
-/* lane[j % ET_LANES] += a[j * a_step] * b[j] for j < n. */
+/* lane[j % ET_LANES] += a[j * a_step] * b[j] for j < n.  (Whole blocks
+ * are counted up front: a `j + ET_LANES <= n` loop makes 32-bit gcc warn
+ * of an overflow in the tail loop that follows.) */
 static inline void et_dot_lanes_f32_(int n, const float *restrict a, int a_step, const float *restrict b,
                                      float *restrict lane)
 {
-    int j = 0, l;
-    if (a_step == 1)
-        for (; j + ET_LANES <= n; j += ET_LANES)
-            for (l = 0; l < ET_LANES; ++l)
-                lane[l] += a[j + l] * b[j + l];
-    for (; j < n; ++j)
+    int blocks = a_step == 1 ? n / ET_LANES : 0, i, j, l;
+    for (i = 0; i < blocks; ++i)
+        for (l = 0; l < ET_LANES; ++l)
+            lane[l] += a[i * ET_LANES + l] * b[i * ET_LANES + l];
+    for (j = blocks * ET_LANES; j < n; ++j)
         lane[j % ET_LANES] += a[j * a_step] * b[j];
 }
 
@@ -43,6 +44,22 @@ static inline float et_dot_total_f32_(const float *lane)
 /* Columns per block: a block of B rows (K x 64 floats) stays in cache
  * while every block of rows reads it. */
 #define ET_GEMM_COLS 64
+
+/* y_r[j] += w_r * x[j] for j < n and four rows: each load of x serves
+ * all four, and saying that nothing overlaps (restrict) lets compilers
+ * vectorize over j; each y element still gets its own single product. */
+static inline void et_axpy4_f32_(int n, float w0, float w1, float w2, float w3, const float *restrict x,
+                                 float *restrict y0, float *restrict y1, float *restrict y2, float *restrict y3)
+{
+    int j;
+    for (j = 0; j < n; ++j) {
+        float xj = x[j];
+        y0[j] += w0 * xj;
+        y1[j] += w1 * xj;
+        y2[j] += w2 * xj;
+        y3[j] += w3 * xj;
+    }
+}
 
 /* y_r[j] = sum over k of a_r[k * a_ks] * B[k * N + j] for rows r < rows
  * (1 or ET_GEMM_ROWS), j < n: B row k is read once for all rows. */
@@ -64,18 +81,9 @@ static inline void et_gemm_rows_f32_(int rows, int n, int N, int K, const float 
     }
     for (j = 0; j < n; ++j)
         y1[j] = y2[j] = y3[j] = 0.0f;
-    for (k = 0; k < K; ++k) {
-        const float *b = B + (size_t)k * (size_t)N;
-        float a0 = a[k * a_ks], a1 = a[a_rs + k * a_ks], a2 = a[2 * a_rs + k * a_ks],
-              a3 = a[3 * a_rs + k * a_ks];
-        for (j = 0; j < n; ++j) {
-            float bj = b[j];
-            y0[j] += a0 * bj;
-            y1[j] += a1 * bj;
-            y2[j] += a2 * bj;
-            y3[j] += a3 * bj;
-        }
-    }
+    for (k = 0; k < K; ++k)
+        et_axpy4_f32_(n, a[k * a_ks], a[a_rs + k * a_ks], a[2 * a_rs + k * a_ks], a[3 * a_rs + k * a_ks],
+                      B + (size_t)k * (size_t)N, y0, y1, y2, y3);
 }
 
 static inline void et_gemm_f32(int M, int N, int K, float alpha, const float *A, int trans_a,
@@ -106,6 +114,8 @@ static inline void et_gemm_f32(int M, int N, int K, float alpha, const float *A,
             }
         }
     }
+    if (alpha == 1.0f && !C)
+        return;  /* multiplying by 1 changes no bits: save a pass over Y */
     for (i = 0; i < M; ++i)
         for (j = 0; j < N; ++j) {
             float *y = Y + (size_t)i * (size_t)N + (size_t)j;

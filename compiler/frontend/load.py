@@ -238,9 +238,10 @@ def _input_dtype_problem(g, name: str, dtype) -> str | None:
     for index, n in enumerate(g.node):
         spec = lookup(Node(n.op_type, (), (), domain=n.domain))
         for slot, read in enumerate(n.input):
-            if read == name and spec is not None and slot not in spec.index_inputs:
-                return (f"integer input '{name}' is read by node '{n.name or f'{n.op_type}_{index}'}' "
-                        f"({n.op_type}) input {slot}; integer model inputs may only be indices (Gather's indices)")
+            if read == name and (spec is None or slot not in spec.index_inputs):
+                return (f"input '{name}' has dtype {dtype} and is read by node '{n.name or f'{n.op_type}_{index}'}' "
+                        f"({n.op_type}) input {slot}; integer model inputs may only be indices (Gather's), "
+                        "other model inputs must be float32")
     return None
 
 

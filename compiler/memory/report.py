@@ -42,8 +42,16 @@ def memory_report(trainer, m) -> dict:
         # Fused: train_step updates each parameter as soon as its gradient is final, so there are no
         # gradient buffers and gradients do not accumulate across calls.
         "fused_update": m.fused_update,
+        # Forward ops train_step runs again in the backward pass (recomputation), instead of keeping
+        # their results.
+        "recomputed_ops": _recomputed(trainer),
         "functions": {name: _function(f) for name, f in functions.items()},
     }
+
+
+def _recomputed(trainer) -> int:
+    forward = {(n.op, n.name) for n in trainer.train_nodes[:trainer.backward_start]}
+    return sum((n.op, n.name) in forward for n in trainer.train_nodes[trainer.backward_start:])
 
 
 def _function(f) -> dict:
@@ -78,6 +86,8 @@ def format_report(report: dict) -> str:
             ("constants in flash (frozen weights)", report["flash_constants_bytes"])]
     width = max(len(r[0]) for r in rows)
     lines = [f"{label:<{width}}  {value:>12,} B" for label, value in rows]
+    if report["recomputed_ops"]:
+        lines.append(f"train_step recomputes {report['recomputed_ops']} forward ops instead of keeping their results")
     lines += targets.format_sizes(report, width)
     lines += ["", "arena per function (bytes; by kind: what is live at the function's peak statement)",
               f"{'function':<10} {'arena':>10} {'lower bound':>12} {'ratio':>6} "

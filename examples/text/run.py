@@ -11,7 +11,7 @@
    held-out text is padded with ignore_index, which the loss skips.
 
 Both texts are in the public domain (data/README.md). Run: python examples/text/run.py (or
-`make text`); --quick runs a reduced version in well under a minute.
+`make text`); --quick runs a reduced version in about a minute.
 """
 
 from __future__ import annotations

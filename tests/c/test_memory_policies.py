@@ -123,3 +123,17 @@ def test_compile_command_takes_the_memory_options(kws_small, tmp_path, capsys):
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "RAM budget of 1,000 B not met" in err
+
+
+def test_memory_plans_share_checkpoints(kws_small, tmp_path, monkeypatch):
+    """Fused update and recomputation change where bytes live, not the model: a checkpoint moves
+    between the default build and the leanest one, and training continues bit-identically."""
+    batches = data(4, seed=3)
+    default, state = compile_module(kws_small, tmp_path / "default", momentum=0.9)
+    train(default, batches[:2])
+    api.CheckpointState.save_checkpoint(state, tmp_path / "ckpt", include_optimizer_state=True)
+    want = train(default, batches[2:])
+    force_plan(monkeypatch, Plan(True, True, NOTHING_KEPT))
+    out = artifacts.generate_artifacts(kws_small, artifact_directory=tmp_path / "lean", optimizer="SGD", momentum=0.9)
+    lean = api.Module(out / "training_model.onnx", api.CheckpointState.load_checkpoint(tmp_path / "ckpt"))
+    np.testing.assert_array_equal(train(lean, batches[2:]), want)

@@ -26,6 +26,7 @@ HEADERS = [
     "et_softmax.h",
     "et_loss.h",
     "et_optim.h",
+    "et_conv.h",
 ]
 STRICT = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic",
           "-Wdouble-promotion", "-ffp-contract=off", "-O2"]
@@ -54,6 +55,15 @@ int t_check_labels(int n, const int32_t *labels, int classes, int ignore)
 { return et_check_labels(n, labels, classes, ignore); }
 void t_bce(int n, const float *X, const float *T, float *L) { et_bce_with_logits_f32(n, X, T, L); }
 float t_adam_step_size(float lr, float b1, float b2, uint32_t t) { return et_adam_step_size(lr, b1, b2, t); }
+void t_conv(int N, int C, int M, int G, const int *in, const int *out, const int *k, const int *s, const int *d,
+            const int *p, const float *X, const float *W, const float *B, float *Y)
+{ et_conv_f32(N, C, M, G, in, out, k, s, d, p, X, W, B, Y); }
+void t_conv_transpose(int N, int C, int M, int G, const int *in, const int *out, const int *k, const int *s,
+                      const int *d, const int *p, const float *X, const float *W, const float *B, float *Y)
+{ et_conv_transpose_f32(N, C, M, G, in, out, k, s, d, p, X, W, B, Y); }
+void t_conv_grad_w(int N, int C, int M, int G, const int *in, const int *out, const int *k, const int *s,
+                   const int *d, const int *p, const float *dY, const float *X, float *dW)
+{ et_conv_grad_w_f32(N, C, M, G, in, out, k, s, d, p, dY, X, dW); }
 void t_adamw(int n, float step, float lr, float b1, float b2, float eps, float wd, float *W,
              const float *G, float *M, float *V)
 { et_adamw_f32(n, step, lr, b1, b2, eps, wd, W, G, M, V); }
@@ -77,6 +87,12 @@ void t_bce(int, const float *, const float *, float *);
 float t_adam_step_size(float, float, float, uint32_t);
 void t_adamw(int, float, float, float, float, float, float, float *, const float *, float *,
              float *);
+void t_conv(int, int, int, int, const int *, const int *, const int *, const int *, const int *, const int *,
+            const float *, const float *, const float *, float *);
+void t_conv_transpose(int, int, int, int, const int *, const int *, const int *, const int *, const int *,
+                      const int *, const float *, const float *, const float *, float *);
+void t_conv_grad_w(int, int, int, int, const int *, const int *, const int *, const int *, const int *,
+                   const int *, const float *, const float *, float *);
 """
 
 
@@ -385,6 +401,76 @@ def test_gemm(lib, trans_a, trans_b, M, N, K):
     L.t_gemm(M, N, K, 1.0, fptr(ffi, a_in), trans_a, fptr(ffi, b_in), trans_b, 1.0,
              fptr(ffi, c), 1, M, fptr(ffi, y))
     assert np.array_equal(y, seq_gemm_ref(a, b, 1.0, 1.0, c.T, trans_b))
+
+
+# ---- convolution ----
+
+def lanes_total(products_per_piece):
+    """float32 sum as et_dot_lanes_f32_ and et_dot_total_f32_ round it: within each piece, product j goes
+    to lane j % 8; the lanes then add pairwise."""
+    lane = np.zeros(LANES, np.float32)
+    for products in products_per_piece:
+        for j, v in enumerate(products):
+            lane[j % LANES] += v
+    return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]))
+
+
+# 2-D, 6 output channels (a block of four, then two one by one): a 3x3 window with stride (1, 2) and
+# padding, and a pointwise kernel (a matrix product per image; its weight gradient reads whole planes).
+@pytest.mark.parametrize("kernel,stride,pad", [(3, (1, 2), 1), (1, (1, 1), 0)])
+def test_conv_kernels_keep_their_stated_summation_order(lib, kernel, stride, pad):
+    """Forward and input gradient: each output summed in float32 over its taps in (channel, ky, kx)
+    order, the bias last; weight gradient: lanes over each row of the window (whole planes when
+    pointwise). Bit for bit, so running output channels together changes no rounding."""
+    ffi, L = lib
+    rng = np.random.default_rng(7)
+    n, c, m, h, w = 2, 3, 6, 5, 7
+    oh, ow = (h + 2 * pad - kernel) // stride[0] + 1, (w + 2 * pad - kernel) // stride[1] + 1
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    wt = rng.standard_normal((m, c, kernel, kernel)).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    dy = rng.standard_normal((n, m, oh, ow)).astype(np.float32)
+    k, s, d, p = ([1, kernel, kernel], [1, *stride], [1, 1, 1], [0, pad, pad])
+    ints = lambda v: ffi.new("int[3]", v)
+
+    def taps(ky, kx):
+        """(output rows, output columns, input rows, input columns) that tap (ky, kx) connects."""
+        oy = np.array([o for o in range(oh) if 0 <= o * stride[0] + ky - pad < h], int)
+        ox = np.array([o for o in range(ow) if 0 <= o * stride[1] + kx - pad < w], int)
+        return oy, ox, oy * stride[0] + ky - pad, ox * stride[1] + kx - pad
+
+    y_ref = np.zeros((n, m, oh, ow), np.float32)
+    for ci in range(c):
+        for ky in range(kernel):
+            for kx in range(kernel):
+                oy, ox, iy, ix = taps(ky, kx)
+                y_ref[:, :, oy[:, None], ox] += wt[None, :, ci, ky, kx, None, None] * x[:, None, ci][:, :, iy][..., ix]
+    y = np.empty_like(y_ref)
+    L.t_conv(n, c, m, 1, ints([1, h, w]), ints([1, oh, ow]), ints(k), ints(s), ints(d), ints(p), fptr(ffi, x),
+             fptr(ffi, wt), fptr(ffi, b), fptr(ffi, y))
+    assert np.array_equal(y, y_ref + b[None, :, None, None])
+
+    dx_ref = np.zeros((n, c, h, w), np.float32)
+    for mi in range(m):
+        for ky in range(kernel):
+            for kx in range(kernel):
+                oy, ox, iy, ix = taps(ky, kx)
+                dx_ref[:, :, iy[:, None], ix] += wt[None, mi, :, ky, kx, None, None] * dy[:, None, mi][:, :, oy][..., ox]
+    dx = np.empty_like(dx_ref)
+    L.t_conv_transpose(n, m, c, 1, ints([1, oh, ow]), ints([1, h, w]), ints(k), ints(s), ints(d), ints(p),
+                       fptr(ffi, dy), fptr(ffi, wt), ffi.NULL, fptr(ffi, dx))
+    assert np.array_equal(dx, dx_ref)
+
+    dw_ref = np.zeros_like(wt)
+    for mi, ci, ky, kx in np.ndindex(*wt.shape):
+        oy, ox, iy, ix = taps(ky, kx)
+        pieces = ([(x[i, ci] * dy[i, mi]).ravel() for i in range(n)] if kernel == 1 else
+                  [x[i, ci, r, ix] * dy[i, mi, o, ox] for i in range(n) for o, r in zip(oy, iy)])
+        dw_ref[mi, ci, ky, kx] = lanes_total(pieces)
+    dw = np.empty_like(dw_ref)
+    L.t_conv_grad_w(n, c, m, 1, ints([1, h, w]), ints([1, oh, ow]), ints(k), ints(s), ints(d), ints(p),
+                    fptr(ffi, dy), fptr(ffi, x), fptr(ffi, dw))
+    assert np.array_equal(dw, dw_ref)
 
 
 # ---- loss ----
