@@ -63,12 +63,16 @@ $(ORT_VENV)/.installed:
 	$(ORT_VENV)/bin/pip install -q onnxruntime-training-cpu==1.19.2 torch==2.13.0 onnx numpy
 	touch $@
 
-# RAM of the MLPerf Tiny models under each update policy, beside ONNX Runtime training's (bench/README.md).
+# RAM of the MLPerf Tiny models under each update policy, as cortex-m4's size tool counts it, beside
+# ONNX Runtime training's (bench/README.md); ARGS="--models kws --no-ort" for a part of it.
 bench-memory: $(VENV)/.test $(ORT_VENV)/.installed
-	$(BIN)/python bench/memory.py
+	@$(MAKE) -s -f targets/Makefile TARGET=cortex-m4 tools
+	$(BIN)/python bench/memory.py $(ARGS)
 
-# Training-step time beside ONNX Runtime training and PyTorch (bench/README.md); ARGS=--quick for a short run.
+# Training-step time beside ONNX Runtime training and PyTorch, and instructions per step on cortex-m4
+# (bench/README.md); ARGS=--quick for a short run.
 bench-speed: $(VENV)/.test $(ORT_VENV)/.installed
+	@$(MAKE) -s -f targets/Makefile TARGET=cortex-m4 tools
 	$(BIN)/python bench/speed.py $(ARGS)
 
 clean:

@@ -1,7 +1,8 @@
 /* The generated trainer timed from C, with no Python in the loop: `driver X.bin Y.bin BUDGET`
  * trains on one batch (raw float32 inputs, labels of ET_LABEL: int32_t or float) and prints the
- * median step time, the steps timed and the peak RSS as one JSON line, like workers.py. It links
- * the very shared library the Python API loads, so the two differ only by the Python around it. */
+ * median step time, the steps timed, the peak RSS and the first steps' losses as one JSON line,
+ * like workers.py. It links the very shared library the Python API loads, so the two differ only
+ * by the Python around it. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 #define WARMUP_NS 50000000LL
 #define MIN_STEPS 5
 #define MAX_STEPS 5000
+#define LOSSES 3 /* as workers.py */
 
 static long long now_ns(void)
 {
@@ -35,13 +37,14 @@ static void *read_file(const char *path, size_t size)
 static const float *x;
 static const ET_LABEL *y;
 
-static void step(void)
+static float step(void)
 {
     float loss;
     if (model_train_step(x, y, &loss) != ET_OK || model_optimizer_step() != ET_OK || model_lazy_reset_grad() != ET_OK) {
         fprintf(stderr, "a training step failed\n");
         exit(1);
     }
+    return loss;
 }
 
 /* VmHWM of /proc/self/status: ru_maxrss would include the Python process that exec'd this one. */
@@ -65,6 +68,7 @@ static int by_value(const void *a, const void *b)
 int main(int argc, char **argv)
 {
     static long long times[MAX_STEPS];
+    float losses[LOSSES];
     long long start, budget_ns;
     int i, n = 0;
     if (argc != 4) {
@@ -75,8 +79,9 @@ int main(int argc, char **argv)
     y = read_file(argv[2], ET_Y_COUNT * sizeof *y);
     budget_ns = (long long)(atof(argv[3]) * 1e9);
     if (model_init() != ET_OK) return 1;
+    for (i = 0; i < LOSSES; i++) losses[i] = step();
     start = now_ns();
-    for (i = 0; i < MAX_STEPS && (i == 0 || now_ns() - start < WARMUP_NS); i++) step();
+    while (now_ns() - start < WARMUP_NS) step();
     start = now_ns();
     while (n < MAX_STEPS && (n < MIN_STEPS || now_ns() - start < budget_ns)) {
         long long t0 = now_ns();
@@ -84,7 +89,9 @@ int main(int argc, char **argv)
         times[n++] = now_ns() - t0;
     }
     qsort(times, (size_t)n, sizeof times[0], by_value);
-    printf("{\"median_ns\": %lld, \"steps\": %d, \"peak_rss_kb\": %ld}\n",
+    printf("{\"median_ns\": %lld, \"steps\": %d, \"peak_rss_kb\": %ld, \"losses\": [",
            n % 2 ? times[n / 2] : (times[n / 2 - 1] + times[n / 2]) / 2, n, peak_rss_kb());
+    for (i = 0; i < LOSSES; i++) printf("%s%.9g", i ? ", " : "", (double)losses[i]); /* 9 digits: exact */
+    printf("]}\n");
     return 0;
 }

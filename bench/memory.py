@@ -1,5 +1,6 @@
 """RAM of one training step: edgetrain on a Cortex-M4 under each update policy, beside ONNX Runtime
-training 1.19.2's peak RSS for the same step and the Tiny Training Engine's published figures.
+training 1.19.2's peak RSS for the same step and the Tiny Training Engine's published figures; and,
+for KWS, the fused update's parameters beside the accumulating build's after 20 SGD steps.
 
     python bench/memory.py [--models kws,vww,ic,mlp] [--json out.json]     (or: make bench-memory)
 
@@ -49,6 +50,9 @@ POLICIES = (
     ("last {k}", {"update_policy": "last:{k}"}),
     ("bias + last {k}", {"update_policy": "bias+last:{k}"}),
 )
+# The policies whose fused and accumulating builds must give the same parameters, and the model.
+SAME_NUMBERS_POLICIES = ("full model", "bias only", "last {k}", "bias + last {k}")
+SAME_NUMBERS_MODEL, SAME_NUMBERS_STEPS, SAME_NUMBERS_TOLERANCE = "kws", 20, 1e-6
 # Issue 6's targets: (model, policy, at most this many KB of ram_bytes). Each is compiled once more
 # with that RAM budget, which lets the compiler fall back on recomputation to meet it.
 TARGETS = (("kws", "full model, fused SGD", 400), ("kws", "bias + last 5", 160), ("vww", "bias + last 1", 256))
@@ -145,7 +149,6 @@ def measure(models: list[str], work: Path, with_ort: bool) -> list[dict]:
 
     rows = []
     for name in models:
-        k = MODELS[name]
         # edgetrain trains the training-mode export (BatchNormalization with batch statistics).
         if name == "mlp":
             graph, _, _ = export(torch_model(name), name, 1)  # no BatchNormalization: one form only
@@ -159,8 +162,7 @@ def measure(models: list[str], work: Path, with_ort: bool) -> list[dict]:
         np.save(work / name / "y.npy", np.zeros(1, np.int64) if classes else
                 np.zeros((1, *BUILDERS[name][1]), np.float32))
         ort_cache: dict = {}
-        policies = [(label.format(k=k), {key: value.format(k=k) if isinstance(value, str) else value
-                                         for key, value in kwargs.items()}) for label, kwargs in POLICIES]
+        policies = list(_policy_options(name).items())
         policies += [(f"{label}, ram_budget {kb} KB", {**kwargs, "ram_budget": kb * KB})
                      for label, kwargs in policies for model, policy, kb in TARGETS
                      if (model, policy) == (name, label)]
@@ -189,10 +191,63 @@ def measure(models: list[str], work: Path, with_ort: bool) -> list[dict]:
     return rows
 
 
+def _policy_options(name: str) -> dict[str, dict]:
+    """{label: generate_artifacts arguments} of POLICIES for model `name` ("{k}" filled in)."""
+    k = MODELS[name]
+    return {label.format(k=k): {key: value.format(k=k) if isinstance(value, str) else value
+                                for key, value in kwargs.items()} for label, kwargs in POLICIES}
+
+
+def same_numbers(work: Path) -> list[dict]:
+    """For each policy, SGD on the same batches with a fused update and with accumulated gradients
+    (host builds through the Python API, the loop ONNX Runtime's): max |fused - accumulate| over
+    max |accumulate| of the parameters after SAME_NUMBERS_STEPS steps."""
+    from edgetrain import api, artifacts
+    from models import MODELS as BUILDERS
+    from mlperf_tiny import export_training
+
+    name = SAME_NUMBERS_MODEL
+    build, sample, classes = BUILDERS[name]
+    graph, _ = export_training(build(), batch=1)
+    rng = np.random.default_rng(1)
+    batches = [(rng.normal(size=(1, *sample)).astype(np.float32), rng.integers(0, classes, 1))
+               for _ in range(SAME_NUMBERS_STEPS)]
+    options = {"full model": {}, **_policy_options(name)}
+    rows = []
+    for label in (p.format(k=MODELS[name]) for p in SAME_NUMBERS_POLICIES):
+        trained = {}
+        for update, fused in (("accumulate", False), ("fused", True)):
+            out = artifacts.generate_artifacts(graph, loss="CrossEntropyLoss", optimizer="SGD",
+                                               learning_rate=LEARNING_RATE, batch_size=1, fused_update=fused,
+                                               artifact_directory=work / "same" / f"{label}-{update}".replace(" ", "_"),
+                                               **options[label])
+            module = api.Module(out / "training_model.onnx", api.CheckpointState.load_checkpoint(out / "checkpoint"))
+            optimizer = api.Optimizer(None, module)
+            trained["initial"] = module.get_contiguous_parameters()  # the same for both builds
+            module.train()
+            for x, y in batches:
+                module(x, y)
+                optimizer.step()
+                module.lazy_reset_grad()
+            trained[update] = module.get_contiguous_parameters()
+        want, got = trained["accumulate"], trained["fused"]
+        rows.append({"model": name, "policy": label, "relative": float(np.abs(got - want).max() / np.abs(want).max()),
+                     "moved": float(np.abs(want - trained["initial"]).max())})
+        print(f"  {name:<4} {label:<24} fused vs accumulate: {rows[-1]['relative']:.2e}", file=sys.stderr)
+    return rows
+
+
+def same_numbers_table(rows: list[dict]) -> str:
+    lines = [f"| model | update policy | max \\|fused − accumulate\\| / max \\|parameter\\| after "
+             f"{SAME_NUMBERS_STEPS} SGD steps | largest parameter change |", "|---|---|--:|--:|"]
+    lines += [f"| {r['model']} | {r['policy']} | {r['relative']:.2e} | {r['moved']:.3g} |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
 MAX_RATIO = 1.10  # planned arena / liveness lower bound
 
 
-def targets(rows: list[dict]) -> str:
+def targets(rows: list[dict], same: list[dict]) -> str:
     """The targets as met or missed, with the measured figures."""
     found = {(r["model"], r["policy"]): r for r in rows}
     lines = []
@@ -210,6 +265,12 @@ def targets(rows: list[dict]) -> str:
         ok = worst["ratio"] <= MAX_RATIO
         lines.append(f"- arena / lower bound, worst: {worst['ratio']:.3f} ({worst['model']}, {worst['policy']}) "
                      f"{'≤' if ok else '>'} {MAX_RATIO:.2f}: {'met' if ok else 'NOT met'}")
+    if same:
+        worst = max(same, key=lambda r: r["relative"])
+        ok = worst["relative"] <= SAME_NUMBERS_TOLERANCE
+        lines.append(f"- fused vs accumulate after {SAME_NUMBERS_STEPS} SGD steps, worst: {worst['relative']:.2e} "
+                     f"({worst['model']}, {worst['policy']}) {'≤' if ok else '>'} {SAME_NUMBERS_TOLERANCE:g}: "
+                     f"{'met' if ok else 'NOT met'}")
     return "\n".join(lines) + "\n"
 
 
@@ -259,11 +320,14 @@ def main(argv=None) -> None:
     sys.path[:0] = [str(BENCH), str(BENCH.parent / "examples" / "models")]
     with tempfile.TemporaryDirectory() as tmp:
         rows = measure(models, Path(tmp), not args.no_ort)
+        same = same_numbers(Path(tmp)) if SAME_NUMBERS_MODEL in models else []
     if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
+        Path(args.json).write_text(json.dumps({"ram": rows, "same_numbers": same}, indent=2) + "\n")
     print(f"machine: {machine()}\n")
     print(table(rows))
-    print(targets(rows))
+    if same:
+        print(same_numbers_table(same))
+    print(targets(rows, same))
 
 
 if __name__ == "__main__":

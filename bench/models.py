@@ -9,6 +9,7 @@ run on every system.
 
 import io
 import sys
+import warnings
 from pathlib import Path
 
 import onnx
@@ -46,9 +47,11 @@ def torch_model(name: str, seed: int = 0) -> nn.Module:
 def export(model: nn.Module, name: str, batch: int) -> tuple[onnx.ModelProto, list[str], list[str]]:
     """(eval-mode ONNX graph for a fixed batch, names of its trained and frozen parameters)."""
     buffer = io.BytesIO()
-    torch.onnx.export(model, (torch.zeros(batch, *MODELS[name][1]),), buffer, input_names=["input"],
-                      output_names=["output"], opset_version=OPSET, training=torch.onnx.TrainingMode.EVAL,
-                      do_constant_folding=False, dynamo=False)
+    with warnings.catch_warnings():  # the TorchScript exporter's deprecation notes
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (torch.zeros(batch, *MODELS[name][1]),), buffer, input_names=["input"],
+                          output_names=["output"], opset_version=OPSET, training=torch.onnx.TrainingMode.EVAL,
+                          do_constant_folding=False, dynamo=False)
     graph = onnx.load_from_string(buffer.getvalue())
     trainable = [n for n, p in model.named_parameters() if p.requires_grad]
     frozen = [n for n, p in model.named_parameters() if not p.requires_grad]

@@ -1,7 +1,8 @@
 """Training-step speed: edgetrain beside ONNX Runtime training 1.19.2 and PyTorch eager.
 
     python bench/speed.py [--models mlp,kws,vww,ic,ad] [--batches 1,16] [--repeat 3] [--quick]
-                          [--systems python,c,python-fast,c-fast,ort,torch] [--json out.json]
+                          [--systems ort,python,c,python-fast,c-fast,torch,c-start] [--json out.json]
+                          [--no-instructions]
     python bench/speed.py --baseline REV     # record the starting point (bench/baseline.json)
 
 Systems, all single-threaded, all training the same eval-mode graph (models.py) with plain SGD:
@@ -10,12 +11,18 @@ Systems, all single-threaded, all training the same eval-mode graph (models.py) 
   *-fast       both again, built with EDGETRAIN_BUILD=fast
   ort          ONNX Runtime training in bench/.venv-ort (`make bench/.venv-ort/.installed`)
   torch        PyTorch eager
+  c-start      the C driver of the trainer that bench/baseline.json's revision generates and builds
 Every measurement is a process of its own (its peak RSS is its own); repetitions go round all
 systems and models in turn, so machine noise hits all alike; each figure is a run's median step
-time, the lowest over the repetitions (noise only ever slows a run down).
+time, the lowest over the repetitions (noise only ever slows a run down). Each process also reports
+its first steps' losses, which must agree between systems (same model, same batch, same update).
 
-FLOPs: 2 per multiply-accumulate of the forward Conv, Gemm and MatMul nodes (shapes from the ONNX
-graph), times 3 for a training step (forward, input gradient, weight gradient).
+FLOPs: 2 per multiply-accumulate of the Conv, Gemm and MatMul nodes (shapes from the ONNX graph),
+for the forward product, the weight gradient and the input gradient (none for a node reading the
+model's input); the other nodes' work is left out.
+
+Instructions per step on a Cortex-M4 (instructions.py) are counted for the batch-1 cases, of the
+current trainer and of the starting point's: deterministic, so counted once and not interleaved.
 """
 
 from __future__ import annotations
@@ -25,10 +32,12 @@ import json
 import os
 import platform
 import shlex
+import shutil
 import subprocess
 import sys
 import tarfile
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from io import BytesIO
 from pathlib import Path
 
@@ -36,47 +45,63 @@ import numpy as np
 import onnx
 import torch
 
+from edgetrain import targets
+
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 ORT_PYTHON = BENCH / ".venv-ort" / "bin" / "python"
 BASELINE = BENCH / "baseline.json"
 LEARNING_RATE = 1e-3
+LOSS_TOLERANCE = 1e-4  # relative, between systems' first losses (summation orders differ)
 OURS = ("python", "c", "python-fast", "c-fast", "c-start")
 SYSTEMS = ("ort", "python", "c", "python-fast", "c-fast", "torch", "c-start")
 NAMES = {"ort": "ORT", "python": "python", "c": "C", "python-fast": "python fast", "c-fast": "C fast",
          "c-start": "C start", "torch": "torch"}
 
 sys.path.insert(0, str(BENCH))
+import instructions  # noqa: E402
 from models import MODELS, export, torch_model  # noqa: E402
 from workers import cache_dir  # noqa: E402
 
 
-def forward_flops(graph: onnx.ModelProto) -> int:
-    """2 x multiply-accumulates of the Conv, Gemm and MatMul nodes of a graph with static shapes."""
+def step_flops(graph: onnx.ModelProto) -> int:
+    """FLOPs of a training step's Conv, Gemm and MatMul nodes (static shapes): 2 per multiply-accumulate,
+    for the forward product, the weight gradient and the input gradient, which a node reading the
+    graph's input does not need."""
     graph = onnx.shape_inference.infer_shapes(graph).graph
     shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
               for v in [*graph.input, *graph.output, *graph.value_info]}
     shapes.update({t.name: list(t.dims) for t in graph.initializer})
+    data_inputs = {i.name for i in graph.input} - {t.name for t in graph.initializer}
     flops = 0
     for node in graph.node:
         out = int(np.prod(shapes[node.output[0]]))
         if node.op_type == "Conv":
-            flops += 2 * out * int(np.prod(shapes[node.input[1]][1:]))
+            macs = out * int(np.prod(shapes[node.input[1]][1:]))
         elif node.op_type == "Gemm":
             trans_a = next((a.i for a in node.attribute if a.name == "transA"), 0)
-            flops += 2 * out * shapes[node.input[0]][0 if trans_a else 1]
+            macs = out * shapes[node.input[0]][0 if trans_a else 1]
         elif node.op_type == "MatMul":
-            flops += 2 * out * shapes[node.input[0]][-1]
+            macs = out * shapes[node.input[0]][-1]
+        else:
+            continue
+        flops += 2 * macs * (2 if node.input[0] in data_inputs else 3)
     return flops
 
 
-def source_tree(revision: str, into: Path) -> Path:
-    """The edgetrain package of a git revision, laid out for PYTHONPATH (the sub-packages that
-    pyproject.toml maps from the top level put back inside it)."""
-    archive = subprocess.run(["git", "archive", revision, "compiler", "templates", "runtime_c", "targets"],
-                             cwd=ROOT, capture_output=True, check=True).stdout
-    with tarfile.open(fileobj=BytesIO(archive)) as tar:
-        tar.extractall(into / "src", filter="data")
+def source_tree(revision: str | None, into: Path) -> Path:
+    """The edgetrain package of a git revision, or of the working tree as it is now (None), laid out
+    for PYTHONPATH (the sub-packages that pyproject.toml maps from the top level put back inside it).
+    The run uses such a copy, so that edits made while it runs cannot mix two versions in it."""
+    parts = ("compiler", "templates", "runtime_c", "targets")
+    if revision:
+        archive = subprocess.run(["git", "archive", revision, *parts], cwd=ROOT, capture_output=True,
+                                 check=True).stdout
+        with tarfile.open(fileobj=BytesIO(archive)) as tar:
+            tar.extractall(into / "src", filter="data")
+    else:
+        for part in parts:
+            shutil.copytree(ROOT / part, into / "src" / part, ignore=shutil.ignore_patterns("__pycache__"))
     package = into / "edgetrain"
     (into / "src" / "compiler").rename(package)
     for part, name in (("templates", "templates"), ("runtime_c", "runtime_c"), ("targets", "target_files")):
@@ -101,7 +126,8 @@ class Case:
         d.mkdir(parents=True, exist_ok=True)
         model = torch_model(self.name)
         graph, trainable, frozen = export(model, self.name, self.batch)
-        self.flops = 3 * forward_flops(graph)
+        self.flops = step_flops(graph)
+        self.batch_norm = any(node.op_type == "BatchNormalization" for node in graph.graph.node)
         onnx.save(graph, d / "model.onnx")
         _, sample, classes = MODELS[self.name]
         rng = np.random.default_rng(0)
@@ -120,6 +146,10 @@ class Case:
 
     def ours(self, system: str) -> Path:
         return self.directory / ("start" if system == "c-start" else "current")
+
+    def env(self, system: str) -> dict:
+        """The edgetrain the system runs (a copy of its sources, see prepare())."""
+        return {"PYTHONPATH": str(self.trees[system == "c-start"])}
 
     def library(self, system: str) -> Path:
         """The shared library the system's build made (workers.py keeps one cache per build mode)."""
@@ -144,27 +174,40 @@ class Case:
             return _measure([sys.executable, BENCH / "workers.py", "torch", d / "torch", budget])
         if system.startswith("python"):
             return _measure([sys.executable, BENCH / "workers.py", "edgetrain", self.ours(system), budget],
-                            build_mode(system))
+                            build_mode(system), self.env(system))
         return _measure([self.library(system).parent / "driver", d / "x.bin", d / "y.bin", budget])
 
 
-def prepare(cases: list[Case], systems: list[str], work: Path, start_tree: Path | None) -> list[str]:
-    """Every system's artifacts, one process per tool for all cases (imports are slow); returns the
-    systems to measure: the fast ones are left out when the fast build is the default one."""
+def prepare(cases: list[Case], systems: list[str], work: Path, start_tree: Path | None,
+            counting: bool = False) -> tuple[list[str], dict]:
+    """Every system's artifacts, one process per tool for all cases (imports are slow), independent
+    ones side by side (nothing is timed yet), and the instruction counts when `counting`. Returns
+    the systems to measure (the fast ones are left out when the fast build is the default one) and
+    the counts."""
+    current_tree = source_tree(None, work / "current-tree")
     for case in cases:
         print(f"preparing {case.key}", file=sys.stderr)
         case.prepare()
-    if "ort" in systems:
-        _prepare(ORT_PYTHON, "ort-artifacts", [c.directory / "ort" for c in cases], cwd=work)  # ORT's scratch files
+        case.trees = {False: current_tree, True: start_tree}
     ours = [s for s in systems if s in OURS]
     fast = [s for s in ours if build_mode(s) == "fast"]
     builds = {(s == "c-start", build_mode(s)) for s in ours} | ({(False, "reproducible")} if fast else set())
-    for start in sorted({start for start, _ in builds}):
-        tree = {"PYTHONPATH": str(start_tree)} if start else {}
-        dirs = [c.ours("c-start" if start else "c") for c in cases]
-        _prepare(sys.executable, "edgetrain-generate", dirs, env=tree)
-        for mode in sorted(m for s, m in builds if s == start):
-            _prepare(sys.executable, "edgetrain-build", dirs, mode, env=tree)
+    trees = {start: cases[0].env("c-start" if start else "c") for start, _ in builds}
+    dirs = {start: [c.ours("c-start" if start else "c") for c in cases] for start in trees}
+    with ThreadPoolExecutor() as pool:
+        jobs = [pool.submit(_prepare, sys.executable, "edgetrain-generate", dirs[start], env=trees[start])
+                for start in trees]
+        if "ort" in systems:  # ORT's scratch files go to the working directory
+            jobs.append(pool.submit(_prepare, ORT_PYTHON, "ort-artifacts", [c.directory / "ort" for c in cases],
+                                    cwd=work))
+        for job in jobs:
+            job.result()
+        jobs = [pool.submit(_prepare, sys.executable, "edgetrain-build", dirs[start], mode, env=trees[start])
+                for start, mode in sorted(builds)]
+        counts = pool.submit(count_instructions, cases) if counting else None
+        for job in jobs:
+            job.result()
+        counts = counts.result() if counts else {}
     if fast and cases[0].library("c-fast").name == cases[0].library("c").name:
         print(f"EDGETRAIN_BUILD=fast builds what the default build does: {', '.join(fast)} left out", file=sys.stderr)
         systems = [s for s in systems if s not in fast]
@@ -172,7 +215,18 @@ def prepare(cases: list[Case], systems: list[str], work: Path, start_tree: Path 
         for system in systems:
             if system in ("c", "c-fast", "c-start"):
                 case.build_driver(system)
-    return systems
+    return systems, counts
+
+
+def count_instructions(cases: list[Case]) -> dict:
+    """{case key: {"c": instructions per step, "c-start": the same at the starting point}} for the
+    batch-1 cases, on the microcontroller target (deterministic: counted once, not timed)."""
+    counts = {}
+    for case in (c for c in cases if c.batch == 1):
+        counts[case.key] = {s: instructions.count(case.directory, case.ours(s)) for s in ("c", "c-start")
+                            if (case.ours(s) / "model.c").exists()}
+        print(f"  {case.key:>7} instructions per step on {instructions.TARGET}: {counts[case.key]}", file=sys.stderr)
+    return counts
 
 
 def build_env(mode: str) -> dict:
@@ -180,11 +234,13 @@ def build_env(mode: str) -> dict:
 
 
 def _run(args: list, mode: str = "reproducible", env=None, cwd=None) -> str:
-    """What the process printed; single-threaded, in the build mode given (and no other)."""
+    """What the process printed; single-threaded, in the build mode given (and no other). A fixed hash
+    seed: the generated C's layout (the order of its constants) changes with it, and with the layout
+    the instructions counted per step, by a few hundred."""
     args = [str(a) for a in args]
     environ = {k: v for k, v in os.environ.items() if k != "EDGETRAIN_BUILD"}
-    result = subprocess.run(args, env={**environ, **build_env(mode), "OMP_NUM_THREADS": "1", **(env or {})},
-                            capture_output=True, text=True, cwd=cwd)
+    result = subprocess.run(args, env={**environ, **build_env(mode), "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0",
+                                       **(env or {})}, capture_output=True, text=True, cwd=cwd)
     if result.returncode != 0:
         raise RuntimeError(f"{shlex.join(args)} failed:\n{result.stderr.strip()[-3000:]}")
     return result.stdout
@@ -194,22 +250,27 @@ def _prepare(python, command: str, directories: list[Path], mode: str = "reprodu
     _run([python, BENCH / "workers.py", command, *directories], mode, env, cwd)
 
 
-def _measure(args: list, mode: str = "reproducible") -> dict:
+def _measure(args: list, mode: str = "reproducible", env=None) -> dict:
     """Run one measuring process; it prints one JSON line."""
-    return json.loads(_run(args, mode).strip().splitlines()[-1])
+    return json.loads(_run(args, mode, env).strip().splitlines()[-1])
 
 
 def machine() -> str:
-    lscpu = dict(line.split(":", 1) for line in subprocess.run(["lscpu"], capture_output=True, text=True)
-                 .stdout.splitlines() if ":" in line)
-    return (f"{lscpu.get('Model name', platform.processor()).strip()}, {os.cpu_count()} cores, "
-            f"load average {os.getloadavg()[0]:.2f}")
+    """The CPU model (/proc/cpuinfo), the CPUs this process may use (nproc) and the load averages."""
+    cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    model = next((line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")),
+                 platform.processor() or platform.machine())
+    return f"{model}, nproc {len(os.sched_getaffinity(0))}, {load()}"
+
+
+def load() -> str:
+    return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def measure(cases: list[Case], systems: list[str], repeat: int, budget: float) -> dict:
     """{case key: {system: {"ms": the fastest repetition's median, "runs_ms": every repetition's,
-    "rss_mb": peak}}}, interleaved. Load from other processes only slows a run down, so the
-    fastest repetition is the one least disturbed."""
+    "rss_mb": peak, "losses": the first steps' losses}}}, interleaved. Load from other processes only
+    slows a run down, so the fastest repetition is the one least disturbed."""
     runs = {c.key: {s: [] for s in systems} for c in cases}
     for rep in range(repeat):
         order = systems[rep % len(systems):] + systems[:rep % len(systems)]  # no system always first
@@ -219,40 +280,97 @@ def measure(cases: list[Case], systems: list[str], repeat: int, budget: float) -
                 print(f"  {case.key:>7} {system:<11} rep {rep + 1}/{repeat}: "
                       f"{runs[case.key][system][-1]['median_ns'] / 1e6:9.3f} ms", file=sys.stderr)
     return {key: {s: {"ms": min(r["median_ns"] for r in rs) / 1e6, "runs_ms": [r["median_ns"] / 1e6 for r in rs],
-                      "rss_mb": max(r["peak_rss_kb"] for r in rs) / 1024} for s, rs in by_system.items()}
+                      "rss_mb": max(r["peak_rss_kb"] for r in rs) / 1024, "losses": rs[0]["losses"]}
+                  for s, rs in by_system.items()}
             for key, by_system in runs.items()}
 
 
-def tables(cases: list[Case], systems: list[str], results: dict, baseline: dict | None, revision: str | None) -> str:
-    """Markdown tables; the speed-up over the starting point uses C start's figures when it ran
-    alongside, else those bench/baseline.json recorded before the kernel work."""
+def disagreements(cases: list[Case], results: dict) -> list[str]:
+    """Where the first steps' losses show that two systems did not train alike: the Python API and the
+    C driver run one shared library, so they must agree bit for bit; every system must agree with
+    PyTorch within LOSS_TOLERANCE, relative. Except ORT on models with BatchNormalization: its
+    training graph turns the frozen eval-mode node back into its training form (batch statistics)."""
+    problems = []
+    for case in cases:
+        losses = {s: np.float32(v["losses"]) for s, v in results[case.key].items()}
+        for python, c in (("python", "c"), ("python-fast", "c-fast")):
+            if python in losses and c in losses and not np.array_equal(losses[python], losses[c]):
+                problems.append(f"{case.key}: {NAMES[python]} {losses[python].tolist()} != {NAMES[c]} "
+                                f"{losses[c].tolist()}")
+        reference = losses.get("torch")
+        for system, values in losses.items():
+            if reference is None or (system == "ort" and case.batch_norm):
+                continue
+            if (np.abs(values - reference) > LOSS_TOLERANCE * np.abs(reference)).any():
+                problems.append(f"{case.key}: {NAMES[system]} {values.tolist()}, torch {reference.tolist()}")
+    return problems
+
+
+def loss_check(systems: list[str], problems: list[str]) -> str:
+    if problems:
+        return "Losses of the first steps DISAGREE:\n" + "\n".join(f"- {p}" for p in problems)
+    against_torch = (f"every system within a relative {LOSS_TOLERANCE:g} of torch's (ORT on models without "
+                     "BatchNormalization), " if "torch" in systems else "")
+    return f"Losses of the first steps: {against_torch}the Python API and the C driver bit-identical in each build."
+
+
+def acceptance(cases: list[Case], systems: list[str], results: dict) -> list[str]:
+    """Whether the step-time targets hold through the Python API: at most ORT's time everywhere, at
+    most half of it at batch 1 for the MLP and the autoencoder."""
+    goals = [("≤ 1.0× ORT", 1.0, [c.key for c in cases]),
+             ("≤ 0.5× ORT at batch 1 for mlp and ad", 0.5,
+              [c.key for c in cases if c.batch == 1 and c.name in ("mlp", "ad")])]
+    lines = []
+    for system in (s for s in ("python", "python-fast") if s in systems and "ort" in systems):
+        for label, bound, keys in (goal for goal in goals if goal[2]):
+            ratios = {k: results[k][system]["ms"] / results[k]["ort"]["ms"] for k in keys}
+            missed = [f"{k} {ratio:.2f}×" for k, ratio in ratios.items() if ratio > bound]
+            lines.append(f"- {NAMES[system]}, {label}: holds for {len(keys) - len(missed)} of {len(keys)}"
+                         + (f"; missed: {', '.join(missed)}" if missed else ""))
+    return lines
+
+
+def tables(cases: list[Case], systems: list[str], results: dict, baseline: dict | None, counts: dict) -> str:
+    """Markdown tables. The speed-up over the starting point divides by C start's time in this run
+    when it ran (the same load for both), else by the one bench/baseline.json recorded."""
     def table(title, columns, rows):
         lines = [f"**{title}**", "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
         return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows]) + "\n"
 
     head = ["model", "batch"]
-    out = []
+    columns = [NAMES[s] for s in systems]
+    recorded = (baseline or {}).get("c_step_ms", {})
     time_rows, rss_rows, flop_rows, start_rows = [], [], [], []
     for case in cases:
-        r = results[case.key]
+        r, row = results[case.key], [case.name, str(case.batch)]
         ort = r.get("ort", {}).get("ms")
-        time_rows.append([case.name, str(case.batch)] + [
-            f"{r[s]['ms']:.3f}" + (f" ({r[s]['ms'] / ort:.2f}×)" if ort and s != "ort" else "") for s in systems])
-        rss_rows.append([case.name, str(case.batch)] + [f"{r[s]['rss_mb']:.1f}" for s in systems])
-        flop_rows.append([case.name, str(case.batch), f"{case.flops / 1e6:.2f}"] + [
-            f"{case.flops / r[s]['ms'] / 1e6:.2f}" for s in systems])
-        start = r["c-start"]["ms"] if "c-start" in r else (baseline or {}).get("c_step_ms", {}).get(case.key)
-        if start and {"c", "c-fast"} & set(systems):
-            start_rows.append([case.name, str(case.batch), f"{start:.3f}"] + [
-                f"{start / r[s]['ms']:.2f}×" for s in ("c", "c-fast") if s in systems])
-    columns = [NAMES[s] for s in systems]
-    out.append(table("Median step time, ms (ratio to ORT)", head + columns, time_rows))
+        time_rows.append(row + [f"{r[s]['ms']:.3f}" + (f" ({r[s]['ms'] / ort:.2f}×)" if ort and s != "ort" else "")
+                                for s in systems])
+        rss_rows.append(row + [f"{r[s]['rss_mb']:.1f}" for s in systems])
+        flop_rows.append(row + [f"{case.flops / 1e6:.2f}"] + [f"{case.flops / r[s]['ms'] / 1e6:.2f}" for s in systems])
+        start = r.get("c-start", {}).get("ms") or recorded.get(case.key)
+        if start:
+            start_rows.append(row + [f"{recorded[case.key]:.3f}" if case.key in recorded else "",
+                                     f"{r['c-start']['ms']:.3f}" if "c-start" in r else ""]
+                              + [f"{start / r[s]['ms']:.2f}×" for s in ("c", "c-fast") if s in systems])
+    out = [table("Median step time, ms (ratio to ORT)", head + columns, time_rows)]
     if start_rows:
-        out.append(table(f"Speed-up of the C driver over the starting point (C start: revision "
-                         f"{revision[:10]}{'' if 'c-start' in systems else ', bench/baseline.json'})",
-                         head + ["start ms"] + [NAMES[s] for s in ("c", "c-fast") if s in systems], start_rows))
+        revision = (baseline or {}).get("revision", "")[:10]
+        out.append(table(f"Speed-up of the C driver over the starting point (revision {revision})",
+                         head + ["recorded ms", "this run ms"] + [NAMES[s] for s in ("c", "c-fast") if s in systems],
+                         start_rows))
     out.append(table("Peak RSS, MB (each system in its own process)", head + columns, rss_rows))
     out.append(table("Achieved GFLOP/s", head + ["MFLOP/step"] + columns, flop_rows))
+    if counts:
+        rows = []
+        for case in (c for c in cases if c.key in counts):
+            now, start = counts[case.key]["c"], counts[case.key].get("c-start")
+            rows.append([case.name, f"{now:,}", f"{case.flops / now:.3f}"]
+                        + ([f"{start:,}", f"{start / now:.2f}×"] if start else []))
+        out.append(table(f"Instructions per training step on {instructions.TARGET} (batch 1, QEMU -icount)",
+                         ["model", "instructions", "FLOP/instruction"]
+                         + (["at the starting point", "speed-up"] if any("c-start" in c for c in counts.values())
+                            else []), rows))
     return "\n".join(out)
 
 
@@ -267,6 +385,8 @@ def main(argv=None) -> None:
     parser.add_argument("--baseline", metavar="REV", help="time the C driver of git revision REV's generator "
                         "and record it as the starting point in bench/baseline.json")
     parser.add_argument("--json", type=Path, help="write the raw results here")
+    parser.add_argument("--no-instructions", action="store_true",
+                        help=f"skip counting instructions per step on {instructions.TARGET} (batch 1)")
     args = parser.parse_args(argv)
     if args.quick:
         args.repeat, args.budget = 1, 0.05
@@ -282,24 +402,36 @@ def main(argv=None) -> None:
     if "c-start" in systems and not revision:
         parser.error("c-start needs --baseline REV or bench/baseline.json")
 
+    counting = not (args.no_instructions or args.baseline)
+    missing = targets.load(instructions.TARGET).missing() if counting else []
+    if missing:
+        parser.error(f"counting instructions needs {', '.join(tool for tool, _ in missing)}: make "
+                     f"TARGET={instructions.TARGET} tools (or --no-instructions)")
+
     command = "python bench/speed.py " + shlex.join(argv if argv is not None else sys.argv[1:])
     with tempfile.TemporaryDirectory(prefix="edgetrain-bench-") as tmp:
         tmp = Path(tmp)
         start_tree = source_tree(revision, tmp / "start") if "c-start" in systems else None
         cases = [Case(m, int(b), tmp / f"{m}-{b}") for m in args.models.split(",") for b in args.batches.split(",")]
-        systems = prepare(cases, systems, tmp, start_tree)
+        systems, counts = prepare(cases, systems, tmp, start_tree, counting)
         before = machine()
         results = measure(cases, systems, args.repeat, args.budget)
+    problems = disagreements(cases, results)
     if args.json:
-        args.json.write_text(json.dumps({"command": command, "machine": before, "results": results}, indent=1))
+        args.json.write_text(json.dumps({"command": command, "machine": before, "results": results,
+                                         "instructions": counts, "disagreements": problems}, indent=1))
     if args.baseline:
         sha = subprocess.run(["git", "rev-parse", args.baseline], cwd=ROOT, capture_output=True, text=True,
                              check=True).stdout.strip()
         BASELINE.write_text(json.dumps({"revision": sha, "command": command, "machine": before,
                                         "c_step_ms": {k: r["c-start"]["ms"] for k, r in results.items()}},
                                        indent=1) + "\n")
-    print(f"`{command}`\n\nMachine: {before} before the runs, {machine().rsplit(' ', 1)[1]} after.\n")
-    print(tables(cases, systems, results, baseline, revision))
+    print(f"`{command}`\n\nMachine: {before} before the runs; {load()} after.\n")
+    print(tables(cases, systems, results, baseline, counts))
+    print(loss_check(systems, problems))
+    lines = acceptance(cases, systems, results)
+    if lines:
+        print("\nAcceptance:\n" + "\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -2,9 +2,10 @@
 
 `python workers.py SYSTEM DIR BUDGET` trains the model prepared in DIR (x.npy, y.npy and the
 system's artifacts, see speed.py) single-threaded and prints one JSON line: the median step time,
-the steps timed and the process's peak RSS. A step is a training step (forward, loss, backward),
-an optimizer step and a gradient reset. `python workers.py COMMAND DIR...` makes the artifacts
-(PREPARE). Imports only numpy at the top: the ONNX Runtime commands run in ONNX Runtime's own venv,
+the steps timed, the process's peak RSS and the losses of its first steps (the systems train the
+same model on the same batch, so these must agree). A step is a training step (forward, loss,
+backward), an optimizer step and a gradient reset. `python workers.py COMMAND DIR...` makes the
+artifacts (PREPARE). Imports only numpy at the top: the ONNX Runtime commands run in ONNX Runtime's own venv,
 which has no edgetrain.
 """
 
@@ -18,22 +19,23 @@ import numpy as np
 
 WARMUP_SECONDS = 0.05
 MIN_STEPS, MAX_STEPS = 5, 5000
+LOSSES = 3  # the first steps' losses reported (driver.c reports as many)
 
 
-def median_step_ns(step, budget: float) -> tuple[int, int]:
-    """(median ns, steps timed): warm up, then time single steps until `budget` seconds have passed."""
+def median_step_ns(step, budget: float) -> tuple[int, int, list[float]]:
+    """(median ns, steps timed, the first LOSSES losses): warm up, then time single steps until
+    `budget` seconds have passed. `step()` returns the step's loss."""
+    losses = [float(step()) for _ in range(LOSSES)]
     start = time.perf_counter()
-    for _ in range(MAX_STEPS):
+    while time.perf_counter() - start < WARMUP_SECONDS:
         step()
-        if time.perf_counter() - start > WARMUP_SECONDS:
-            break
     times = []
     start = time.perf_counter_ns()
     while len(times) < MAX_STEPS and (len(times) < MIN_STEPS or time.perf_counter_ns() - start < budget * 1e9):
         t0 = time.perf_counter_ns()
         step()
         times.append(time.perf_counter_ns() - t0)
-    return int(np.median(times)), len(times)
+    return int(np.median(times)), len(times), losses
 
 
 def peak_rss_kb() -> int:
@@ -48,9 +50,10 @@ def training_api_step(module, optimizer, x, y):
     module.train()
 
     def step():
-        module(x, y)
+        loss = module(x, y)
         optimizer.step()
         module.lazy_reset_grad()
+        return loss
     return step
 
 
@@ -93,9 +96,11 @@ def torch_step(directory: Path, x, y):
     x, y = torch.from_numpy(x), torch.from_numpy(y)
 
     def step():
-        loss_fn(model(x), y).backward()
+        loss = loss_fn(model(x), y)
+        loss.backward()
         optimizer.step()
         optimizer.zero_grad()
+        return loss.item()
     return step
 
 
@@ -152,8 +157,8 @@ def main(command: str, *args: str) -> None:
             PREPARE[command](directory)
             continue
         x, y = np.load(directory.parent / "x.npy"), np.load(directory.parent / "y.npy")
-        median, steps = median_step_ns(STEPS[command](directory, x, y), float(args[1]))
-        print(json.dumps({"median_ns": median, "steps": steps, "peak_rss_kb": peak_rss_kb()}))
+        median, steps, losses = median_step_ns(STEPS[command](directory, x, y), float(args[1]))
+        print(json.dumps({"median_ns": median, "steps": steps, "peak_rss_kb": peak_rss_kb(), "losses": losses}))
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from .frontend import load_model
 from .frontend.validate import check_prefix, check_ram
 from .ir.to_onnx import to_onnx
 from .memory.policy import Plan, meet_budget, policy_parameters, static_ram_bytes
-from .memory.report import memory_report, write_report
+from .memory.report import NO_MATPLOTLIB, can_plot, memory_report, write_report
 from .optim import LossType, OptimizerSpec, OptimType
 from .ir import COUNTER
 from .trainer import Trainer, build_trainer, inference_only
@@ -32,7 +32,8 @@ def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=LossT
                        optimizer=OptimType.AdamW, artifact_directory="out", batch_size=None, target=None, *,
                        learning_rate=1e-3, prefix="model", ignore_index=None, class_weights=None,
                        momentum=0.0, nesterov=False, weight_decay=0.0, max_grad_norm=None, federated=False,
-                       nominal_checkpoint=False, fused_update=False, update_policy=None, ram_budget=None) -> Path:
+                       nominal_checkpoint=False, fused_update=False, update_policy=None, ram_budget=None,
+                       memory_plot=False) -> Path:
     """Compile the forward ONNX `model` into a trainer. Returns the artifact directory.
 
     federated: the C keeps a reference copy of the trainable parameters (one more copy of them in
@@ -44,7 +45,9 @@ def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=LossT
     Optimizer.step() has nothing left to do). update_policy: which parameters train, by name of a
     sparse-update policy ("bias", "last:K", "bias+last:K"; see edgetrain.memory.policy), instead of
     requires_grad. ram_budget: bytes of RAM the trainer must fit in; cheaper plans (fused update,
-    recomputation) are tried in turn, and the compile fails naming the smallest one reached."""
+    recomputation) are tried in turn, and the compile fails naming the smallest one reached.
+    memory_plot: also draw memory.png, the arena occupancy over train_step's schedule (needs
+    matplotlib; off by default because drawing costs more than compiling a small model)."""
     if target is not None and target not in TARGETS:
         raise EdgetrainError(f"unknown target {target!r}; known targets: {', '.join(TARGETS)}")
     optimizer = OptimType(optimizer.value if isinstance(optimizer, OptimType) else optimizer)
@@ -58,6 +61,8 @@ def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=LossT
     check_prefix(prefix)
     if update_policy is not None and requires_grad is not None:
         raise EdgetrainError("give requires_grad or update_policy, not both")
+    if memory_plot and not can_plot():
+        raise EdgetrainError(NO_MATPLOTLIB)
     if fused_update and max_grad_norm is not None:
         raise EdgetrainError("fused_update cannot clip by global norm (max_grad_norm): the norm needs every "
                              "gradient before the first update")
@@ -90,7 +95,7 @@ def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=LossT
     # A target's compiler measures flash and RAM (targets/<name>.mk); None, the library default,
     # spares the compile and reports the planner's host figures.
     report = targets.add_sizes(report, target, out / "model.c")
-    write_report(report, out)
+    write_report(report, out, memory_plot)
     return out
 
 

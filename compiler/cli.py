@@ -8,6 +8,7 @@ import sys
 
 from . import artifacts
 from .errors import EdgetrainError
+from .memory.report import NO_MATPLOTLIB, can_plot, plot_directory
 from .optim import LossType, OptimType
 
 
@@ -15,7 +16,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="edgetrain", description="Compile a forward ONNX model into a C99 trainer.")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    compile_ = sub.add_parser("compile", help="write training artifacts (C trainer, ONNX graphs, checkpoint, report)")
+    compile_ = sub.add_parser("compile", help="write training artifacts (C trainer, ONNX graphs, checkpoint, memory "
+                              "report, and memory.png when matplotlib is installed)")
     compile_.add_argument("model", help="forward ONNX model")
     compile_.add_argument("-o", "--output", required=True, help="artifact directory")
     compile_.add_argument("--loss", choices=[t.value for t in LossType] + ["none"], default="CrossEntropyLoss",
@@ -71,6 +73,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "compile":
+            plot = can_plot()
             out = artifacts.generate_artifacts(
                 args.model, requires_grad=args.requires_grad, frozen_params=args.frozen,
                 loss=None if args.loss == "none" else LossType(args.loss), optimizer=OptimType(args.optimizer),
@@ -78,12 +81,12 @@ def main(argv=None) -> int:
                 learning_rate=args.lr, prefix=args.prefix, ignore_index=args.ignore_index, momentum=args.momentum,
                 nesterov=args.nesterov, weight_decay=args.weight_decay, max_grad_norm=args.max_grad_norm,
                 federated=args.federated, nominal_checkpoint=args.nominal_checkpoint,
-                fused_update=args.fused_update, update_policy=args.update_policy, ram_budget=args.ram_budget)
+                fused_update=args.fused_update, update_policy=args.update_policy, ram_budget=args.ram_budget,
+                memory_plot=plot)
             print((out / "report.txt").read_text(), end="")
             print(f"wrote {out}/: model.c model.h training_model.onnx eval_model.onnx optimizer_model.onnx "
-                  "checkpoint report.json report.txt" + (" memory.png" if (out / "memory.png").exists() else ""))
+                  "checkpoint report.json report.txt" + (" memory.png" if plot else f" ({NO_MATPLOTLIB})"))
         elif args.command == "report" and args.plot:
-            from .memory.report import plot_directory
             print(f"wrote {plot_directory(args.directory)}")
         elif args.command == "report":
             path = f"{args.directory}/report.{'json' if args.json else 'txt'}"

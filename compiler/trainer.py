@@ -122,8 +122,7 @@ def build_trainer(graph: Graph, *, loss: LossType | None, optimizer: OptimizerSp
     training = _variants(graph, model_nodes, training=True)
     updates = _state_updates(training)
     graph.nodes = _live(training + loss_nodes, [loss_value] + list(updates.values()))
-    backward_start = len(graph.nodes)
-    grads = differentiate(graph, loss_value, trainable)
+    grads, backward_start = differentiate(graph, loss_value, trainable)
     train_nodes = (recompute_cheap(graph, graph.nodes, backward_start, keep_every) if recompute
                    else graph.nodes)
     inference = _variants(graph, model_nodes, training=False)

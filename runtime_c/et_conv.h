@@ -45,10 +45,10 @@ static inline int et_conv_volume_(const int *v)
     return v[0] * v[1] * v[2];
 }
 
-/* Output channels that share each load of an input row: the forward and
- * transposed kernels run four output rows at once where a group has four
- * channels left, one otherwise. */
-#define ET_CONV_ROWS 4
+/* Output channels that share each load of an input row: the kernels run
+ * et_linalg.h's row blocks where a group has that many channels left, one
+ * channel at a time otherwise. */
+#define ET_CONV_ROWS ET_GEMM_ROWS
 
 /* y_r[j * y_step] += w[r * w_step] * x[j * x_step] for j < n and rows
  * r < rows (1 or ET_CONV_ROWS), the rows `y_rs` apart: the inner loop of
@@ -80,32 +80,6 @@ static inline int et_conv_rows_(int m, int m_end)
     return m_end - m >= ET_CONV_ROWS ? ET_CONV_ROWS : 1;
 }
 
-/* et_dot_lanes_f32_ of `a` with rows (1 or ET_CONV_ROWS) of b, `b_rs`
- * apart, into consecutive lane sets: each load of `a` serves every row,
- * and the rows' independent sums keep the FPU busy. */
-static inline void et_conv_dot_rows_(int rows, int n, const float *restrict a, int a_step,
-                                    const float *restrict b, size_t b_rs, float *restrict lane)
-{
-    int blocks = rows == ET_CONV_ROWS && a_step == 1 ? n / ET_LANES : 0, i, j, l, r;
-    for (i = 0; i < blocks; ++i)
-        for (l = 0; l < ET_LANES; ++l) {
-            int at = i * ET_LANES + l;
-            float x = a[at];
-            lane[l] += x * b[at];
-            lane[ET_LANES + l] += x * b[b_rs + at];
-            lane[2 * ET_LANES + l] += x * b[2 * b_rs + at];
-            lane[3 * ET_LANES + l] += x * b[3 * b_rs + at];
-        }
-    if (!blocks) {
-        for (r = 0; r < rows; ++r)
-            et_dot_lanes_f32_(n, a, a_step, b + r * b_rs, lane + r * ET_LANES);
-        return;
-    }
-    for (r = 0; r < rows; ++r)  /* the tail after the whole blocks */
-        for (j = blocks * ET_LANES; j < n; ++j)
-            lane[r * ET_LANES + j % ET_LANES] += a[j] * b[r * b_rs + j];
-}
-
 /* A 1x1 kernel with unit strides and no shift maps position i to i. */
 static inline int et_conv_pointwise_(const int *in, const int *out, const int *k, const int *s,
                                      const int *p)
@@ -115,6 +89,143 @@ static inline int et_conv_pointwise_(const int *in, const int *out, const int *k
         if (k[a] != 1 || s[a] != 1 || p[a] != 0 || in[a] != out[a])
             return 0;
     return 1;
+}
+
+/* Output positions of one plane that the kernels gather a tap's inputs
+ * for at a time: long enough for whole vector runs however short the rows,
+ * small enough to sit on any stack; a multiple of ET_LANES so that a lane
+ * of the weight gradient always holds the same plane positions. */
+#define ET_CONV_CHUNK 64
+
+/* Where output position o reads along one axis through a tap of offset
+ * `off`: i = o*s + off for a convolution (dir 1); for a transposed one
+ * (dir -1, off = p - t*d), the input i with i*s = o + off, if there is one.
+ * Returns i, or a negative value when the tap reaches no input. */
+static inline int et_conv_reads_(int o, int s, int dir, int off, int len)
+{
+    int at = dir > 0 ? o * s + off : o + off;
+    if (dir < 0 && at % s)
+        return -1;
+    at = dir > 0 ? at : at / s;
+    return at < len ? at : -1;
+}
+
+/* col[i] = the input that output position o0 + i of a plane reads through
+ * the tap whose offsets are `off` (et_conv_reads_), or 0 where there is
+ * none; for i < n.  Gathered once, a tap's inputs serve every output
+ * channel as one contiguous run.  Returns 0 when every col[i] is 0 for
+ * want of an input, so that the caller can skip the run. */
+static inline int et_conv_gather_(const float *restrict Xc, const int *in, const int *out, const int *s, int dir,
+                                  const int *off, int o0, int n, float *restrict col)
+{
+    int row = o0 / out[2], ox = o0 % out[2], oz = row / out[1], oy = row % out[1], i, lo, hi, any = 0;
+    float *end = col + n;
+    while (col < end) {
+        int len = out[2] - ox < end - col ? out[2] - ox : (int)(end - col);
+        int iz = et_conv_reads_(oz, s[0], dir, off[0], in[0]), iy = et_conv_reads_(oy, s[1], dir, off[1], in[1]);
+        /* Outputs `step` apart read neighbouring inputs (step s for a transposed
+         * convolution), from the `first` output that reads one at all. */
+        int step = dir > 0 ? 1 : s[2], first = 0, at = dir > 0 ? ox * s[2] + off[2] : ox + off[2];
+        const float *xrow = Xc + ((size_t)(iz > 0 ? iz : 0) * (size_t)in[1] + (size_t)(iy > 0 ? iy : 0)) * (size_t)in[2];
+        lo = hi = 0;
+        if (iz >= 0 && iy >= 0) {
+            first = dir > 0 ? 0 : ((-at) % step + step) % step;
+            at = dir > 0 ? at : (at + first) / step;
+            et_conv_span_(dir > 0 ? s[2] : 1, at, in[2], (len - first + step - 1) / step, &lo, &hi);
+        }
+        if (step == 1) {
+            for (i = 0; i < lo; ++i)
+                col[i] = 0.0f;
+            if (s[2] == 1 || dir < 0)
+                for (i = lo; i < hi; ++i)
+                    col[i] = xrow[at + i];
+            else
+                for (i = lo; i < hi; ++i)
+                    col[i] = xrow[at + i * s[2]];
+            for (i = hi; i < len; ++i)
+                col[i] = 0.0f;
+        } else {
+            for (i = 0; i < len; ++i)
+                col[i] = 0.0f;
+            for (i = lo; i < hi; ++i)
+                col[first + i * step] = xrow[at + i];
+        }
+        any |= hi > lo;
+        col += len;
+        ox = 0;
+        if (++oy == out[1]) {
+            oy = 0;
+            ++oz;
+        }
+    }
+    return any;
+}
+
+/* The tap offsets k*d - p of flat tap index t (kz, ky, kx row-major). */
+static inline void et_conv_tap_(int t, const int *k, const int *d, const int *p, int *off)
+{
+    off[0] = t / (k[1] * k[2]) * d[0] - p[0];
+    off[1] = t / k[2] % k[1] * d[1] - p[1];
+    off[2] = t % k[2] * d[2] - p[2];
+}
+
+/* Y[n, m] = (sum over c, t of W[m * w_m + c * w_c + t] * the input that
+ * tap t reaches, in that order) + B[m], for groups of at least
+ * ET_CONV_ROWS output channels: per chunk of output positions, each tap's
+ * inputs are gathered once (et_conv_gather_) and added into every output
+ * channel of the group as one run.  `dir` is 1 for a convolution, -1 for a
+ * transposed one, whose taps read back (et_conv_reads_).  A transposed
+ * convolution with strides reaches each output row through some taps
+ * only, so its chunks end with a row and the other taps are skipped. */
+static inline void et_conv_chunked_f32_(int N, int C, int M, int G, const int *in, const int *out,
+                                        const int *k, const int *s, const int *d, const int *p, int dir,
+                                        const float *X, const float *W, int w_m, int w_c, const float *B,
+                                        float *Y)
+{
+    int Cg = C / G, Mg = M / G, by_row = dir < 0 && s[0] * s[1] * s[2] > 1;
+    int in_size = et_conv_volume_(in), out_size = et_conv_volume_(out), k_size = et_conv_volume_(k);
+    int n, g, m, q, i, o0, len, rows, off[3];
+    float col[2][ET_CONV_CHUNK];
+    for (n = 0; n < N; ++n)
+        for (g = 0; g < G; ++g)
+            for (o0 = 0; o0 < out_size; o0 += len) {
+                float *Yg = Y + ((size_t)n * (size_t)M + (size_t)g * (size_t)Mg) * (size_t)out_size + (size_t)o0;
+                const float *Wg = W + (size_t)g * (size_t)Mg * (size_t)w_m + (size_t)g * (size_t)Cg * (size_t)w_c;
+                len = (by_row ? (o0 / out[2] + 1) * out[2] : out_size) - o0;
+                len = len < ET_CONV_CHUNK ? len : ET_CONV_CHUNK;
+                for (m = 0; m < Mg; ++m)
+                    for (i = 0; i < len; ++i)
+                        Yg[(size_t)m * (size_t)out_size + (size_t)i] = 0.0f;
+                for (q = 0; q < Cg * k_size; q += 2) {
+                    int taps = Cg * k_size - q < 2 ? 1 : 2, any = 0, h;
+                    size_t at[2];  /* where the weights of each tap start, for the group's first channel */
+                    for (h = 0; h < taps; ++h) {
+                        int c = (q + h) / k_size, t = (q + h) % k_size;
+                        et_conv_tap_(t, k, d, p, off);
+                        for (i = 0; i < 3; ++i)
+                            off[i] *= dir;
+                        any |= et_conv_gather_(X + ((size_t)n * (size_t)C + (size_t)g * (size_t)Cg + (size_t)c) *
+                                               (size_t)in_size, in, out, s, dir, off, o0, len, col[h]);
+                        at[h] = (size_t)c * (size_t)w_c + (size_t)t;
+                    }
+                    if (!any)
+                        continue;
+                    for (m = 0; m < Mg; m += rows) {
+                        const float *Wm = Wg + (size_t)m * (size_t)w_m;
+                        rows = et_conv_rows_(m, Mg);
+                        if (taps == 2)
+                            et_axpy2_f32_(rows, len, Wm + at[0], Wm + at[1], w_m, col[0], col[1],
+                                          Yg + (size_t)m * (size_t)out_size, (size_t)out_size);
+                        else
+                            et_conv_axpy_(rows, len, Wm + at[0], w_m, col[0], 1, Yg + (size_t)m * (size_t)out_size,
+                                          (size_t)out_size, 1);
+                    }
+                }
+                if (B)
+                    for (m = 0; m < Mg; ++m)
+                        for (i = 0; i < len; ++i)
+                            Yg[(size_t)m * (size_t)out_size + (size_t)i] += B[g * Mg + m];
+            }
 }
 
 /* Y[n, m] = (sum over c, kz, ky, kx, in that order, of
@@ -138,6 +249,10 @@ static inline void et_conv_f32(int N, int C, int M, int G, const int *in, const 
                             X + ((size_t)n * (size_t)C + (size_t)g * (size_t)Cg) * (size_t)in_size, 0,
                             1.0f, B ? B + (size_t)g * (size_t)Mg : NULL, 1, 0,
                             Y + ((size_t)n * (size_t)M + (size_t)g * (size_t)Mg) * (size_t)out_size);
+        return;
+    }
+    if (Mg >= ET_CONV_ROWS) {
+        et_conv_chunked_f32_(N, C, M, G, in, out, k, s, d, p, 1, X, W, Cg * k_size, k_size, B, Y);
         return;
     }
     for (n = 0; n < N; ++n)
@@ -203,6 +318,10 @@ static inline void et_conv_transpose_f32(int N, int C, int M, int G, const int *
                             Y + ((size_t)n * (size_t)M + (size_t)g * (size_t)Mg) * (size_t)out_size);
         return;
     }
+    if (Mg >= ET_CONV_ROWS) {
+        et_conv_chunked_f32_(N, C, M, G, in, out, k, s, d, p, -1, X, W, k_size, Mg * k_size, B, Y);
+        return;
+    }
     for (n = 0; n < N; ++n)
         for (m = 0; m < M; m += rows) {
             int gi = m / Mg, mm = m % Mg;
@@ -243,10 +362,15 @@ static inline void et_conv_transpose_f32(int N, int C, int M, int G, const int *
 
 /* Conv's weight gradient: dW[m, c, kz, ky, kx] = sum over n, oz, oy, ox
  * of dY[n, m, o] * X[n, g*C/G + c, o*s + k*d - p], with Conv's geometry
- * (`in` is X's size, `out` is dY's): one dot product per weight, its rows
- * (n, oz, oy ascending; whole planes for a pointwise kernel) added into
- * et_linalg.h's lanes.  ConvTranspose's weight gradient is the same sum
- * with the roles of X and dY swapped. */
+ * (`in` is X's size, `out` is dY's): one dot product per weight, of each
+ * dY plane (n ascending) with the tap's inputs (et_conv_gather_, 0 outside
+ * X), added into et_linalg.h's lanes by plane position (lane l takes
+ * positions l, l + ET_LANES, ...).  ConvTranspose's weight gradient is the
+ * same sum with the roles of X and dY swapped.  Output channels of a group
+ * run ET_CONV_GRAD_ROWS at a time, so that each gathered run serves them
+ * all. */
+#define ET_CONV_GRAD_ROWS 16
+
 static inline void et_conv_grad_w_f32(int N, int C, int M, int G, const int *in,
                                       const int *out, const int *k, const int *s,
                                       const int *d, const int *p, const float *dY,
@@ -254,45 +378,34 @@ static inline void et_conv_grad_w_f32(int N, int C, int M, int G, const int *in,
 {
     int Cg = C / G, Mg = M / G, pointwise = et_conv_pointwise_(in, out, k, s, p);
     int in_size = et_conv_volume_(in), out_size = et_conv_volume_(out), k_size = et_conv_volume_(k);
-    int n, m, c, r, rows, oz, oy, kz, ky, kx;
-    for (m = 0; m < M; m += rows) {
-        rows = et_conv_rows_(m, (m / Mg + 1) * Mg);
-        for (c = 0; c < Cg; ++c)
-            for (kz = 0; kz < k[0]; ++kz) {
-                int offz = kz * d[0] - p[0], z0, z1;
-                et_conv_span_(s[0], offz, in[0], out[0], &z0, &z1);
-                for (ky = 0; ky < k[1]; ++ky) {
-                    int offy = ky * d[1] - p[1], y0, y1;
-                    et_conv_span_(s[1], offy, in[1], out[1], &y0, &y1);
-                    for (kx = 0; kx < k[2]; ++kx) {
-                        int offx = kx * d[2] - p[2], x0, x1;
-                        float lane[ET_CONV_ROWS * ET_LANES] = {0.0f};
-                        et_conv_span_(s[2], offx, in[2], out[2], &x0, &x1);
-                        for (n = 0; n < N; ++n) {
-                            const float *dYm = dY + ((size_t)n * (size_t)M + (size_t)m) * (size_t)out_size;
-                            const float *Xc = X + ((size_t)n * (size_t)C + (size_t)(m / Mg) * (size_t)Cg +
-                                                   (size_t)c) * (size_t)in_size;
-                            if (pointwise) {
-                                et_conv_dot_rows_(rows, out_size, Xc, 1, dYm, (size_t)out_size, lane);
-                                continue;
+    int n, g, m0, m, c, r, t, o0, rows, block, off[3];
+    float col[ET_CONV_CHUNK];
+    for (g = 0; g < G; ++g)
+        for (m0 = g * Mg; m0 < (g + 1) * Mg; m0 += block) {
+            block = (g + 1) * Mg - m0 < ET_CONV_GRAD_ROWS ? (g + 1) * Mg - m0 : ET_CONV_GRAD_ROWS;
+            for (c = 0; c < Cg; ++c)
+                for (t = 0; t < k_size; ++t) {
+                    float lane[ET_CONV_GRAD_ROWS * ET_LANES] = {0.0f};
+                    et_conv_tap_(t, k, d, p, off);
+                    for (n = 0; n < N; ++n) {
+                        const float *Xc = X + ((size_t)n * (size_t)C + (size_t)g * (size_t)Cg + (size_t)c) * (size_t)in_size;
+                        for (o0 = 0; o0 < out_size; o0 += ET_CONV_CHUNK) {
+                            int len = out_size - o0 < ET_CONV_CHUNK ? out_size - o0 : ET_CONV_CHUNK;
+                            if (!pointwise)
+                                et_conv_gather_(Xc, in, out, s, 1, off, o0, len, col);
+                            for (m = 0; m < block; m += rows) {
+                                rows = et_conv_rows_(m, block);
+                                et_dot_rows_f32_(rows, len, pointwise ? Xc + o0 : col, 1,
+                                                  dY + ((size_t)n * (size_t)M + (size_t)(m0 + m)) * (size_t)out_size + (size_t)o0,
+                                                  (size_t)out_size, lane + m * ET_LANES);
                             }
-                            for (oz = z0; oz < z1; ++oz)
-                                for (oy = y0; oy < y1; ++oy) {
-                                    size_t at = ((size_t)oz * (size_t)out[1] + (size_t)oy) * (size_t)out[2];
-                                    const float *xrow = Xc + ((size_t)(oz * s[0] + offz) * (size_t)in[1] +
-                                                              (size_t)(oy * s[1] + offy)) * (size_t)in[2];
-                                    et_conv_dot_rows_(rows, x1 - x0, xrow + x0 * s[2] + offx, s[2], dYm + at + x0,
-                                                     (size_t)out_size, lane);
-                                }
                         }
-                        for (r = 0; r < rows; ++r)
-                            dW[((size_t)(m + r) * (size_t)Cg + (size_t)c) * (size_t)k_size +
-                               ((size_t)kz * (size_t)k[1] + (size_t)ky) * (size_t)k[2] + (size_t)kx] =
-                                et_dot_total_f32_(lane + r * ET_LANES);
                     }
+                    for (r = 0; r < block; ++r)
+                        dW[((size_t)(m0 + r) * (size_t)Cg + (size_t)c) * (size_t)k_size + (size_t)t] =
+                            et_dot_total_f32_(lane + r * ET_LANES);
                 }
-            }
-    }
+        }
 }
 
 #endif /* ET_CONV_H */

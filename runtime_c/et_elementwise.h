@@ -17,6 +17,19 @@ static inline void et_relu_f32(int n, const float *X, float *Y)
     }
 }
 
+/* What ReLU's gradient needs of Y, in 1/32 of its bytes: bit i % 32 of word i / 32 is
+ * Y[i] > 0 (0 for NaN), and the bits past n in the last word are 0. */
+static inline void et_relu_mask_f32(int n, const float *Y, uint32_t *mask)
+{
+    int i, b;
+    for (i = 0; i < n; i += 32) {
+        uint32_t word = 0u;
+        for (b = 0; b < 32 && i + b < n; ++b)
+            word |= (uint32_t)(Y[i + b] > 0.0f) << b;
+        mask[i >> 5] = word;
+    }
+}
+
 static inline void et_leaky_relu_f32(int n, float alpha, const float *X, float *Y)
 {
     int i;
@@ -127,11 +140,12 @@ static inline void et_fill_f32(int n, float v, float *Y)
 
 /* ---- gradients ---- */
 
-static inline void et_relu_grad_f32(int n, const float *dY, const float *Y, float *dX)
+/* mask: et_relu_mask_f32's bits of the forward result. */
+static inline void et_relu_grad_f32(int n, const float *dY, const uint32_t *mask, float *dX)
 {
     int i;
     for (i = 0; i < n; ++i)
-        dX[i] = Y[i] > 0.0f ? dY[i] : 0.0f;
+        dX[i] = (mask[i >> 5] >> (i & 31)) & 1u ? dY[i] : 0.0f;
 }
 
 static inline void et_leaky_relu_grad_f32(int n, float alpha, const float *dY,

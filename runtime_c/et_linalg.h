@@ -38,9 +38,48 @@ static inline float et_dot_total_f32_(const float *lane)
     return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
 }
 
-/* Rows of op(A) that share each load of a B row: four output rows keep
- * their partial sums in registers or L1 while B streams past once. */
+/* Rows that share each load of a common operand: four output rows of a
+ * matrix product (or four dot products) keep their partial sums in
+ * registers or L1 while the shared row streams past once. */
 #define ET_GEMM_ROWS 4
+
+/* et_dot_lanes_f32_ of `a` with rows (1 or ET_GEMM_ROWS) of b, `b_rs`
+ * apart, into consecutive lane sets: each load of `a` serves every row,
+ * and the rows' independent sums keep the FPU busy. */
+static inline void et_dot_rows_f32_(int rows, int n, const float *restrict a, int a_step,
+                                    const float *restrict b, size_t b_rs, float *restrict lane)
+{
+    int blocks = rows == ET_GEMM_ROWS && a_step == 1 ? n / ET_LANES : 0, i, j, l, r;
+    /* Two blocks per pass: each lane is loaded and stored once for both,
+     * and still adds their products one after the other. */
+    for (i = 0; i + 1 < blocks; i += 2)
+        for (l = 0; l < ET_LANES; ++l) {
+            int at = i * ET_LANES + l, at2 = at + ET_LANES;
+            float x = a[at], x2 = a[at2];
+            lane[l] = (lane[l] + x * b[at]) + x2 * b[at2];
+            lane[ET_LANES + l] = (lane[ET_LANES + l] + x * b[b_rs + at]) + x2 * b[b_rs + at2];
+            lane[2 * ET_LANES + l] = (lane[2 * ET_LANES + l] + x * b[2 * b_rs + at]) + x2 * b[2 * b_rs + at2];
+            lane[3 * ET_LANES + l] = (lane[3 * ET_LANES + l] + x * b[3 * b_rs + at]) + x2 * b[3 * b_rs + at2];
+        }
+    for (; i < blocks; ++i)
+        for (l = 0; l < ET_LANES; ++l) {
+            int at = i * ET_LANES + l;
+            float x = a[at];
+            lane[l] += x * b[at];
+            lane[ET_LANES + l] += x * b[b_rs + at];
+            lane[2 * ET_LANES + l] += x * b[2 * b_rs + at];
+            lane[3 * ET_LANES + l] += x * b[3 * b_rs + at];
+        }
+    if (!blocks) {
+        for (r = 0; r < rows; ++r)
+            et_dot_lanes_f32_(n, a, a_step, b + r * b_rs, lane + r * ET_LANES);
+        return;
+    }
+    for (r = 0; r < rows; ++r)  /* the tail after the whole blocks */
+        for (j = blocks * ET_LANES; j < n; ++j)
+            lane[r * ET_LANES + j % ET_LANES] += a[j] * b[r * b_rs + j];
+}
+
 /* Columns per block: a block of B rows (K x 64 floats) stays in cache
  * while every block of rows reads it. */
 #define ET_GEMM_COLS 64
@@ -61,29 +100,58 @@ static inline void et_axpy4_f32_(int n, float w0, float w1, float w2, float w3, 
     }
 }
 
-/* y_r[j] = sum over k of a_r[k * a_ks] * B[k * N + j] for rows r < rows
- * (1 or ET_GEMM_ROWS), j < n: B row k is read once for all rows. */
-static inline void et_gemm_rows_f32_(int rows, int n, int N, int K, const float *a, int a_rs, int a_ks,
-                                     const float *restrict B, float *restrict y0, float *restrict y1,
-                                     float *restrict y2, float *restrict y3)
+/* y_r[j] = (y_r[j] + v[r * step] * x[j]) + w[r * step] * z[j] for rows
+ * r < rows (1 or ET_GEMM_ROWS), the rows `y_rs` apart, and j < n: two
+ * terms of each sum in one pass over the outputs, still added one after
+ * the other, so each output is loaded and stored half as often. */
+static inline void et_axpy2_f32_(int rows, int n, const float *v, const float *w, int step, const float *restrict x,
+                                 const float *restrict z, float *restrict y, size_t y_rs)
 {
-    int j, k;
-    for (j = 0; j < n; ++j)
-        y0[j] = 0.0f;
-    if (rows == 1) {
-        for (k = 0; k < K; ++k) {
-            const float *b = B + (size_t)k * (size_t)N;
-            float a0 = a[k * a_ks];
-            for (j = 0; j < n; ++j)
-                y0[j] += a0 * b[j];
+    int j, r;
+    if (rows == ET_GEMM_ROWS) {
+        float v0 = v[0], v1 = v[step], v2 = v[2 * step], v3 = v[3 * step];
+        float w0 = w[0], w1 = w[step], w2 = w[2 * step], w3 = w[3 * step];
+        float *restrict y0 = y, *restrict y1 = y + y_rs, *restrict y2 = y + 2 * y_rs, *restrict y3 = y + 3 * y_rs;
+        for (j = 0; j < n; ++j) {
+            float xj = x[j], zj = z[j];
+            y0[j] = (y0[j] + v0 * xj) + w0 * zj;
+            y1[j] = (y1[j] + v1 * xj) + w1 * zj;
+            y2[j] = (y2[j] + v2 * xj) + w2 * zj;
+            y3[j] = (y3[j] + v3 * xj) + w3 * zj;
         }
         return;
     }
-    for (j = 0; j < n; ++j)
-        y1[j] = y2[j] = y3[j] = 0.0f;
-    for (k = 0; k < K; ++k)
+    for (r = 0; r < rows; ++r)
+        for (j = 0; j < n; ++j)
+            y[r * y_rs + (size_t)j] = (y[r * y_rs + (size_t)j] + v[r * step] * x[j]) + w[r * step] * z[j];
+}
+
+/* y_r[j] = sum over k of a_r[k * a_ks] * B[k * N + j] for rows r < rows
+ * (1 or ET_GEMM_ROWS), `N` apart in y, and j < n: B row k is read once for
+ * all rows.  The sum starts from its first product rather than from 0 +
+ * that product: the same value, save that a -0 stays -0. */
+static inline void et_gemm_rows_f32_(int rows, int n, int N, int K, const float *a, int a_rs, int a_ks,
+                                     const float *restrict B, float *restrict y)
+{
+    int j, k, r;
+    for (r = 0; r < rows; ++r) {
+        float *restrict yr = y + (size_t)r * (size_t)N;
+        if (!K)
+            for (j = 0; j < n; ++j)
+                yr[j] = 0.0f;
+        else
+            for (j = 0; j < n; ++j)
+                yr[j] = a[r * a_rs] * B[j];
+    }
+    for (k = 1; k + 1 < K; k += 2)
+        et_axpy2_f32_(rows, n, a + k * a_ks, a + (k + 1) * a_ks, a_rs, B + (size_t)k * (size_t)N,
+                      B + (size_t)(k + 1) * (size_t)N, y, (size_t)N);
+    if (k < K && rows == ET_GEMM_ROWS)
         et_axpy4_f32_(n, a[k * a_ks], a[a_rs + k * a_ks], a[2 * a_rs + k * a_ks], a[3 * a_rs + k * a_ks],
-                      B + (size_t)k * (size_t)N, y0, y1, y2, y3);
+                      B + (size_t)k * (size_t)N, y, y + N, y + 2 * (size_t)N, y + 3 * (size_t)N);
+    else if (k < K)
+        for (j = 0; j < n; ++j)
+            y[j] += a[k * a_ks] * B[(size_t)k * (size_t)N + (size_t)j];
 }
 
 static inline void et_gemm_f32(int M, int N, int K, float alpha, const float *A, int trans_a,
@@ -105,12 +173,9 @@ static inline void et_gemm_f32(int M, int N, int K, float alpha, const float *A,
         for (j0 = 0; j0 < N; j0 += ET_GEMM_COLS) {
             n = N - j0 < ET_GEMM_COLS ? N - j0 : ET_GEMM_COLS;
             for (i = 0; i < M; i += rows) {
-                float *y = Y + (size_t)i * (size_t)N + (size_t)j0;
-                size_t next;  /* from one output row to the next, 0 past the last */
                 rows = M - i < ET_GEMM_ROWS ? 1 : ET_GEMM_ROWS;
-                next = rows == 1 ? 0 : (size_t)N;
-                et_gemm_rows_f32_(rows, n, N, K, A + (size_t)i * (size_t)a_rs, a_rs, a_ks, B + j0, y, y + next,
-                                  y + 2 * next, y + 3 * next);
+                et_gemm_rows_f32_(rows, n, N, K, A + (size_t)i * (size_t)a_rs, a_rs, a_ks, B + j0,
+                                  Y + (size_t)i * (size_t)N + (size_t)j0);
             }
         }
     }

@@ -23,8 +23,9 @@ class GraphBuilder:
     def emit(self, op: str, inputs, attrs=None, *, domain: str = "", outputs: int = 1, names=None):
         outs = tuple(names) if names else tuple(self.graph.fresh(op.lower()) for _ in range(outputs))
         node = Node(op, tuple(inputs), outs, frozen_attrs(attrs or {}), name=outs[0], domain=domain)
-        for name, shape in zip(outs, self._infer(node)):
-            self.graph.add_value(name, shape)
+        dtypes = lookup(node).dtypes
+        for i, (name, shape) in enumerate(zip(outs, self._infer(node))):
+            self.graph.add_value(name, shape, dtypes[i] if i < len(dtypes) else np.float32)
         self.graph.nodes.append(node)
         return outs[0] if outputs == 1 else outs
 
@@ -79,9 +80,10 @@ class GradCtx(GraphBuilder):
         return slot < len(self._needs) and self._needs[slot]
 
 
-def differentiate(graph: Graph, loss: str, wrt: list[str]) -> dict[str, str | None]:
+def differentiate(graph: Graph, loss: str, wrt: list[str]) -> tuple[dict[str, str | None], int]:
     """Append the backward pass of `loss` to `graph`. Returns each parameter's gradient value
-    (None when the loss does not depend on it)."""
+    (None when the loss does not depend on it), and where the backward pass starts in
+    graph.nodes: the residual nodes gradient rules emit run in the forward pass."""
     forward = list(graph.nodes)
     depends = set(wrt)  # values that depend on a parameter we differentiate
     for node in forward:
@@ -123,5 +125,19 @@ def differentiate(graph: Graph, loss: str, wrt: list[str]) -> dict[str, str | No
         for slot, (name, grad) in enumerate(zip(node.inputs, grads)):
             if needs[slot] and grad is not None:
                 contributions.setdefault(name, []).append(g.reduce_to(grad, graph.shape(name)))
-    return {name: total(name) for name in wrt}
+    grads = {name: total(name) for name in wrt}
+    backward = graph.nodes[len(forward):]
+    residuals = [node for node in backward if lookup(node).residual]
+    graph.nodes = _run_early(forward, residuals) + [node for node in backward if not lookup(node).residual]
+    return grads, len(forward) + len(residuals)
+
+
+def _run_early(forward: list[Node], residuals: list[Node]) -> list[Node]:
+    """`forward` with each residual node right after the last producer of its inputs (they are
+    forward values, parameters or constants), before anything else reads them."""
+    made = {name: i for i, node in enumerate(forward) for name in node.outputs}
+    after: dict[int, list[Node]] = {}
+    for node in residuals:
+        after.setdefault(max((made[n] for n in node.inputs if n in made), default=-1), []).append(node)
+    return after.get(-1, []) + [n for i, node in enumerate(forward) for n in [node] + after.get(i, [])]
 

@@ -150,6 +150,16 @@ class _Storage:
         return self.fixed.get(name)
 
 
+# The arena is a union of equally long float and uint32_t arrays (templates/model.c.j2), so each
+# tensor is read and written through an lvalue of its own type wherever the planner puts it.
+_ARENA_VIEWS = {np.dtype(np.float32): "et_arena.f", np.dtype(np.uint32): "et_arena.u"}
+
+
+def _words(value) -> int:
+    """The 4-byte words a tensor takes in the arena."""
+    return -(-value.size * value.dtype.itemsize // 4)
+
+
 def _lower(trainer: Trainer, storage: _Storage, nodes: list[Node], results: list[str],
            after: dict[int, list[Call]] | None = None, backward_from: int | None = None) -> tuple[Function, dict]:
     """Kernel calls for `nodes` (and the `after[i]` calls right after node i's), with arena offsets
@@ -172,8 +182,10 @@ def _lower(trainer: Trainer, storage: _Storage, nodes: list[Node], results: list
         for call in (after or {}).get(i, ()):
             last.update((a.name, len(calls)) for a in call.args if isinstance(a, Tensor))
             calls.append((call, node))
-    arena = {a.name for call, _ in calls for a in call.args if isinstance(a, Tensor)}
-    arena = {name for name in arena | set(results) if storage.locate(name) is None}
+    # In order of first use: locate() lays out compiled constants as it meets them, and the
+    # generated C must not depend on Python's string hashing.
+    used = dict.fromkeys([a.name for call, _ in calls for a in call.args if isinstance(a, Tensor)] + list(results))
+    arena = {name for name in used if storage.locate(name) is None}
     end = max(len(calls) - 1, 0)
     for name in arena:
         last[name] = end if name in results else max(last.get(name, 0), first[name])
@@ -181,10 +193,10 @@ def _lower(trainer: Trainer, storage: _Storage, nodes: list[Node], results: list
     groups: dict[str, list[str]] = {}
     for name in sorted(arena, key=lambda n: (first[n], n)):
         groups.setdefault(root.get(name, name), []).append(name)
-    intervals = [Interval(r, first[r], max(last[m] for m in members), g.values[r].size)
+    intervals = [Interval(r, first[r], max(last[m] for m in members), _words(g.values[r]))
                  for r, members in groups.items()]
     offsets, total = place(intervals)
-    where = {name: Arg("ptr", "et_arena", offsets[root.get(name, name)]) for name in arena}
+    where = {name: Arg("ptr", _ARENA_VIEWS[g.values[name].dtype], offsets[root.get(name, name)]) for name in arena}
     # Gradients are made by the backward pass, except forward nodes recomputed there (same name).
     forward = {(n.op, n.name) for n in nodes[:backward_from]}
     producer = {name: node for node in nodes[backward_from:] for name in node.outputs}

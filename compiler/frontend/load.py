@@ -194,6 +194,7 @@ def _to_ir(proto, constants) -> Graph:
             + problems))
     problems += shapeless
 
+    nodes = _name_merged_initializers(nodes, params, values)
     _untie(nodes, params, values)
 
     # A float initializer read as an axis, bound or exponent is a constant, never a parameter.
@@ -251,6 +252,22 @@ def _held_slots(node) -> tuple[set[int], set[int]]:
     spec = lookup(node)
     state = set(spec.state(node) if spec.state else ())
     return set(spec.const_inputs) - state, state
+
+
+def _name_merged_initializers(nodes: list[Node], params: dict, values: dict) -> list[Node]:
+    """Eval-mode exports merge equal initializers and restore the other names through Identity
+    nodes (a fresh BatchNorm's running_var becomes Identity(its weight)). An Identity of an
+    initializer that a node reads as a constant or as state is that initializer's own copy again."""
+    held = {node.inputs[slot] for node in nodes for slot in set().union(*_held_slots(node))
+            if slot < len(node.inputs)}
+    kept = []
+    for node in nodes:
+        if node.op == "Identity" and node.inputs[0] in params and node.outputs[0] in held:
+            params[node.outputs[0]] = params[node.inputs[0]].copy()
+            values[node.outputs[0]] = Value(node.outputs[0], values[node.inputs[0]].shape, np.dtype(np.float32))
+        else:
+            kept.append(node)
+    return kept
 
 
 def _untie(nodes: list[Node], params: dict, values: dict) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -19,10 +20,14 @@ from ..errors import EdgetrainError
 # very-cheap one refuses loops of unknown length); that never reorders a sum, so results keep their bits.
 CFLAGS = ["-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-pedantic", "-Wdouble-promotion",
           "-ffp-contract=off", "-fno-math-errno", "-fvect-cost-model=cheap"]
-# EDGETRAIN_BUILD=fast: this machine's vector units, FMA, and sums the compiler may reorder (so it
-# vectorizes reductions too). Faster on the host, no longer bit-identical to other targets; NaN and
-# infinity keep their meaning, which the non-finite checks need.
-BUILD_MODES = {"reproducible": [], "fast": ["-O3", "-march=native", "-ffp-contract=fast", "-fassociative-math",
+# Both builds use this machine's vector units (-march=native, where the compiler can say what they
+# are): the kernels fix the order of every sum in their C text and nothing contracts, so wider
+# vectors change no bit (tests/target compare the host's results with the ARM targets').
+NATIVE = ["-march=native"]
+# EDGETRAIN_BUILD=fast: FMA, and sums the compiler may reorder (so it vectorizes reductions too).
+# Faster on the host, no longer bit-identical to other targets; NaN and infinity keep their meaning,
+# which the non-finite checks need.
+BUILD_MODES = {"reproducible": [], "fast": ["-O3", "-ffp-contract=fast", "-fassociative-math",
                                             "-fno-signed-zeros", "-fno-trapping-math"]}
 # EDGETRAIN_SANITIZE=1: every trainer is built under AddressSanitizer and UndefinedBehaviorSanitizer,
 # any report aborts (the C test tier's second pass; the process must preload libasan).
@@ -50,6 +55,15 @@ def build_mode_flags() -> list[str]:
     return BUILD_MODES[mode]
 
 
+@functools.lru_cache(maxsize=None)
+def _native_target(cc: str) -> str:
+    """What -march=native means to `cc` on this machine ("" where it cannot say): part of the cache
+    key, so that a cache shared between machines never hands one a library built for another's
+    vector units."""
+    result = subprocess.run([cc, *NATIVE, "-Q", "--help=target"], capture_output=True, text=True)
+    return " ".join(line.split()[-1] for line in result.stdout.splitlines() if line.strip().startswith("-march="))
+
+
 def declarations(header: str) -> str:
     """The prototypes of model.h, which is the one description of the C API."""
     match = re.search(r"/\* declarations-begin \*/(.*)/\* declarations-end \*/", header, re.S)
@@ -63,9 +77,10 @@ def load_library(directory: str | os.PathLike, extra_flags: tuple[str, ...] = ()
     directory = Path(directory)
     source, header = (directory / "model.c").read_text(), (directory / "model.h").read_text()
     cc = _compiler()
-    flags = CFLAGS + build_mode_flags() + list(extra_flags) + ["-fPIC", "-shared"]
+    native = _native_target(cc)
+    flags = CFLAGS + (NATIVE if native else []) + build_mode_flags() + list(extra_flags) + ["-fPIC", "-shared"]
     flags += SANITIZE if os.environ.get("EDGETRAIN_SANITIZE") == "1" else []
-    key = hashlib.sha256("\0".join([source, header, cc, *flags]).encode()).hexdigest()[:24]
+    key = hashlib.sha256("\0".join([source, header, cc, native, *flags]).encode()).hexdigest()[:24]
     library = cache_dir() / f"{key}.so"
     if not library.exists():
         library.parent.mkdir(parents=True, exist_ok=True)

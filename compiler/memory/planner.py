@@ -14,7 +14,7 @@ class Interval:
     name: str
     start: int  # index of the statement that writes it
     end: int  # index of the last statement that reads it (inclusive)
-    size: int  # floats
+    size: int  # 4-byte words: floats, or the uint32 words of a bit mask
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,7 @@ _ORDERS = (
     lambda i: (-i.size * (i.end - i.start + 1), i.name),
     lambda i: (-(i.end - i.start), -i.size, i.name),
 )
+_REPAIRS = 10  # placements per order, each with the tensors the last put above the bound first
 
 
 def _best_fit(intervals: list[Interval]) -> tuple[dict[str, int], int]:
@@ -68,15 +69,20 @@ def _best_fit(intervals: list[Interval]) -> tuple[dict[str, int], int]:
 
 
 def place(intervals: list[Interval]) -> tuple[dict[str, int], int]:
-    """Best-fit placement by size and conflict, in the order (of a few) that packs tightest.
-    Returns (offsets, arena size), in floats."""
+    """Best-fit placement by size and conflict, in the order (of a few, each repaired a few times)
+    that packs tightest. Returns (offsets, arena size), in floats."""
     best, bound = None, liveness_lower_bound(intervals)
-    for order in _ORDERS:
-        offsets, total = _best_fit(sorted(intervals, key=order))
-        if best is None or total < best[1]:
-            best = (offsets, total)
-        if total == bound:
-            break
+    for key in _ORDERS:
+        order = sorted(intervals, key=key)
+        for _ in range(_REPAIRS):
+            offsets, total = _best_fit(order)
+            if best is None or total < best[1]:
+                best = (offsets, total)
+            if total == bound:
+                return best
+            # The tensors that ended above the bound go first next time; the others find room around them.
+            above = {iv.name for iv in order if offsets[iv.name] + _aligned(iv.size) > bound}
+            order = [iv for iv in order if iv.name in above] + [iv for iv in order if iv.name not in above]
     return best if best else ({}, 0)
 
 

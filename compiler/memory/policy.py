@@ -74,9 +74,10 @@ class Plan:
 def static_ram_bytes(m) -> int:
     """Every mutable static byte of the generated C (codegen's ModelC): the arena, trainable
     parameters, gradients (unless fused), optimizer state, the federated reference copy, buffers
-    and the scalar counters (step, counter, learning rate, reset flag[, reference flag])."""
+    and the scalar counters (step, counter, learning rate, reset flag[, reference flag]). A fused
+    update never reads the reset flag, so the compiler drops it and it is not counted."""
     copies = 1 + (not m.fused_update) + m.state_slots + m.federated
-    scalars = 4 + m.federated
+    scalars = 3 + (not m.fused_update) + m.federated
     return F32 * (max(m.arena_floats, 1) + copies * m.trainable_floats + len(m.buffer_init) + scalars)
 
 

@@ -24,9 +24,12 @@ def recompute(graph: Graph, nodes: list[Node], backward_start: int, keep_every: 
     forward, backward = nodes[:backward_start], list(nodes[backward_start:])
     producer = {out: node for node in forward for out in node.outputs}
     read_back = {name for node in backward for name in node.inputs}
-    # Kept: secondary outputs (saved statistics), and dear results (every K-th one with keep_every).
-    dear = [node.outputs[0] for node in forward if node.outputs[0] in read_back and not _cheap(graph, node)]
-    kept = {name for name in read_back if name in producer and producer[name].outputs[0] != name}
+    # Kept: secondary outputs (saved statistics), residuals (made to be kept), and dear results
+    # (every K-th one with keep_every).
+    dear = [node.outputs[0] for node in forward if node.outputs[0] in read_back and not _cheap(graph, node)
+            and not lookup(node).residual]
+    kept = {name for name in read_back if name in producer and (producer[name].outputs[0] != name
+                                                                 or lookup(producer[name]).residual)}
     kept |= set(dear[keep_every - 1::keep_every] if keep_every else dear)
 
     def segment(value: str) -> list[Node] | None:

@@ -3,6 +3,7 @@ liveness lower bound, the labelled arena blocks, and a plot of arena occupancy o
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from dataclasses import asdict
 from pathlib import Path
@@ -10,11 +11,13 @@ from pathlib import Path
 from .. import targets
 from ..errors import EdgetrainError
 from .planner import KINDS
+from .policy import static_ram_bytes
 
 F32 = 4
 COLOURS = {"activation": "tab:blue", "gradient": "tab:orange", "optimizer_state": "tab:green",
            "workspace": "tab:gray"}
 PLOT = "memory.png"
+NO_MATPLOTLIB = "the memory plot needs matplotlib: pip install 'edgetrain[report]'"
 
 
 def memory_report(trainer, m) -> dict:
@@ -27,11 +30,14 @@ def memory_report(trainer, m) -> dict:
         "optimizer_state": m.state_slots * trainable,
         "federated_reference": trainable if m.federated else 0,
     }
+    # The RAM-budget check's own count, so the report and the budget never disagree.
+    ram = static_ram_bytes(m)
+    breakdown["other"] = ram - sum(breakdown.values())  # buffers and counters
     functions = {"train_step": m.train, "eval_step": m.eval, "infer": m.infer}
     return {
         "target": "host",
         "arena_bytes": breakdown["arena"],
-        "ram_bytes": sum(breakdown.values()),
+        "ram_bytes": ram,
         "ram_breakdown": breakdown,
         "flash_constants_bytes": len(m.consts) * F32,
         "liveness_lower_bound_bytes": {name: f.lower_bound * F32 for name, f in functions.items()},
@@ -39,9 +45,10 @@ def memory_report(trainer, m) -> dict:
         "trainable_parameters": m.trainable_floats,
         "frozen_parameters": m.frozen_floats,
         "optimizer": trainer.optimizer.kind.value,
-        # Fused: train_step updates each parameter as soon as its gradient is final, so there are no
-        # gradient buffers and gradients do not accumulate across calls.
-        "fused_update": m.fused_update,
+        # "fused": train_step updates each parameter as soon as its gradient is final, so there are no
+        # gradient buffers and gradients do not accumulate across calls; "accumulate": ONNX Runtime's
+        # semantics, gradients add up until lazy_reset_grad and Optimizer.step applies them.
+        "update": "fused" if m.fused_update else "accumulate",
         # Forward ops train_step runs again in the backward pass (recomputation), instead of keeping
         # their results.
         "recomputed_ops": _recomputed(trainer),
@@ -78,10 +85,10 @@ def format_report(report: dict) -> str:
     ram = report["ram_breakdown"]
     rows = [("arena (by function below)", ram["arena"]),
             ("trainable parameters", ram["parameters"]),
-            ("gradients" + (" (fused update: none kept)" if report["fused_update"] else ""), ram["gradients"]),
+            ("gradients" + (" (fused update: none kept)" if report["update"] == "fused" else ""), ram["gradients"]),
             ("optimizer state", ram["optimizer_state"]),
             *([("federated reference", ram["federated_reference"])] if ram["federated_reference"] else []),
-            *([("other (buffers, counters, alignment)", ram["other"])] if "other" in ram else []),
+            ("other (buffers, counters, alignment)", ram["other"]),
             ("total RAM", report["ram_bytes"]),
             ("constants in flash (frozen weights)", report["flash_constants_bytes"])]
     width = max(len(r[0]) for r in rows)
@@ -99,13 +106,20 @@ def format_report(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_report(report: dict, directory: Path) -> None:
-    """report.json and report.txt, and the occupancy plot when matplotlib is installed."""
+def can_plot() -> bool:
+    """Whether matplotlib, the optional `report` extra, is installed."""
+    return importlib.util.find_spec("matplotlib") is not None
+
+
+def write_report(report: dict, directory: Path, with_plot: bool) -> None:
+    """report.json and report.txt, and the occupancy plot if asked for. The plot is opt-in in the
+    Python API because drawing it costs more than compiling a small model (matplotlib's import
+    alone takes seconds), and every figure it shows is in report.json."""
     (directory / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     (directory / "report.txt").write_text(format_report(report))
-    try:
+    if with_plot:
         plot(report, directory / PLOT)
-    except ModuleNotFoundError:  # the plot is optional (the `report` extra): the figures are all in report.json
+    else:
         (directory / PLOT).unlink(missing_ok=True)  # a plot of an earlier build would disagree with the report
 
 
@@ -150,4 +164,4 @@ def plot_directory(directory: str) -> Path:
     try:
         return plot(report, Path(directory, PLOT))
     except ModuleNotFoundError:
-        raise EdgetrainError("the memory plot needs matplotlib: pip install 'edgetrain[report]'") from None
+        raise EdgetrainError(NO_MATPLOTLIB) from None

@@ -46,7 +46,37 @@ def _f32(x):
     return (np.asarray(x, dtype=np.float32),)
 
 
-_grad_op("ReluGrad", "et_relu_grad_f32", lambda dy, y: _f32(np.where(y > 0, dy, 0)))
+# ---- ReLU's gradient needs only where its result is positive: one bit per element, element i at
+# bit i % 32 of uint32 word i / 32. The forward pass keeps these bits, 1/32 of the result's bytes,
+# so the float result dies with its last forward reader. ----
+
+def _unpack_bits(mask, shape):
+    bits = np.unpackbits(mask.astype("<u4").view(np.uint8), bitorder="little")
+    return bits[:int(np.prod(shape))].reshape(shape).astype(bool)
+
+
+@op("ReluMask", domain=ET_DOMAIN)
+class ReluMask:
+    """Y -> the bits of Y > 0 (NaN gives 0)."""
+
+    dtypes = (np.uint32,)
+    residual = True
+
+    @staticmethod
+    def kernel(k, node):
+        return [k.call("et_relu_mask_f32", k.size(node.inputs[0]), node.inputs[0], node.outputs[0])]
+
+    @staticmethod
+    def shape(graph, node):
+        return [(-(-graph.values[node.inputs[0]].size // 32),)]
+
+    @staticmethod
+    def reference(y):
+        packed = np.packbits(y.ravel() > 0, bitorder="little")
+        return (np.pad(packed, (0, -packed.size % 4)).view("<u4").astype(np.uint32),)
+
+
+_grad_op("ReluGrad", "et_relu_grad_f32", lambda dy, mask: _f32(np.where(_unpack_bits(mask, dy.shape), dy, 0)))
 _grad_op("SigmoidGrad", "et_sigmoid_grad_f32", lambda dy, y: _f32(dy * y * (1 - y)))
 _grad_op("TanhGrad", "et_tanh_grad_f32", lambda dy, y: _f32(dy * (1 - y * y)))
 _grad_op("SqrtGrad", "et_sqrt_grad_f32", lambda dy, y: _f32(dy / (2 * y)))
@@ -57,7 +87,8 @@ _grad_op("PowGrad", "et_pow_grad_f32",
 _grad_op("ClipGrad", "et_clip_grad_f32",
          lambda dy, x, min, max: _f32(np.where((x >= min) & (x <= max), dy, 0)), "min", "max")
 
-_unary("Relu", "et_relu_f32", lambda g, node, dy: [g.emit("ReluGrad", [dy[0], node.outputs[0]], domain=ET_DOMAIN)])
+_unary("Relu", "et_relu_f32", lambda g, node, dy: [
+    g.emit("ReluGrad", [dy[0], g.emit("ReluMask", [node.outputs[0]], domain=ET_DOMAIN)], domain=ET_DOMAIN)])
 _unary("Sigmoid", "et_sigmoid_f32",
        lambda g, node, dy: [g.emit("SigmoidGrad", [dy[0], node.outputs[0]], domain=ET_DOMAIN)])
 _unary("Tanh", "et_tanh_f32", lambda g, node, dy: [g.emit("TanhGrad", [dy[0], node.outputs[0]], domain=ET_DOMAIN)])

@@ -52,9 +52,22 @@ class BatchNormalization:
     @staticmethod
     def grad(g, node, dy):
         x, scale, b, mean, var = node.inputs
-        dx, dscale, db = g.emit("BatchNormalizationInferenceGrad", [dy[0], x, scale, mean, var],
-                                {"epsilon": float(node.attr("epsilon", 1e-5))}, domain=ET_DOMAIN, outputs=3)
-        return [dx, dscale, db, None, None]
+        eps = float(node.attr("epsilon", 1e-5))
+        if g.needs(1):
+            dx, dscale, db = g.emit("BatchNormalizationInferenceGrad", [dy[0], x, scale, mean, var],
+                                    {"epsilon": eps}, domain=ET_DOMAIN, outputs=3)
+            return [dx, dscale, db, None, None]
+        # Without the scale's gradient, nothing of the forward pass is read (frozen statistics, as
+        # when training a deployed model's biases): dB sums dY per channel, and dX scales dY per
+        # channel, in dY's bytes when dY dies there.
+        shape = g.shape(dy[0])
+        db = g.emit("ReduceSum", [dy[0], g.ints([0, *range(2, len(shape))])], {"keepdims": 0}) if g.needs(2) else None
+        dx = None
+        if g.needs(0):
+            var_eps = g.value_of(var).astype(np.float32) + np.float32(eps)
+            per_channel = g.emit("Mul", [scale, g.const(np.float32(1) / np.sqrt(var_eps))])
+            dx = g.emit("Mul", [dy[0], g.reshape(per_channel, (shape[1],) + (1,) * (len(shape) - 2))])
+        return [dx, None, db, None, None]
 
     @staticmethod
     def state(node):

@@ -72,6 +72,12 @@ class OpDef:
     # Input slots whose bytes output 0 may take over when that input dies at this node: the
     # kernel reads each element of them before writing the same element of the output.
     inplace: tuple[int, ...] = ()
+    # Our own ops' output dtypes where not float32 (ReLU's bit mask is uint32 words).
+    dtypes: tuple[type, ...] = ()
+    # Computes what a gradient rule keeps of forward values, in fewer bytes than they take (ReLU's
+    # bit mask): the driver runs it in the forward pass as soon as its inputs exist, so they need
+    # not stay alive until the backward pass, and recomputation keeps its result.
+    residual: bool = False
 
 
 REGISTRY: dict[tuple[str, str], OpDef] = {}
@@ -94,6 +100,8 @@ def op(name: str, *, domain: str = "", const_inputs=(), index_inputs=()):
             variant=getattr(cls, "variant", None),
             state=getattr(cls, "state", None),
             inplace=tuple(getattr(cls, "inplace", ())),
+            dtypes=tuple(getattr(cls, "dtypes", ())),
+            residual=bool(getattr(cls, "residual", False)),
         )
         return cls
 

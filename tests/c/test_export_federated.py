@@ -161,7 +161,8 @@ def test_federated_is_opt_in_and_costs_one_copy_of_the_trainable_parameters(out,
     fed, base = (json.loads((d / "report.json").read_text()) for d in (out, plain))
     assert fed["ram_breakdown"]["federated_reference"] == fed["ram_breakdown"]["parameters"]
     assert base["ram_breakdown"]["federated_reference"] == 0
-    assert fed["ram_bytes"] - base["ram_bytes"] == fed["ram_breakdown"]["parameters"]
+    # One copy of the trainable parameters, plus the 4-byte flag that says whether a reference is set.
+    assert fed["ram_bytes"] - base["ram_bytes"] == fed["ram_breakdown"]["parameters"] + 4
     assert "federated reference" in (out / "report.txt").read_text()
     assert "set_reference" not in (plain / "model.h").read_text()
     state = api.CheckpointState.load_checkpoint(plain / "checkpoint")

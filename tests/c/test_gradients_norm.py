@@ -459,15 +459,18 @@ class ModelCase:
     frozen: tuple = ()
     opset: int = 15
     steps: int = 4
+    fresh: bool = False  # keep a fresh BatchNorm's statistics, which eval-mode exports merge with its affine
+
 
     def run(self, tmp_path, seed: int) -> float:
         torch.manual_seed(seed % 2**31)
         net = self.make()
         batch = self.input_shape[0]
-        # Statistics that are not the defaults, except for dynamo: it merges a fresh BatchNorm's
-        # equal initializers (running_mean with bias, running_var with weight), which must untie.
+        # Statistics that are not the defaults, unless fresh: eval-mode exports merge a fresh
+        # BatchNorm's equal initializers (running_mean with bias, running_var with weight), which
+        # must untie.
         with torch.no_grad():
-            for module in net.modules() if self.mode != "dynamo" else ():
+            for module in net.modules() if not self.fresh else ():
                 if isinstance(module, torch.nn.modules.batchnorm._BatchNorm) and module.track_running_stats:
                     module.running_mean.uniform_(-0.5, 0.5)
                     module.running_var.uniform_(0.5, 2.0)
@@ -556,7 +559,8 @@ for name, spec in [
     ("cnn-bn2d", ModelCase(CNN, (4, 1, 4, 4), opset=17)),
     ("mlp-bn1d-eval-export", ModelCase(MLP, (6, 6), mode="eval")),
     ("mlp-bn1d-eval-export-frozen-affine", ModelCase(MLP, (6, 6), mode="eval", frozen=("bn.weight", "bn.bias"))),
-    ("input-bn1d-dynamo-eval-export-merged-initializers", ModelCase(InputNorm, (6, 6), mode="dynamo")),
+    ("input-bn1d-dynamo-eval-export-merged-initializers", ModelCase(InputNorm, (6, 6), mode="dynamo", fresh=True)),
+    ("mlp-bn1d-eval-export-merged-initializers", ModelCase(MLP, (6, 6), mode="eval", fresh=True)),
 ]:
     marks = [pytest.mark.filterwarnings("ignore")]
     if name.startswith("cnn") and ("", "Conv") not in REGISTRY:

@@ -4,11 +4,12 @@ numbers. The reference is the default build (ONNX Runtime's accumulate-then-step
 own trajectories tests/c/test_optimizers.py checks against NumPy."""
 
 import json
+import os
 
 import numpy as np
 import pytest
 
-from edgetrain import api, artifacts
+from edgetrain import api, artifacts, targets
 from edgetrain.errors import EdgetrainError
 from edgetrain.memory.policy import NOTHING_KEPT, Plan
 from gradcheck import compile_module
@@ -50,13 +51,14 @@ def force_plan(monkeypatch, plan: Plan):
     monkeypatch.setattr(artifacts, "meet_budget", lambda compile_, _plan, _budget, can_fuse: compile_(plan))
 
 
-# (update policy, optimizer options, the fused build's plan): every policy kind, both optimizers with
-# their state, and each level of recomputation.
+# (update policy, optimizer options, the fused build's plan): every policy kind with SGD, AdamW with
+# its state, and each level of recomputation.
 CASES = {
     "full-sgd-momentum": (None, {"momentum": 0.9}, Plan(True, True)),
-    "bias-adamw": ("bias", {"optimizer": artifacts.OptimType.AdamW, "weight_decay": 0.01},
-                   Plan(True, True, NOTHING_KEPT)),
+    "bias-sgd": ("bias", {}, Plan(True, True, NOTHING_KEPT)),
+    "last:3-sgd": ("last:3", {}, Plan(True)),
     "bias+last:2-sgd": ("bias+last:2", {}, Plan(True, True, 2)),
+    "full-adamw": (None, {"optimizer": artifacts.OptimType.AdamW, "weight_decay": 0.01}, Plan(True)),
 }
 
 
@@ -101,7 +103,7 @@ def test_ram_budget_picks_a_cheaper_plan_or_names_the_smallest(kws_small, tmp_pa
     out = artifacts.generate_artifacts(kws_small, artifact_directory=tmp_path / "b", optimizer="SGD",
                                        ram_budget=budget)
     report = json.loads((out / "report.json").read_text())
-    assert report["ram_bytes"] <= budget and report["fused_update"]
+    assert report["ram_bytes"] <= budget and report["update"] == "fused"
     with pytest.raises(EdgetrainError) as error:
         artifacts.generate_artifacts(kws_small, artifact_directory=tmp_path / "c", optimizer="SGD", ram_budget=1000)
     message = str(error.value)
@@ -116,7 +118,7 @@ def test_compile_command_takes_the_memory_options(kws_small, tmp_path, capsys):
     main(["compile", str(tmp_path / "kws.onnx"), "-o", str(tmp_path / "out"), "--optimizer", "SGD",
           "--fused-update", "--update-policy", "bias+last:2", "--ram-budget", "200000"])
     report = json.loads((tmp_path / "out" / "report.json").read_text())
-    assert report["fused_update"] and report["ram_bytes"] <= 200000
+    assert report["update"] == "fused" and report["ram_bytes"] <= 200000
     assert report["trainable_parameters"] < 500  # biases and the last two layers only
     with pytest.raises(SystemExit) as exit_:
         main(["compile", str(tmp_path / "kws.onnx"), "-o", str(tmp_path / "bad"), "--ram-budget", "1000"])
@@ -137,3 +139,25 @@ def test_memory_plans_share_checkpoints(kws_small, tmp_path, monkeypatch):
     out = artifacts.generate_artifacts(kws_small, artifact_directory=tmp_path / "lean", optimizer="SGD", momentum=0.9)
     lean = api.Module(out / "training_model.onnx", api.CheckpointState.load_checkpoint(tmp_path / "ckpt"))
     np.testing.assert_array_equal(train(lean, batches[2:]), want)
+
+
+def test_ram_bytes_is_what_the_target_compiler_allocates(tmp_path):
+    """report.json's ram_bytes, the count the RAM budget is checked against, equals .data + .bss of
+    the trainer compiled for cortex-m4 as arm-none-eabi-size measures them, for each kind of static
+    storage: BatchNormalization's buffers, gradients (or none: fused), optimizer state, the federated
+    copy and the counters."""
+    missing = targets.load("cortex-m4").missing()
+    if missing:
+        (pytest.fail if os.environ.get("CI") else pytest.skip)(f"cortex-m4 tools missing: {missing}")
+    builds = {"adamw": {}, "fused-sgd-momentum-federated": {"fused_update": True, "optimizer": "SGD",
+                                                            "momentum": 0.9, "federated": True}}
+    for name, options in builds.items():
+        reports = {}
+        for target in (None, "cortex-m4"):  # None: the planner's count, without compiling
+            out = artifacts.generate_artifacts(mlp_bn(batch=4), artifact_directory=tmp_path / f"{name}-{target}",
+                                               target=target, **options)
+            reports[target] = json.loads((out / "report.json").read_text())
+        planned, measured = reports[None], reports["cortex-m4"]
+        assert measured["size_tool"] == "arm-none-eabi-size", name
+        assert planned["ram_bytes"] == measured["ram_bytes"], name
+        assert planned["ram_breakdown"] == measured["ram_breakdown"], name

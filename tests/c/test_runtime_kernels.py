@@ -406,8 +406,8 @@ def test_gemm(lib, trans_a, trans_b, M, N, K):
 # ---- convolution ----
 
 def lanes_total(products_per_piece):
-    """float32 sum as et_dot_lanes_f32_ and et_dot_total_f32_ round it: within each piece, product j goes
-    to lane j % 8; the lanes then add pairwise."""
+    """float32 sum as et_dot_lanes_f32_ and et_dot_total_f32_ round it: within each piece (a plane),
+    product j goes to lane j % 8; the lanes then add pairwise."""
     lane = np.zeros(LANES, np.float32)
     for products in products_per_piece:
         for j, v in enumerate(products):
@@ -415,16 +415,17 @@ def lanes_total(products_per_piece):
     return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]))
 
 
-# 2-D, 6 output channels (a block of four, then two one by one): a 3x3 window with stride (1, 2) and
-# padding, and a pointwise kernel (a matrix product per image; its weight gradient reads whole planes).
-@pytest.mark.parametrize("kernel,stride,pad", [(3, (1, 2), 1), (1, (1, 1), 0)])
+# 2-D, 5 input and 6 output channels (blocks of four, then channels one by one): a 3x3 window with
+# padding, with stride (1, 2) (the input gradient scatters) and without (it gathers, as the forward
+# pass does), and a pointwise kernel (a matrix product per image).
+@pytest.mark.parametrize("kernel,stride,pad", [(3, (1, 2), 1), (3, (1, 1), 1), (1, (1, 1), 0)])
 def test_conv_kernels_keep_their_stated_summation_order(lib, kernel, stride, pad):
     """Forward and input gradient: each output summed in float32 over its taps in (channel, ky, kx)
-    order, the bias last; weight gradient: lanes over each row of the window (whole planes when
-    pointwise). Bit for bit, so running output channels together changes no rounding."""
+    order, the bias last; weight gradient: lanes over each image's plane of products (0 where the
+    tap falls outside X). Bit for bit, so running output channels together changes no rounding."""
     ffi, L = lib
     rng = np.random.default_rng(7)
-    n, c, m, h, w = 2, 3, 6, 5, 7
+    n, c, m, h, w = 2, 5, 6, 11, 7  # 77 outputs at unit strides: two chunks, split in a row
     oh, ow = (h + 2 * pad - kernel) // stride[0] + 1, (w + 2 * pad - kernel) // stride[1] + 1
     x = rng.standard_normal((n, c, h, w)).astype(np.float32)
     wt = rng.standard_normal((m, c, kernel, kernel)).astype(np.float32)
@@ -464,8 +465,11 @@ def test_conv_kernels_keep_their_stated_summation_order(lib, kernel, stride, pad
     dw_ref = np.zeros_like(wt)
     for mi, ci, ky, kx in np.ndindex(*wt.shape):
         oy, ox, iy, ix = taps(ky, kx)
-        pieces = ([(x[i, ci] * dy[i, mi]).ravel() for i in range(n)] if kernel == 1 else
-                  [x[i, ci, r, ix] * dy[i, mi, o, ox] for i in range(n) for o, r in zip(oy, iy)])
+        pieces = []
+        for i in range(n):  # a whole plane per image, 0 where the tap falls outside X
+            plane = np.zeros((oh, ow), np.float32)
+            plane[oy[:, None], ox] = x[i, ci][iy[:, None], ix] * dy[i, mi][oy[:, None], ox]
+            pieces.append(plane.ravel())
         dw_ref[mi, ci, ky, kx] = lanes_total(pieces)
     dw = np.empty_like(dw_ref)
     L.t_conv_grad_w(n, c, m, 1, ints([1, h, w]), ints([1, oh, ow]), ints(k), ints(s), ints(d), ints(p),

@@ -39,7 +39,7 @@ EXPECTED = {
     "float16_input.onnx": "unsupported dtype: 'x' is float16",
     "huge_tensor.onnx": "tensor 'x' of shape (1048576, 1048576) needs 4 TiB; edgetrain's limit is 2 GiB",
     "dim_product_overflow.onnx": "tensor 'x' of shape (1099511627776, 1099511627776, 1099511627776) needs",
-    "total_ram.onnx": "the trainer needs 3 GiB of RAM; edgetrain's limit is 2 GiB",
+    "total_ram.onnx": "the trainer needs 3.03 GiB of RAM; edgetrain's limit is 2 GiB",
     "external_parent.onnx": "'../secret.bin', outside the model's directory; refused",
     "external_absolute.onnx": "'/etc/passwd': external data must be a relative path",
     "external_missing.onnx": "'weights_that_are_not_here.bin', which does not exist",

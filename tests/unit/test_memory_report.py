@@ -1,20 +1,25 @@
 """The memory report: per function, the labelled arena blocks agree with the planned arena and its
-liveness lower bound; report.txt shows the same figures; the occupancy plot is written."""
+liveness lower bound; report.txt shows the same figures; the occupancy plot is written when asked for."""
 
 import json
+import re
 import sys
 
+import onnx
 import pytest
 
 from edgetrain import artifacts, cli
+from edgetrain.errors import EdgetrainError
 from edgetrain.memory import KINDS
+from edgetrain.memory.report import NO_MATPLOTLIB, can_plot
 from models import mlp_bn
 
 
 @pytest.fixture(scope="module")
 def out(tmp_path_factory):
     return artifacts.generate_artifacts(mlp_bn(), optimizer=artifacts.OptimType.AdamW, batch_size=4,
-                                        artifact_directory=tmp_path_factory.mktemp("report") / "out")
+                                        artifact_directory=tmp_path_factory.mktemp("report") / "out",
+                                        memory_plot=can_plot())
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +56,8 @@ def test_training_blocks_are_labelled(report):
 
 def test_table_shows_arena_beside_lower_bound(out, report):
     text = (out / "report.txt").read_text()
+    assert report["ram_bytes"] == sum(report["ram_breakdown"].values())
+    assert report["ram_breakdown"]["other"] > 0  # BatchNormalization's running statistics, the counters
     assert f"total RAM {report['ram_bytes']:,} B" in " ".join(text.split())
     for name, f in report["functions"].items():
         row = next(line.split() for line in text.splitlines() if line.startswith(name + " "))
@@ -59,7 +66,9 @@ def test_table_shows_arena_beside_lower_bound(out, report):
         assert row[4:] == [f"{f['peak_bytes_by_kind'][k]:,}" for k in KINDS]
 
 
-def test_plot_is_written_next_to_the_c(out, capsys):
+def test_plot_is_written_next_to_the_c_when_asked_for(out, tmp_path, capsys):
+    """generate_artifacts(memory_plot=True) and `edgetrain compile` draw it; the Python API by
+    default does not, and removes the plot of an earlier build it would contradict."""
     pytest.importorskip("matplotlib")
     png = (out / "memory.png").read_bytes()
     assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 5000
@@ -67,6 +76,13 @@ def test_plot_is_written_next_to_the_c(out, capsys):
     assert cli.main(["report", str(out), "--plot"]) == 0
     assert capsys.readouterr().out.strip() == f"wrote {out / 'memory.png'}"
     assert (out / "memory.png").read_bytes().startswith(b"\x89PNG")
+
+    onnx.save(mlp_bn(), tmp_path / "m.onnx")
+    assert cli.main(["compile", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "cli"), "--batch-size", "4"]) == 0
+    assert (tmp_path / "cli" / "memory.png").read_bytes().startswith(b"\x89PNG")
+    assert capsys.readouterr().out.rstrip().endswith("report.txt memory.png")
+    plain = artifacts.generate_artifacts(mlp_bn(), batch_size=4, artifact_directory=tmp_path / "cli")
+    assert (plain / "report.json").exists() and not (plain / "memory.png").exists()
 
 
 def test_without_matplotlib_plot_is_one_clear_error(out, tmp_path, monkeypatch, capsys):
@@ -77,16 +93,21 @@ def test_without_matplotlib_plot_is_one_clear_error(out, tmp_path, monkeypatch, 
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and err.count("\n") == 1
     assert err.startswith("edgetrain: error: ") and "pip install 'edgetrain[report]'" in err
-    # Compiling still writes the report, without a plot.
-    plain = artifacts.generate_artifacts(mlp_bn(), batch_size=4, artifact_directory=tmp_path / "plain")
-    assert (plain / "report.json").exists() and not (plain / "memory.png").exists()
+    # Asking the Python API for a plot fails before compiling; the command compiles without one.
+    with pytest.raises(EdgetrainError, match=re.escape(NO_MATPLOTLIB)):
+        artifacts.generate_artifacts(mlp_bn(), batch_size=4, artifact_directory=tmp_path / "api", memory_plot=True)
+    assert not (tmp_path / "api").exists()
+    onnx.save(mlp_bn(), tmp_path / "m.onnx")
+    assert cli.main(["compile", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "cli"), "--batch-size", "4"]) == 0
+    assert capsys.readouterr().out.rstrip().endswith(f"report.txt ({NO_MATPLOTLIB})")
+    assert (tmp_path / "cli" / "report.json").exists() and not (tmp_path / "cli" / "memory.png").exists()
 
 
 def test_fused_update_keeps_no_gradients(report, tmp_path):
     fused = artifacts.generate_artifacts(mlp_bn(), optimizer=artifacts.OptimType.AdamW, batch_size=4,
                                          fused_update=True, artifact_directory=tmp_path / "fused")
     fused_report = json.loads((fused / "report.json").read_text())
-    assert not report["fused_update"] and fused_report["fused_update"]
+    assert (report["update"], fused_report["update"]) == ("accumulate", "fused")
     assert report["ram_breakdown"]["gradients"] == report["ram_breakdown"]["parameters"] > 0
     assert fused_report["ram_breakdown"]["gradients"] == 0
     assert "gradients (fused update: none kept)" in (fused / "report.txt").read_text()
