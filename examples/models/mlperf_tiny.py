@@ -1,4 +1,5 @@
-"""The four MLPerf Tiny reference models as PyTorch modules, and their export to ONNX in training form.
+"""The four MLPerf Tiny reference models as PyTorch modules, and their export to ONNX in training form
+(or in eval form, BatchNormalization frozen).
 
 Layer sizes follow the MLPerf Tiny training references (Keras; Conv and Dense keep their biases as
 there). TensorFlow's 'same' padding becomes PyTorch's symmetric padding with the same output sizes:
@@ -97,28 +98,56 @@ MODELS = {
 }
 
 
+def _export(model: nn.Module, batch: int, input_shape, mode) -> onnx.ModelProto:
+    """`model` exported for a fixed batch (input "input", output "output", no constant folding); the
+    sample shape is the builder's (`model.input_shape`) unless given."""
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():  # the exporter's notes on num_batches_tracked, which ONNX does not carry
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (torch.zeros(batch, *(input_shape or model.input_shape)),), buffer,
+                          input_names=["input"], output_names=["output"], opset_version=OPSET,
+                          training=mode, do_constant_folding=False, dynamo=False)
+    return onnx.load_from_string(buffer.getvalue())
+
+
 def export_training(model: nn.Module, batch: int, seed: int = 0, input_shape=None):
     """(onnx.ModelProto, model): `model` exported in training form (BatchNormalization with batch
-    statistics and running-statistics outputs, no constant folding), as ONNX Runtime's training
-    tutorial does, for a fixed batch; input "input", output "output". `seed` re-initializes the
-    weights first, so the returned module and the ONNX initializers hold the same values. The sample
-    shape is the builder's (`model.input_shape`) unless given."""
+    statistics and running-statistics outputs), as ONNX Runtime's training tutorial does. `seed`
+    re-initializes the weights first, so the returned module and the ONNX initializers hold the same
+    values."""
     torch.manual_seed(seed)
     for module in model.modules():
         if hasattr(module, "reset_parameters"):
             module.reset_parameters()
     model.train()
     initial = {name: value.clone() for name, value in model.state_dict().items()}
-    buffer = io.BytesIO()
-    with warnings.catch_warnings():  # the exporter's notes on num_batches_tracked, which ONNX does not carry
-        warnings.simplefilter("ignore")
-        torch.onnx.export(model, (torch.zeros(batch, *(input_shape or model.input_shape)),), buffer,
-                          input_names=["input"], output_names=["output"], opset_version=OPSET,
-                          training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False, dynamo=False)
+    exported = _export(model, batch, input_shape, torch.onnx.TrainingMode.TRAINING)
     # Tracing ran a training-mode forward, which moved the running statistics of both: put them back.
     model.load_state_dict(initial)
-    exported = onnx.load_from_string(buffer.getvalue())
     for tensor in exported.graph.initializer:
         if tensor.name in initial:
             tensor.CopyFrom(numpy_helper.from_array(initial[tensor.name].numpy(), tensor.name))
     return exported, model
+
+
+def freeze_batchnorm(model: nn.Module) -> nn.Module:
+    """`model` in eval mode with its BatchNormalization layers frozen (no gradient), holding
+    statistics and affine values drawn as a trained model has them, from torch's current random
+    state: a fresh layer's zeros and ones would be merged by the exporter into shared initializers
+    read through Identity nodes."""
+    model.eval()
+    for module in model.modules():
+        if isinstance(module, nn.modules.batchnorm._BatchNorm):
+            with torch.no_grad():
+                module.running_mean.normal_(0, 0.1)
+                module.running_var.uniform_(0.5, 1.5)
+                module.weight.uniform_(0.5, 1.5)
+                module.bias.normal_(0, 0.1)
+            module.requires_grad_(False)
+    return model
+
+
+def export_eval(model: nn.Module, batch: int, input_shape=None) -> onnx.ModelProto:
+    """`model` exported in eval mode: BatchNormalization in inference form, its statistics constant
+    (the form the Tiny Training Engine trains, and the only one ONNX Runtime training can)."""
+    return _export(model, batch, input_shape, torch.onnx.TrainingMode.EVAL)

@@ -5,13 +5,10 @@ against torch, and the plans for what stays alive into the backward pass; with B
 frozen (the eval-mode export, as the Tiny Training Engine trains), MobileNetV1-0.25 at 96x96 trains
 its biases and classifier in 256 KB."""
 
-import io
 import subprocess
-import warnings
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
 import torch
 from torch import nn
@@ -23,7 +20,7 @@ from edgetrain.ops.elementwise import ReluMask
 from edgetrain.optim import LossType, OptimizerSpec, OptimType
 from edgetrain.trainer import build_trainer
 from gradcheck import assert_close, compile_module
-from mlperf_tiny import MODELS, OPSET, export_training
+from mlperf_tiny import MODELS, export_eval, export_training, freeze_batchnorm
 
 cffi = pytest.importorskip("cffi")
 
@@ -134,34 +131,14 @@ def test_bias_training_matches_torch_step_by_step(tmp_path):
 
 # ---- MobileNetV1-0.25 at 96x96 with BatchNormalization frozen ----
 
-def export_frozen_batchnorm(model: nn.Module, seed: int = 0) -> onnx.ModelProto:
-    """`model` exported in eval mode for batch 1: BatchNormalization in inference form, its
-    statistics constant. They get a trained model's kind of values first (a fresh layer's zeros and
-    ones would be merged by the exporter into shared initializers)."""
-    torch.manual_seed(seed)
-    model.eval()
-    with torch.no_grad():
-        for layer in model.modules():
-            if isinstance(layer, nn.BatchNorm2d):
-                layer.running_mean.normal_(0, 0.1)
-                layer.running_var.uniform_(0.5, 1.5)
-                layer.weight.uniform_(0.5, 1.5)
-                layer.bias.normal_(0, 0.1)
-    buffer = io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(model, (torch.zeros(1, *model.input_shape),), buffer, input_names=["input"],
-                          output_names=["output"], opset_version=OPSET, training=torch.onnx.TrainingMode.EVAL,
-                          do_constant_folding=False, dynamo=False)
-    return onnx.load_from_string(buffer.getvalue())
-
-
 def test_vww_biases_and_classifier_fit_256_kb():
     """Issue 6's figure: every static byte of the trainer (fused SGD, batch 1) within 256 KB. Only
     the ReLU masks and the classifier's input cross from the forward pass into the backward pass:
     frozen statistics make BatchNormalization's bias gradient a channel sum, and its input
     gradient a per-channel scale."""
-    trainer, m = compile_plan(export_frozen_batchnorm(MODELS["vww"]["build"]()), "bias+last:1")
+    torch.manual_seed(0)
+    model = export_eval(freeze_batchnorm(MODELS["vww"]["build"]()), batch=1)
+    trainer, m = compile_plan(model, "bias+last:1")
     assert static_ram_bytes(m) <= 256 * KB
     kept = kept_for_backward(trainer, m)
     masks = [b for b in kept if b.name.endswith("relumask")]

@@ -76,14 +76,26 @@ def _expected_grads(model: onnx.ModelProto, tagger: Tagger, cell: str) -> dict[s
     return {k: v.numpy() for k, v in want.items()}
 
 
-@pytest.mark.filterwarnings("ignore")  # the exporter's notes on tracing and batch sizes
-@pytest.mark.parametrize("cell, hidden, bidirectional, layers, decoder", [
+# (cell, hidden, bidirectional, layers, decoder); tests/unit/test_planner.py plans these too.
+TAGGERS = [
     ("GRU", 5, False, 1, False),
     ("GRU", 4, True, 1, False),
     ("LSTM", 5, False, 2, False),
     ("LSTM", 3, True, 1, False),
     ("LSTM", 4, False, 1, True),
-])
+]
+
+
+def export_tagger(tagger: Tagger) -> onnx.ModelProto:
+    """The tagger for BATCH sequences of STEPS tokens."""
+    buffer = io.BytesIO()
+    torch.onnx.export(tagger, (torch.zeros(BATCH, STEPS, dtype=torch.int64),), buffer, dynamo=False,
+                      opset_version=17, input_names=["tokens"], output_names=["logits"])
+    return onnx.load_from_string(buffer.getvalue())
+
+
+@pytest.mark.filterwarnings("ignore")  # the exporter's notes on tracing and batch sizes
+@pytest.mark.parametrize("cell, hidden, bidirectional, layers, decoder", TAGGERS)
 def test_rnn_tagger_gradients(cell, hidden, bidirectional, layers, decoder, tmp_path):
     torch.manual_seed(hidden * 10 + layers)
     tagger = Tagger(cell, hidden, bidirectional, layers, decoder)
@@ -91,10 +103,7 @@ def test_rnn_tagger_gradients(cell, hidden, bidirectional, layers, decoder, tmp_
     tokens = rng.integers(0, VOCAB, size=(BATCH, STEPS), dtype=np.int64)
     labels = rng.integers(0, CLASSES, size=(BATCH, STEPS), dtype=np.int64)
 
-    buffer = io.BytesIO()
-    torch.onnx.export(tagger, (torch.from_numpy(tokens),), buffer, dynamo=False, opset_version=17,
-                      input_names=["tokens"], output_names=["logits"])
-    model = onnx.load_from_string(buffer.getvalue())
+    model = export_tagger(tagger)
     module, state = compile_module(model, tmp_path, loss=artifacts.LossType.CrossEntropyLoss)
     module.train()
     loss = module(tokens, labels)

@@ -49,7 +49,6 @@ def test_chain_reuses_memory():
 # ---- the planner on the trainers the test suite compiles ----
 
 import importlib.util
-import io
 import tempfile
 import warnings
 from pathlib import Path
@@ -76,9 +75,6 @@ def compile_c(model, plan=Plan(), optimizer=OptimType.SGD, loss=LossType.CrossEn
 
 
 TESTS = Path(__file__).resolve().parents[1]
-# tests/c/test_sequence_models_rnn.py's taggers: (cell, hidden, bidirectional, layers, decoder).
-RNN_TAGGERS = [("GRU", 5, False, 1, False), ("GRU", 4, True, 1, False), ("LSTM", 5, False, 2, False),
-               ("LSTM", 3, True, 1, False), ("LSTM", 4, False, 1, True)]
 
 
 def _module(path: Path):
@@ -109,16 +105,13 @@ def suite_models():
             models[f"{name}@{batch}"] = (export_training(spec["build"](), batch)[0], LossType(spec["loss"]))
     rnn, transformer = (_module(TESTS / "c" / "test_sequence_models_rnn.py"),
                         _module(TESTS.parent / "examples" / "text" / "tinygpt.py"))
-    for cell, hidden, bidirectional, layers, decoder in RNN_TAGGERS:
+    for cell, hidden, bidirectional, layers, decoder in rnn.TAGGERS:
         torch.manual_seed(0)
-        tagger = rnn.Tagger(cell, hidden, bidirectional, layers, decoder)
-        buffer = io.BytesIO()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the exporter's notes on tracing and batch sizes
-            torch.onnx.export(tagger, (torch.zeros(rnn.BATCH, rnn.STEPS, dtype=torch.int64),), buffer, dynamo=False,
-                              opset_version=17)
+            tagger = rnn.export_tagger(rnn.Tagger(cell, hidden, bidirectional, layers, decoder))
         models[f"{cell}-{hidden}{'-bi' if bidirectional else ''}-{layers}{'-decoder' if decoder else ''}"] = (
-            onnx.load_from_string(buffer.getvalue()), cross_entropy)
+            tagger, cross_entropy)
     with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         # tests/c/test_sequence_models_transformer.py's sizes: 11 tokens, context 8, batch 3.
