@@ -161,22 +161,140 @@ static inline int et_conv_gather_(const float *restrict Xc, const int *in, const
     return any;
 }
 
-/* The tap offsets k*d - p of flat tap index t (kz, ky, kx row-major). */
-static inline void et_conv_tap_(int t, const int *k, const int *d, const int *p, int *off)
+/* The kernel indices (kz, ky, kx) of flat tap index t (row-major). */
+static inline void et_conv_tap_(int t, const int *k, int *kt)
 {
-    off[0] = t / (k[1] * k[2]) * d[0] - p[0];
-    off[1] = t / k[2] % k[1] * d[1] - p[1];
-    off[2] = t % k[2] * d[2] - p[2];
+    kt[0] = t / (k[1] * k[2]);
+    kt[1] = t / k[2] % k[1];
+    kt[2] = t % k[2];
 }
 
+/* Steps kt to the next tap, row-major; returns 1 where it wraps to the
+ * first (the next input channel's taps follow). */
+static inline int et_conv_next_tap_(int *kt, const int *k)
+{
+    int a;
+    for (a = 2; a >= 0; --a) {
+        if (++kt[a] < k[a])
+            return 0;
+        kt[a] = 0;
+    }
+    return 1;
+}
+
+/* The (oz, oy, ox) of flat output position o. */
+static inline void et_conv_position_(int o, const int *out, int *at)
+{
+    at[0] = o / out[2] / out[1];
+    at[1] = o / out[2] % out[1];
+    at[2] = o % out[2];
+}
+
+/* Floats of stack the kernels may use for zero-padded copies of input
+ * planes (et_conv_pad_), from which a tap's inputs are plain row copies
+ * with no clipping.  Where a plane does not fit, they gather with
+ * clipping instead (et_conv_gather_): the same values, so the same
+ * results, only slower. */
+#ifndef ET_CONV_SCRATCH
+#define ET_CONV_SCRATCH (ET_VECTORS ? 16384 : 0)
+#endif
+
+/* The zero margins that hold every input a tap reads, per axis: `lo`
+ * before the input and up to the padded extent `dim`.  A convolution
+ * (dir 1) reads position o*s + t*d - p; a transposed one with unit strides
+ * (dir -1) reads o + p - t*d; for outputs o < out and taps t < k.
+ * Returns the padded plane's size. */
+static inline size_t et_conv_margins_(const int *in, const int *out, const int *k, const int *s, const int *d,
+                                      const int *p, int dir, int *lo, int *dim)
+{
+    int a;
+    for (a = 0; a < 3; ++a) {
+        int first = dir > 0 ? -p[a] : p[a] - (k[a] - 1) * d[a];
+        int last = dir > 0 ? (out[a] - 1) * s[a] + (k[a] - 1) * d[a] - p[a] : out[a] - 1 + p[a];
+        lo[a] = first < 0 ? -first : 0;
+        dim[a] = lo[a] + (last >= in[a] ? last + 1 : in[a]);
+    }
+    return (size_t)dim[0] * (size_t)dim[1] * (size_t)dim[2];
+}
+
+/* xp = `channels` planes of X (`in_size` apart) inside zero margins
+ * (et_conv_margins_), each `plane` floats. */
+static inline void et_conv_pad_(const float *X, int channels, size_t in_size, const int *in, const int *lo,
+                                const int *dim, size_t plane, float *xp)
+{
+    int c, z, y;
+    memset(xp, 0, (size_t)channels * plane * sizeof *xp);
+    for (c = 0; c < channels; ++c)
+        for (z = 0; z < in[0]; ++z)
+            for (y = 0; y < in[1]; ++y)
+                memcpy(xp + (size_t)c * plane + ((size_t)(z + lo[0]) * (size_t)dim[1] + (size_t)(y + lo[1])) *
+                       (size_t)dim[2] + (size_t)lo[2],
+                       X + (size_t)c * in_size + ((size_t)z * (size_t)in[1] + (size_t)y) * (size_t)in[2],
+                       (size_t)in[2] * sizeof *xp);
+}
+
+/* col[i] = the input that the i-th output position from (oz, oy, ox) =
+ * `from` reads through a tap, for i < n, from a padded plane
+ * (et_conv_pad_): xp[(oz*s0 + off0, oy*s1 + off1, ox*s2 + off2)], where
+ * `off` is the tap's offset into the padded plane.  Every read is in
+ * range: one copy per output row. */
+static inline void et_conv_gather_padded_(const float *xp, const int *dim, const int *out, const int *s,
+                                          const int *off, const int *from, int n, float *restrict col)
+{
+    int oz = from[0], oy = from[1], ox = from[2], i;
+    while (n > 0) {
+        int len = out[2] - ox < n ? out[2] - ox : n;
+        const float *x = xp + ((size_t)(oz * s[0] + off[0]) * (size_t)dim[1] + (size_t)(oy * s[1] + off[1])) *
+                              (size_t)dim[2] + (size_t)(ox * s[2] + off[2]);
+        if (s[2] == 1)
+            memcpy(col, x, (size_t)len * sizeof *col);
+        else
+            for (i = 0; i < len; ++i)
+                col[i] = x[i * s[2]];
+        col += len;
+        n -= len;
+        ox = 0;
+        if (++oy == out[1]) {
+            oy = 0;
+            ++oz;
+        }
+    }
+}
+
+/* The inputs of tap kt = (kz, ky, kx) for output positions o0 .. o0 + n
+ * - 1 (the first at (oz, oy, ox) = `from`) into col: from the padded plane
+ * xp where there is one (dims `dim`, margins `lo`), else gathered with
+ * clipping from X's plane Xc.  Returns 0 when the tap reaches no input
+ * there (et_conv_gather_). */
+static inline int et_conv_tap_inputs_(const float *Xc, const float *xp, const int *lo, const int *dim, const int *kt,
+                                      const int *in, const int *out, const int *s, const int *d, const int *p,
+                                      int dir, int o0, const int *from, int n, float *col)
+{
+    int off[3], a;
+    for (a = 0; a < 3; ++a)
+        off[a] = (xp ? lo[a] : 0) + dir * (kt[a] * d[a] - p[a]);
+    if (!xp)
+        return et_conv_gather_(Xc, in, out, s, dir, off, o0, n, col);
+    et_conv_gather_padded_(xp, dim, out, s, off, from, n, col);
+    return 1;
+}
+
+/* Taps gathered per block (et_conv_chunked_f32_): their runs of
+ * ET_CONV_CHUNK inputs sit on the stack.  The block size changes no
+ * result, only how often partial sums go back to memory. */
+#ifndef ET_CONV_TAPS
+#define ET_CONV_TAPS (ET_VECTORS ? 32 : 2)
+#endif
+
 /* Y[n, m] = (sum over c, t of W[m * w_m + c * w_c + t] * the input that
- * tap t reaches, in that order) + B[m], for groups of at least
- * ET_CONV_ROWS output channels: per chunk of output positions, each tap's
- * inputs are gathered once (et_conv_gather_) and added into every output
- * channel of the group as one run.  `dir` is 1 for a convolution, -1 for a
- * transposed one, whose taps read back (et_conv_reads_).  A transposed
- * convolution with strides reaches each output row through some taps
- * only, so its chunks end with a row and the other taps are skipped. */
+ * tap t reaches, in that order, from 0) + B[m], for groups of at least
+ * ET_TILE_ROWS output channels: per chunk of output positions, a block of
+ * taps has its inputs gathered once (et_conv_tap_inputs_), then every tile
+ * of output channels takes the block's products (et_tile_f32_).  `dir` is
+ * 1 for a convolution, -1 for a transposed one, whose taps read back
+ * (et_conv_reads_).  A transposed convolution with strides reaches each
+ * output row through some taps only, so its chunks end with a row and the
+ * taps that reach nothing there are left out (they would add only zeros). */
 static inline void et_conv_chunked_f32_(int N, int C, int M, int G, const int *in, const int *out,
                                         const int *k, const int *s, const int *d, const int *p, int dir,
                                         const float *X, const float *W, int w_m, int w_c, const float *B,
@@ -184,48 +302,117 @@ static inline void et_conv_chunked_f32_(int N, int C, int M, int G, const int *i
 {
     int Cg = C / G, Mg = M / G, by_row = dir < 0 && s[0] * s[1] * s[2] > 1;
     int in_size = et_conv_volume_(in), out_size = et_conv_volume_(out), k_size = et_conv_volume_(k);
-    int n, g, m, q, i, o0, len, rows, off[3];
-    float col[2][ET_CONV_CHUNK];
+    int n, g, m, q, q0, c0, cb, i, o0, len, rows, taps, started, lo[3], dim[3], from[3], kt[3];
+    size_t plane = et_conv_margins_(in, out, k, s, d, p, dir, lo, dim);
+    /* Channels padded at a time: all of the group where there is no room (gathering with clipping). */
+    int padded = !by_row && plane <= ET_CONV_SCRATCH, block = padded ? (int)(ET_CONV_SCRATCH / plane) : Cg;
+    size_t at[ET_CONV_TAPS];  /* where each gathered tap's weights start, for the group's first channel */
+    float col[ET_CONV_TAPS][ET_CONV_CHUNK], xp[ET_CONV_SCRATCH > 0 ? ET_CONV_SCRATCH : 1];
     for (n = 0; n < N; ++n)
         for (g = 0; g < G; ++g)
-            for (o0 = 0; o0 < out_size; o0 += len) {
-                float *Yg = Y + ((size_t)n * (size_t)M + (size_t)g * (size_t)Mg) * (size_t)out_size + (size_t)o0;
-                const float *Wg = W + (size_t)g * (size_t)Mg * (size_t)w_m + (size_t)g * (size_t)Cg * (size_t)w_c;
-                len = (by_row ? (o0 / out[2] + 1) * out[2] : out_size) - o0;
-                len = len < ET_CONV_CHUNK ? len : ET_CONV_CHUNK;
-                for (m = 0; m < Mg; ++m)
-                    for (i = 0; i < len; ++i)
-                        Yg[(size_t)m * (size_t)out_size + (size_t)i] = 0.0f;
-                for (q = 0; q < Cg * k_size; q += 2) {
-                    int taps = Cg * k_size - q < 2 ? 1 : 2, any = 0, h;
-                    size_t at[2];  /* where the weights of each tap start, for the group's first channel */
-                    for (h = 0; h < taps; ++h) {
-                        int c = (q + h) / k_size, t = (q + h) % k_size;
-                        et_conv_tap_(t, k, d, p, off);
-                        for (i = 0; i < 3; ++i)
-                            off[i] *= dir;
-                        any |= et_conv_gather_(X + ((size_t)n * (size_t)C + (size_t)g * (size_t)Cg + (size_t)c) *
-                                               (size_t)in_size, in, out, s, dir, off, o0, len, col[h]);
-                        at[h] = (size_t)c * (size_t)w_c + (size_t)t;
+            for (c0 = 0; c0 < Cg; c0 += cb) {
+                const float *Xg = X + ((size_t)n * (size_t)C + (size_t)g * (size_t)Cg) * (size_t)in_size;
+                /* the group's weights: W[g * Mg + m, c, t] for a convolution, W[g * Cg + c, m, t] for a transposed one */
+                const float *Wg = W + (dir > 0 ? (size_t)g * (size_t)Mg * (size_t)w_m : (size_t)g * (size_t)Cg * (size_t)w_c);
+                cb = Cg - c0 < block ? Cg - c0 : block;
+                if (padded)
+                    et_conv_pad_(Xg + (size_t)c0 * (size_t)in_size, cb, (size_t)in_size, in, lo, dim, plane, xp);
+                for (o0 = 0; o0 < out_size; o0 += len) {
+                    float *Yg = Y + ((size_t)n * (size_t)M + (size_t)g * (size_t)Mg) * (size_t)out_size + (size_t)o0;
+                    len = (by_row ? (o0 / out[2] + 1) * out[2] : out_size) - o0;
+                    len = len < ET_CONV_CHUNK ? len : ET_CONV_CHUNK;
+                    started = c0 > 0;  /* earlier channel blocks added into every chunk */
+                    et_conv_position_(o0, out, from);
+                    for (q0 = c0 * k_size; q0 < (c0 + cb) * k_size; q0 += ET_CONV_TAPS) {
+                        int c = q0 / k_size;
+                        et_conv_tap_(q0 % k_size, k, kt);
+                        for (taps = 0, q = q0; q < (c0 + cb) * k_size && q < q0 + ET_CONV_TAPS; ++q) {
+                            if (et_conv_tap_inputs_(Xg + (size_t)c * (size_t)in_size,
+                                                    padded ? xp + (size_t)(c - c0) * plane : NULL, lo, dim, kt, in,
+                                                    out, s, d, p, dir, o0, from, len, col[taps]) || !by_row)
+                                at[taps++] = (size_t)c * (size_t)w_c + (size_t)(q % k_size);
+                            c += et_conv_next_tap_(kt, k);
+                        }
+                        if (!taps)
+                            continue;
+                        for (m = 0; m < Mg; m += rows) {
+                            rows = Mg - m < ET_TILE_ROWS ? Mg - m : ET_TILE_ROWS;
+                            et_tiles_f32_(rows, len, taps, Wg + (size_t)m * (size_t)w_m, (size_t)w_m, at, col[0],
+                                          ET_CONV_CHUNK, Yg + (size_t)m * (size_t)out_size, (size_t)out_size, started);
+                        }
+                        started = 1;
                     }
-                    if (!any)
-                        continue;
-                    for (m = 0; m < Mg; m += rows) {
-                        const float *Wm = Wg + (size_t)m * (size_t)w_m;
-                        rows = et_conv_rows_(m, Mg);
-                        if (taps == 2)
-                            et_axpy2_f32_(rows, len, Wm + at[0], Wm + at[1], w_m, col[0], col[1],
-                                          Yg + (size_t)m * (size_t)out_size, (size_t)out_size);
-                        else
-                            et_conv_axpy_(rows, len, Wm + at[0], w_m, col[0], 1, Yg + (size_t)m * (size_t)out_size,
-                                          (size_t)out_size, 1);
-                    }
+                    if (c0 + cb == Cg)  /* the sums are complete: add the bias */
+                        for (m = 0; m < Mg; ++m) {
+                            float *y = Yg + (size_t)m * (size_t)out_size, b = B ? B[g * Mg + m] : 0.0f;
+                            for (i = 0; i < len; ++i)
+                                y[i] = (started ? y[i] : 0.0f) + b;
+                        }
                 }
-                if (B)
-                    for (m = 0; m < Mg; ++m)
-                        for (i = 0; i < len; ++i)
-                            Yg[(size_t)m * (size_t)out_size + (size_t)i] += B[g * Mg + m];
             }
+}
+
+/* Y[n, m] = (sum over c, t of W[m * w_m + c * w_c + t] * the input that
+ * tap t reaches, in that order, from 0) + B[m], for groups of fewer than
+ * ET_TILE_ROWS output channels (depthwise convolutions above all), where
+ * the strides of the last two axes agree (and the first's, if it has more
+ * than one output).  `dir` as for et_conv_chunked_f32_, -1 with unit
+ * strides only.  The group's input planes are padded (et_conv_pad_); then
+ * in the padded plane's coordinates output (oz, oy, ox) at q = (oz * dim1
+ * + oy) * dim2 + ox reads q * stride + (the tap's offset), so each tap adds
+ * into every output as one long strided run, positions past a row's end
+ * included (their sums are dropped).  Returns 0, having done nothing, where
+ * the planes do not fit ET_CONV_SCRATCH; a tap that falls outside the input
+ * adds W * 0, so the kernels that clip instead give the same results
+ * wherever the weights are finite. */
+static inline int et_conv_narrow_f32_(int N, int C, int M, int G, const int *in, const int *out, const int *k,
+                                      const int *s, const int *d, const int *p, int dir, const float *X,
+                                      const float *W, int w_m, int w_c, const float *B, float *Y)
+{
+    int Cg = C / G, Mg = M / G, in_size = et_conv_volume_(in), out_size = et_conv_volume_(out);
+    int k_size = et_conv_volume_(k), n, g, m, c, t, a, oz, oy, lo[3], dim[3], kt[3];
+    size_t plane = et_conv_margins_(in, out, k, s, d, p, dir, lo, dim), q, runs, step = (size_t)s[2];
+    float xp[ET_CONV_SCRATCH > 0 ? ET_CONV_SCRATCH : 1], *ys;
+    if ((size_t)(Cg + 1) * plane > ET_CONV_SCRATCH || s[1] != s[2] || (out[0] > 1 && s[0] != s[2]) ||
+        (dir < 0 && s[2] != 1))
+        return 0;
+    ys = xp + (size_t)Cg * plane;  /* the sums, in the padded plane's coordinates */
+    runs = ((size_t)(out[0] - 1) * (size_t)dim[1] + (size_t)(out[1] - 1)) * (size_t)dim[2] + (size_t)out[2];
+    for (n = 0; n < N; ++n)
+        for (g = 0; g < G; ++g) {
+            et_conv_pad_(X + ((size_t)n * (size_t)C + (size_t)g * (size_t)Cg) * (size_t)in_size, Cg,
+                         (size_t)in_size, in, lo, dim, plane, xp);
+            for (m = g * Mg; m < (g + 1) * Mg; ++m) {
+                /* W[m, c, t] for a convolution, W[c, m % Mg, t] for a transposed one (c within the group) */
+                const float *Wm = W + (dir > 0 ? (size_t)m * (size_t)w_m
+                                                : (size_t)(m - g * Mg) * (size_t)w_m + (size_t)g * (size_t)Cg * (size_t)w_c);
+                float *Ym = Y + ((size_t)n * (size_t)M + (size_t)m) * (size_t)out_size;
+                for (q = 0; q < runs; ++q)
+                    ys[q] = 0.0f;
+                for (c = 0; c < Cg; ++c)
+                    for (t = 0, kt[0] = kt[1] = kt[2] = 0; t < k_size; ++t, et_conv_next_tap_(kt, k)) {
+                        const float *x = xp + (size_t)c * plane, w = Wm[(size_t)c * (size_t)w_c + (size_t)t];
+                        size_t off = 0;
+                        for (a = 0; a < 3; ++a)
+                            off = off * (size_t)dim[a] + (size_t)(lo[a] + dir * (kt[a] * d[a] - p[a]));
+                        x += off;
+                        if (step == 1)
+                            for (q = 0; q < runs; ++q)
+                                ys[q] += w * x[q];
+                        else
+                            for (q = 0; q < runs; ++q)
+                                ys[q] += w * x[q * step];
+                    }
+                for (oz = 0; oz < out[0]; ++oz)
+                    for (oy = 0; oy < out[1]; ++oy) {
+                        const float *y = ys + ((size_t)oz * (size_t)dim[1] + (size_t)oy) * (size_t)dim[2];
+                        float *row = Ym + ((size_t)oz * (size_t)out[1] + (size_t)oy) * (size_t)out[2], b = B ? B[m] : 0.0f;
+                        for (a = 0; a < out[2]; ++a)
+                            row[a] = y[a] + b;
+                    }
+            }
+        }
+    return 1;
 }
 
 /* Y[n, m] = (sum over c, kz, ky, kx, in that order, of
@@ -255,6 +442,8 @@ static inline void et_conv_f32(int N, int C, int M, int G, const int *in, const 
         et_conv_chunked_f32_(N, C, M, G, in, out, k, s, d, p, 1, X, W, Cg * k_size, k_size, B, Y);
         return;
     }
+    if (et_conv_narrow_f32_(N, C, M, G, in, out, k, s, d, p, 1, X, W, Cg * k_size, k_size, B, Y))
+        return;
     for (n = 0; n < N; ++n)
         for (m = 0; m < M; m += rows) {
             int g0 = m / Mg;
@@ -322,6 +511,8 @@ static inline void et_conv_transpose_f32(int N, int C, int M, int G, const int *
         et_conv_chunked_f32_(N, C, M, G, in, out, k, s, d, p, -1, X, W, k_size, Mg * k_size, B, Y);
         return;
     }
+    if (et_conv_narrow_f32_(N, C, M, G, in, out, k, s, d, p, -1, X, W, k_size, Mg * k_size, B, Y))
+        return;
     for (n = 0; n < N; ++n)
         for (m = 0; m < M; m += rows) {
             int gi = m / Mg, mm = m % Mg;
@@ -363,13 +554,16 @@ static inline void et_conv_transpose_f32(int N, int C, int M, int G, const int *
 /* Conv's weight gradient: dW[m, c, kz, ky, kx] = sum over n, oz, oy, ox
  * of dY[n, m, o] * X[n, g*C/G + c, o*s + k*d - p], with Conv's geometry
  * (`in` is X's size, `out` is dY's): one dot product per weight, of each
- * dY plane (n ascending) with the tap's inputs (et_conv_gather_, 0 outside
- * X), added into et_linalg.h's lanes by plane position (lane l takes
- * positions l, l + ET_LANES, ...).  ConvTranspose's weight gradient is the
- * same sum with the roles of X and dY swapped.  Output channels of a group
- * run ET_CONV_GRAD_ROWS at a time, so that each gathered run serves them
- * all. */
-#define ET_CONV_GRAD_ROWS 16
+ * dY plane (n ascending) with the tap's inputs (et_conv_tap_inputs_, 0
+ * outside X), added into et_linalg.h's lanes by plane position (lane l
+ * takes positions l, l + ET_LANES, ...).  ConvTranspose's weight gradient
+ * is the same sum with the roles of X and dY swapped.  Up to
+ * ET_CONV_GRAD_TAPS taps of one input channel (of several, for a pointwise
+ * kernel) and ET_CONV_GRAD_ROWS output channels of a group run together,
+ * so that each gathered run and each dY row serves them all
+ * (et_dot_tile_f32_). */
+#define ET_CONV_GRAD_ROWS 64
+#define ET_CONV_GRAD_TAPS (ET_VECTORS ? 16 : ET_DOT_TAPS)
 
 static inline void et_conv_grad_w_f32(int N, int C, int M, int G, const int *in,
                                       const int *out, const int *k, const int *s,
@@ -378,33 +572,50 @@ static inline void et_conv_grad_w_f32(int N, int C, int M, int G, const int *in,
 {
     int Cg = C / G, Mg = M / G, pointwise = et_conv_pointwise_(in, out, k, s, p);
     int in_size = et_conv_volume_(in), out_size = et_conv_volume_(out), k_size = et_conv_volume_(k);
-    int n, g, m0, m, c, r, t, o0, rows, block, off[3];
-    float col[ET_CONV_CHUNK];
+    int n, g, m0, m, q0, h, r, o0, rows, block, taps, lo[3], dim[3], from[3], kt[3];
+    size_t plane = et_conv_margins_(in, out, k, s, d, p, 1, lo, dim);
+    int padded = !pointwise && plane <= ET_CONV_SCRATCH;
+    float col[ET_CONV_GRAD_TAPS][ET_CONV_CHUNK], xp[ET_CONV_SCRATCH > 0 ? ET_CONV_SCRATCH : 1];
     for (g = 0; g < G; ++g)
         for (m0 = g * Mg; m0 < (g + 1) * Mg; m0 += block) {
             block = (g + 1) * Mg - m0 < ET_CONV_GRAD_ROWS ? (g + 1) * Mg - m0 : ET_CONV_GRAD_ROWS;
-            for (c = 0; c < Cg; ++c)
-                for (t = 0; t < k_size; ++t) {
-                    float lane[ET_CONV_GRAD_ROWS * ET_LANES] = {0.0f};
-                    et_conv_tap_(t, k, d, p, off);
-                    for (n = 0; n < N; ++n) {
-                        const float *Xc = X + ((size_t)n * (size_t)C + (size_t)g * (size_t)Cg + (size_t)c) * (size_t)in_size;
-                        for (o0 = 0; o0 < out_size; o0 += ET_CONV_CHUNK) {
-                            int len = out_size - o0 < ET_CONV_CHUNK ? out_size - o0 : ET_CONV_CHUNK;
-                            if (!pointwise)
-                                et_conv_gather_(Xc, in, out, s, 1, off, o0, len, col);
-                            for (m = 0; m < block; m += rows) {
-                                rows = et_conv_rows_(m, block);
-                                et_dot_rows_f32_(rows, len, pointwise ? Xc + o0 : col, 1,
-                                                  dY + ((size_t)n * (size_t)M + (size_t)(m0 + m)) * (size_t)out_size + (size_t)o0,
-                                                  (size_t)out_size, lane + m * ET_LANES);
-                            }
+            for (q0 = 0; q0 < Cg * k_size; q0 += taps) {
+                float lane[ET_CONV_GRAD_ROWS * ET_CONV_GRAD_TAPS * ET_LANES] = {0.0f};
+                int c = q0 / k_size, end = pointwise ? Cg : (c + 1) * k_size;  /* taps of one plane */
+                taps = end - q0 < ET_CONV_GRAD_TAPS ? end - q0 : ET_CONV_GRAD_TAPS;
+                for (n = 0; n < N; ++n) {
+                    const float *Xc = X + ((size_t)n * (size_t)C + (size_t)g * (size_t)Cg + (size_t)c) * (size_t)in_size;
+                    if (padded)
+                        et_conv_pad_(Xc, 1, (size_t)in_size, in, lo, dim, plane, xp);
+                    for (o0 = 0; o0 < out_size; o0 += ET_CONV_CHUNK) {
+                        int len = out_size - o0 < ET_CONV_CHUNK ? out_size - o0 : ET_CONV_CHUNK;
+                        /* A pointwise kernel's taps are whole planes of X, read in place. */
+                        const float *x = pointwise ? Xc + o0 : col[0];
+                        et_conv_position_(o0, out, from);
+                        et_conv_tap_(q0 % k_size, k, kt);
+                        for (h = 0; h < taps && !pointwise; ++h) {
+                            et_conv_tap_inputs_(Xc, padded ? xp : NULL, lo, dim, kt, in, out, s, d, p, 1, o0, from,
+                                                len, col[h]);
+                            et_conv_next_tap_(kt, k);
+                        }
+                        for (m = 0; m < block; m += rows) {
+                            rows = block - m < ET_TILE_ROWS ? block - m : ET_TILE_ROWS;
+                            for (h = 0; h < taps; h += ET_DOT_TAPS)
+                                et_dot_tile_f32_(rows, taps - h < ET_DOT_TAPS ? taps - h : ET_DOT_TAPS, len,
+                                                 dY + ((size_t)n * (size_t)M + (size_t)(m0 + m)) * (size_t)out_size +
+                                                 (size_t)o0, (size_t)out_size,
+                                                 x + (size_t)h * (pointwise ? (size_t)in_size : ET_CONV_CHUNK),
+                                                 pointwise ? (size_t)in_size : ET_CONV_CHUNK,
+                                                 lane + ((size_t)m * ET_CONV_GRAD_TAPS + (size_t)h) * ET_LANES,
+                                                 ET_CONV_GRAD_TAPS * ET_LANES);
                         }
                     }
-                    for (r = 0; r < block; ++r)
-                        dW[((size_t)(m0 + r) * (size_t)Cg + (size_t)c) * (size_t)k_size + (size_t)t] =
-                            et_dot_total_f32_(lane + r * ET_LANES);
                 }
+                for (r = 0; r < block; ++r)
+                    for (h = 0; h < taps; ++h)
+                        dW[((size_t)(m0 + r) * (size_t)Cg) * (size_t)k_size + (size_t)(q0 + h)] =
+                            et_dot_total_f32_(lane + ((size_t)r * ET_CONV_GRAD_TAPS + (size_t)h) * ET_LANES);
+            }
         }
 }
 

@@ -38,6 +38,193 @@ static inline float et_dot_total_f32_(const float *lane)
     return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
 }
 
+/* Register tiles.  Where GCC's vector extension maps onto IEEE SIMD units
+ * (x86 SSE/AVX, AArch64), a tile's partial sums live in vector registers;
+ * elsewhere the same sums run on scalars.  Each vector lane does exactly
+ * what its scalar twin does (one rounded product, one rounded sum, in the
+ * same order), so both forms give the same bits; ET_NO_VECTORS forces the
+ * scalar form, which tests compare.  32-bit ARM NEON is left out: it
+ * flushes subnormals to zero.  Vectors go through memcpy (no alignment or
+ * aliasing assumptions) and never cross a function boundary (their
+ * calling convention depends on -m flags). */
+#if defined(__GNUC__) && (defined(__SSE2__) || defined(__aarch64__)) && !defined(ET_NO_VECTORS)
+#define ET_VECTORS 1
+typedef float et_v8_ __attribute__((vector_size(32)));
+#else
+#define ET_VECTORS 0
+#endif
+
+/* A tile of a matrix product: ET_TILE_ROWS output rows by up to
+ * ET_TILE_COLS contiguous outputs, whose partial sums stay in registers
+ * while k runs. */
+#define ET_TILE_ROWS 4
+#define ET_TILE_COLS 16
+
+/* y_r[j] = (accumulate ? y_r[j] : 0) + a_r[at[0]] * b[j] + a_r[at[1]] *
+ * b[b_ks + j] + ... over k < K, added in k order, for rows r < rows <=
+ * ET_TILE_ROWS (a_r = a + r * a_rs, y_r = y + r * y_rs) and j < n <=
+ * ET_TILE_COLS.  The offsets `at` let a tile skip columns of A. */
+static inline void et_tile_f32_(int rows, int n, int K, const float *restrict a, size_t a_rs, const size_t *at,
+                                const float *restrict b, size_t b_ks, float *restrict y, size_t y_rs, int accumulate)
+{
+    const float *a1 = a + a_rs, *a2 = a + 2 * a_rs, *a3 = a + 3 * a_rs;
+    float acc[ET_TILE_ROWS][ET_TILE_COLS];
+    int j0 = 0, j, k, r;
+#if ET_VECTORS
+    if (rows == ET_TILE_ROWS && n == ET_TILE_COLS) {
+        et_v8_ c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0}, c30 = {0}, c31 = {0};
+        if (accumulate) {
+            memcpy(&c00, y, sizeof c00);
+            memcpy(&c01, y + 8, sizeof c01);
+            memcpy(&c10, y + y_rs, sizeof c10);
+            memcpy(&c11, y + y_rs + 8, sizeof c11);
+            memcpy(&c20, y + 2 * y_rs, sizeof c20);
+            memcpy(&c21, y + 2 * y_rs + 8, sizeof c21);
+            memcpy(&c30, y + 3 * y_rs, sizeof c30);
+            memcpy(&c31, y + 3 * y_rs + 8, sizeof c31);
+        }
+        for (k = 0; k < K; ++k) {
+            const float *bk = b + (size_t)k * b_ks;
+            float w0 = a[at[k]], w1 = a1[at[k]], w2 = a2[at[k]], w3 = a3[at[k]];
+            et_v8_ b0, b1;
+            memcpy(&b0, bk, sizeof b0);
+            memcpy(&b1, bk + 8, sizeof b1);
+            c00 += w0 * b0;
+            c01 += w0 * b1;
+            c10 += w1 * b0;
+            c11 += w1 * b1;
+            c20 += w2 * b0;
+            c21 += w2 * b1;
+            c30 += w3 * b0;
+            c31 += w3 * b1;
+        }
+        memcpy(y, &c00, sizeof c00);
+        memcpy(y + 8, &c01, sizeof c01);
+        memcpy(y + y_rs, &c10, sizeof c10);
+        memcpy(y + y_rs + 8, &c11, sizeof c11);
+        memcpy(y + 2 * y_rs, &c20, sizeof c20);
+        memcpy(y + 2 * y_rs + 8, &c21, sizeof c21);
+        memcpy(y + 3 * y_rs, &c30, sizeof c30);
+        memcpy(y + 3 * y_rs + 8, &c31, sizeof c31);
+        return;
+    }
+    if (rows == ET_TILE_ROWS && n >= 8) {  /* the first 8 outputs of a short tile */
+        et_v8_ c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0};
+        if (accumulate) {
+            memcpy(&c0, y, sizeof c0);
+            memcpy(&c1, y + y_rs, sizeof c1);
+            memcpy(&c2, y + 2 * y_rs, sizeof c2);
+            memcpy(&c3, y + 3 * y_rs, sizeof c3);
+        }
+        for (k = 0; k < K; ++k) {
+            et_v8_ b0;
+            memcpy(&b0, b + (size_t)k * b_ks, sizeof b0);
+            c0 += a[at[k]] * b0;
+            c1 += a1[at[k]] * b0;
+            c2 += a2[at[k]] * b0;
+            c3 += a3[at[k]] * b0;
+        }
+        memcpy(y, &c0, sizeof c0);
+        memcpy(y + y_rs, &c1, sizeof c1);
+        memcpy(y + 2 * y_rs, &c2, sizeof c2);
+        memcpy(y + 3 * y_rs, &c3, sizeof c3);
+        j0 = 8;
+    }
+#endif
+    for (r = 0; r < rows; ++r)
+        for (j = j0; j < n; ++j)
+            acc[r][j] = accumulate ? y[r * y_rs + (size_t)j] : 0.0f;
+    for (k = 0; k < K; ++k)
+        for (r = 0; r < rows; ++r) {
+            float ak = a[r * a_rs + at[k]];
+            for (j = j0; j < n; ++j)
+                acc[r][j] += ak * b[(size_t)k * b_ks + (size_t)j];
+        }
+    for (r = 0; r < rows; ++r)
+        for (j = j0; j < n; ++j)
+            y[r * y_rs + (size_t)j] = acc[r][j];
+}
+
+/* et_tile_f32_ along a whole row block: n outputs per row, any n. */
+static inline void et_tiles_f32_(int rows, int n, int K, const float *a, size_t a_rs, const size_t *at,
+                                 const float *b, size_t b_ks, float *y, size_t y_rs, int accumulate)
+{
+    int j;
+    for (j = 0; j < n; j += ET_TILE_COLS)
+        et_tile_f32_(rows, n - j < ET_TILE_COLS ? n - j : ET_TILE_COLS, K, a, a_rs, at, b + j, b_ks, y + j, y_rs,
+                     accumulate);
+}
+
+/* Taps of a weight-gradient tile (et_dot_tile_f32_). */
+#define ET_DOT_TAPS 2
+
+/* lane[r * lane_rs + t * ET_LANES + l] += the products y_r[i] * x_t[i] for
+ * i < n with i % ET_LANES == l, in order of i: for rows r < rows <=
+ * ET_TILE_ROWS of y (`y_rs` apart) and t < taps <= ET_DOT_TAPS of x (`x_ts`
+ * apart).  That many dot products, each with its own ET_LANES partial
+ * sums (as et_dot_lanes_f32_), share their loads. */
+static inline void et_dot_tile_f32_(int rows, int taps, int n, const float *restrict y, size_t y_rs,
+                                    const float *restrict x, size_t x_ts, float *restrict lane, size_t lane_rs)
+{
+    int i0 = 0, i, r, t;
+#if ET_VECTORS
+    if (rows == ET_TILE_ROWS && taps == ET_DOT_TAPS) {
+        et_v8_ c00, c01, c10, c11, c20, c21, c30, c31;
+        memcpy(&c00, lane, sizeof c00);
+        memcpy(&c01, lane + 8, sizeof c01);
+        memcpy(&c10, lane + lane_rs, sizeof c10);
+        memcpy(&c11, lane + lane_rs + 8, sizeof c11);
+        memcpy(&c20, lane + 2 * lane_rs, sizeof c20);
+        memcpy(&c21, lane + 2 * lane_rs + 8, sizeof c21);
+        memcpy(&c30, lane + 3 * lane_rs, sizeof c30);
+        memcpy(&c31, lane + 3 * lane_rs + 8, sizeof c31);
+        for (; i0 + ET_LANES <= n; i0 += ET_LANES) {
+            et_v8_ x0, x1, y0, y1, y2, y3;
+            memcpy(&x0, x + i0, sizeof x0);
+            memcpy(&x1, x + x_ts + i0, sizeof x1);
+            memcpy(&y0, y + i0, sizeof y0);
+            memcpy(&y1, y + y_rs + i0, sizeof y1);
+            memcpy(&y2, y + 2 * y_rs + i0, sizeof y2);
+            memcpy(&y3, y + 3 * y_rs + i0, sizeof y3);
+            c00 += y0 * x0;
+            c01 += y0 * x1;
+            c10 += y1 * x0;
+            c11 += y1 * x1;
+            c20 += y2 * x0;
+            c21 += y2 * x1;
+            c30 += y3 * x0;
+            c31 += y3 * x1;
+        }
+        memcpy(lane, &c00, sizeof c00);
+        memcpy(lane + 8, &c01, sizeof c01);
+        memcpy(lane + lane_rs, &c10, sizeof c10);
+        memcpy(lane + lane_rs + 8, &c11, sizeof c11);
+        memcpy(lane + 2 * lane_rs, &c20, sizeof c20);
+        memcpy(lane + 2 * lane_rs + 8, &c21, sizeof c21);
+        memcpy(lane + 3 * lane_rs, &c30, sizeof c30);
+        memcpy(lane + 3 * lane_rs + 8, &c31, sizeof c31);
+    } else
+        for (r = 0; r < rows; ++r)
+            for (t = 0; t < taps; ++t) {
+                et_v8_ c;
+                memcpy(&c, lane + r * lane_rs + t * ET_LANES, sizeof c);
+                for (i0 = 0; i0 + ET_LANES <= n; i0 += ET_LANES) {
+                    et_v8_ xv, yv;
+                    memcpy(&xv, x + t * x_ts + i0, sizeof xv);
+                    memcpy(&yv, y + r * y_rs + i0, sizeof yv);
+                    c += yv * xv;
+                }
+                memcpy(lane + r * lane_rs + t * ET_LANES, &c, sizeof c);
+            }
+#endif
+    for (r = 0; r < rows; ++r)
+        for (t = 0; t < taps; ++t) {
+            float *l = lane + r * lane_rs + t * ET_LANES;
+            for (i = i0; i < n; ++i)
+                l[i % ET_LANES] += y[r * y_rs + (size_t)i] * x[t * x_ts + (size_t)i];
+        }
+}
+
 /* Rows that share each load of a common operand: four output rows of a
  * matrix product (or four dot products) keep their partial sums in
  * registers or L1 while the shared row streams past once. */
@@ -80,9 +267,11 @@ static inline void et_dot_rows_f32_(int rows, int n, const float *restrict a, in
             lane[r * ET_LANES + j % ET_LANES] += a[j] * b[r * b_rs + j];
 }
 
-/* Columns per block: a block of B rows (K x 64 floats) stays in cache
- * while every block of rows reads it. */
-#define ET_GEMM_COLS 64
+/* Blocks of a matrix product: ET_GEMM_DEPTH rows of B by ET_GEMM_COLS
+ * columns stay in cache while every row tile of A reads them; a row
+ * tile's ET_GEMM_DEPTH entries per row are packed for et_tile_f32_. */
+#define ET_GEMM_COLS 256
+#define ET_GEMM_DEPTH 64
 
 /* y_r[j] += w_r * x[j] for j < n and four rows: each load of x serves
  * all four, and saying that nothing overlaps (restrict) lets compilers
@@ -126,41 +315,13 @@ static inline void et_axpy2_f32_(int rows, int n, const float *v, const float *w
             y[r * y_rs + (size_t)j] = (y[r * y_rs + (size_t)j] + v[r * step] * x[j]) + w[r * step] * z[j];
 }
 
-/* y_r[j] = sum over k of a_r[k * a_ks] * B[k * N + j] for rows r < rows
- * (1 or ET_GEMM_ROWS), `N` apart in y, and j < n: B row k is read once for
- * all rows.  The sum starts from its first product rather than from 0 +
- * that product: the same value, save that a -0 stays -0. */
-static inline void et_gemm_rows_f32_(int rows, int n, int N, int K, const float *a, int a_rs, int a_ks,
-                                     const float *restrict B, float *restrict y)
-{
-    int j, k, r;
-    for (r = 0; r < rows; ++r) {
-        float *restrict yr = y + (size_t)r * (size_t)N;
-        if (!K)
-            for (j = 0; j < n; ++j)
-                yr[j] = 0.0f;
-        else
-            for (j = 0; j < n; ++j)
-                yr[j] = a[r * a_rs] * B[j];
-    }
-    for (k = 1; k + 1 < K; k += 2)
-        et_axpy2_f32_(rows, n, a + k * a_ks, a + (k + 1) * a_ks, a_rs, B + (size_t)k * (size_t)N,
-                      B + (size_t)(k + 1) * (size_t)N, y, (size_t)N);
-    if (k < K && rows == ET_GEMM_ROWS)
-        et_axpy4_f32_(n, a[k * a_ks], a[a_rs + k * a_ks], a[2 * a_rs + k * a_ks], a[3 * a_rs + k * a_ks],
-                      B + (size_t)k * (size_t)N, y, y + N, y + 2 * (size_t)N, y + 3 * (size_t)N);
-    else if (k < K)
-        for (j = 0; j < n; ++j)
-            y[j] += a[k * a_ks] * B[(size_t)k * (size_t)N + (size_t)j];
-}
-
 static inline void et_gemm_f32(int M, int N, int K, float alpha, const float *A, int trans_a,
                                const float *B, int trans_b, float beta, const float *C, int c_rs,
                                int c_cs, float *Y)
 {
     /* Element (i,k) of op(A) is A[i*a_rs + k*a_ks]. */
     int a_rs = trans_a ? 1 : K, a_ks = trans_a ? M : 1;
-    int i, j, j0, n, rows;
+    int i, j, j0, k, k0, n, rows, depth;
     if (trans_b) {
         /* Rows of B are contiguous in k: one dot product per output. */
         for (i = 0; i < M; ++i)
@@ -170,12 +331,20 @@ static inline void et_gemm_f32(int M, int N, int K, float alpha, const float *A,
                 Y[(size_t)i * (size_t)N + (size_t)j] = et_dot_total_f32_(lane);
             }
     } else {
+        size_t at[ET_GEMM_DEPTH];
         for (j0 = 0; j0 < N; j0 += ET_GEMM_COLS) {
             n = N - j0 < ET_GEMM_COLS ? N - j0 : ET_GEMM_COLS;
-            for (i = 0; i < M; i += rows) {
-                rows = M - i < ET_GEMM_ROWS ? 1 : ET_GEMM_ROWS;
-                et_gemm_rows_f32_(rows, n, N, K, A + (size_t)i * (size_t)a_rs, a_rs, a_ks, B + j0,
-                                  Y + (size_t)i * (size_t)N + (size_t)j0);
+            for (i = 0; i < M; i += ET_TILE_ROWS) {
+                rows = M - i < ET_TILE_ROWS ? M - i : ET_TILE_ROWS;
+                k0 = 0;
+                do {  /* once at least: K = 0 makes zeros */
+                    depth = K - k0 < ET_GEMM_DEPTH ? K - k0 : ET_GEMM_DEPTH;
+                    for (k = 0; k < depth; ++k)
+                        at[k] = (size_t)(k0 + k) * (size_t)a_ks;
+                    et_tiles_f32_(rows, n, depth, A + (size_t)i * (size_t)a_rs, (size_t)a_rs, at, B + (size_t)k0 * (size_t)N + (size_t)j0, (size_t)N,
+                                  Y + (size_t)i * (size_t)N + (size_t)j0, (size_t)N, k0 > 0);
+                    k0 += depth;
+                } while (k0 < K);
             }
         }
     }

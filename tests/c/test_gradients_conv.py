@@ -254,6 +254,12 @@ conv_case("2d-big-pads-rect-kernel", (1, 2, 4, 5), (3, 2, 2, 3), {"pads": [2, 3,
 conv_case("3d", (1, 2, 4, 5, 4), (3, 2, 2, 3, 2), {"strides": [1, 2, 1], "pads": [1, 0, 1, 0, 1, 1]})
 conv_case("3d-group2-dil", (2, 2, 5, 4, 5), (2, 1, 2, 2, 3),
           {"group": 2, "dilations": [2, 1, 1], "pads": [0, 1, 1, 0, 0, 1]})
+# Register tiles whole and partial (4 output channels by 16 positions), groups of 4 or more channels,
+# and planes too large for the padded copies (the kernels then gather with clipping, to the same values).
+conv_case("2d-group2-wide-pad1", (2, 4, 20, 20), (8, 2, 3, 3), {"group": 2, "pads": [1, 1, 1, 1]})
+conv_case("2d-16ch-stride2", (2, 8, 9, 9), (16, 8, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]})
+conv_case("2d-plane-beyond-scratch", (1, 2, 130, 130), (4, 2, 3, 3), {"pads": [1, 1, 1, 1]})
+conv_case("2d-depthwise-beyond-scratch", (1, 2, 130, 130), (2, 1, 3, 3), {"group": 2, "pads": [1, 1, 1, 1]})
 
 conv_transpose_case("1d-stride2-pad1-outpad1", (2, 3, 5), (3, 4, 3),
                     {"strides": [2], "pads": [1, 1], "output_padding": [1]})
@@ -268,6 +274,8 @@ conv_transpose_case("2d-same-upper", (1, 2, 3, 3), (2, 2, 3, 3), {"strides": [2,
 conv_transpose_case("2d-same-lower-even-kernel", (1, 2, 3, 4), (2, 2, 4, 3),
                     {"strides": [2, 2], "auto_pad": "SAME_LOWER"})
 conv_transpose_case("3d", (1, 2, 2, 3, 2), (2, 2, 2, 2, 3), {"strides": [2, 1, 2], "pads": [0, 1, 1, 1, 0, 0]})
+conv_transpose_case("2d-group2-wide", (1, 4, 5, 6), (4, 4, 3, 3), {"group": 2, "pads": [1, 0, 1, 1]})
+conv_transpose_case("2d-depthwise-unit-stride", (2, 3, 5, 5), (3, 2, 3, 3), {"group": 3, "dilations": [2, 1]})
 
 
 def max_pool_case(name, x, attrs, **kwargs):
