@@ -199,6 +199,13 @@ static inline void et_conv_position_(int o, const int *out, int *at)
 #define ET_CONV_SCRATCH (ET_VECTORS ? 16384 : 0)
 #endif
 
+/* Whether `floats` fit the scratch (written so as not to compare an
+ * unsigned value with 0 where there is none). */
+static inline int et_conv_fits_(size_t floats)
+{
+    return !(floats > (size_t)ET_CONV_SCRATCH);
+}
+
 /* The zero margins that hold every input a tap reads, per axis: `lo`
  * before the input and up to the padded extent `dim`.  A convolution
  * (dir 1) reads position o*s + t*d - p; a transposed one with unit strides
@@ -305,7 +312,7 @@ static inline void et_conv_chunked_f32_(int N, int C, int M, int G, const int *i
     int n, g, m, q, q0, c0, cb, i, o0, len, rows, taps, started, lo[3], dim[3], from[3], kt[3];
     size_t plane = et_conv_margins_(in, out, k, s, d, p, dir, lo, dim);
     /* Channels padded at a time: all of the group where there is no room (gathering with clipping). */
-    int padded = !by_row && plane <= ET_CONV_SCRATCH, block = padded ? (int)(ET_CONV_SCRATCH / plane) : Cg;
+    int padded = !by_row && et_conv_fits_(plane), block = padded ? (int)(ET_CONV_SCRATCH / plane) : Cg;
     size_t at[ET_CONV_TAPS];  /* where each gathered tap's weights start, for the group's first channel */
     float col[ET_CONV_TAPS][ET_CONV_CHUNK], xp[ET_CONV_SCRATCH > 0 ? ET_CONV_SCRATCH : 1];
     for (n = 0; n < N; ++n)
@@ -373,7 +380,7 @@ static inline int et_conv_narrow_f32_(int N, int C, int M, int G, const int *in,
     int k_size = et_conv_volume_(k), n, g, m, c, t, a, oz, oy, lo[3], dim[3], kt[3];
     size_t plane = et_conv_margins_(in, out, k, s, d, p, dir, lo, dim), q, runs, step = (size_t)s[2];
     float xp[ET_CONV_SCRATCH > 0 ? ET_CONV_SCRATCH : 1], *ys;
-    if ((size_t)(Cg + 1) * plane > ET_CONV_SCRATCH || s[1] != s[2] || (out[0] > 1 && s[0] != s[2]) ||
+    if (!et_conv_fits_((size_t)(Cg + 1) * plane) || s[1] != s[2] || (out[0] > 1 && s[0] != s[2]) ||
         (dir < 0 && s[2] != 1))
         return 0;
     ys = xp + (size_t)Cg * plane;  /* the sums, in the padded plane's coordinates */
@@ -574,7 +581,7 @@ static inline void et_conv_grad_w_f32(int N, int C, int M, int G, const int *in,
     int in_size = et_conv_volume_(in), out_size = et_conv_volume_(out), k_size = et_conv_volume_(k);
     int n, g, m0, m, q0, h, r, o0, rows, block, taps, lo[3], dim[3], from[3], kt[3];
     size_t plane = et_conv_margins_(in, out, k, s, d, p, 1, lo, dim);
-    int padded = !pointwise && plane <= ET_CONV_SCRATCH;
+    int padded = !pointwise && et_conv_fits_(plane);
     float col[ET_CONV_GRAD_TAPS][ET_CONV_CHUNK], xp[ET_CONV_SCRATCH > 0 ? ET_CONV_SCRATCH : 1];
     for (g = 0; g < G; ++g)
         for (m0 = g * Mg; m0 < (g + 1) * Mg; m0 += block) {

@@ -67,10 +67,10 @@ typedef float et_v8_ __attribute__((vector_size(32)));
 static inline void et_tile_f32_(int rows, int n, int K, const float *restrict a, size_t a_rs, const size_t *at,
                                 const float *restrict b, size_t b_ks, float *restrict y, size_t y_rs, int accumulate)
 {
-    const float *a1 = a + a_rs, *a2 = a + 2 * a_rs, *a3 = a + 3 * a_rs;
     float acc[ET_TILE_ROWS][ET_TILE_COLS];
     int j0 = 0, j, k, r;
 #if ET_VECTORS
+    const float *a1 = a + a_rs, *a2 = a + 2 * a_rs, *a3 = a + 3 * a_rs;
     if (rows == ET_TILE_ROWS && n == ET_TILE_COLS) {
         et_v8_ c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0}, c30 = {0}, c31 = {0};
         if (accumulate) {

@@ -71,10 +71,38 @@ def small_cnn(batch=4, seed=0) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
 
 
+def conv_zoo(batch=2, seed=0) -> onnx.ModelProto:
+    """One of each way the runtime runs a convolution, forward, input and weight gradients: host builds
+    take register tiles and padded planes, the ARM targets scalar sums and clipped reads, which must
+    agree bit for bit. 3x3 (4+ output channels, grouped), depthwise with strides 2 and 1, pointwise,
+    strided 3x3, and a strided ConvTranspose, on 2x12x12 images."""
+    rng = np.random.default_rng(seed)
+    layers = [("c1", (8, 2, 3, 3), {"pads": [1, 1, 1, 1]}), ("c2", (8, 4, 3, 3), {"group": 2, "pads": [1, 1, 1, 1]}),
+              ("c3", (8, 1, 3, 3), {"group": 8, "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+              ("c4", (8, 1, 3, 3), {"group": 8, "pads": [1, 1, 1, 1]}), ("c5", (16, 8, 1, 1), {}),
+              ("c6", (16, 16, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]})]
+    inits, nodes, x = [], [], "x"
+    for name, shape, attrs in layers:
+        inits += [_param(rng, f"{name}.weight", shape, int(np.prod(shape[1:]))),
+                  _param(rng, f"{name}.bias", shape[:1], int(np.prod(shape[1:])))]
+        nodes += [helper.make_node("Conv", [x, f"{name}.weight", f"{name}.bias"], [name], **attrs),
+                  helper.make_node("Relu", [name], [f"{name}.relu"])]
+        x = f"{name}.relu"
+    inits += [_param(rng, "t.weight", (16, 4, 2, 2), 64), _param(rng, "fc.weight", (3, 4), 4),
+              _param(rng, "fc.bias", (3,), 4)]
+    nodes += [helper.make_node("ConvTranspose", [x, "t.weight"], ["t"], strides=[2, 2]),
+              helper.make_node("GlobalAveragePool", ["t"], ["g"]), helper.make_node("Flatten", ["g"], ["f"]),
+              helper.make_node("Gemm", ["f", "fc.weight", "fc.bias"], ["logits"], transB=1)]
+    graph = helper.make_graph(nodes, "zoo", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 2, 12, 12])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, 3])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
 CASES = {
     "mlp": (lambda: mlp(batch=4), (4, 8), None),
     "mlp_dropout": (lambda: mlp(batch=4, dropout=0.25), (4, 8), 0.01),
     "cnn": (small_cnn, (4, 1, 8, 8), None),
+    "conv_zoo": (conv_zoo, (2, 2, 12, 12), None),
 }
 
 
