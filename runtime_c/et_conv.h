@@ -286,22 +286,46 @@ static inline int et_conv_tap_inputs_(const float *Xc, const float *xp, const in
     return 1;
 }
 
-/* Taps gathered per block (et_conv_chunked_f32_): their runs of
- * ET_CONV_CHUNK inputs sit on the stack.  The block size changes no
- * result, only how often partial sums go back to memory. */
+/* Taps per block of et_conv_chunked_f32_: gathered, their runs of
+ * ET_CONV_CHUNK inputs sit on the stack; read in place, only their
+ * offsets do.  The block size changes no result, only how often partial
+ * sums go back to memory. */
 #ifndef ET_CONV_TAPS
 #define ET_CONV_TAPS (ET_VECTORS ? 32 : 2)
 #endif
+#define ET_CONV_DIRECT_TAPS 256
+
+/* Whether taps read in place from padded planes: with unit strides each
+ * output row reads one contiguous run per tap. */
+static inline int et_conv_direct_(const int *s, int padded)
+{
+    return padded && s[0] == 1 && s[1] == 1 && s[2] == 1;
+}
+
+/* Where tap kt of the channel `c` planes into the padded copy reads from
+ * for the first output, for `dir` as in et_conv_margins_. */
+static inline size_t et_conv_tap_offset_(const int *kt, const int *d, const int *p, const int *lo, const int *dim,
+                                         int dir, size_t c, size_t plane)
+{
+    size_t off = 0;
+    int a;
+    for (a = 0; a < 3; ++a)
+        off = off * (size_t)dim[a] + (size_t)(lo[a] + dir * (kt[a] * d[a] - p[a]));
+    return c * plane + off;
+}
 
 /* Y[n, m] = (sum over c, t of W[m * w_m + c * w_c + t] * the input that
  * tap t reaches, in that order, from 0) + B[m], for groups of at least
- * ET_TILE_ROWS output channels: per chunk of output positions, a block of
- * taps has its inputs gathered once (et_conv_tap_inputs_), then every tile
- * of output channels takes the block's products (et_tile_f32_).  `dir` is
- * 1 for a convolution, -1 for a transposed one, whose taps read back
- * (et_conv_reads_).  A transposed convolution with strides reaches each
- * output row through some taps only, so its chunks end with a row and the
- * taps that reach nothing there are left out (they would add only zeros). */
+ * ET_TILE_ROWS output channels, where every tile of output channels takes
+ * a block of taps' products (et_tile_f32_).  The group's input planes are
+ * padded (et_conv_pad_) as many at a time as fit ET_CONV_SCRATCH; with
+ * unit strides the tiles then read each output row's inputs in place,
+ * otherwise a block of taps has its inputs gathered once per chunk of
+ * output positions (et_conv_tap_inputs_).  `dir` is 1 for a convolution,
+ * -1 for a transposed one, whose taps read back (et_conv_reads_).  A
+ * transposed convolution with strides reaches each output row through
+ * some taps only, so its chunks end with a row and the taps that reach
+ * nothing there are left out (they would add only zeros). */
 static inline void et_conv_chunked_f32_(int N, int C, int M, int G, const int *in, const int *out,
                                         const int *k, const int *s, const int *d, const int *p, int dir,
                                         const float *X, const float *W, int w_m, int w_c, const float *B,
@@ -313,30 +337,37 @@ static inline void et_conv_chunked_f32_(int N, int C, int M, int G, const int *i
     size_t plane = et_conv_margins_(in, out, k, s, d, p, dir, lo, dim);
     /* Channels padded at a time: all of the group where there is no room (gathering with clipping). */
     int padded = !by_row && et_conv_fits_(plane), block = padded ? (int)(ET_CONV_SCRATCH / plane) : Cg;
-    size_t at[ET_CONV_TAPS];  /* where each gathered tap's weights start, for the group's first channel */
+    int direct = et_conv_direct_(s, padded), most = direct ? ET_CONV_DIRECT_TAPS : ET_CONV_TAPS;
+    size_t at[ET_CONV_DIRECT_TAPS];  /* where each tap's weights start, for the group's first channel */
+    size_t bt[ET_CONV_DIRECT_TAPS];  /* and its inputs, in the scratch */
     float col[ET_CONV_TAPS][ET_CONV_CHUNK], xp[ET_CONV_SCRATCH > 0 ? ET_CONV_SCRATCH : 1];
+    for (q = 0; q < ET_CONV_TAPS; ++q)
+        bt[q] = (size_t)q * ET_CONV_CHUNK;
     for (n = 0; n < N; ++n)
-        for (g = 0; g < G; ++g)
+        for (g = 0; g < G; ++g) {
+            const float *Xg = X + ((size_t)n * (size_t)C + (size_t)g * (size_t)Cg) * (size_t)in_size;
+            /* the group's weights: W[g * Mg + m, c, t] for a convolution, W[g * Cg + c, m, t] for a transposed one */
+            const float *Wg = W + (dir > 0 ? (size_t)g * (size_t)Mg * (size_t)w_m : (size_t)g * (size_t)Cg * (size_t)w_c);
+            float *Yg = Y + ((size_t)n * (size_t)M + (size_t)g * (size_t)Mg) * (size_t)out_size;
             for (c0 = 0; c0 < Cg; c0 += cb) {
-                const float *Xg = X + ((size_t)n * (size_t)C + (size_t)g * (size_t)Cg) * (size_t)in_size;
-                /* the group's weights: W[g * Mg + m, c, t] for a convolution, W[g * Cg + c, m, t] for a transposed one */
-                const float *Wg = W + (dir > 0 ? (size_t)g * (size_t)Mg * (size_t)w_m : (size_t)g * (size_t)Cg * (size_t)w_c);
                 cb = Cg - c0 < block ? Cg - c0 : block;
                 if (padded)
                     et_conv_pad_(Xg + (size_t)c0 * (size_t)in_size, cb, (size_t)in_size, in, lo, dim, plane, xp);
                 for (o0 = 0; o0 < out_size; o0 += len) {
-                    float *Yg = Y + ((size_t)n * (size_t)M + (size_t)g * (size_t)Mg) * (size_t)out_size + (size_t)o0;
-                    len = (by_row ? (o0 / out[2] + 1) * out[2] : out_size) - o0;
-                    len = len < ET_CONV_CHUNK ? len : ET_CONV_CHUNK;
-                    started = c0 > 0;  /* earlier channel blocks added into every chunk */
+                    len = (by_row || direct ? (o0 / out[2] + 1) * out[2] : out_size) - o0;
+                    len = len < ET_CONV_CHUNK || direct ? len : ET_CONV_CHUNK;
+                    started = c0 > 0;  /* earlier channel blocks added into every output */
                     et_conv_position_(o0, out, from);
-                    for (q0 = c0 * k_size; q0 < (c0 + cb) * k_size; q0 += ET_CONV_TAPS) {
+                    for (q0 = c0 * k_size; q0 < (c0 + cb) * k_size; q0 += most) {
                         int c = q0 / k_size;
                         et_conv_tap_(q0 % k_size, k, kt);
-                        for (taps = 0, q = q0; q < (c0 + cb) * k_size && q < q0 + ET_CONV_TAPS; ++q) {
-                            if (et_conv_tap_inputs_(Xg + (size_t)c * (size_t)in_size,
-                                                    padded ? xp + (size_t)(c - c0) * plane : NULL, lo, dim, kt, in,
-                                                    out, s, d, p, dir, o0, from, len, col[taps]) || !by_row)
+                        for (taps = 0, q = q0; q < (c0 + cb) * k_size && q < q0 + most; ++q) {
+                            if (direct)
+                                bt[taps] = et_conv_tap_offset_(kt, d, p, lo, dim, dir, (size_t)(c - c0), plane);
+                            if (direct || et_conv_tap_inputs_(Xg + (size_t)c * (size_t)in_size,
+                                                              padded ? xp + (size_t)(c - c0) * plane : NULL, lo, dim,
+                                                              kt, in, out, s, d, p, dir, o0, from, len, col[taps]) ||
+                                !by_row)
                                 at[taps++] = (size_t)c * (size_t)w_c + (size_t)(q % k_size);
                             c += et_conv_next_tap_(kt, k);
                         }
@@ -344,19 +375,22 @@ static inline void et_conv_chunked_f32_(int N, int C, int M, int G, const int *i
                             continue;
                         for (m = 0; m < Mg; m += rows) {
                             rows = Mg - m < ET_TILE_ROWS ? Mg - m : ET_TILE_ROWS;
-                            et_tiles_f32_(rows, len, taps, Wg + (size_t)m * (size_t)w_m, (size_t)w_m, at, col[0],
-                                          ET_CONV_CHUNK, Yg + (size_t)m * (size_t)out_size, (size_t)out_size, started);
+                            et_tiles_f32_(rows, len, taps, Wg + (size_t)m * (size_t)w_m, (size_t)w_m, at,
+                                          direct ? xp + ((size_t)from[0] * (size_t)dim[1] + (size_t)from[1]) *
+                                                   (size_t)dim[2] : col[0], bt,
+                                          Yg + (size_t)m * (size_t)out_size + (size_t)o0, (size_t)out_size, started);
                         }
                         started = 1;
                     }
                     if (c0 + cb == Cg)  /* the sums are complete: add the bias */
                         for (m = 0; m < Mg; ++m) {
-                            float *y = Yg + (size_t)m * (size_t)out_size, b = B ? B[g * Mg + m] : 0.0f;
+                            float *y = Yg + (size_t)m * (size_t)out_size + (size_t)o0, b = B ? B[g * Mg + m] : 0.0f;
                             for (i = 0; i < len; ++i)
                                 y[i] = (started ? y[i] : 0.0f) + b;
                         }
                 }
             }
+        }
 }
 
 /* Y[n, m] = (sum over c, t of W[m * w_m + c * w_c + t] * the input that
@@ -579,9 +613,11 @@ static inline void et_conv_grad_w_f32(int N, int C, int M, int G, const int *in,
 {
     int Cg = C / G, Mg = M / G, pointwise = et_conv_pointwise_(in, out, k, s, p);
     int in_size = et_conv_volume_(in), out_size = et_conv_volume_(out), k_size = et_conv_volume_(k);
-    int n, g, m0, m, q0, h, r, o0, rows, block, taps, lo[3], dim[3], from[3], kt[3];
-    size_t plane = et_conv_margins_(in, out, k, s, d, p, 1, lo, dim);
+    int n, g, m0, m, q0, h, r, o0, len, rows, block, taps, lo[3], dim[3], from[3], kt[3];
+    size_t plane = et_conv_margins_(in, out, k, s, d, p, 1, lo, dim), xt[ET_CONV_GRAD_TAPS];
     int padded = !pointwise && et_conv_fits_(plane);
+    /* Rows of whole lane blocks are read in place from the padded plane, runs of other shapes gathered. */
+    int direct = et_conv_direct_(s, padded) && out[2] % ET_LANES == 0;
     float col[ET_CONV_GRAD_TAPS][ET_CONV_CHUNK], xp[ET_CONV_SCRATCH > 0 ? ET_CONV_SCRATCH : 1];
     for (g = 0; g < G; ++g)
         for (m0 = g * Mg; m0 < (g + 1) * Mg; m0 += block) {
@@ -590,29 +626,34 @@ static inline void et_conv_grad_w_f32(int N, int C, int M, int G, const int *in,
                 float lane[ET_CONV_GRAD_ROWS * ET_CONV_GRAD_TAPS * ET_LANES] = {0.0f};
                 int c = q0 / k_size, end = pointwise ? Cg : (c + 1) * k_size;  /* taps of one plane */
                 taps = end - q0 < ET_CONV_GRAD_TAPS ? end - q0 : ET_CONV_GRAD_TAPS;
+                et_conv_tap_(q0 % k_size, k, kt);
+                for (h = 0; h < taps; ++h) {  /* where each tap's run starts: in X, the scratch or the gathered runs */
+                    xt[h] = pointwise ? (size_t)h * (size_t)in_size
+                                      : direct ? et_conv_tap_offset_(kt, d, p, lo, dim, 1, 0, plane)
+                                               : (size_t)h * ET_CONV_CHUNK;
+                    et_conv_next_tap_(kt, k);
+                }
                 for (n = 0; n < N; ++n) {
                     const float *Xc = X + ((size_t)n * (size_t)C + (size_t)g * (size_t)Cg + (size_t)c) * (size_t)in_size;
                     if (padded)
                         et_conv_pad_(Xc, 1, (size_t)in_size, in, lo, dim, plane, xp);
-                    for (o0 = 0; o0 < out_size; o0 += ET_CONV_CHUNK) {
-                        int len = out_size - o0 < ET_CONV_CHUNK ? out_size - o0 : ET_CONV_CHUNK;
+                    for (o0 = 0; o0 < out_size; o0 += len) {
                         /* A pointwise kernel's taps are whole planes of X, read in place. */
                         const float *x = pointwise ? Xc + o0 : col[0];
+                        len = direct ? out[2] : out_size - o0 < ET_CONV_CHUNK ? out_size - o0 : ET_CONV_CHUNK;
                         et_conv_position_(o0, out, from);
-                        et_conv_tap_(q0 % k_size, k, kt);
-                        for (h = 0; h < taps && !pointwise; ++h) {
-                            et_conv_tap_inputs_(Xc, padded ? xp : NULL, lo, dim, kt, in, out, s, d, p, 1, o0, from,
-                                                len, col[h]);
-                            et_conv_next_tap_(kt, k);
-                        }
+                        if (direct)
+                            x = xp + ((size_t)from[0] * (size_t)dim[1] + (size_t)from[1]) * (size_t)dim[2];
+                        else if (!pointwise)
+                            for (h = 0, et_conv_tap_(q0 % k_size, k, kt); h < taps; ++h, et_conv_next_tap_(kt, k))
+                                et_conv_tap_inputs_(Xc, padded ? xp : NULL, lo, dim, kt, in, out, s, d, p, 1, o0, from,
+                                                    len, col[h]);
                         for (m = 0; m < block; m += rows) {
                             rows = block - m < ET_TILE_ROWS ? block - m : ET_TILE_ROWS;
                             for (h = 0; h < taps; h += ET_DOT_TAPS)
                                 et_dot_tile_f32_(rows, taps - h < ET_DOT_TAPS ? taps - h : ET_DOT_TAPS, len,
                                                  dY + ((size_t)n * (size_t)M + (size_t)(m0 + m)) * (size_t)out_size +
-                                                 (size_t)o0, (size_t)out_size,
-                                                 x + (size_t)h * (pointwise ? (size_t)in_size : ET_CONV_CHUNK),
-                                                 pointwise ? (size_t)in_size : ET_CONV_CHUNK,
+                                                 (size_t)o0, (size_t)out_size, x, xt + h,
                                                  lane + ((size_t)m * ET_CONV_GRAD_TAPS + (size_t)h) * ET_LANES,
                                                  ET_CONV_GRAD_TAPS * ET_LANES);
                         }

@@ -60,12 +60,14 @@ typedef float et_v8_ __attribute__((vector_size(32)));
 #define ET_TILE_ROWS 4
 #define ET_TILE_COLS 16
 
-/* y_r[j] = (accumulate ? y_r[j] : 0) + a_r[at[0]] * b[j] + a_r[at[1]] *
- * b[b_ks + j] + ... over k < K, added in k order, for rows r < rows <=
- * ET_TILE_ROWS (a_r = a + r * a_rs, y_r = y + r * y_rs) and j < n <=
- * ET_TILE_COLS.  The offsets `at` let a tile skip columns of A. */
+/* y_r[j] = (accumulate ? y_r[j] : 0) + a_r[at[0]] * b[bt[0] + j] +
+ * a_r[at[1]] * b[bt[1] + j] + ... over k < K, added in k order, for rows
+ * r < rows <= ET_TILE_ROWS (a_r = a + r * a_rs, y_r = y + r * y_rs) and
+ * j < n <= ET_TILE_COLS.  The offsets `at` and `bt` say where each k's
+ * column of A and row of B are, so that a tile reads both in place. */
 static inline void et_tile_f32_(int rows, int n, int K, const float *restrict a, size_t a_rs, const size_t *at,
-                                const float *restrict b, size_t b_ks, float *restrict y, size_t y_rs, int accumulate)
+                                const float *restrict b, const size_t *bt, float *restrict y, size_t y_rs,
+                                int accumulate)
 {
     float acc[ET_TILE_ROWS][ET_TILE_COLS];
     int j0 = 0, j, k, r;
@@ -84,7 +86,7 @@ static inline void et_tile_f32_(int rows, int n, int K, const float *restrict a,
             memcpy(&c31, y + 3 * y_rs + 8, sizeof c31);
         }
         for (k = 0; k < K; ++k) {
-            const float *bk = b + (size_t)k * b_ks;
+            const float *bk = b + bt[k];
             float w0 = a[at[k]], w1 = a1[at[k]], w2 = a2[at[k]], w3 = a3[at[k]];
             et_v8_ b0, b1;
             memcpy(&b0, bk, sizeof b0);
@@ -118,7 +120,7 @@ static inline void et_tile_f32_(int rows, int n, int K, const float *restrict a,
         }
         for (k = 0; k < K; ++k) {
             et_v8_ b0;
-            memcpy(&b0, b + (size_t)k * b_ks, sizeof b0);
+            memcpy(&b0, b + bt[k], sizeof b0);
             c0 += a[at[k]] * b0;
             c1 += a1[at[k]] * b0;
             c2 += a2[at[k]] * b0;
@@ -138,7 +140,7 @@ static inline void et_tile_f32_(int rows, int n, int K, const float *restrict a,
         for (r = 0; r < rows; ++r) {
             float ak = a[r * a_rs + at[k]];
             for (j = j0; j < n; ++j)
-                acc[r][j] += ak * b[(size_t)k * b_ks + (size_t)j];
+                acc[r][j] += ak * b[bt[k] + (size_t)j];
         }
     for (r = 0; r < rows; ++r)
         for (j = j0; j < n; ++j)
@@ -147,11 +149,11 @@ static inline void et_tile_f32_(int rows, int n, int K, const float *restrict a,
 
 /* et_tile_f32_ along a whole row block: n outputs per row, any n. */
 static inline void et_tiles_f32_(int rows, int n, int K, const float *a, size_t a_rs, const size_t *at,
-                                 const float *b, size_t b_ks, float *y, size_t y_rs, int accumulate)
+                                 const float *b, const size_t *bt, float *y, size_t y_rs, int accumulate)
 {
     int j;
     for (j = 0; j < n; j += ET_TILE_COLS)
-        et_tile_f32_(rows, n - j < ET_TILE_COLS ? n - j : ET_TILE_COLS, K, a, a_rs, at, b + j, b_ks, y + j, y_rs,
+        et_tile_f32_(rows, n - j < ET_TILE_COLS ? n - j : ET_TILE_COLS, K, a, a_rs, at, b + j, bt, y + j, y_rs,
                      accumulate);
 }
 
@@ -160,11 +162,11 @@ static inline void et_tiles_f32_(int rows, int n, int K, const float *a, size_t 
 
 /* lane[r * lane_rs + t * ET_LANES + l] += the products y_r[i] * x_t[i] for
  * i < n with i % ET_LANES == l, in order of i: for rows r < rows <=
- * ET_TILE_ROWS of y (`y_rs` apart) and t < taps <= ET_DOT_TAPS of x (`x_ts`
- * apart).  That many dot products, each with its own ET_LANES partial
+ * ET_TILE_ROWS of y (`y_rs` apart) and t < taps <= ET_DOT_TAPS of x (x_t =
+ * x + xt[t]).  That many dot products, each with its own ET_LANES partial
  * sums (as et_dot_lanes_f32_), share their loads. */
 static inline void et_dot_tile_f32_(int rows, int taps, int n, const float *restrict y, size_t y_rs,
-                                    const float *restrict x, size_t x_ts, float *restrict lane, size_t lane_rs)
+                                    const float *restrict x, const size_t *xt, float *restrict lane, size_t lane_rs)
 {
     int i0 = 0, i, r, t;
 #if ET_VECTORS
@@ -180,8 +182,8 @@ static inline void et_dot_tile_f32_(int rows, int taps, int n, const float *rest
         memcpy(&c31, lane + 3 * lane_rs + 8, sizeof c31);
         for (; i0 + ET_LANES <= n; i0 += ET_LANES) {
             et_v8_ x0, x1, y0, y1, y2, y3;
-            memcpy(&x0, x + i0, sizeof x0);
-            memcpy(&x1, x + x_ts + i0, sizeof x1);
+            memcpy(&x0, x + xt[0] + i0, sizeof x0);
+            memcpy(&x1, x + xt[1] + i0, sizeof x1);
             memcpy(&y0, y + i0, sizeof y0);
             memcpy(&y1, y + y_rs + i0, sizeof y1);
             memcpy(&y2, y + 2 * y_rs + i0, sizeof y2);
@@ -210,7 +212,7 @@ static inline void et_dot_tile_f32_(int rows, int taps, int n, const float *rest
                 memcpy(&c, lane + r * lane_rs + t * ET_LANES, sizeof c);
                 for (i0 = 0; i0 + ET_LANES <= n; i0 += ET_LANES) {
                     et_v8_ xv, yv;
-                    memcpy(&xv, x + t * x_ts + i0, sizeof xv);
+                    memcpy(&xv, x + xt[t] + i0, sizeof xv);
                     memcpy(&yv, y + r * y_rs + i0, sizeof yv);
                     c += yv * xv;
                 }
@@ -221,7 +223,7 @@ static inline void et_dot_tile_f32_(int rows, int taps, int n, const float *rest
         for (t = 0; t < taps; ++t) {
             float *l = lane + r * lane_rs + t * ET_LANES;
             for (i = i0; i < n; ++i)
-                l[i % ET_LANES] += y[r * y_rs + (size_t)i] * x[t * x_ts + (size_t)i];
+                l[i % ET_LANES] += y[r * y_rs + (size_t)i] * x[xt[t] + (size_t)i];
         }
 }
 
@@ -331,7 +333,7 @@ static inline void et_gemm_f32(int M, int N, int K, float alpha, const float *A,
                 Y[(size_t)i * (size_t)N + (size_t)j] = et_dot_total_f32_(lane);
             }
     } else {
-        size_t at[ET_GEMM_DEPTH];
+        size_t at[ET_GEMM_DEPTH], bt[ET_GEMM_DEPTH];
         for (j0 = 0; j0 < N; j0 += ET_GEMM_COLS) {
             n = N - j0 < ET_GEMM_COLS ? N - j0 : ET_GEMM_COLS;
             for (i = 0; i < M; i += ET_TILE_ROWS) {
@@ -339,9 +341,11 @@ static inline void et_gemm_f32(int M, int N, int K, float alpha, const float *A,
                 k0 = 0;
                 do {  /* once at least: K = 0 makes zeros */
                     depth = K - k0 < ET_GEMM_DEPTH ? K - k0 : ET_GEMM_DEPTH;
-                    for (k = 0; k < depth; ++k)
+                    for (k = 0; k < depth; ++k) {
                         at[k] = (size_t)(k0 + k) * (size_t)a_ks;
-                    et_tiles_f32_(rows, n, depth, A + (size_t)i * (size_t)a_rs, (size_t)a_rs, at, B + (size_t)k0 * (size_t)N + (size_t)j0, (size_t)N,
+                        bt[k] = (size_t)(k0 + k) * (size_t)N;
+                    }
+                    et_tiles_f32_(rows, n, depth, A + (size_t)i * (size_t)a_rs, (size_t)a_rs, at, B + (size_t)j0, bt,
                                   Y + (size_t)i * (size_t)N + (size_t)j0, (size_t)N, k0 > 0);
                     k0 += depth;
                 } while (k0 < K);
