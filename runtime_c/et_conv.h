@@ -286,15 +286,6 @@ static inline int et_conv_tap_inputs_(const float *Xc, const float *xp, const in
     return 1;
 }
 
-/* Taps per block of et_conv_chunked_f32_: gathered, their runs of
- * ET_CONV_CHUNK inputs sit on the stack; read in place, only their
- * offsets do.  The block size changes no result, only how often partial
- * sums go back to memory. */
-#ifndef ET_CONV_TAPS
-#define ET_CONV_TAPS (ET_VECTORS ? 32 : 2)
-#endif
-#define ET_CONV_DIRECT_TAPS 256
-
 /* Whether taps read in place from padded planes: with unit strides each
  * output row reads one contiguous run per tap. */
 static inline int et_conv_direct_(const int *s, int padded)
@@ -314,12 +305,88 @@ static inline size_t et_conv_tap_offset_(const int *kt, const int *d, const int 
     return c * plane + off;
 }
 
+/* y[m * out_size + i] = (started ? y[...] : 0) + (B ? B[m] : 0) for
+ * channels m < Mg and i < len: the end of a convolution's sums. */
+static inline void et_conv_finish_(int Mg, int len, int out_size, int started, const float *B, float *y)
+{
+    int m, i;
+    for (m = 0; m < Mg; ++m) {
+        float *ym = y + (size_t)m * (size_t)out_size, b = B ? B[m] : 0.0f;
+        for (i = 0; i < len; ++i)
+            ym[i] = (started ? ym[i] : 0.0f) + b;
+    }
+}
+
+/* et_conv_chunked_f32_ with unit strides where a block of the group's
+ * input planes fits ET_CONV_SCRATCH padded: each tile reads its output
+ * row's inputs in place, taps ET_CONV_DIRECT_TAPS at a time (in order),
+ * two rows to a tile where rows hold 8 outputs. */
+#define ET_CONV_DIRECT_TAPS 256
+
+static inline void et_conv_direct_f32_(int N, int C, int M, int G, const int *in, const int *out, const int *k,
+                                       const int *d, const int *p, int dir, const float *X, const float *W,
+                                       int w_m, int w_c, const float *B, float *Y)
+{
+    int Cg = C / G, Mg = M / G, in_size = et_conv_volume_(in), out_size = et_conv_volume_(out);
+    int k_size = et_conv_volume_(k), n, g, m, q, q0, c, c0, cb, o0, len, rows, taps, pair, lo[3], dim[3], from[3];
+    int kt[3], s1[3] = {1, 1, 1};
+    size_t plane = et_conv_margins_(in, out, k, s1, d, p, dir, lo, dim);
+    int block = (int)(ET_CONV_SCRATCH / plane);
+    size_t at[ET_CONV_DIRECT_TAPS], bt[ET_CONV_DIRECT_TAPS];  /* each tap's weights and inputs */
+    float xp[ET_CONV_SCRATCH > 0 ? ET_CONV_SCRATCH : 1];
+    for (n = 0; n < N; ++n)
+        for (g = 0; g < G; ++g) {
+            const float *Xg = X + ((size_t)n * (size_t)C + (size_t)g * (size_t)Cg) * (size_t)in_size;
+            const float *Wg = W + (dir > 0 ? (size_t)g * (size_t)Mg * (size_t)w_m : (size_t)g * (size_t)Cg * (size_t)w_c);
+            float *Yg = Y + ((size_t)n * (size_t)M + (size_t)g * (size_t)Mg) * (size_t)out_size;
+            for (c0 = 0; c0 < Cg; c0 += cb) {
+                cb = Cg - c0 < block ? Cg - c0 : block;
+                et_conv_pad_(Xg + (size_t)c0 * (size_t)in_size, cb, (size_t)in_size, in, lo, dim, plane, xp);
+                for (q0 = c0 * k_size; q0 < (c0 + cb) * k_size; q0 += taps) {
+                    c = q0 / k_size;
+                    et_conv_tap_(q0 % k_size, k, kt);
+                    for (taps = 0, q = q0; q < (c0 + cb) * k_size && taps < ET_CONV_DIRECT_TAPS; ++q, ++taps) {
+                        at[taps] = (size_t)c * (size_t)w_c + (size_t)(q % k_size);
+                        bt[taps] = et_conv_tap_offset_(kt, d, p, lo, dim, dir, (size_t)(c - c0), plane);
+                        c += et_conv_next_tap_(kt, k);
+                    }
+                    for (o0 = 0; o0 < out_size; o0 += len) {
+                        const float *b;
+                        et_conv_position_(o0, out, from);
+                        b = xp + ((size_t)from[0] * (size_t)dim[1] + (size_t)from[1]) * (size_t)dim[2];
+                        pair = out[2] == 8 && from[1] + 1 < out[1];
+                        len = out[2] * (1 + pair);
+                        for (m = 0; m < Mg; m += rows) {
+                            float *y = Yg + (size_t)m * (size_t)out_size + (size_t)o0;
+                            int started = q0 > 0;
+                            rows = Mg - m < ET_TILE_ROWS ? Mg - m : ET_TILE_ROWS;
+                            if (pair)
+                                et_tile_f32_(rows, len, taps, Wg + (size_t)m * (size_t)w_m, (size_t)w_m, at, b, bt,
+                                             (size_t)dim[2], y, (size_t)out_size, started);
+                            else
+                                et_tiles_f32_(rows, len, taps, Wg + (size_t)m * (size_t)w_m, (size_t)w_m, at, b, bt,
+                                              y, (size_t)out_size, started);
+                        }
+                    }
+                }
+            }
+            et_conv_finish_(Mg, out_size, out_size, 1, B ? B + g * Mg : NULL, Yg);
+        }
+}
+
+/* Taps gathered per block of et_conv_chunked_f32_: their runs of
+ * ET_CONV_CHUNK inputs sit on the stack.  The block size changes no
+ * result, only how often partial sums go back to memory. */
+#ifndef ET_CONV_TAPS
+#define ET_CONV_TAPS (ET_VECTORS ? 32 : 2)
+#endif
+
 /* Y[n, m] = (sum over c, t of W[m * w_m + c * w_c + t] * the input that
  * tap t reaches, in that order, from 0) + B[m], for groups of at least
  * ET_TILE_ROWS output channels, where every tile of output channels takes
  * a block of taps' products (et_tile_f32_).  The group's input planes are
  * padded (et_conv_pad_) as many at a time as fit ET_CONV_SCRATCH; with
- * unit strides the tiles then read each output row's inputs in place,
+ * unit strides the tiles then read them in place (et_conv_direct_f32_),
  * otherwise a block of taps has its inputs gathered once per chunk of
  * output positions (et_conv_tap_inputs_).  `dir` is 1 for a convolution,
  * -1 for a transposed one, whose taps read back (et_conv_reads_).  A
@@ -333,14 +400,16 @@ static inline void et_conv_chunked_f32_(int N, int C, int M, int G, const int *i
 {
     int Cg = C / G, Mg = M / G, by_row = dir < 0 && s[0] * s[1] * s[2] > 1;
     int in_size = et_conv_volume_(in), out_size = et_conv_volume_(out), k_size = et_conv_volume_(k);
-    int n, g, m, q, q0, c0, cb, i, o0, len, rows, taps, started, lo[3], dim[3], from[3], kt[3];
+    int n, g, m, q, q0, c0, cb, o0, len, rows, taps, started, lo[3], dim[3], from[3], kt[3];
     size_t plane = et_conv_margins_(in, out, k, s, d, p, dir, lo, dim);
     /* Channels padded at a time: all of the group where there is no room (gathering with clipping). */
     int padded = !by_row && et_conv_fits_(plane), block = padded ? (int)(ET_CONV_SCRATCH / plane) : Cg;
-    int direct = et_conv_direct_(s, padded), most = direct ? ET_CONV_DIRECT_TAPS : ET_CONV_TAPS;
-    size_t at[ET_CONV_DIRECT_TAPS];  /* where each tap's weights start, for the group's first channel */
-    size_t bt[ET_CONV_DIRECT_TAPS];  /* and its inputs, in the scratch */
+    size_t at[ET_CONV_TAPS], bt[ET_CONV_TAPS];  /* each gathered tap's weights, for the group's first channel, and run */
     float col[ET_CONV_TAPS][ET_CONV_CHUNK], xp[ET_CONV_SCRATCH > 0 ? ET_CONV_SCRATCH : 1];
+    if (et_conv_direct_(s, padded)) {
+        et_conv_direct_f32_(N, C, M, G, in, out, k, d, p, dir, X, W, w_m, w_c, B, Y);
+        return;
+    }
     for (q = 0; q < ET_CONV_TAPS; ++q)
         bt[q] = (size_t)q * ET_CONV_CHUNK;
     for (n = 0; n < N; ++n)
@@ -354,20 +423,17 @@ static inline void et_conv_chunked_f32_(int N, int C, int M, int G, const int *i
                 if (padded)
                     et_conv_pad_(Xg + (size_t)c0 * (size_t)in_size, cb, (size_t)in_size, in, lo, dim, plane, xp);
                 for (o0 = 0; o0 < out_size; o0 += len) {
-                    len = (by_row || direct ? (o0 / out[2] + 1) * out[2] : out_size) - o0;
-                    len = len < ET_CONV_CHUNK || direct ? len : ET_CONV_CHUNK;
+                    len = (by_row ? (o0 / out[2] + 1) * out[2] : out_size) - o0;
+                    len = len < ET_CONV_CHUNK ? len : ET_CONV_CHUNK;
                     started = c0 > 0;  /* earlier channel blocks added into every output */
                     et_conv_position_(o0, out, from);
-                    for (q0 = c0 * k_size; q0 < (c0 + cb) * k_size; q0 += most) {
+                    for (q0 = c0 * k_size; q0 < (c0 + cb) * k_size; q0 += ET_CONV_TAPS) {
                         int c = q0 / k_size;
                         et_conv_tap_(q0 % k_size, k, kt);
-                        for (taps = 0, q = q0; q < (c0 + cb) * k_size && q < q0 + most; ++q) {
-                            if (direct)
-                                bt[taps] = et_conv_tap_offset_(kt, d, p, lo, dim, dir, (size_t)(c - c0), plane);
-                            if (direct || et_conv_tap_inputs_(Xg + (size_t)c * (size_t)in_size,
-                                                              padded ? xp + (size_t)(c - c0) * plane : NULL, lo, dim,
-                                                              kt, in, out, s, d, p, dir, o0, from, len, col[taps]) ||
-                                !by_row)
+                        for (taps = 0, q = q0; q < (c0 + cb) * k_size && q < q0 + ET_CONV_TAPS; ++q) {
+                            if (et_conv_tap_inputs_(Xg + (size_t)c * (size_t)in_size,
+                                                    padded ? xp + (size_t)(c - c0) * plane : NULL, lo, dim, kt, in,
+                                                    out, s, d, p, dir, o0, from, len, col[taps]) || !by_row)
                                 at[taps++] = (size_t)c * (size_t)w_c + (size_t)(q % k_size);
                             c += et_conv_next_tap_(kt, k);
                         }
@@ -375,19 +441,13 @@ static inline void et_conv_chunked_f32_(int N, int C, int M, int G, const int *i
                             continue;
                         for (m = 0; m < Mg; m += rows) {
                             rows = Mg - m < ET_TILE_ROWS ? Mg - m : ET_TILE_ROWS;
-                            et_tiles_f32_(rows, len, taps, Wg + (size_t)m * (size_t)w_m, (size_t)w_m, at,
-                                          direct ? xp + ((size_t)from[0] * (size_t)dim[1] + (size_t)from[1]) *
-                                                   (size_t)dim[2] : col[0], bt,
+                            et_tiles_f32_(rows, len, taps, Wg + (size_t)m * (size_t)w_m, (size_t)w_m, at, col[0], bt,
                                           Yg + (size_t)m * (size_t)out_size + (size_t)o0, (size_t)out_size, started);
                         }
                         started = 1;
                     }
-                    if (c0 + cb == Cg)  /* the sums are complete: add the bias */
-                        for (m = 0; m < Mg; ++m) {
-                            float *y = Yg + (size_t)m * (size_t)out_size + (size_t)o0, b = B ? B[g * Mg + m] : 0.0f;
-                            for (i = 0; i < len; ++i)
-                                y[i] = (started ? y[i] : 0.0f) + b;
-                        }
+                    if (c0 + cb == Cg)  /* the sums are complete */
+                        et_conv_finish_(Mg, len, out_size, started, B ? B + g * Mg : NULL, Yg + o0);
                 }
             }
         }
@@ -617,7 +677,7 @@ static inline void et_conv_grad_w_f32(int N, int C, int M, int G, const int *in,
     size_t plane = et_conv_margins_(in, out, k, s, d, p, 1, lo, dim), xt[ET_CONV_GRAD_TAPS];
     int padded = !pointwise && et_conv_fits_(plane);
     /* Rows of whole lane blocks are read in place from the padded plane, runs of other shapes gathered. */
-    int direct = et_conv_direct_(s, padded) && out[2] % ET_LANES == 0;
+    int direct = et_conv_direct_(s, padded) && out[2] % ET_LANES == 0, segs = direct ? out[1] : 1;  /* rows per run */
     float col[ET_CONV_GRAD_TAPS][ET_CONV_CHUNK], xp[ET_CONV_SCRATCH > 0 ? ET_CONV_SCRATCH : 1];
     for (g = 0; g < G; ++g)
         for (m0 = g * Mg; m0 < (g + 1) * Mg; m0 += block) {
@@ -637,7 +697,7 @@ static inline void et_conv_grad_w_f32(int N, int C, int M, int G, const int *in,
                     const float *Xc = X + ((size_t)n * (size_t)C + (size_t)g * (size_t)Cg + (size_t)c) * (size_t)in_size;
                     if (padded)
                         et_conv_pad_(Xc, 1, (size_t)in_size, in, lo, dim, plane, xp);
-                    for (o0 = 0; o0 < out_size; o0 += len) {
+                    for (o0 = 0; o0 < out_size; o0 += segs * len) {
                         /* A pointwise kernel's taps are whole planes of X, read in place. */
                         const float *x = pointwise ? Xc + o0 : col[0];
                         len = direct ? out[2] : out_size - o0 < ET_CONV_CHUNK ? out_size - o0 : ET_CONV_CHUNK;
@@ -651,9 +711,10 @@ static inline void et_conv_grad_w_f32(int N, int C, int M, int G, const int *in,
                         for (m = 0; m < block; m += rows) {
                             rows = block - m < ET_TILE_ROWS ? block - m : ET_TILE_ROWS;
                             for (h = 0; h < taps; h += ET_DOT_TAPS)
-                                et_dot_tile_f32_(rows, taps - h < ET_DOT_TAPS ? taps - h : ET_DOT_TAPS, len,
+                                et_dot_tile_f32_(rows, taps - h < ET_DOT_TAPS ? taps - h : ET_DOT_TAPS, segs, len,
                                                  dY + ((size_t)n * (size_t)M + (size_t)(m0 + m)) * (size_t)out_size +
-                                                 (size_t)o0, (size_t)out_size, x, xt + h,
+                                                 (size_t)o0, (size_t)out_size, (size_t)out[2], x, xt + h,
+                                                 (size_t)dim[2],
                                                  lane + ((size_t)m * ET_CONV_GRAD_TAPS + (size_t)h) * ET_LANES,
                                                  ET_CONV_GRAD_TAPS * ET_LANES);
                         }

@@ -60,14 +60,16 @@ typedef float et_v8_ __attribute__((vector_size(32)));
 #define ET_TILE_ROWS 4
 #define ET_TILE_COLS 16
 
-/* y_r[j] = (accumulate ? y_r[j] : 0) + a_r[at[0]] * b[bt[0] + j] +
- * a_r[at[1]] * b[bt[1] + j] + ... over k < K, added in k order, for rows
+/* y_r[j] = (accumulate ? y_r[j] : 0) + a_r[at[0]] * b_j[bt[0]] +
+ * a_r[at[1]] * b_j[bt[1]] + ... over k < K, added in k order, for rows
  * r < rows <= ET_TILE_ROWS (a_r = a + r * a_rs, y_r = y + r * y_rs) and
- * j < n <= ET_TILE_COLS.  The offsets `at` and `bt` say where each k's
- * column of A and row of B are, so that a tile reads both in place. */
+ * j < n <= ET_TILE_COLS, where b_j = b + j for the first 8 outputs and
+ * b + b_hop + j - 8 after (b_hop 8: one run of B).  The offsets `at` and
+ * `bt` say where each k's column of A and row of B are, so that a tile
+ * reads both in place. */
 static inline void et_tile_f32_(int rows, int n, int K, const float *restrict a, size_t a_rs, const size_t *at,
-                                const float *restrict b, const size_t *bt, float *restrict y, size_t y_rs,
-                                int accumulate)
+                                const float *restrict b, const size_t *bt, size_t b_hop, float *restrict y,
+                                size_t y_rs, int accumulate)
 {
     float acc[ET_TILE_ROWS][ET_TILE_COLS];
     int j0 = 0, j, k, r;
@@ -90,7 +92,7 @@ static inline void et_tile_f32_(int rows, int n, int K, const float *restrict a,
             float w0 = a[at[k]], w1 = a1[at[k]], w2 = a2[at[k]], w3 = a3[at[k]];
             et_v8_ b0, b1;
             memcpy(&b0, bk, sizeof b0);
-            memcpy(&b1, bk + 8, sizeof b1);
+            memcpy(&b1, bk + b_hop, sizeof b1);
             c00 += w0 * b0;
             c01 += w0 * b1;
             c10 += w1 * b0;
@@ -140,7 +142,7 @@ static inline void et_tile_f32_(int rows, int n, int K, const float *restrict a,
         for (r = 0; r < rows; ++r) {
             float ak = a[r * a_rs + at[k]];
             for (j = j0; j < n; ++j)
-                acc[r][j] += ak * b[bt[k] + (size_t)j];
+                acc[r][j] += ak * b[bt[k] + (j < 8 ? (size_t)j : b_hop + (size_t)j - 8)];
         }
     for (r = 0; r < rows; ++r)
         for (j = j0; j < n; ++j)
@@ -153,7 +155,7 @@ static inline void et_tiles_f32_(int rows, int n, int K, const float *a, size_t 
 {
     int j;
     for (j = 0; j < n; j += ET_TILE_COLS)
-        et_tile_f32_(rows, n - j < ET_TILE_COLS ? n - j : ET_TILE_COLS, K, a, a_rs, at, b + j, bt, y + j, y_rs,
+        et_tile_f32_(rows, n - j < ET_TILE_COLS ? n - j : ET_TILE_COLS, K, a, a_rs, at, b + j, bt, 8, y + j, y_rs,
                      accumulate);
 }
 
@@ -161,14 +163,22 @@ static inline void et_tiles_f32_(int rows, int n, int K, const float *a, size_t 
 #define ET_DOT_TAPS 2
 
 /* lane[r * lane_rs + t * ET_LANES + l] += the products y_r[i] * x_t[i] for
- * i < n with i % ET_LANES == l, in order of i: for rows r < rows <=
- * ET_TILE_ROWS of y (`y_rs` apart) and t < taps <= ET_DOT_TAPS of x (x_t =
- * x + xt[t]).  That many dot products, each with its own ET_LANES partial
- * sums (as et_dot_lanes_f32_), share their loads. */
-static inline void et_dot_tile_f32_(int rows, int taps, int n, const float *restrict y, size_t y_rs,
-                                    const float *restrict x, const size_t *xt, float *restrict lane, size_t lane_rs)
+ * i < n with i % ET_LANES == l, in order of i, for each of `segs`
+ * segments in turn: for rows r < rows <= ET_TILE_ROWS of y (`y_rs` apart)
+ * and t < taps <= ET_DOT_TAPS of x (x_t = x + xt[t]); segment g reads y +
+ * g * y_ss and x + g * x_ss.  That many dot products, each with its own
+ * ET_LANES partial sums (as et_dot_lanes_f32_), share their loads. */
+static inline void et_dot_tile_f32_(int rows, int taps, int segs, int n, const float *restrict y, size_t y_rs,
+                                    size_t y_ss, const float *restrict x, const size_t *xt, size_t x_ss,
+                                    float *restrict lane, size_t lane_rs)
 {
-    int i0 = 0, i, r, t;
+    int i0 = 0, i, r, t, g;
+    if (segs > 1 && n % ET_LANES) {  /* a segment's tail goes before the next segment */
+        for (g = 0; g < segs; ++g)
+            et_dot_tile_f32_(rows, taps, 1, n, y + (size_t)g * y_ss, y_rs, 0, x + (size_t)g * x_ss, xt, 0, lane,
+                             lane_rs);
+        return;
+    }
 #if ET_VECTORS
     if (rows == ET_TILE_ROWS && taps == ET_DOT_TAPS) {
         et_v8_ c00, c01, c10, c11, c20, c21, c30, c31;
@@ -180,22 +190,25 @@ static inline void et_dot_tile_f32_(int rows, int taps, int n, const float *rest
         memcpy(&c21, lane + 2 * lane_rs + 8, sizeof c21);
         memcpy(&c30, lane + 3 * lane_rs, sizeof c30);
         memcpy(&c31, lane + 3 * lane_rs + 8, sizeof c31);
-        for (; i0 + ET_LANES <= n; i0 += ET_LANES) {
-            et_v8_ x0, x1, y0, y1, y2, y3;
-            memcpy(&x0, x + xt[0] + i0, sizeof x0);
-            memcpy(&x1, x + xt[1] + i0, sizeof x1);
-            memcpy(&y0, y + i0, sizeof y0);
-            memcpy(&y1, y + y_rs + i0, sizeof y1);
-            memcpy(&y2, y + 2 * y_rs + i0, sizeof y2);
-            memcpy(&y3, y + 3 * y_rs + i0, sizeof y3);
-            c00 += y0 * x0;
-            c01 += y0 * x1;
-            c10 += y1 * x0;
-            c11 += y1 * x1;
-            c20 += y2 * x0;
-            c21 += y2 * x1;
-            c30 += y3 * x0;
-            c31 += y3 * x1;
+        for (g = 0; g < segs; ++g) {
+            const float *yg = y + (size_t)g * y_ss, *x0g = x + xt[0] + (size_t)g * x_ss, *x1g = x + xt[1] + (size_t)g * x_ss;
+            for (i0 = 0; i0 + ET_LANES <= n; i0 += ET_LANES) {
+                et_v8_ x0, x1, y0, y1, y2, y3;
+                memcpy(&x0, x0g + i0, sizeof x0);
+                memcpy(&x1, x1g + i0, sizeof x1);
+                memcpy(&y0, yg + i0, sizeof y0);
+                memcpy(&y1, yg + y_rs + i0, sizeof y1);
+                memcpy(&y2, yg + 2 * y_rs + i0, sizeof y2);
+                memcpy(&y3, yg + 3 * y_rs + i0, sizeof y3);
+                c00 += y0 * x0;
+                c01 += y0 * x1;
+                c10 += y1 * x0;
+                c11 += y1 * x1;
+                c20 += y2 * x0;
+                c21 += y2 * x1;
+                c30 += y3 * x0;
+                c31 += y3 * x1;
+            }
         }
         memcpy(lane, &c00, sizeof c00);
         memcpy(lane + 8, &c01, sizeof c01);
@@ -210,20 +223,24 @@ static inline void et_dot_tile_f32_(int rows, int taps, int n, const float *rest
             for (t = 0; t < taps; ++t) {
                 et_v8_ c;
                 memcpy(&c, lane + r * lane_rs + t * ET_LANES, sizeof c);
-                for (i0 = 0; i0 + ET_LANES <= n; i0 += ET_LANES) {
-                    et_v8_ xv, yv;
-                    memcpy(&xv, x + xt[t] + i0, sizeof xv);
-                    memcpy(&yv, y + r * y_rs + i0, sizeof yv);
-                    c += yv * xv;
-                }
+                for (g = 0; g < segs; ++g)
+                    for (i0 = 0; i0 + ET_LANES <= n; i0 += ET_LANES) {
+                        et_v8_ xv, yv;
+                        memcpy(&xv, x + xt[t] + (size_t)g * x_ss + i0, sizeof xv);
+                        memcpy(&yv, y + r * y_rs + (size_t)g * y_ss + i0, sizeof yv);
+                        c += yv * xv;
+                    }
                 memcpy(lane + r * lane_rs + t * ET_LANES, &c, sizeof c);
             }
+    if (segs > 1)
+        return;  /* whole lane blocks only (above) */
 #endif
     for (r = 0; r < rows; ++r)
         for (t = 0; t < taps; ++t) {
             float *l = lane + r * lane_rs + t * ET_LANES;
-            for (i = i0; i < n; ++i)
-                l[i % ET_LANES] += y[r * y_rs + (size_t)i] * x[xt[t] + (size_t)i];
+            for (g = 0; g < segs; ++g)
+                for (i = i0; i < n; ++i)
+                    l[i % ET_LANES] += y[r * y_rs + (size_t)g * y_ss + (size_t)i] * x[xt[t] + (size_t)g * x_ss + (size_t)i];
         }
 }
 
