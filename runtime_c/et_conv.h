@@ -374,6 +374,77 @@ static inline void et_conv_direct_f32_(int N, int C, int M, int G, const int *in
         }
 }
 
+/* A transposed convolution with strides (et_conv_chunked_f32_ with dir
+ * -1), read in place from its input planes spread along rows:
+ * xs[c, iz, iy, lo + ix * s2] = X[c, iz, iy, ix], zeros between, so that
+ * what a tap sends to a run of an output row's positions is one contiguous
+ * run of xs (zeros where nothing arrives).  It takes the taps the
+ * gathering path takes, chunk by chunk (those that reach an input there),
+ * in the same order, so it gives the same results.  Returns 0, having
+ * done nothing, where one spread plane does not fit ET_CONV_SCRATCH. */
+static inline int et_conv_spread_f32_(int N, int C, int M, int G, const int *in, const int *out, const int *k,
+                                      const int *s, const int *d, const int *p, const float *X, const float *W,
+                                      int w_m, int w_c, const float *B, float *Y)
+{
+    int Cg = C / G, Mg = M / G, in_size = et_conv_volume_(in), out_size = et_conv_volume_(out);
+    int k_size = et_conv_volume_(k), n, g, m, c, c0, cb, t, o0, len, rows, taps, iz, iy, iw, first, lo, hi;
+    int from[3], kt[3], reach = p[2] - (k[2] - 1) * d[2], margin = reach < 0 ? -reach : 0;
+    int width = margin + ((in[2] - 1) * s[2] + 1 > out[2] + p[2] ? (in[2] - 1) * s[2] + 1 : out[2] + p[2]);
+    size_t plane = (size_t)in[0] * (size_t)in[1] * (size_t)width, at[ET_CONV_DIRECT_TAPS], bt[ET_CONV_DIRECT_TAPS];
+    int block = et_conv_fits_(plane) ? (int)(ET_CONV_SCRATCH / plane) : 0;
+    float xs[ET_CONV_SCRATCH > 0 ? ET_CONV_SCRATCH : 1];
+    if (!block)
+        return 0;
+    for (n = 0; n < N; ++n)
+        for (g = 0; g < G; ++g) {
+            const float *Xg = X + ((size_t)n * (size_t)C + (size_t)g * (size_t)Cg) * (size_t)in_size;
+            const float *Wg = W + (size_t)g * (size_t)Cg * (size_t)w_c;
+            float *Yg = Y + ((size_t)n * (size_t)M + (size_t)g * (size_t)Mg) * (size_t)out_size;
+            et_conv_finish_(Mg, out_size, out_size, 0, NULL, Yg);  /* every sum starts from 0 */
+            for (c0 = 0; c0 < Cg; c0 += cb) {
+                cb = Cg - c0 < block ? Cg - c0 : block;
+                memset(xs, 0, (size_t)cb * plane * sizeof *xs);
+                for (c = 0; c < cb; ++c)
+                    for (iw = 0; iw < in_size; ++iw)
+                        xs[(size_t)c * plane + (size_t)(iw / in[2]) * (size_t)width + (size_t)(margin + iw % in[2] * s[2])] =
+                            Xg[(size_t)(c0 + c) * (size_t)in_size + (size_t)iw];
+                for (o0 = 0; o0 < out_size; o0 += len) {
+                    len = (o0 / out[2] + 1) * out[2] - o0;
+                    len = len < ET_CONV_CHUNK ? len : ET_CONV_CHUNK;
+                    et_conv_position_(o0, out, from);
+                    for (taps = 0, c = c0; c < c0 + cb; ++c)
+                        for (t = 0, kt[0] = kt[1] = kt[2] = 0; t < k_size; ++t, et_conv_next_tap_(kt, k)) {
+                            int off = p[2] - kt[2] * d[2], x0 = from[2] + off;  /* the position the run starts at */
+                            iz = et_conv_reads_(from[0], s[0], -1, p[0] - kt[0] * d[0], in[0]);
+                            iy = et_conv_reads_(from[1], s[1], -1, p[1] - kt[1] * d[1], in[1]);
+                            first = ((-x0) % s[2] + s[2]) % s[2];
+                            et_conv_span_(1, (x0 + first) / s[2], in[2], (len - first + s[2] - 1) / s[2], &lo, &hi);
+                            if (iz < 0 || iy < 0 || hi <= lo)
+                                continue;  /* reaches no input in this chunk */
+                            at[taps] = (size_t)c * (size_t)w_c + (size_t)t;
+                            bt[taps] = (size_t)(c - c0) * plane + ((size_t)iz * (size_t)in[1] + (size_t)iy) * (size_t)width +
+                                       (size_t)(margin + x0);
+                            if (++taps < ET_CONV_DIRECT_TAPS && (c + 1 < c0 + cb || t + 1 < k_size))
+                                continue;
+                            for (m = 0; m < Mg; m += rows) {
+                                rows = Mg - m < ET_TILE_ROWS ? Mg - m : ET_TILE_ROWS;
+                                et_tiles_f32_(rows, len, taps, Wg + (size_t)m * (size_t)w_m, (size_t)w_m, at, xs, bt,
+                                              Yg + (size_t)m * (size_t)out_size + (size_t)o0, (size_t)out_size, 1);
+                            }
+                            taps = 0;
+                        }
+                    for (m = 0; m < Mg && taps; m += rows) {  /* the block's last taps, when the last one is skipped */
+                        rows = Mg - m < ET_TILE_ROWS ? Mg - m : ET_TILE_ROWS;
+                        et_tiles_f32_(rows, len, taps, Wg + (size_t)m * (size_t)w_m, (size_t)w_m, at, xs, bt,
+                                      Yg + (size_t)m * (size_t)out_size + (size_t)o0, (size_t)out_size, 1);
+                    }
+                }
+            }
+            et_conv_finish_(Mg, out_size, out_size, 1, B ? B + g * Mg : NULL, Yg);
+        }
+    return 1;
+}
+
 /* Taps gathered per block of et_conv_chunked_f32_: their runs of
  * ET_CONV_CHUNK inputs sit on the stack.  The block size changes no
  * result, only how often partial sums go back to memory. */
@@ -410,6 +481,8 @@ static inline void et_conv_chunked_f32_(int N, int C, int M, int G, const int *i
         et_conv_direct_f32_(N, C, M, G, in, out, k, d, p, dir, X, W, w_m, w_c, B, Y);
         return;
     }
+    if (by_row && et_conv_spread_f32_(N, C, M, G, in, out, k, s, d, p, X, W, w_m, w_c, B, Y))
+        return;
     for (q = 0; q < ET_CONV_TAPS; ++q)
         bt[q] = (size_t)q * ET_CONV_CHUNK;
     for (n = 0; n < N; ++n)

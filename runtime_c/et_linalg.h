@@ -112,6 +112,31 @@ static inline void et_tile_f32_(int rows, int n, int K, const float *restrict a,
         memcpy(y + 3 * y_rs + 8, &c31, sizeof c31);
         return;
     }
+    if (rows < ET_TILE_ROWS && n >= 8) {  /* a row at a time: 8 or 16 outputs */
+        for (r = 0; r < rows; ++r) {
+            const float *ar = a + (size_t)r * a_rs;
+            float *yr = y + (size_t)r * y_rs;
+            et_v8_ c0 = {0}, c1 = {0};
+            if (accumulate) {
+                memcpy(&c0, yr, sizeof c0);
+                if (n == ET_TILE_COLS)
+                    memcpy(&c1, yr + 8, sizeof c1);
+            }
+            for (k = 0; k < K; ++k) {
+                et_v8_ b0, b1;
+                memcpy(&b0, b + bt[k], sizeof b0);
+                c0 += ar[at[k]] * b0;
+                if (n == ET_TILE_COLS) {
+                    memcpy(&b1, b + bt[k] + b_hop, sizeof b1);
+                    c1 += ar[at[k]] * b1;
+                }
+            }
+            memcpy(yr, &c0, sizeof c0);
+            if (n == ET_TILE_COLS)
+                memcpy(yr + 8, &c1, sizeof c1);
+        }
+        j0 = n == ET_TILE_COLS ? n : 8;
+    }
     if (rows == ET_TILE_ROWS && n >= 8) {  /* the first 8 outputs of a short tile */
         et_v8_ c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0};
         if (accumulate) {
