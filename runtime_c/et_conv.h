@@ -48,7 +48,7 @@ static inline int et_conv_volume_(const int *v)
 /* Output channels that share each load of an input row: the kernels run
  * et_linalg.h's row blocks where a group has that many channels left, one
  * channel at a time otherwise. */
-#define ET_CONV_ROWS ET_GEMM_ROWS
+#define ET_CONV_ROWS ET_TILE_ROWS
 
 /* y_r[j * y_step] += w[r * w_step] * x[j * x_step] for j < n and rows
  * r < rows (1 or ET_CONV_ROWS), the rows `y_rs` apart: the inner loop of
@@ -224,6 +224,30 @@ static inline size_t et_conv_margins_(const int *in, const int *out, const int *
     return (size_t)dim[0] * (size_t)dim[1] * (size_t)dim[2];
 }
 
+/* dst[i] = src[i] for i < n: short runs (rows of small planes) inline,
+ * in fixed-size pieces (the last one overlapping) that compile to plain
+ * moves, rather than through a library call. */
+static inline void et_conv_copy_(float *restrict dst, const float *restrict src, int n)
+{
+    int i;
+    if (n >= 8) {
+        for (i = 0; i + 8 <= n; i += 8)
+            memcpy(dst + i, src + i, 8 * sizeof *dst);
+        if (i < n)
+            memcpy(dst + n - 8, src + n - 8, 8 * sizeof *dst);
+    } else if (n >= 4) {
+        memcpy(dst, src, 4 * sizeof *dst);
+        memcpy(dst + n - 4, src + n - 4, 4 * sizeof *dst);
+    } else {
+        if (n > 0)
+            dst[0] = src[0];
+        if (n > 1)
+            dst[1] = src[1];
+        if (n > 2)
+            dst[2] = src[2];
+    }
+}
+
 /* xp = `channels` planes of X (`in_size` apart) inside zero margins
  * (et_conv_margins_), each `plane` floats. */
 static inline void et_conv_pad_(const float *X, int channels, size_t in_size, const int *in, const int *lo,
@@ -234,10 +258,9 @@ static inline void et_conv_pad_(const float *X, int channels, size_t in_size, co
     for (c = 0; c < channels; ++c)
         for (z = 0; z < in[0]; ++z)
             for (y = 0; y < in[1]; ++y)
-                memcpy(xp + (size_t)c * plane + ((size_t)(z + lo[0]) * (size_t)dim[1] + (size_t)(y + lo[1])) *
-                       (size_t)dim[2] + (size_t)lo[2],
-                       X + (size_t)c * in_size + ((size_t)z * (size_t)in[1] + (size_t)y) * (size_t)in[2],
-                       (size_t)in[2] * sizeof *xp);
+                et_conv_copy_(xp + (size_t)c * plane + ((size_t)(z + lo[0]) * (size_t)dim[1] + (size_t)(y + lo[1])) *
+                              (size_t)dim[2] + (size_t)lo[2],
+                              X + (size_t)c * in_size + ((size_t)z * (size_t)in[1] + (size_t)y) * (size_t)in[2], in[2]);
 }
 
 /* col[i] = the input that the i-th output position from (oz, oy, ox) =
@@ -254,7 +277,7 @@ static inline void et_conv_gather_padded_(const float *xp, const int *dim, const
         const float *x = xp + ((size_t)(oz * s[0] + off[0]) * (size_t)dim[1] + (size_t)(oy * s[1] + off[1])) *
                               (size_t)dim[2] + (size_t)(ox * s[2] + off[2]);
         if (s[2] == 1)
-            memcpy(col, x, (size_t)len * sizeof *col);
+            et_conv_copy_(col, x, len);
         else
             for (i = 0; i < len; ++i)
                 col[i] = x[i * s[2]];
@@ -452,22 +475,17 @@ static inline int et_conv_spread_f32_(int N, int C, int M, int G, const int *in,
 #define ET_CONV_TAPS (ET_VECTORS ? 32 : 2)
 #endif
 
-/* Y[n, m] = (sum over c, t of W[m * w_m + c * w_c + t] * the input that
- * tap t reaches, in that order, from 0) + B[m], for groups of at least
- * ET_TILE_ROWS output channels, where every tile of output channels takes
- * a block of taps' products (et_tile_f32_).  The group's input planes are
- * padded (et_conv_pad_) as many at a time as fit ET_CONV_SCRATCH; with
- * unit strides the tiles then read them in place (et_conv_direct_f32_),
- * otherwise a block of taps has its inputs gathered once per chunk of
- * output positions (et_conv_tap_inputs_).  `dir` is 1 for a convolution,
- * -1 for a transposed one, whose taps read back (et_conv_reads_).  A
+/* et_conv_chunked_f32_ by gathering: per chunk of output positions, a
+ * block of taps has its inputs gathered once (et_conv_tap_inputs_: from
+ * padded planes, as many as fit ET_CONV_SCRATCH, else with clipping),
+ * then every tile of output channels takes the block's products.  A
  * transposed convolution with strides reaches each output row through
  * some taps only, so its chunks end with a row and the taps that reach
  * nothing there are left out (they would add only zeros). */
-static inline void et_conv_chunked_f32_(int N, int C, int M, int G, const int *in, const int *out,
-                                        const int *k, const int *s, const int *d, const int *p, int dir,
-                                        const float *X, const float *W, int w_m, int w_c, const float *B,
-                                        float *Y)
+static inline void et_conv_gathered_f32_(int N, int C, int M, int G, const int *in, const int *out,
+                                         const int *k, const int *s, const int *d, const int *p, int dir,
+                                         const float *X, const float *W, int w_m, int w_c, const float *B,
+                                         float *Y)
 {
     int Cg = C / G, Mg = M / G, by_row = dir < 0 && s[0] * s[1] * s[2] > 1;
     int in_size = et_conv_volume_(in), out_size = et_conv_volume_(out), k_size = et_conv_volume_(k);
@@ -477,12 +495,6 @@ static inline void et_conv_chunked_f32_(int N, int C, int M, int G, const int *i
     int padded = !by_row && et_conv_fits_(plane), block = padded ? (int)(ET_CONV_SCRATCH / plane) : Cg;
     size_t at[ET_CONV_TAPS], bt[ET_CONV_TAPS];  /* each gathered tap's weights, for the group's first channel, and run */
     float col[ET_CONV_TAPS][ET_CONV_CHUNK], xp[ET_CONV_SCRATCH > 0 ? ET_CONV_SCRATCH : 1];
-    if (et_conv_direct_(s, padded)) {
-        et_conv_direct_f32_(N, C, M, G, in, out, k, d, p, dir, X, W, w_m, w_c, B, Y);
-        return;
-    }
-    if (by_row && et_conv_spread_f32_(N, C, M, G, in, out, k, s, d, p, X, W, w_m, w_c, B, Y))
-        return;
     for (q = 0; q < ET_CONV_TAPS; ++q)
         bt[q] = (size_t)q * ET_CONV_CHUNK;
     for (n = 0; n < N; ++n)
@@ -524,6 +536,28 @@ static inline void et_conv_chunked_f32_(int N, int C, int M, int G, const int *i
                 }
             }
         }
+}
+
+/* Y[n, m] = (sum over c, t of W[m * w_m + c * w_c + t] * the input that
+ * tap t reaches, in that order, from 0) + B[m], for groups of at least
+ * ET_TILE_ROWS output channels, every tile of output channels taking a
+ * block of taps' products at a time (et_tile_f32_).  `dir` is 1 for a
+ * convolution, -1 for a transposed one, whose taps read back
+ * (et_conv_reads_).  With unit strides the tiles read padded input planes
+ * in place (et_conv_direct_f32_), a transposed convolution with strides
+ * reads row-spread ones (et_conv_spread_f32_), the rest gather their
+ * inputs (et_conv_gathered_f32_), as does any of them whose planes do not
+ * fit ET_CONV_SCRATCH: each adds the same products in the same order. */
+static inline void et_conv_chunked_f32_(int N, int C, int M, int G, const int *in, const int *out,
+                                        const int *k, const int *s, const int *d, const int *p, int dir,
+                                        const float *X, const float *W, int w_m, int w_c, const float *B,
+                                        float *Y)
+{
+    int lo[3], dim[3], by_row = dir < 0 && s[0] * s[1] * s[2] > 1;
+    if (!by_row && et_conv_direct_(s, et_conv_fits_(et_conv_margins_(in, out, k, s, d, p, dir, lo, dim))))
+        et_conv_direct_f32_(N, C, M, G, in, out, k, d, p, dir, X, W, w_m, w_c, B, Y);
+    else if (!by_row || !et_conv_spread_f32_(N, C, M, G, in, out, k, s, d, p, X, W, w_m, w_c, B, Y))
+        et_conv_gathered_f32_(N, C, M, G, in, out, k, s, d, p, dir, X, W, w_m, w_c, B, Y);
 }
 
 /* Y[n, m] = (sum over c, t of W[m * w_m + c * w_c + t] * the input that

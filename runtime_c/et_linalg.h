@@ -1,14 +1,14 @@
-/* edgetrain runtime: matrix products, and the fixed-order dot product the
- * convolution kernels share.
+/* edgetrain runtime: matrix products, and the fixed-order tiles and dot
+ * products the convolution kernels share.
  *
  * Rounding is fixed by the C text, never by the compiler: outputs that
  * run along a contiguous row are summed over k = 0..K-1 in order, starting
- * from 0, with the loop over outputs innermost so compilers vectorize
- * across independent outputs; a dot product of two contiguous vectors
- * (op(B) transposed) keeps ET_LANES interleaved partial sums, added in one
- * stated order.  Either way every target computes the same bits whether
- * or not it vectorizes (no reassociation, no FMA contraction: see
- * et_common.h).  Y must not overlap A, B or C. */
+ * from 0, a tile of them at a time with the partial sums in registers
+ * (et_tile_f32_); a dot product of two contiguous vectors (op(B)
+ * transposed, a weight gradient) keeps ET_LANES interleaved partial sums,
+ * added in one stated order.  Either way every target computes the same
+ * bits whether or not it vectorizes (no reassociation, no FMA contraction:
+ * see et_common.h).  Y must not overlap A, B or C. */
 #ifndef ET_LINALG_H
 #define ET_LINALG_H
 
@@ -269,48 +269,6 @@ static inline void et_dot_tile_f32_(int rows, int taps, int segs, int n, const f
         }
 }
 
-/* Rows that share each load of a common operand: four output rows of a
- * matrix product (or four dot products) keep their partial sums in
- * registers or L1 while the shared row streams past once. */
-#define ET_GEMM_ROWS 4
-
-/* et_dot_lanes_f32_ of `a` with rows (1 or ET_GEMM_ROWS) of b, `b_rs`
- * apart, into consecutive lane sets: each load of `a` serves every row,
- * and the rows' independent sums keep the FPU busy. */
-static inline void et_dot_rows_f32_(int rows, int n, const float *restrict a, int a_step,
-                                    const float *restrict b, size_t b_rs, float *restrict lane)
-{
-    int blocks = rows == ET_GEMM_ROWS && a_step == 1 ? n / ET_LANES : 0, i, j, l, r;
-    /* Two blocks per pass: each lane is loaded and stored once for both,
-     * and still adds their products one after the other. */
-    for (i = 0; i + 1 < blocks; i += 2)
-        for (l = 0; l < ET_LANES; ++l) {
-            int at = i * ET_LANES + l, at2 = at + ET_LANES;
-            float x = a[at], x2 = a[at2];
-            lane[l] = (lane[l] + x * b[at]) + x2 * b[at2];
-            lane[ET_LANES + l] = (lane[ET_LANES + l] + x * b[b_rs + at]) + x2 * b[b_rs + at2];
-            lane[2 * ET_LANES + l] = (lane[2 * ET_LANES + l] + x * b[2 * b_rs + at]) + x2 * b[2 * b_rs + at2];
-            lane[3 * ET_LANES + l] = (lane[3 * ET_LANES + l] + x * b[3 * b_rs + at]) + x2 * b[3 * b_rs + at2];
-        }
-    for (; i < blocks; ++i)
-        for (l = 0; l < ET_LANES; ++l) {
-            int at = i * ET_LANES + l;
-            float x = a[at];
-            lane[l] += x * b[at];
-            lane[ET_LANES + l] += x * b[b_rs + at];
-            lane[2 * ET_LANES + l] += x * b[2 * b_rs + at];
-            lane[3 * ET_LANES + l] += x * b[3 * b_rs + at];
-        }
-    if (!blocks) {
-        for (r = 0; r < rows; ++r)
-            et_dot_lanes_f32_(n, a, a_step, b + r * b_rs, lane + r * ET_LANES);
-        return;
-    }
-    for (r = 0; r < rows; ++r)  /* the tail after the whole blocks */
-        for (j = blocks * ET_LANES; j < n; ++j)
-            lane[r * ET_LANES + j % ET_LANES] += a[j] * b[r * b_rs + j];
-}
-
 /* Blocks of a matrix product: ET_GEMM_DEPTH rows of B by ET_GEMM_COLS
  * columns stay in cache while every row tile of A reads them; a row
  * tile's ET_GEMM_DEPTH entries per row are packed for et_tile_f32_. */
@@ -331,32 +289,6 @@ static inline void et_axpy4_f32_(int n, float w0, float w1, float w2, float w3, 
         y2[j] += w2 * xj;
         y3[j] += w3 * xj;
     }
-}
-
-/* y_r[j] = (y_r[j] + v[r * step] * x[j]) + w[r * step] * z[j] for rows
- * r < rows (1 or ET_GEMM_ROWS), the rows `y_rs` apart, and j < n: two
- * terms of each sum in one pass over the outputs, still added one after
- * the other, so each output is loaded and stored half as often. */
-static inline void et_axpy2_f32_(int rows, int n, const float *v, const float *w, int step, const float *restrict x,
-                                 const float *restrict z, float *restrict y, size_t y_rs)
-{
-    int j, r;
-    if (rows == ET_GEMM_ROWS) {
-        float v0 = v[0], v1 = v[step], v2 = v[2 * step], v3 = v[3 * step];
-        float w0 = w[0], w1 = w[step], w2 = w[2 * step], w3 = w[3 * step];
-        float *restrict y0 = y, *restrict y1 = y + y_rs, *restrict y2 = y + 2 * y_rs, *restrict y3 = y + 3 * y_rs;
-        for (j = 0; j < n; ++j) {
-            float xj = x[j], zj = z[j];
-            y0[j] = (y0[j] + v0 * xj) + w0 * zj;
-            y1[j] = (y1[j] + v1 * xj) + w1 * zj;
-            y2[j] = (y2[j] + v2 * xj) + w2 * zj;
-            y3[j] = (y3[j] + v3 * xj) + w3 * zj;
-        }
-        return;
-    }
-    for (r = 0; r < rows; ++r)
-        for (j = 0; j < n; ++j)
-            y[r * y_rs + (size_t)j] = (y[r * y_rs + (size_t)j] + v[r * step] * x[j]) + w[r * step] * z[j];
 }
 
 static inline void et_gemm_f32(int M, int N, int K, float alpha, const float *A, int trans_a,
