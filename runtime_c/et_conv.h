@@ -771,6 +771,7 @@ static inline void et_conv_transpose_f32(int N, int C, int M, int G, const int *
  * so that each gathered run and each dY row serves them all
  * (et_dot_tile_f32_). */
 #define ET_CONV_GRAD_ROWS 64
+#define ET_CONV_GRAD_RUN 256
 #define ET_CONV_GRAD_TAPS (ET_VECTORS ? 16 : ET_DOT_TAPS)
 
 static inline void et_conv_grad_w_f32(int N, int C, int M, int G, const int *in,
@@ -784,15 +785,16 @@ static inline void et_conv_grad_w_f32(int N, int C, int M, int G, const int *in,
     size_t plane = et_conv_margins_(in, out, k, s, d, p, 1, lo, dim), xt[ET_CONV_GRAD_TAPS];
     int padded = !pointwise && et_conv_fits_(plane);
     /* Rows of whole lane blocks are read in place from the padded plane, runs of other shapes gathered. */
-    int direct = et_conv_direct_(s, padded) && out[2] % ET_LANES == 0, segs = direct ? out[1] : 1;  /* rows per run */
+    int direct = et_conv_direct_(s, padded) && out[2] % ET_LANES == 0, segs = 1;  /* rows per run */
     float col[ET_CONV_GRAD_TAPS][ET_CONV_CHUNK], xp[ET_CONV_SCRATCH > 0 ? ET_CONV_SCRATCH : 1];
     for (g = 0; g < G; ++g)
         for (m0 = g * Mg; m0 < (g + 1) * Mg; m0 += block) {
             block = (g + 1) * Mg - m0 < ET_CONV_GRAD_ROWS ? (g + 1) * Mg - m0 : ET_CONV_GRAD_ROWS;
             for (q0 = 0; q0 < Cg * k_size; q0 += taps) {
-                float lane[ET_CONV_GRAD_ROWS * ET_CONV_GRAD_TAPS * ET_LANES] = {0.0f};
+                float lane[ET_CONV_GRAD_ROWS * ET_CONV_GRAD_TAPS * ET_LANES];
                 int c = q0 / k_size, end = pointwise ? Cg : (c + 1) * k_size;  /* taps of one plane */
                 taps = end - q0 < ET_CONV_GRAD_TAPS ? end - q0 : ET_CONV_GRAD_TAPS;
+                memset(lane, 0, (size_t)block * ET_CONV_GRAD_TAPS * ET_LANES * sizeof *lane);  /* the rows in use */
                 et_conv_tap_(q0 % k_size, k, kt);
                 for (h = 0; h < taps; ++h) {  /* where each tap's run starts: in X, the scratch or the gathered runs */
                     xt[h] = pointwise ? (size_t)h * (size_t)in_size
@@ -809,6 +811,9 @@ static inline void et_conv_grad_w_f32(int N, int C, int M, int G, const int *in,
                         const float *x = pointwise ? Xc + o0 : col[0];
                         len = direct ? out[2] : out_size - o0 < ET_CONV_CHUNK ? out_size - o0 : ET_CONV_CHUNK;
                         et_conv_position_(o0, out, from);
+                        if (direct)  /* rows of one plane, ET_CONV_GRAD_RUN positions or so: dY stays in cache for every tap */
+                            segs = out[1] - from[1] < (ET_CONV_GRAD_RUN + len - 1) / len ? out[1] - from[1]
+                                                                                          : (ET_CONV_GRAD_RUN + len - 1) / len;
                         if (direct)
                             x = xp + ((size_t)from[0] * (size_t)dim[1] + (size_t)from[1]) * (size_t)dim[2];
                         else if (!pointwise)
