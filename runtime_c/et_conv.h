@@ -199,11 +199,16 @@ static inline void et_conv_position_(int o, const int *out, int *at)
 #define ET_CONV_SCRATCH (ET_VECTORS ? 16384 : 0)
 #endif
 
-/* Whether `floats` fit the scratch (written so as not to compare an
- * unsigned value with 0 where there is none). */
+/* Whether `floats` fit the scratch: never where there is none, which
+ * leaves the padded paths out of such builds altogether. */
 static inline int et_conv_fits_(size_t floats)
 {
-    return !(floats > (size_t)ET_CONV_SCRATCH);
+#if ET_CONV_SCRATCH > 0
+    return floats <= (size_t)ET_CONV_SCRATCH;
+#else
+    (void)floats;
+    return 0;
+#endif
 }
 
 /* The zero margins that hold every input a tap reads, per axis: `lo`
@@ -811,12 +816,11 @@ static inline void et_conv_grad_w_f32(int N, int C, int M, int G, const int *in,
                         const float *x = pointwise ? Xc + o0 : col[0];
                         len = direct ? out[2] : out_size - o0 < ET_CONV_CHUNK ? out_size - o0 : ET_CONV_CHUNK;
                         et_conv_position_(o0, out, from);
-                        if (direct)  /* rows of one plane, ET_CONV_GRAD_RUN positions or so: dY stays in cache for every tap */
+                        if (direct) {  /* rows of one plane, ET_CONV_GRAD_RUN positions or so: dY stays in cache for every tap */
                             segs = out[1] - from[1] < (ET_CONV_GRAD_RUN + len - 1) / len ? out[1] - from[1]
                                                                                           : (ET_CONV_GRAD_RUN + len - 1) / len;
-                        if (direct)
                             x = xp + ((size_t)from[0] * (size_t)dim[1] + (size_t)from[1]) * (size_t)dim[2];
-                        else if (!pointwise)
+                        } else if (!pointwise)
                             for (h = 0, et_conv_tap_(q0 % k_size, k, kt); h < taps; ++h, et_conv_next_tap_(kt, k))
                                 et_conv_tap_inputs_(Xc, padded ? xp : NULL, lo, dim, kt, in, out, s, d, p, 1, o0, from,
                                                     len, col[h]);

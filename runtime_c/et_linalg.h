@@ -50,6 +50,15 @@ static inline float et_dot_total_f32_(const float *lane)
 #if defined(__GNUC__) && (defined(__SSE2__) || defined(__aarch64__)) && !defined(ET_NO_VECTORS)
 #define ET_VECTORS 1
 typedef float et_v8_ __attribute__((vector_size(32)));
+/* Keeps a loaded vector in a register for all its uses (an empty asm that
+ * takes it there): otherwise gcc folds each use into a load of its own,
+ * and a tile's loads, not its arithmetic, set its pace.  Values are
+ * untouched.  Only where an AVX register holds the whole vector. */
+#ifdef __AVX__
+#define ET_IN_REGISTER_(v) __asm__("" : "+x"(v))
+#else
+#define ET_IN_REGISTER_(v) (void)0
+#endif
 #else
 #define ET_VECTORS 0
 #endif
@@ -93,6 +102,8 @@ static inline void et_tile_f32_(int rows, int n, int K, const float *restrict a,
             et_v8_ b0, b1;
             memcpy(&b0, bk, sizeof b0);
             memcpy(&b1, bk + b_hop, sizeof b1);
+            ET_IN_REGISTER_(b0);
+            ET_IN_REGISTER_(b1);
             c00 += w0 * b0;
             c01 += w0 * b1;
             c10 += w1 * b0;
@@ -225,6 +236,12 @@ static inline void et_dot_tile_f32_(int rows, int taps, int segs, int n, const f
                 memcpy(&y1, yg + y_rs + i0, sizeof y1);
                 memcpy(&y2, yg + 2 * y_rs + i0, sizeof y2);
                 memcpy(&y3, yg + 3 * y_rs + i0, sizeof y3);
+                ET_IN_REGISTER_(x0);
+                ET_IN_REGISTER_(x1);
+                ET_IN_REGISTER_(y0);
+                ET_IN_REGISTER_(y1);
+                ET_IN_REGISTER_(y2);
+                ET_IN_REGISTER_(y3);
                 c00 += y0 * x0;
                 c01 += y0 * x1;
                 c10 += y1 * x0;
