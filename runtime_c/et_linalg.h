@@ -185,14 +185,74 @@ static inline void et_tile_f32_(int rows, int n, int K, const float *restrict a,
             y[r * y_rs + (size_t)j] = acc[r][j];
 }
 
+/* et_tile_f32_'s sums for a whole row block on a scalar FPU, which has no
+ * registers for a tile: the outputs themselves hold the partial sums, two
+ * products per pass (still added one after the other), and each load of
+ * B serves every row. */
+static inline void et_rows_f32_(int rows, int n, int K, const float *a, size_t a_rs, const size_t *at,
+                                const float *restrict b, const size_t *bt, float *restrict y, size_t y_rs,
+                                int accumulate)
+{
+    int j, k, r;
+    if (!K && !accumulate)
+        for (r = 0; r < rows; ++r)
+            for (j = 0; j < n; ++j)
+                y[r * y_rs + (size_t)j] = 0.0f;
+    for (k = 0; k < K; k += 2) {
+        int first = k == 0 && !accumulate;  /* the first pass starts the sums from 0 rather than reading them */
+        const float *b0 = b + bt[k], *b1 = b + bt[k + 1 < K ? k + 1 : k];
+        if (rows == ET_TILE_ROWS && k + 1 < K) {
+            float v0 = a[at[k]], v1 = a[a_rs + at[k]], v2 = a[2 * a_rs + at[k]], v3 = a[3 * a_rs + at[k]];
+            float w0 = a[at[k + 1]], w1 = a[a_rs + at[k + 1]], w2 = a[2 * a_rs + at[k + 1]], w3 = a[3 * a_rs + at[k + 1]];
+            float *restrict y0 = y, *restrict y1 = y + y_rs, *restrict y2 = y + 2 * y_rs, *restrict y3 = y + 3 * y_rs;
+            if (first)
+                for (j = 0; j < n; ++j) {
+                    float x = b0[j], z = b1[j];
+                    y0[j] = (0.0f + v0 * x) + w0 * z;
+                    y1[j] = (0.0f + v1 * x) + w1 * z;
+                    y2[j] = (0.0f + v2 * x) + w2 * z;
+                    y3[j] = (0.0f + v3 * x) + w3 * z;
+                }
+            else
+                for (j = 0; j < n; ++j) {
+                    float x = b0[j], z = b1[j];
+                    y0[j] = (y0[j] + v0 * x) + w0 * z;
+                    y1[j] = (y1[j] + v1 * x) + w1 * z;
+                    y2[j] = (y2[j] + v2 * x) + w2 * z;
+                    y3[j] = (y3[j] + v3 * x) + w3 * z;
+                }
+        } else
+            for (r = 0; r < rows; ++r) {
+                float v = a[r * a_rs + at[k]], *restrict yr = y + r * y_rs;
+                float w = k + 1 < K ? a[r * a_rs + at[k + 1]] : 0.0f;
+                if (k + 1 < K && first)
+                    for (j = 0; j < n; ++j)
+                        yr[j] = (0.0f + v * b0[j]) + w * b1[j];
+                else if (k + 1 < K)
+                    for (j = 0; j < n; ++j)
+                        yr[j] = (yr[j] + v * b0[j]) + w * b1[j];
+                else if (first)
+                    for (j = 0; j < n; ++j)
+                        yr[j] = 0.0f + v * b0[j];
+                else
+                    for (j = 0; j < n; ++j)
+                        yr[j] += v * b0[j];
+            }
+    }
+}
+
 /* et_tile_f32_ along a whole row block: n outputs per row, any n. */
 static inline void et_tiles_f32_(int rows, int n, int K, const float *a, size_t a_rs, const size_t *at,
                                  const float *b, const size_t *bt, float *y, size_t y_rs, int accumulate)
 {
+#if ET_VECTORS
     int j;
     for (j = 0; j < n; j += ET_TILE_COLS)
         et_tile_f32_(rows, n - j < ET_TILE_COLS ? n - j : ET_TILE_COLS, K, a, a_rs, at, b + j, bt, 8, y + j, y_rs,
                      accumulate);
+#else
+    et_rows_f32_(rows, n, K, a, a_rs, at, b, bt, y, y_rs, accumulate);
+#endif
 }
 
 /* Taps of a weight-gradient tile (et_dot_tile_f32_). */
@@ -208,7 +268,7 @@ static inline void et_dot_tile_f32_(int rows, int taps, int segs, int n, const f
                                     size_t y_ss, const float *restrict x, const size_t *xt, size_t x_ss,
                                     float *restrict lane, size_t lane_rs)
 {
-    int i0 = 0, i, r, t, g;
+    int i0, i, r, t, g;
     if (segs > 1 && n % ET_LANES) {  /* a segment's tail goes before the next segment */
         for (g = 0; g < segs; ++g)
             et_dot_tile_f32_(rows, taps, 1, n, y + (size_t)g * y_ss, y_rs, 0, x + (size_t)g * x_ss, xt, 0, lane,
@@ -216,6 +276,7 @@ static inline void et_dot_tile_f32_(int rows, int taps, int segs, int n, const f
         return;
     }
 #if ET_VECTORS
+    i0 = 0;
     if (rows == ET_TILE_ROWS && taps == ET_DOT_TAPS) {
         et_v8_ c00, c01, c10, c11, c20, c21, c30, c31;
         memcpy(&c00, lane, sizeof c00);
@@ -276,14 +337,27 @@ static inline void et_dot_tile_f32_(int rows, int taps, int segs, int n, const f
             }
     if (segs > 1)
         return;  /* whole lane blocks only (above) */
-#endif
     for (r = 0; r < rows; ++r)
         for (t = 0; t < taps; ++t) {
             float *l = lane + r * lane_rs + t * ET_LANES;
-            for (g = 0; g < segs; ++g)
-                for (i = i0; i < n; ++i)
-                    l[i % ET_LANES] += y[r * y_rs + (size_t)g * y_ss + (size_t)i] * x[xt[t] + (size_t)g * x_ss + (size_t)i];
+            for (i = i0; i < n; ++i)
+                l[i % ET_LANES] += y[r * y_rs + (size_t)i] * x[xt[t] + (size_t)i];
         }
+#else
+    /* A scalar FPU: each lane takes two products per pass, still one after the other. */
+    for (r = 0; r < rows; ++r)
+        for (t = 0; t < taps; ++t) {
+            float *l = lane + r * lane_rs + t * ET_LANES;
+            for (g = 0; g < segs; ++g) {
+                const float *yr = y + r * y_rs + (size_t)g * y_ss, *xr = x + xt[t] + (size_t)g * x_ss;
+                for (i0 = 0; i0 + 2 * ET_LANES <= n; i0 += 2 * ET_LANES)
+                    for (i = 0; i < ET_LANES; ++i)
+                        l[i] = (l[i] + yr[i0 + i] * xr[i0 + i]) + yr[i0 + ET_LANES + i] * xr[i0 + ET_LANES + i];
+                for (i = i0; i < n; ++i)
+                    l[i % ET_LANES] += yr[i] * xr[i];
+            }
+        }
+#endif
 }
 
 /* Blocks of a matrix product: ET_GEMM_DEPTH rows of B by ET_GEMM_COLS
