@@ -773,8 +773,12 @@ static inline void et_conv_transpose_f32(int N, int C, int M, int G, const int *
  * is the same sum with the roles of X and dY swapped.  Up to
  * ET_CONV_GRAD_TAPS taps of one input channel (of several, for a pointwise
  * kernel) and ET_CONV_GRAD_ROWS output channels of a group run together,
- * so that each gathered run and each dY row serves them all
- * (et_dot_tile_f32_). */
+ * so that each run of inputs and each dY row serves them all
+ * (et_dot_tile_f32_).  With unit strides and rows of whole lane blocks the
+ * runs are read in place from the padded plane, about ET_CONV_GRAD_RUN
+ * positions (whole rows) per call; otherwise they are gathered in chunks
+ * of ET_CONV_CHUNK.  Either way lane l takes the same products in the
+ * same order. */
 #define ET_CONV_GRAD_ROWS 64
 #define ET_CONV_GRAD_RUN 256
 #define ET_CONV_GRAD_TAPS (ET_VECTORS ? 16 : ET_DOT_TAPS)
