@@ -779,7 +779,7 @@ static inline void et_conv_transpose_f32(int N, int C, int M, int G, const int *
  * positions (whole rows) per call; otherwise they are gathered in chunks
  * of ET_CONV_CHUNK.  Either way lane l takes the same products in the
  * same order. */
-#define ET_CONV_GRAD_ROWS 64
+#define ET_CONV_GRAD_ROWS (ET_VECTORS ? 64 : 16)  /* 16: 1 KB of lanes on a microcontroller's stack */
 #define ET_CONV_GRAD_RUN 256
 #define ET_CONV_GRAD_TAPS (ET_VECTORS ? 16 : ET_DOT_TAPS)
 
