@@ -345,6 +345,14 @@ static inline void et_conv_finish_(int Mg, int len, int out_size, int started, c
     }
 }
 
+/* Group g's weights: W[g * Mg + m, c, t] of a convolution (dir 1, rows
+ * w_m apart), W[g * Cg + c, m, t] of a transposed one (dir -1, input
+ * channels w_c apart); m and c then count within the group. */
+static inline const float *et_conv_group_weights_(const float *W, int g, int Mg, int Cg, int w_m, int w_c, int dir)
+{
+    return W + (dir > 0 ? (size_t)g * (size_t)Mg * (size_t)w_m : (size_t)g * (size_t)Cg * (size_t)w_c);
+}
+
 /* et_conv_chunked_f32_ with unit strides where a block of the group's
  * input planes fits ET_CONV_SCRATCH padded: each tile reads its output
  * row's inputs in place, taps ET_CONV_DIRECT_TAPS at a time (in order),
@@ -365,7 +373,7 @@ static inline void et_conv_direct_f32_(int N, int C, int M, int G, const int *in
     for (n = 0; n < N; ++n)
         for (g = 0; g < G; ++g) {
             const float *Xg = X + ((size_t)n * (size_t)C + (size_t)g * (size_t)Cg) * (size_t)in_size;
-            const float *Wg = W + (dir > 0 ? (size_t)g * (size_t)Mg * (size_t)w_m : (size_t)g * (size_t)Cg * (size_t)w_c);
+            const float *Wg = et_conv_group_weights_(W, g, Mg, Cg, w_m, w_c, dir);
             float *Yg = Y + ((size_t)n * (size_t)M + (size_t)g * (size_t)Mg) * (size_t)out_size;
             for (c0 = 0; c0 < Cg; c0 += cb) {
                 cb = Cg - c0 < block ? Cg - c0 : block;
@@ -426,7 +434,7 @@ static inline int et_conv_spread_f32_(int N, int C, int M, int G, const int *in,
     for (n = 0; n < N; ++n)
         for (g = 0; g < G; ++g) {
             const float *Xg = X + ((size_t)n * (size_t)C + (size_t)g * (size_t)Cg) * (size_t)in_size;
-            const float *Wg = W + (size_t)g * (size_t)Cg * (size_t)w_c;
+            const float *Wg = et_conv_group_weights_(W, g, Mg, Cg, w_m, w_c, -1);
             float *Yg = Y + ((size_t)n * (size_t)M + (size_t)g * (size_t)Mg) * (size_t)out_size;
             et_conv_finish_(Mg, out_size, out_size, 0, NULL, Yg);  /* every sum starts from 0 */
             for (c0 = 0; c0 < Cg; c0 += cb) {
@@ -505,8 +513,7 @@ static inline void et_conv_gathered_f32_(int N, int C, int M, int G, const int *
     for (n = 0; n < N; ++n)
         for (g = 0; g < G; ++g) {
             const float *Xg = X + ((size_t)n * (size_t)C + (size_t)g * (size_t)Cg) * (size_t)in_size;
-            /* the group's weights: W[g * Mg + m, c, t] for a convolution, W[g * Cg + c, m, t] for a transposed one */
-            const float *Wg = W + (dir > 0 ? (size_t)g * (size_t)Mg * (size_t)w_m : (size_t)g * (size_t)Cg * (size_t)w_c);
+            const float *Wg = et_conv_group_weights_(W, g, Mg, Cg, w_m, w_c, dir);
             float *Yg = Y + ((size_t)n * (size_t)M + (size_t)g * (size_t)Mg) * (size_t)out_size;
             for (c0 = 0; c0 < Cg; c0 += cb) {
                 cb = Cg - c0 < block ? Cg - c0 : block;
@@ -596,9 +603,8 @@ static inline int et_conv_narrow_f32_(int N, int C, int M, int G, const int *in,
             et_conv_pad_(X + ((size_t)n * (size_t)C + (size_t)g * (size_t)Cg) * (size_t)in_size, Cg,
                          (size_t)in_size, in, lo, dim, plane, xp);
             for (m = g * Mg; m < (g + 1) * Mg; ++m) {
-                /* W[m, c, t] for a convolution, W[c, m % Mg, t] for a transposed one (c within the group) */
-                const float *Wm = W + (dir > 0 ? (size_t)m * (size_t)w_m
-                                                : (size_t)(m - g * Mg) * (size_t)w_m + (size_t)g * (size_t)Cg * (size_t)w_c);
+                /* output channel m's weights */
+                const float *Wm = et_conv_group_weights_(W, g, Mg, Cg, w_m, w_c, dir) + (size_t)(m - g * Mg) * (size_t)w_m;
                 float *Ym = Y + ((size_t)n * (size_t)M + (size_t)m) * (size_t)out_size;
                 for (q = 0; q < runs; ++q)
                     ys[q] = 0.0f;

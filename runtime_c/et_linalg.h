@@ -69,6 +69,62 @@ typedef float et_v8_ __attribute__((vector_size(32)));
 #define ET_TILE_ROWS 4
 #define ET_TILE_COLS 16
 
+/* et_tile_f32_'s sums (below) on a scalar FPU, for n outputs per row that
+ * run contiguously in B: with no registers for a tile, the outputs
+ * themselves hold the partial sums, two products per pass (still added
+ * one after the other), and each load of B serves every row. */
+static inline void et_rows_f32_(int rows, int n, int K, const float *a, size_t a_rs, const size_t *at,
+                                const float *restrict b, const size_t *bt, float *restrict y, size_t y_rs,
+                                int accumulate)
+{
+    int j, k, r;
+    if (!K && !accumulate)
+        for (r = 0; r < rows; ++r)
+            for (j = 0; j < n; ++j)
+                y[r * y_rs + (size_t)j] = 0.0f;
+    for (k = 0; k < K; k += 2) {
+        int first = k == 0 && !accumulate;  /* the first pass starts the sums from 0 rather than reading them */
+        const float *b0 = b + bt[k], *b1 = b + bt[k + 1 < K ? k + 1 : k];
+        if (rows == ET_TILE_ROWS && k + 1 < K) {
+            float v0 = a[at[k]], v1 = a[a_rs + at[k]], v2 = a[2 * a_rs + at[k]], v3 = a[3 * a_rs + at[k]];
+            float w0 = a[at[k + 1]], w1 = a[a_rs + at[k + 1]], w2 = a[2 * a_rs + at[k + 1]], w3 = a[3 * a_rs + at[k + 1]];
+            float *restrict y0 = y, *restrict y1 = y + y_rs, *restrict y2 = y + 2 * y_rs, *restrict y3 = y + 3 * y_rs;
+            if (first)
+                for (j = 0; j < n; ++j) {
+                    float x = b0[j], z = b1[j];
+                    y0[j] = (0.0f + v0 * x) + w0 * z;
+                    y1[j] = (0.0f + v1 * x) + w1 * z;
+                    y2[j] = (0.0f + v2 * x) + w2 * z;
+                    y3[j] = (0.0f + v3 * x) + w3 * z;
+                }
+            else
+                for (j = 0; j < n; ++j) {
+                    float x = b0[j], z = b1[j];
+                    y0[j] = (y0[j] + v0 * x) + w0 * z;
+                    y1[j] = (y1[j] + v1 * x) + w1 * z;
+                    y2[j] = (y2[j] + v2 * x) + w2 * z;
+                    y3[j] = (y3[j] + v3 * x) + w3 * z;
+                }
+        } else
+            for (r = 0; r < rows; ++r) {
+                float v = a[r * a_rs + at[k]], *restrict yr = y + r * y_rs;
+                float w = k + 1 < K ? a[r * a_rs + at[k + 1]] : 0.0f;
+                if (k + 1 < K && first)
+                    for (j = 0; j < n; ++j)
+                        yr[j] = (0.0f + v * b0[j]) + w * b1[j];
+                else if (k + 1 < K)
+                    for (j = 0; j < n; ++j)
+                        yr[j] = (yr[j] + v * b0[j]) + w * b1[j];
+                else if (first)
+                    for (j = 0; j < n; ++j)
+                        yr[j] = 0.0f + v * b0[j];
+                else
+                    for (j = 0; j < n; ++j)
+                        yr[j] += v * b0[j];
+            }
+    }
+}
+
 /* y_r[j] = (accumulate ? y_r[j] : 0) + a_r[at[0]] * b_j[bt[0]] +
  * a_r[at[1]] * b_j[bt[1]] + ... over k < K, added in k order, for rows
  * r < rows <= ET_TILE_ROWS (a_r = a + r * a_rs, y_r = y + r * y_rs) and
@@ -80,9 +136,9 @@ static inline void et_tile_f32_(int rows, int n, int K, const float *restrict a,
                                 const float *restrict b, const size_t *bt, size_t b_hop, float *restrict y,
                                 size_t y_rs, int accumulate)
 {
-    float acc[ET_TILE_ROWS][ET_TILE_COLS];
-    int j0 = 0, j, k, r;
+    int j0 = 0, j;
 #if ET_VECTORS
+    int k, r;
     const float *a1 = a + a_rs, *a2 = a + 2 * a_rs, *a3 = a + 3 * a_rs;
     if (rows == ET_TILE_ROWS && n == ET_TILE_COLS) {
         et_v8_ c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0}, c30 = {0}, c31 = {0};
@@ -171,73 +227,11 @@ static inline void et_tile_f32_(int rows, int n, int K, const float *restrict a,
         j0 = 8;
     }
 #endif
-    for (r = 0; r < rows; ++r)
-        for (j = j0; j < n; ++j)
-            acc[r][j] = accumulate ? y[r * y_rs + (size_t)j] : 0.0f;
-    for (k = 0; k < K; ++k)
-        for (r = 0; r < rows; ++r) {
-            float ak = a[r * a_rs + at[k]];
-            for (j = j0; j < n; ++j)
-                acc[r][j] += ak * b[bt[k] + (j < 8 ? (size_t)j : b_hop + (size_t)j - 8)];
-        }
-    for (r = 0; r < rows; ++r)
-        for (j = j0; j < n; ++j)
-            y[r * y_rs + (size_t)j] = acc[r][j];
-}
-
-/* et_tile_f32_'s sums for a whole row block on a scalar FPU, which has no
- * registers for a tile: the outputs themselves hold the partial sums, two
- * products per pass (still added one after the other), and each load of
- * B serves every row. */
-static inline void et_rows_f32_(int rows, int n, int K, const float *a, size_t a_rs, const size_t *at,
-                                const float *restrict b, const size_t *bt, float *restrict y, size_t y_rs,
-                                int accumulate)
-{
-    int j, k, r;
-    if (!K && !accumulate)
-        for (r = 0; r < rows; ++r)
-            for (j = 0; j < n; ++j)
-                y[r * y_rs + (size_t)j] = 0.0f;
-    for (k = 0; k < K; k += 2) {
-        int first = k == 0 && !accumulate;  /* the first pass starts the sums from 0 rather than reading them */
-        const float *b0 = b + bt[k], *b1 = b + bt[k + 1 < K ? k + 1 : k];
-        if (rows == ET_TILE_ROWS && k + 1 < K) {
-            float v0 = a[at[k]], v1 = a[a_rs + at[k]], v2 = a[2 * a_rs + at[k]], v3 = a[3 * a_rs + at[k]];
-            float w0 = a[at[k + 1]], w1 = a[a_rs + at[k + 1]], w2 = a[2 * a_rs + at[k + 1]], w3 = a[3 * a_rs + at[k + 1]];
-            float *restrict y0 = y, *restrict y1 = y + y_rs, *restrict y2 = y + 2 * y_rs, *restrict y3 = y + 3 * y_rs;
-            if (first)
-                for (j = 0; j < n; ++j) {
-                    float x = b0[j], z = b1[j];
-                    y0[j] = (0.0f + v0 * x) + w0 * z;
-                    y1[j] = (0.0f + v1 * x) + w1 * z;
-                    y2[j] = (0.0f + v2 * x) + w2 * z;
-                    y3[j] = (0.0f + v3 * x) + w3 * z;
-                }
-            else
-                for (j = 0; j < n; ++j) {
-                    float x = b0[j], z = b1[j];
-                    y0[j] = (y0[j] + v0 * x) + w0 * z;
-                    y1[j] = (y1[j] + v1 * x) + w1 * z;
-                    y2[j] = (y2[j] + v2 * x) + w2 * z;
-                    y3[j] = (y3[j] + v3 * x) + w3 * z;
-                }
-        } else
-            for (r = 0; r < rows; ++r) {
-                float v = a[r * a_rs + at[k]], *restrict yr = y + r * y_rs;
-                float w = k + 1 < K ? a[r * a_rs + at[k + 1]] : 0.0f;
-                if (k + 1 < K && first)
-                    for (j = 0; j < n; ++j)
-                        yr[j] = (0.0f + v * b0[j]) + w * b1[j];
-                else if (k + 1 < K)
-                    for (j = 0; j < n; ++j)
-                        yr[j] = (yr[j] + v * b0[j]) + w * b1[j];
-                else if (first)
-                    for (j = 0; j < n; ++j)
-                        yr[j] = 0.0f + v * b0[j];
-                else
-                    for (j = 0; j < n; ++j)
-                        yr[j] += v * b0[j];
-            }
+    /* What is left, on scalars: the outputs before 8 (at b + j), then those from 8 on (at b + b_hop). */
+    for (j = j0; j < n; j = j < 8 ? 8 : n) {
+        int end = j < 8 && n > 8 ? 8 : n;
+        et_rows_f32_(rows, end - j, K, a, a_rs, at, b + (j < 8 ? (size_t)j : b_hop + (size_t)(j - 8)), bt, y + j, y_rs,
+                     accumulate);
     }
 }
 
