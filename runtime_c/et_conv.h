@@ -634,6 +634,35 @@ static inline int et_conv_narrow_f32_(int N, int C, int M, int G, const int *in,
     return 1;
 }
 
+/* A pointwise convolution (et_conv_f32) over a plane of fewer than
+ * ET_GEMM_NARROW positions: the group's weights, packed transposed into
+ * the scratch (as many output channels as fit), let et_gemm_f32 run its
+ * tiles along output channels.  The same products and order as a matrix
+ * product on W itself.  Returns 0, having done nothing, where that does
+ * not apply or pay. */
+static inline int et_conv_pointwise_narrow_f32_(int N, int C, int M, int G, int out_size, const float *X,
+                                                const float *W, const float *B, float *Y)
+{
+    int Cg = C / G, Mg = M / G, block = ET_CONV_SCRATCH / (Cg > 0 ? Cg : 1), n, g, m0, mb, m, c;
+    float wt[ET_CONV_SCRATCH > 0 ? ET_CONV_SCRATCH : 1];
+    if (!ET_VECTORS || !et_conv_fits_((size_t)Cg * 8) || out_size >= ET_GEMM_NARROW ||
+        out_size % ET_TILE_COLS == 0 || Mg < 8)
+        return 0;
+    for (g = 0; g < G; ++g)
+        for (m0 = 0; m0 < Mg; m0 += mb) {
+            mb = Mg - m0 < block ? Mg - m0 : block;
+            for (m = 0; m < mb; ++m)
+                for (c = 0; c < Cg; ++c)
+                    wt[(size_t)c * (size_t)mb + (size_t)m] = W[(size_t)(g * Mg + m0 + m) * (size_t)Cg + (size_t)c];
+            for (n = 0; n < N; ++n)
+                et_gemm_f32(mb, out_size, Cg, 1.0f, wt, 1,
+                            X + ((size_t)n * (size_t)C + (size_t)g * (size_t)Cg) * (size_t)out_size, 0, 1.0f,
+                            B ? B + g * Mg + m0 : NULL, 1, 0,
+                            Y + ((size_t)n * (size_t)M + (size_t)(g * Mg + m0)) * (size_t)out_size);
+        }
+    return 1;
+}
+
 /* Y[n, m] = (sum over c, kz, ky, kx, in that order, of
  * W[m, c, kz, ky, kx] * X[n, g*C/G + c, ...]) + B[m]; B may be NULL.
  * The inner loop runs along a contiguous output row.  A pointwise kernel
@@ -648,6 +677,8 @@ static inline void et_conv_f32(int N, int C, int M, int G, const int *in, const 
     int in_size = et_conv_volume_(in), out_size = et_conv_volume_(out);
     int k_size = et_conv_volume_(k);
     int n, m, c, g, r, rows, oz, oy, ox, kz, ky, kx;
+    if (et_conv_pointwise_(in, out, k, s, p) && et_conv_pointwise_narrow_f32_(N, C, M, G, out_size, X, W, B, Y))
+        return;
     if (et_conv_pointwise_(in, out, k, s, p)) {
         for (n = 0; n < N; ++n)
             for (g = 0; g < G; ++g)
@@ -770,6 +801,62 @@ static inline void et_conv_transpose_f32(int N, int C, int M, int G, const int *
         }
 }
 
+/* A pointwise kernel's weight gradient over planes of fewer than
+ * ET_GEMM_NARROW positions, where a dot product's lanes (below) would hold
+ * one or two products each: dW[m, c] = sum over n, then plane position j,
+ * in that order from 0, of dY[n, m, j] * X[n, g*C/G + c, j].  On SIMD
+ * hosts tiles run along input channels, X packed transposed into the
+ * scratch a block of (n, j) at a time; elsewhere each load of X serves
+ * ET_CONV_ROWS output channels' sums. */
+static inline void et_conv_grad_w_narrow_f32_(int N, int C, int M, int G, int P, const float *dY, const float *X,
+                                              float *dW)
+{
+    int Cg = C / G, Mg = M / G, g, m, c, n, j, r, rows;
+#if ET_VECTORS
+    int depth = ET_CONV_SCRATCH / (Cg > 0 ? Cg : 1), k, k0, kd;
+    if (depth > ET_GEMM_DEPTH)
+        depth = ET_GEMM_DEPTH;
+    if (depth > 0) {
+        size_t at[ET_GEMM_DEPTH], bt[ET_GEMM_DEPTH];  /* each (n, j): its dY column and its row of xt */
+        float xt[ET_CONV_SCRATCH > 0 ? ET_CONV_SCRATCH : 1];
+        for (g = 0; g < G; ++g)
+            for (k0 = 0; k0 < N * P; k0 += kd) {
+                kd = N * P - k0 < depth ? N * P - k0 : depth;
+                for (k = 0; k < kd; ++k) {
+                    n = (k0 + k) / P;
+                    j = (k0 + k) % P;
+                    at[k] = (size_t)n * (size_t)M * (size_t)P + (size_t)j;
+                    bt[k] = (size_t)k * (size_t)Cg;
+                    for (c = 0; c < Cg; ++c)
+                        xt[bt[k] + (size_t)c] = X[((size_t)n * (size_t)C + (size_t)(g * Cg + c)) * (size_t)P + (size_t)j];
+                }
+                for (m = 0; m < Mg; m += rows) {
+                    rows = Mg - m < ET_TILE_ROWS ? Mg - m : ET_TILE_ROWS;
+                    et_tiles_f32_(rows, Cg, kd, dY + (size_t)(g * Mg + m) * (size_t)P, (size_t)P, at, xt, bt,
+                                  dW + (size_t)(g * Mg + m) * (size_t)Cg, (size_t)Cg, k0 > 0);
+                }
+            }
+        return;
+    }
+#endif
+    for (g = 0; g < G; ++g)
+        for (m = 0; m < Mg; m += rows) {
+            rows = et_conv_rows_(m, Mg);
+            for (c = 0; c < Cg; ++c) {
+                float sum[ET_CONV_ROWS] = {0.0f};
+                for (n = 0; n < N; ++n) {
+                    const float *x = X + ((size_t)n * (size_t)C + (size_t)(g * Cg + c)) * (size_t)P;
+                    const float *dy = dY + ((size_t)n * (size_t)M + (size_t)(g * Mg + m)) * (size_t)P;
+                    for (j = 0; j < P; ++j)
+                        for (r = 0; r < rows; ++r)
+                            sum[r] += dy[(size_t)r * (size_t)P + (size_t)j] * x[j];
+                }
+                for (r = 0; r < rows; ++r)
+                    dW[(size_t)(g * Mg + m + r) * (size_t)Cg + (size_t)c] = sum[r];
+            }
+        }
+}
+
 /* Conv's weight gradient: dW[m, c, kz, ky, kx] = sum over n, oz, oy, ox
  * of dY[n, m, o] * X[n, g*C/G + c, o*s + k*d - p], with Conv's geometry
  * (`in` is X's size, `out` is dY's): one dot product per weight, of each
@@ -784,7 +871,9 @@ static inline void et_conv_transpose_f32(int N, int C, int M, int G, const int *
  * runs are read in place from the padded plane, about ET_CONV_GRAD_RUN
  * positions (whole rows) per call; otherwise they are gathered in chunks
  * of ET_CONV_CHUNK.  Either way lane l takes the same products in the
- * same order. */
+ * same order.  A pointwise kernel over a plane of fewer than
+ * ET_GEMM_NARROW positions sums in order instead, without lanes
+ * (et_conv_grad_w_narrow_f32_). */
 #define ET_CONV_GRAD_ROWS (ET_VECTORS ? 64 : 16)  /* 16: 1 KB of lanes on a microcontroller's stack */
 #define ET_CONV_GRAD_RUN 256
 #define ET_CONV_GRAD_TAPS (ET_VECTORS ? 16 : ET_DOT_TAPS)
@@ -802,6 +891,10 @@ static inline void et_conv_grad_w_f32(int N, int C, int M, int G, const int *in,
     /* Rows of whole lane blocks are read in place from the padded plane, runs of other shapes gathered. */
     int direct = et_conv_direct_(s, padded) && out[2] % ET_LANES == 0, segs = 1;  /* rows per run */
     float col[ET_CONV_GRAD_TAPS][ET_CONV_CHUNK], xp[ET_CONV_SCRATCH > 0 ? ET_CONV_SCRATCH : 1];
+    if (pointwise && out_size < ET_GEMM_NARROW) {
+        et_conv_grad_w_narrow_f32_(N, C, M, G, out_size, dY, X, dW);
+        return;
+    }
     for (g = 0; g < G; ++g)
         for (m0 = g * Mg; m0 < (g + 1) * Mg; m0 += block) {
             block = (g + 1) * Mg - m0 < ET_CONV_GRAD_ROWS ? (g + 1) * Mg - m0 : ET_CONV_GRAD_ROWS;

@@ -315,6 +315,32 @@ static inline void et_dot_tile_f32_(int rows, int taps, int segs, int n, const f
         memcpy(lane + 2 * lane_rs + 8, &c21, sizeof c21);
         memcpy(lane + 3 * lane_rs, &c30, sizeof c30);
         memcpy(lane + 3 * lane_rs + 8, &c31, sizeof c31);
+    } else if (rows == ET_TILE_ROWS && taps == 1) {  /* four rows' sums side by side, not one chain */
+        et_v8_ c0, c1, c2, c3;
+        memcpy(&c0, lane, sizeof c0);
+        memcpy(&c1, lane + lane_rs, sizeof c1);
+        memcpy(&c2, lane + 2 * lane_rs, sizeof c2);
+        memcpy(&c3, lane + 3 * lane_rs, sizeof c3);
+        for (g = 0; g < segs; ++g) {
+            const float *yg = y + (size_t)g * y_ss, *xg = x + xt[0] + (size_t)g * x_ss;
+            for (i0 = 0; i0 + ET_LANES <= n; i0 += ET_LANES) {
+                et_v8_ xv, y0, y1, y2, y3;
+                memcpy(&xv, xg + i0, sizeof xv);
+                memcpy(&y0, yg + i0, sizeof y0);
+                memcpy(&y1, yg + y_rs + i0, sizeof y1);
+                memcpy(&y2, yg + 2 * y_rs + i0, sizeof y2);
+                memcpy(&y3, yg + 3 * y_rs + i0, sizeof y3);
+                ET_IN_REGISTER_(xv);
+                c0 += y0 * xv;
+                c1 += y1 * xv;
+                c2 += y2 * xv;
+                c3 += y3 * xv;
+            }
+        }
+        memcpy(lane, &c0, sizeof c0);
+        memcpy(lane + lane_rs, &c1, sizeof c1);
+        memcpy(lane + 2 * lane_rs, &c2, sizeof c2);
+        memcpy(lane + 3 * lane_rs, &c3, sizeof c3);
     } else
         for (r = 0; r < rows; ++r)
             for (t = 0; t < taps; ++t) {
@@ -360,6 +386,14 @@ static inline void et_dot_tile_f32_(int rows, int taps, int segs, int n, const f
 #define ET_GEMM_COLS 256
 #define ET_GEMM_DEPTH 64
 
+/* Products with fewer columns than this, not a whole number of tiles wide
+ * (a convolution over a small plane, the columns its positions), leave a
+ * tile's vector lanes idle.  Where op(A) is stored transposed, its rows
+ * run contiguously in memory, and tiles can run along them instead: their
+ * rows are then output columns (four at a time), and a small buffer turns
+ * each tile back.  Every output keeps its sum over k, in order. */
+#define ET_GEMM_NARROW 64
+
 /* y_r[j] += w_r * x[j] for j < n and four rows: each load of x serves
  * all four, and saying that nothing overlaps (restrict) lets compilers
  * vectorize over j; each y element still gets its own single product. */
@@ -391,7 +425,35 @@ static inline void et_gemm_f32(int M, int N, int K, float alpha, const float *A,
                 et_dot_lanes_f32_(K, A + (size_t)i * (size_t)a_rs, a_ks, B + (size_t)j * (size_t)K, lane);
                 Y[(size_t)i * (size_t)N + (size_t)j] = et_dot_total_f32_(lane);
             }
-    } else {
+    }
+#if ET_VECTORS
+    else if (trans_a && N < ET_GEMM_NARROW && N % ET_TILE_COLS && M >= 8 && K > 0) {
+        /* Tile row r is output column j + r, read from B + j + r (k apart by N); tile column c is
+         * output row i + c, read from A + i + c (k apart by M). */
+        size_t at[ET_GEMM_DEPTH], bt[ET_GEMM_DEPTH];
+        float yt[ET_TILE_ROWS * ET_TILE_COLS];
+        int r, c;
+        for (k = 0; k < ET_GEMM_DEPTH; ++k) {
+            at[k] = (size_t)k * (size_t)N;
+            bt[k] = (size_t)k * (size_t)M;
+        }
+        for (i = 0; i < M; i += ET_TILE_COLS) {
+            n = M - i < ET_TILE_COLS ? M - i : ET_TILE_COLS;
+            for (j = 0; j < N; j += ET_TILE_ROWS) {
+                rows = N - j < ET_TILE_ROWS ? N - j : ET_TILE_ROWS;
+                for (k0 = 0; k0 < K; k0 += depth) {
+                    depth = K - k0 < ET_GEMM_DEPTH ? K - k0 : ET_GEMM_DEPTH;
+                    et_tile_f32_(rows, n, depth, B + (size_t)k0 * (size_t)N + (size_t)j, 1, at,
+                                 A + (size_t)k0 * (size_t)M + (size_t)i, bt, 8, yt, ET_TILE_COLS, k0 > 0);
+                }
+                for (r = 0; r < rows; ++r)
+                    for (c = 0; c < n; ++c)
+                        Y[(size_t)(i + c) * (size_t)N + (size_t)(j + r)] = yt[r * ET_TILE_COLS + c];
+            }
+        }
+    }
+#endif
+    else {
         size_t at[ET_GEMM_DEPTH], bt[ET_GEMM_DEPTH];
         for (j0 = 0; j0 < N; j0 += ET_GEMM_COLS) {
             n = N - j0 < ET_GEMM_COLS ? N - j0 : ET_GEMM_COLS;

@@ -64,6 +64,9 @@ void t_conv_transpose(int N, int C, int M, int G, const int *in, const int *out,
 void t_conv_grad_w(int N, int C, int M, int G, const int *in, const int *out, const int *k, const int *s,
                    const int *d, const int *p, const float *dY, const float *X, float *dW)
 { et_conv_grad_w_f32(N, C, M, G, in, out, k, s, d, p, dY, X, dW); }
+void t_reduce_sum(int rank, const int *shape, const int *out_strides, float scale, const float *X, float *Y,
+                  int y_size)
+{ et_reduce_sum_f32(rank, shape, out_strides, scale, X, Y, y_size); }
 void t_adamw(int n, float step, float lr, float b1, float b2, float eps, float wd, float *W,
              const float *G, float *M, float *V)
 { et_adamw_f32(n, step, lr, b1, b2, eps, wd, W, G, M, V); }
@@ -87,6 +90,7 @@ void t_bce(int, const float *, const float *, float *);
 float t_adam_step_size(float, float, float, uint32_t);
 void t_adamw(int, float, float, float, float, float, float, float *, const float *, float *,
              float *);
+void t_reduce_sum(int, const int *, const int *, float, const float *, float *, int);
 void t_conv(int, int, int, int, const int *, const int *, const int *, const int *, const int *, const int *,
             const float *, const float *, const float *, float *);
 void t_conv_transpose(int, int, int, int, const int *, const int *, const int *, const int *, const int *,
@@ -101,13 +105,16 @@ def runtime_source():
     return "\n".join((RUNTIME / h).read_text() for h in HEADERS)
 
 
-@pytest.fixture(scope="module")
-def lib(tmp_path_factory):
+# The kernels as SIMD hosts build them, and in the scalar forms of the microcontrollers (no vector
+# tiles, no padded scratch): both must give the very same bits.
+@pytest.fixture(scope="module", params=["vectors", "scalar"])
+def lib(tmp_path_factory, request):
     build = tmp_path_factory.mktemp("et_runtime")
     src = build / "wrappers.c"
     src.write_text(runtime_source() + WRAPPERS)
     so = build / "libet_runtime_test.so"
-    subprocess.run(["gcc", *STRICT, "-shared", "-fPIC", str(src), "-o", str(so)],
+    scalar = ["-DET_NO_VECTORS"] if request.param == "scalar" else []
+    subprocess.run(["gcc", *STRICT, *scalar, "-shared", "-fPIC", str(src), "-o", str(so)],
                    check=True, capture_output=True, text=True)
     ffi = cffi.FFI()
     ffi.cdef(CDEF)
@@ -368,8 +375,10 @@ def seq_gemm_ref(a, b, alpha, beta, c, trans_b=0):
     return y
 
 
-# (5, 7, 9): a row block and a leftover row, lanes with a tail; (9, 70, 21): two column blocks.
-@pytest.mark.parametrize("M,N,K", [(5, 7, 9), (9, 70, 21)])
+# (5, 7, 9): a row block and a leftover row, lanes with a tail; (9, 70, 21): two column blocks;
+# (21, 9, 70): narrow, so with op(A) stored transposed the tiles run along its rows (a whole tile, a
+# leftover of 5), four output columns at a time and a leftover one, k in two blocks.
+@pytest.mark.parametrize("M,N,K", [(5, 7, 9), (9, 70, 21), (21, 9, 70)])
 @pytest.mark.parametrize("trans_a", [0, 1])
 @pytest.mark.parametrize("trans_b", [0, 1])
 def test_gemm(lib, trans_a, trans_b, M, N, K):
@@ -403,6 +412,32 @@ def test_gemm(lib, trans_a, trans_b, M, N, K):
     assert np.array_equal(y, seq_gemm_ref(a, b, 1.0, 1.0, c.T, trans_b))
 
 
+# ---- reductions ----
+
+# A bias gradient (N and the spatial axes summed: eight outputs side by side, then three), leading
+# axes, trailing axes, and two patterns that are neither (the odometer).
+@pytest.mark.parametrize("shape,axes", [((2, 11, 3, 5), (0, 2, 3)), ((6, 20), (0,)), ((4, 9, 7), (1, 2)),
+                                        ((3, 4, 5), (1,)), ((2, 3, 4, 5), (0, 2))])
+def test_reduce_sum_adds_in_memory_order(lib, shape, axes):
+    ffi, L = lib
+    rng = np.random.default_rng(len(shape) + sum(axes))
+    # Magnitudes over six decades, so that another order of the additions rounds differently.
+    x = (rng.standard_normal(shape) * 10.0 ** rng.uniform(-3, 3, shape)).astype(np.float32)
+    kept = [d for d in range(len(shape)) if d not in axes]
+    out_shape = [shape[d] for d in kept]
+    strides = [0] * len(shape)
+    for d, stride in zip(kept, np.cumprod([1] + out_shape[:0:-1])[::-1]):
+        strides[d] = int(stride)
+    ref = np.zeros(out_shape, np.float32)
+    for idx in np.ndindex(*shape):
+        at = tuple(idx[d] for d in kept)
+        ref[at] = np.float32(ref[at] + x[idx])
+    y = np.empty(out_shape, np.float32)
+    L.t_reduce_sum(len(shape), ffi.new("int[]", list(shape)), ffi.new("int[]", strides), 0.5, fptr(ffi, x),
+                   fptr(ffi, y), y.size)
+    assert np.array_equal(y, ref * np.float32(0.5))
+
+
 # ---- convolution ----
 
 def lanes_total(products_per_piece):
@@ -415,17 +450,31 @@ def lanes_total(products_per_piece):
     return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]))
 
 
-# 2-D, 5 input and 6 output channels (blocks of four, then channels one by one): a 3x3 window with
-# padding, with stride (1, 2) (the input gradient scatters) and without (it gathers, as the forward
-# pass does), and a pointwise kernel (a matrix product per image).
-@pytest.mark.parametrize("kernel,stride,pad", [(3, (1, 2), 1), (3, (1, 1), 1), (1, (1, 1), 0)])
-def test_conv_kernels_keep_their_stated_summation_order(lib, kernel, stride, pad):
+def in_order_total(products_per_piece):
+    """float32 sum of every product in order, from 0."""
+    total = np.float32(0)
+    for products in products_per_piece:
+        for v in products:
+            total = np.float32(total + v)
+    return total
+
+
+# 2-D, 5 input and 6 output channels (blocks of four, then channels one by one) over 77 positions
+# (at unit strides two chunks, split in a row): a 3x3 window with padding, with stride (1, 2) (the
+# input gradient scatters) and without (it gathers, as the forward pass does), and a pointwise
+# kernel (a matrix product per image). Last, a pointwise kernel over a plane of 15 positions, with
+# 19 input and 21 output channels: the products run along channels, and the weight gradient sums
+# in order.
+@pytest.mark.parametrize("kernel,stride,pad,c,m,h,w", [(3, (1, 2), 1, 5, 6, 11, 7), (3, (1, 1), 1, 5, 6, 11, 7),
+                                                       (1, (1, 1), 0, 5, 6, 11, 7), (1, (1, 1), 0, 19, 21, 3, 5)])
+def test_conv_kernels_keep_their_stated_summation_order(lib, kernel, stride, pad, c, m, h, w):
     """Forward and input gradient: each output summed in float32 over its taps in (channel, ky, kx)
     order, the bias last; weight gradient: lanes over each image's plane of products (0 where the
-    tap falls outside X). Bit for bit, so running output channels together changes no rounding."""
+    tap falls outside X), or for a pointwise kernel over fewer than 64 positions the products in
+    order. Bit for bit, so running output channels together changes no rounding."""
     ffi, L = lib
     rng = np.random.default_rng(7)
-    n, c, m, h, w = 2, 5, 6, 11, 7  # 77 outputs at unit strides: two chunks, split in a row
+    n = 2
     oh, ow = (h + 2 * pad - kernel) // stride[0] + 1, (w + 2 * pad - kernel) // stride[1] + 1
     x = rng.standard_normal((n, c, h, w)).astype(np.float32)
     wt = rng.standard_normal((m, c, kernel, kernel)).astype(np.float32)
@@ -470,7 +519,7 @@ def test_conv_kernels_keep_their_stated_summation_order(lib, kernel, stride, pad
             plane = np.zeros((oh, ow), np.float32)
             plane[oy[:, None], ox] = x[i, ci][iy[:, None], ix] * dy[i, mi][oy[:, None], ox]
             pieces.append(plane.ravel())
-        dw_ref[mi, ci, ky, kx] = lanes_total(pieces)
+        dw_ref[mi, ci, ky, kx] = in_order_total(pieces) if kernel == 1 and oh * ow < 64 else lanes_total(pieces)
     dw = np.empty_like(dw_ref)
     L.t_conv_grad_w(n, c, m, 1, ints([1, h, w]), ints([1, oh, ow]), ints(k), ints(s), ints(d), ints(p),
                     fptr(ffi, dy), fptr(ffi, x), fptr(ffi, dw))
