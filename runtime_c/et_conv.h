@@ -677,9 +677,9 @@ static inline void et_conv_f32(int N, int C, int M, int G, const int *in, const 
     int in_size = et_conv_volume_(in), out_size = et_conv_volume_(out);
     int k_size = et_conv_volume_(k);
     int n, m, c, g, r, rows, oz, oy, ox, kz, ky, kx;
-    if (et_conv_pointwise_(in, out, k, s, p) && et_conv_pointwise_narrow_f32_(N, C, M, G, out_size, X, W, B, Y))
-        return;
     if (et_conv_pointwise_(in, out, k, s, p)) {
+        if (et_conv_pointwise_narrow_f32_(N, C, M, G, out_size, X, W, B, Y))
+            return;
         for (n = 0; n < N; ++n)
             for (g = 0; g < G; ++g)
                 et_gemm_f32(Mg, out_size, Cg, 1.0f, W + (size_t)g * (size_t)Mg * (size_t)Cg, 0,
@@ -828,7 +828,7 @@ static inline void et_conv_grad_w_narrow_f32_(int N, int C, int M, int G, int P,
                     at[k] = (size_t)n * (size_t)M * (size_t)P + (size_t)j;
                     bt[k] = (size_t)k * (size_t)Cg;
                     for (c = 0; c < Cg; ++c)
-                        xt[bt[k] + (size_t)c] = X[((size_t)n * (size_t)C + (size_t)(g * Cg + c)) * (size_t)P + (size_t)j];
+                        xt[bt[k] + (size_t)c] = X[((size_t)n * (size_t)C + (size_t)(g * Cg + c)) * (size_t)P + j];
                 }
                 for (m = 0; m < Mg; m += rows) {
                     rows = Mg - m < ET_TILE_ROWS ? Mg - m : ET_TILE_ROWS;
