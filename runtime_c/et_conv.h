@@ -411,26 +411,35 @@ static inline void et_conv_direct_f32_(int N, int C, int M, int G, const int *in
 }
 
 /* A transposed convolution with strides (et_conv_chunked_f32_ with dir
- * -1), read in place from its input planes spread along rows:
- * xs[c, iz, iy, lo + ix * s2] = X[c, iz, iy, ix], zeros between, so that
- * what a tap sends to a run of an output row's positions is one contiguous
- * run of xs (zeros where nothing arrives).  It takes the taps the
- * gathering path takes, chunk by chunk (those that reach an input there),
- * in the same order, so it gives the same results.  Returns 0, having
- * done nothing, where one spread plane does not fit ET_CONV_SCRATCH. */
-static inline int et_conv_spread_f32_(int N, int C, int M, int G, const int *in, const int *out, const int *k,
+ * -1) by phases: along the last axis, output positions o = q + s2 * u of
+ * phase q < s2 receive only the taps kx with s2 dividing q + p2 - kx * d2,
+ * each from the run of inputs u + (q + p2 - kx * d2) / s2, contiguous in
+ * X.  So each phase is a convolution with unit strides that tiles read in
+ * place from input planes padded along rows, and no tile multiplies the
+ * zeros between inputs.  While the sums build, each output row holds its
+ * phases one after the other; a last pass puts the positions back in
+ * order.  Per output it adds the products of the taps that reach an input
+ * along its phase, in the gathering path's order: the other kernels add 0
+ * for the rest, which changes no finite sum (from +0, adding +0 or -0
+ * never changes a sum; only an infinite weight would make NaN).  Returns
+ * 0, having done nothing, where a padded plane or a row does not fit
+ * ET_CONV_SCRATCH, or a kernel has more than ET_CONV_DIRECT_TAPS taps. */
+static inline int et_conv_phases_f32_(int N, int C, int M, int G, const int *in, const int *out, const int *k,
                                       const int *s, const int *d, const int *p, const float *X, const float *W,
                                       int w_m, int w_c, const float *B, float *Y)
 {
     int Cg = C / G, Mg = M / G, in_size = et_conv_volume_(in), out_size = et_conv_volume_(out);
-    int k_size = et_conv_volume_(k), n, g, m, c, c0, cb, t, o0, len, rows, taps, iz, iy, iw, first, lo, hi;
-    int from[3], kt[3], reach = p[2] - (k[2] - 1) * d[2], margin = reach < 0 ? -reach : 0;
-    int width = margin + ((in[2] - 1) * s[2] + 1 > out[2] + p[2] ? (in[2] - 1) * s[2] + 1 : out[2] + p[2]);
+    int k_size = et_conv_volume_(k), n, g, m, c, c0, cb, t, h, q, u, at0, rows, taps, iz, iy, row, rows_out, reached;
+    int kt[3], first = p[2] - (k[2] - 1) * d[2], lo = first < 0 ? (-first + s[2] - 1) / s[2] : 0;
+    int reach = (out[2] - 1 + p[2]) / s[2] + 1, width = lo + (reach > in[2] ? reach : in[2]);
+    int tap[ET_CONV_DIRECT_TAPS];  /* the taps that reach an input from a phase of a row, and where */
     size_t plane = (size_t)in[0] * (size_t)in[1] * (size_t)width, at[ET_CONV_DIRECT_TAPS], bt[ET_CONV_DIRECT_TAPS];
-    int block = et_conv_fits_(plane) ? (int)(ET_CONV_SCRATCH / plane) : 0;
+    size_t tap_at[ET_CONV_DIRECT_TAPS];
+    int block = et_conv_fits_(plane) && et_conv_fits_((size_t)out[2]) ? (int)(ET_CONV_SCRATCH / plane) : 0;
     float xs[ET_CONV_SCRATCH > 0 ? ET_CONV_SCRATCH : 1];
-    if (!block)
+    if (!block || k_size > ET_CONV_DIRECT_TAPS)
         return 0;
+    rows_out = out[0] * out[1];
     for (n = 0; n < N; ++n)
         for (g = 0; g < G; ++g) {
             const float *Xg = X + ((size_t)n * (size_t)C + (size_t)g * (size_t)Cg) * (size_t)in_size;
@@ -441,41 +450,51 @@ static inline int et_conv_spread_f32_(int N, int C, int M, int G, const int *in,
                 cb = Cg - c0 < block ? Cg - c0 : block;
                 memset(xs, 0, (size_t)cb * plane * sizeof *xs);
                 for (c = 0; c < cb; ++c)
-                    for (iw = 0; iw < in_size; ++iw)
-                        xs[(size_t)c * plane + (size_t)(iw / in[2]) * (size_t)width + (size_t)(margin + iw % in[2] * s[2])] =
-                            Xg[(size_t)(c0 + c) * (size_t)in_size + (size_t)iw];
-                for (o0 = 0; o0 < out_size; o0 += len) {
-                    len = (o0 / out[2] + 1) * out[2] - o0;
-                    len = len < ET_CONV_CHUNK ? len : ET_CONV_CHUNK;
-                    et_conv_position_(o0, out, from);
-                    for (taps = 0, c = c0; c < c0 + cb; ++c)
-                        for (t = 0, kt[0] = kt[1] = kt[2] = 0; t < k_size; ++t, et_conv_next_tap_(kt, k)) {
-                            int off = p[2] - kt[2] * d[2], x0 = from[2] + off;  /* the position the run starts at */
-                            iz = et_conv_reads_(from[0], s[0], -1, p[0] - kt[0] * d[0], in[0]);
-                            iy = et_conv_reads_(from[1], s[1], -1, p[1] - kt[1] * d[1], in[1]);
-                            first = ((-x0) % s[2] + s[2]) % s[2];
-                            et_conv_span_(1, (x0 + first) / s[2], in[2], (len - first + s[2] - 1) / s[2], &lo, &hi);
-                            if (iz < 0 || iy < 0 || hi <= lo)
-                                continue;  /* reaches no input in this chunk */
-                            at[taps] = (size_t)c * (size_t)w_c + (size_t)t;
-                            bt[taps] = (size_t)(c - c0) * plane + ((size_t)iz * (size_t)in[1] + (size_t)iy) * (size_t)width +
-                                       (size_t)(margin + x0);
-                            if (++taps < ET_CONV_DIRECT_TAPS && (c + 1 < c0 + cb || t + 1 < k_size))
-                                continue;
-                            for (m = 0; m < Mg; m += rows) {
-                                rows = Mg - m < ET_TILE_ROWS ? Mg - m : ET_TILE_ROWS;
-                                et_tiles_f32_(rows, len, taps, Wg + (size_t)m * (size_t)w_m, (size_t)w_m, at, xs, bt,
-                                              Yg + (size_t)m * (size_t)out_size + (size_t)o0, (size_t)out_size, 1);
-                            }
-                            taps = 0;
+                    for (row = 0; row < in[0] * in[1]; ++row)
+                        memcpy(xs + (size_t)c * plane + (size_t)row * (size_t)width + (size_t)lo,
+                               Xg + (size_t)(c0 + c) * (size_t)in_size + (size_t)row * (size_t)in[2],
+                               (size_t)in[2] * sizeof *xs);
+                for (row = 0; row < rows_out; ++row)
+                    for (q = 0, at0 = 0; q < s[2] && q < out[2]; at0 += (out[2] - q + s[2] - 1) / s[2], ++q) {
+                        int len = (out[2] - q + s[2] - 1) / s[2];  /* the phase's positions in the row */
+                        float *y = Yg + (size_t)row * (size_t)out[2] + (size_t)at0;
+                        for (reached = 0, t = 0, kt[0] = kt[1] = kt[2] = 0; t < k_size; ++t, et_conv_next_tap_(kt, k)) {
+                            int off = q + p[2] - kt[2] * d[2], from = off / s[2];  /* the input u = 0 reads */
+                            iz = et_conv_reads_(row / out[1], s[0], -1, p[0] - kt[0] * d[0], in[0]);
+                            iy = et_conv_reads_(row % out[1], s[1], -1, p[1] - kt[1] * d[1], in[1]);
+                            if (iz < 0 || iy < 0 || off % s[2] || from >= in[2] || from + len <= 0)
+                                continue;  /* reaches no input from this phase of this row */
+                            tap[reached] = t;
+                            tap_at[reached++] = ((size_t)iz * (size_t)in[1] + (size_t)iy) * (size_t)width + (size_t)(lo + from);
                         }
-                    for (m = 0; m < Mg && taps; m += rows) {  /* the block's last taps, when the last one is skipped */
-                        rows = Mg - m < ET_TILE_ROWS ? Mg - m : ET_TILE_ROWS;
-                        et_tiles_f32_(rows, len, taps, Wg + (size_t)m * (size_t)w_m, (size_t)w_m, at, xs, bt,
-                                      Yg + (size_t)m * (size_t)out_size + (size_t)o0, (size_t)out_size, 1);
+                        for (taps = 0, c = c0; c < c0 + cb && reached; ++c)
+                            for (h = 0; h < reached; ++h) {
+                                at[taps] = (size_t)c * (size_t)w_c + (size_t)tap[h];
+                                bt[taps] = (size_t)(c - c0) * plane + tap_at[h];
+                                if (++taps < ET_CONV_DIRECT_TAPS && (c + 1 < c0 + cb || h + 1 < reached))
+                                    continue;
+                                for (m = 0; m < Mg; m += rows) {
+                                    rows = Mg - m < ET_TILE_ROWS ? Mg - m : ET_TILE_ROWS;
+                                    et_tiles_f32_(rows, len, taps, Wg + (size_t)m * (size_t)w_m, (size_t)w_m, at, xs,
+                                                  bt, y + (size_t)m * (size_t)out_size, (size_t)out_size, 1);
+                                }
+                                taps = 0;
+                            }
+                        for (m = 0; m < Mg && taps; m += rows) {  /* the block's last taps, when the last one is skipped */
+                            rows = Mg - m < ET_TILE_ROWS ? Mg - m : ET_TILE_ROWS;
+                            et_tiles_f32_(rows, len, taps, Wg + (size_t)m * (size_t)w_m, (size_t)w_m, at, xs, bt,
+                                          y + (size_t)m * (size_t)out_size, (size_t)out_size, 1);
+                        }
                     }
-                }
             }
+            for (m = 0; m < Mg; ++m)  /* each row's phases back into position order */
+                for (row = 0; row < rows_out; ++row) {
+                    float *y = Yg + (size_t)m * (size_t)out_size + (size_t)row * (size_t)out[2];
+                    memcpy(xs, y, (size_t)out[2] * sizeof *xs);
+                    for (q = 0, at0 = 0; q < s[2] && q < out[2]; at0 += (out[2] - q + s[2] - 1) / s[2], ++q)
+                        for (u = 0; q + u * s[2] < out[2]; ++u)
+                            y[q + u * s[2]] = xs[at0 + u];
+                }
             et_conv_finish_(Mg, out_size, out_size, 1, B ? B + g * Mg : NULL, Yg);
         }
     return 1;
@@ -557,9 +576,10 @@ static inline void et_conv_gathered_f32_(int N, int C, int M, int G, const int *
  * convolution, -1 for a transposed one, whose taps read back
  * (et_conv_reads_).  With unit strides the tiles read padded input planes
  * in place (et_conv_direct_f32_), a transposed convolution with strides
- * reads row-spread ones (et_conv_spread_f32_), the rest gather their
- * inputs (et_conv_gathered_f32_), as does any of them whose planes do not
- * fit ET_CONV_SCRATCH: each adds the same products in the same order. */
+ * reads padded rows phase by phase (et_conv_phases_f32_), the rest gather
+ * their inputs (et_conv_gathered_f32_), as does any of them whose planes
+ * do not fit ET_CONV_SCRATCH: each adds the same products in the same
+ * order (the phases leave out products with no input, which are 0). */
 static inline void et_conv_chunked_f32_(int N, int C, int M, int G, const int *in, const int *out,
                                         const int *k, const int *s, const int *d, const int *p, int dir,
                                         const float *X, const float *W, int w_m, int w_c, const float *B,
@@ -568,7 +588,7 @@ static inline void et_conv_chunked_f32_(int N, int C, int M, int G, const int *i
     int lo[3], dim[3], by_row = dir < 0 && s[0] * s[1] * s[2] > 1;
     if (!by_row && et_conv_direct_(s, et_conv_fits_(et_conv_margins_(in, out, k, s, d, p, dir, lo, dim))))
         et_conv_direct_f32_(N, C, M, G, in, out, k, d, p, dir, X, W, w_m, w_c, B, Y);
-    else if (!by_row || !et_conv_spread_f32_(N, C, M, G, in, out, k, s, d, p, X, W, w_m, w_c, B, Y))
+    else if (!by_row || !et_conv_phases_f32_(N, C, M, G, in, out, k, s, d, p, X, W, w_m, w_c, B, Y))
         et_conv_gathered_f32_(N, C, M, G, in, out, k, s, d, p, dir, X, W, w_m, w_c, B, Y);
 }
 
@@ -801,59 +821,99 @@ static inline void et_conv_transpose_f32(int N, int C, int M, int G, const int *
         }
 }
 
-/* A pointwise kernel's weight gradient over planes of fewer than
- * ET_GEMM_NARROW positions, where a dot product's lanes (below) would hold
- * one or two products each: dW[m, c] = sum over n, then plane position j,
- * in that order from 0, of dY[n, m, j] * X[n, g*C/G + c, j].  On SIMD
- * hosts tiles run along input channels, X packed transposed into the
- * scratch a block of (n, j) at a time; elsewhere each load of X serves
- * ET_CONV_ROWS output channels' sums. */
-static inline void et_conv_grad_w_narrow_f32_(int N, int C, int M, int G, int P, const float *dY, const float *X,
-                                              float *dW)
+/* Weight gradients (et_conv_grad_w_f32) over output planes of at most
+ * this many positions, for groups of at least ET_CONV_ROWS output
+ * channels, sum their products in order rather than in lanes: over so few
+ * positions each lane would take a handful of products, and adding the
+ * lanes up would cost as much as the products. */
+#define ET_CONV_GRAD_SHORT 64
+
+/* Taps whose inputs et_conv_grad_w_short_f32_ gathers at a time, for
+ * ET_CONV_CHUNK positions: 16 KB, which stays in cache while the tiles
+ * read it. */
+#define ET_CONV_GRAD_TAPS_SHORT 64
+
+/* dW[m, q] (q = c * k_size + t) = sum over n, then output position j, in
+ * that order from 0, of dY[n, m, j] * the input that j reads through tap
+ * t of input channel c (et_conv_tap_inputs_, 0 outside X).  On SIMD hosts
+ * tiles run along q: the inputs of a block of taps at a chunk of
+ * positions are gathered into the scratch, a row per position, from a
+ * zero-padded copy of each input plane where it fits.  Elsewhere
+ * each tap's gathered run serves every output channel's sum, which waits
+ * in dW between runs. */
+static inline void et_conv_grad_w_short_f32_(int N, int C, int M, int G, const int *in, const int *out, const int *k,
+                                             const int *s, const int *d, const int *p, const float *dY,
+                                             const float *X, float *dW)
 {
-    int Cg = C / G, Mg = M / G, g, m, c, n, j, r, rows;
+    int Cg = C / G, Mg = M / G, in_size = et_conv_volume_(in), P = et_conv_volume_(out);
+    int k_size = et_conv_volume_(k), Q = Cg * k_size, g, n, m, q, c, i, j0, len, lo[3], dim[3], from[3], kt[3];
+    size_t plane = et_conv_margins_(in, out, k, s, d, p, 1, lo, dim);
+    float col[ET_CONV_CHUNK];
 #if ET_VECTORS
-    int depth = ET_CONV_SCRATCH / (Cg > 0 ? Cg : 1), k, k0, kd;
-    if (depth > ET_GEMM_DEPTH)
-        depth = ET_GEMM_DEPTH;
-    if (depth > 0) {
-        size_t at[ET_GEMM_DEPTH], bt[ET_GEMM_DEPTH];  /* each (n, j): its dY column and its row of xt */
-        float xt[ET_CONV_SCRATCH > 0 ? ET_CONV_SCRATCH : 1];
+    int pointwise = et_conv_pointwise_(in, out, k, s, p), q0, width, rows, pad_c;
+    int padded = !pointwise && et_conv_fits_(plane + (size_t)ET_CONV_CHUNK * ET_CONV_GRAD_TAPS_SHORT);
+    size_t at[ET_CONV_CHUNK], bt[ET_CONV_CHUNK];
+    float buf[ET_CONV_SCRATCH > 0 ? ET_CONV_SCRATCH : 1], *xt = buf + (padded ? plane : 0);
+    if (et_conv_fits_((size_t)ET_CONV_CHUNK * ET_CONV_GRAD_TAPS_SHORT)) {
+        for (i = 0; i < ET_CONV_CHUNK; ++i) {
+            at[i] = (size_t)i;
+            bt[i] = (size_t)i * ET_CONV_GRAD_TAPS_SHORT;
+        }
         for (g = 0; g < G; ++g)
-            for (k0 = 0; k0 < N * P; k0 += kd) {
-                kd = N * P - k0 < depth ? N * P - k0 : depth;
-                for (k = 0; k < kd; ++k) {
-                    n = (k0 + k) / P;
-                    j = (k0 + k) % P;
-                    at[k] = (size_t)n * (size_t)M * (size_t)P + (size_t)j;
-                    bt[k] = (size_t)k * (size_t)Cg;
-                    for (c = 0; c < Cg; ++c)
-                        xt[bt[k] + (size_t)c] = X[((size_t)n * (size_t)C + (size_t)(g * Cg + c)) * (size_t)P + j];
-                }
-                for (m = 0; m < Mg; m += rows) {
-                    rows = Mg - m < ET_TILE_ROWS ? Mg - m : ET_TILE_ROWS;
-                    et_tiles_f32_(rows, Cg, kd, dY + (size_t)(g * Mg + m) * (size_t)P, (size_t)P, at, xt, bt,
-                                  dW + (size_t)(g * Mg + m) * (size_t)Cg, (size_t)Cg, k0 > 0);
-                }
+            for (q0 = 0; q0 < Q; q0 += width) {
+                width = Q - q0 < ET_CONV_GRAD_TAPS_SHORT ? Q - q0 : ET_CONV_GRAD_TAPS_SHORT;
+                for (n = 0; n < N; ++n)
+                    for (j0 = 0; j0 < P; j0 += len) {
+                        len = P - j0 < ET_CONV_CHUNK ? P - j0 : ET_CONV_CHUNK;
+                        et_conv_position_(j0, out, from);
+                        for (q = q0, pad_c = -1; q < q0 + width; ++q) {
+                            const float *Xc, *run = col;
+                            c = q / k_size;
+                            Xc = X + ((size_t)n * (size_t)C + (size_t)(g * Cg + c)) * (size_t)in_size;
+                            if (pointwise)  /* the tap's inputs are the plane itself */
+                                run = Xc + j0;
+                            else {
+                                if (padded && c != pad_c)
+                                    et_conv_pad_(Xc, 1, (size_t)in_size, in, lo, dim, plane, buf);
+                                pad_c = c;
+                                et_conv_tap_(q % k_size, k, kt);
+                                et_conv_tap_inputs_(Xc, padded ? buf : NULL, lo, dim, kt, in, out, s, d, p, 1, j0,
+                                                    from, len, col);
+                            }
+                            for (i = 0; i < len; ++i)
+                                xt[(size_t)i * ET_CONV_GRAD_TAPS_SHORT + (size_t)(q - q0)] = run[i];
+                        }
+                        for (m = 0; m < Mg; m += rows) {
+                            rows = Mg - m < ET_TILE_ROWS ? Mg - m : ET_TILE_ROWS;
+                            et_tiles_f32_(rows, width, len, dY + ((size_t)n * (size_t)M + (size_t)(g * Mg + m)) *
+                                          (size_t)P + (size_t)j0, (size_t)P, at, xt, bt,
+                                          dW + (size_t)(g * Mg + m) * (size_t)Q + (size_t)q0, (size_t)Q,
+                                          n > 0 || j0 > 0);
+                        }
+                    }
             }
         return;
     }
 #endif
+    (void)plane;  /* no padded planes here: inputs are gathered with clipping */
     for (g = 0; g < G; ++g)
-        for (m = 0; m < Mg; m += rows) {
-            rows = et_conv_rows_(m, Mg);
-            for (c = 0; c < Cg; ++c) {
-                float sum[ET_CONV_ROWS] = {0.0f};
-                for (n = 0; n < N; ++n) {
-                    const float *x = X + ((size_t)n * (size_t)C + (size_t)(g * Cg + c)) * (size_t)P;
-                    const float *dy = dY + ((size_t)n * (size_t)M + (size_t)(g * Mg + m)) * (size_t)P;
-                    for (j = 0; j < P; ++j)
-                        for (r = 0; r < rows; ++r)
-                            sum[r] += dy[(size_t)r * (size_t)P + (size_t)j] * x[j];
+        for (q = 0; q < Q; ++q) {
+            c = q / k_size;
+            et_conv_tap_(q % k_size, k, kt);
+            for (n = 0; n < N; ++n)
+                for (j0 = 0; j0 < P; j0 += len) {
+                    len = P - j0 < ET_CONV_CHUNK ? P - j0 : ET_CONV_CHUNK;
+                    et_conv_position_(j0, out, from);
+                    et_conv_tap_inputs_(X + ((size_t)n * (size_t)C + (size_t)(g * Cg + c)) * (size_t)in_size, NULL,
+                                        lo, dim, kt, in, out, s, d, p, 1, j0, from, len, col);
+                    for (m = 0; m < Mg; ++m) {
+                        const float *dy = dY + ((size_t)n * (size_t)M + (size_t)(g * Mg + m)) * (size_t)P + (size_t)j0;
+                        float *w = dW + (size_t)(g * Mg + m) * (size_t)Q + (size_t)q, sum = n > 0 || j0 > 0 ? *w : 0.0f;
+                        for (i = 0; i < len; ++i)
+                            sum += dy[i] * col[i];
+                        *w = sum;
+                    }
                 }
-                for (r = 0; r < rows; ++r)
-                    dW[(size_t)(g * Mg + m + r) * (size_t)Cg + (size_t)c] = sum[r];
-            }
         }
 }
 
@@ -871,9 +931,9 @@ static inline void et_conv_grad_w_narrow_f32_(int N, int C, int M, int G, int P,
  * runs are read in place from the padded plane, about ET_CONV_GRAD_RUN
  * positions (whole rows) per call; otherwise they are gathered in chunks
  * of ET_CONV_CHUNK.  Either way lane l takes the same products in the
- * same order.  A pointwise kernel over a plane of fewer than
- * ET_GEMM_NARROW positions sums in order instead, without lanes
- * (et_conv_grad_w_narrow_f32_). */
+ * same order.  Over output planes of at most ET_CONV_GRAD_SHORT positions
+ * groups of ET_CONV_ROWS output channels or more sum in order instead,
+ * without lanes (et_conv_grad_w_short_f32_). */
 #define ET_CONV_GRAD_ROWS (ET_VECTORS ? 64 : 16)  /* 16: 1 KB of lanes on a microcontroller's stack */
 #define ET_CONV_GRAD_RUN 256
 #define ET_CONV_GRAD_TAPS (ET_VECTORS ? 16 : ET_DOT_TAPS)
@@ -891,8 +951,8 @@ static inline void et_conv_grad_w_f32(int N, int C, int M, int G, const int *in,
     /* Rows of whole lane blocks are read in place from the padded plane, runs of other shapes gathered. */
     int direct = et_conv_direct_(s, padded) && out[2] % ET_LANES == 0, segs = 1;  /* rows per run */
     float col[ET_CONV_GRAD_TAPS][ET_CONV_CHUNK], xp[ET_CONV_SCRATCH > 0 ? ET_CONV_SCRATCH : 1];
-    if (pointwise && out_size < ET_GEMM_NARROW) {
-        et_conv_grad_w_narrow_f32_(N, C, M, G, out_size, dY, X, dW);
+    if (Mg >= ET_CONV_ROWS && out_size <= ET_CONV_GRAD_SHORT) {
+        et_conv_grad_w_short_f32_(N, C, M, G, in, out, k, s, d, p, dY, X, dW);
         return;
     }
     for (g = 0; g < G; ++g)

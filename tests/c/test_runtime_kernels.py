@@ -459,19 +459,21 @@ def in_order_total(products_per_piece):
     return total
 
 
-# 2-D, 5 input and 6 output channels (blocks of four, then channels one by one) over 77 positions
-# (at unit strides two chunks, split in a row): a 3x3 window with padding, with stride (1, 2) (the
-# input gradient scatters) and without (it gathers, as the forward pass does), and a pointwise
-# kernel (a matrix product per image). Last, a pointwise kernel over a plane of 15 positions, with
-# 19 input and 21 output channels: the products run along channels, and the weight gradient sums
-# in order.
+# 2-D, 5 input and 6 output channels (blocks of four, then channels one by one), 11x7 inputs: a 3x3
+# window with padding, with stride (1, 2) (the input gradient scatters; 44 outputs) and without (it
+# gathers, as the forward pass does; 77 outputs, two chunks split in a row), and a pointwise kernel
+# (a matrix product per image). Weight gradients over more than 64 positions (ET_CONV_GRAD_SHORT)
+# add their products in lanes; over fewer, with at least 4 output channels, in order. Then a
+# pointwise kernel over 15 positions with 19 input and 21 output channels (its products run along
+# channels), and 3x3 windows over 7x8 outputs and, with stride (1, 2), over 7x5.
 @pytest.mark.parametrize("kernel,stride,pad,c,m,h,w", [(3, (1, 2), 1, 5, 6, 11, 7), (3, (1, 1), 1, 5, 6, 11, 7),
-                                                       (1, (1, 1), 0, 5, 6, 11, 7), (1, (1, 1), 0, 19, 21, 3, 5)])
+                                                       (1, (1, 1), 0, 5, 6, 11, 7), (1, (1, 1), 0, 19, 21, 3, 5),
+                                                       (3, (1, 1), 1, 5, 6, 7, 8), (3, (1, 2), 1, 5, 6, 7, 9)])
 def test_conv_kernels_keep_their_stated_summation_order(lib, kernel, stride, pad, c, m, h, w):
     """Forward and input gradient: each output summed in float32 over its taps in (channel, ky, kx)
     order, the bias last; weight gradient: lanes over each image's plane of products (0 where the
-    tap falls outside X), or for a pointwise kernel over fewer than 64 positions the products in
-    order. Bit for bit, so running output channels together changes no rounding."""
+    tap falls outside X), or with at least 4 output channels over at most 64 positions the products
+    in order. Bit for bit, so running output channels together changes no rounding."""
     ffi, L = lib
     rng = np.random.default_rng(7)
     n = 2
@@ -519,7 +521,7 @@ def test_conv_kernels_keep_their_stated_summation_order(lib, kernel, stride, pad
             plane = np.zeros((oh, ow), np.float32)
             plane[oy[:, None], ox] = x[i, ci][iy[:, None], ix] * dy[i, mi][oy[:, None], ox]
             pieces.append(plane.ravel())
-        dw_ref[mi, ci, ky, kx] = in_order_total(pieces) if kernel == 1 and oh * ow < 64 else lanes_total(pieces)
+        dw_ref[mi, ci, ky, kx] = in_order_total(pieces) if m >= 4 and oh * ow <= 64 else lanes_total(pieces)
     dw = np.empty_like(dw_ref)
     L.t_conv_grad_w(n, c, m, 1, ints([1, h, w]), ints([1, oh, ow]), ints(k), ints(s), ints(d), ints(p),
                     fptr(ffi, dy), fptr(ffi, x), fptr(ffi, dw))

@@ -75,8 +75,9 @@ def conv_zoo(batch=2, seed=0) -> onnx.ModelProto:
     """One of each way the runtime runs a convolution, forward, input and weight gradients: host builds
     take register tiles and padded planes, the ARM targets scalar sums and clipped reads, which must
     agree bit for bit. 3x3 (4+ output channels, grouped), depthwise with strides 2 and 1, pointwise (over a
-    6x6 plane: products along channels, the weight gradient summed in order),
-    strided 3x3, and a strided ConvTranspose, on 2x12x12 images."""
+    6x6 plane: products along channels), strided 3x3 (its input gradient by phases), and a strided
+    ConvTranspose, on 2x12x12 images. Weight gradients over the 6x6 and 3x3 planes sum in order, the
+    others in lanes."""
     rng = np.random.default_rng(seed)
     layers = [("c1", (8, 2, 3, 3), {"pads": [1, 1, 1, 1]}), ("c2", (8, 4, 3, 3), {"group": 2, "pads": [1, 1, 1, 1]}),
               ("c3", (8, 1, 3, 3), {"group": 8, "strides": [2, 2], "pads": [1, 1, 1, 1]}),
