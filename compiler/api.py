@@ -134,6 +134,18 @@ class CheckpointState:
         self.is_nominal = False
 
 
+def _as_c_dtype(name: str, dtype: np.dtype, value: np.ndarray) -> np.ndarray:
+    """`value` in `dtype`, the one input `name` takes in C, where the conversion loses nothing: only
+    int64 class labels or indices to int32."""
+    if dtype == np.float32:
+        raise ValueError(f"input {name!r} expects dtype float32, got {value.dtype}")
+    if value.dtype != np.int64:
+        raise ValueError(f"input {name!r} expects integer class labels or indices (int32 or int64), got {value.dtype}")
+    if value.size and (value.min() < -(2**31) or value.max() >= 2**31):
+        raise ValueError(f"input {name!r} has values outside the int32 range")
+    return value.astype(np.int32)
+
+
 class Module:
     """The trainer generated next to `train_model_uri`, with `state` loaded into it."""
 
@@ -145,11 +157,17 @@ class Module:
         model = onnx.load(os.fspath(train_model_uri), load_external_data=False)
         meta = {p.key: p.value for p in model.metadata_props}
         self._prefix = meta["edgetrain.prefix"]
+        self._ffi, self._lib = load_library(self._dir)
+        # Looked up once: at batch 1, a step's Python costs about as much as its C.
+        self._functions = {name[len(self._prefix) + 1:]: getattr(self._lib, name) for name in dir(self._lib)
+                           if name.startswith(f"{self._prefix}_")}
         infos = {i.name: i for i in model.graph.input}
         self._inputs = [self._spec(infos[n]) for n in json.loads(meta["edgetrain.inputs"])]
-        self._labels = self._spec(infos[meta["edgetrain.labels"]]) if meta.get("edgetrain.labels") else None
+        labels = [self._spec(infos[meta["edgetrain.labels"]])] if meta.get("edgetrain.labels") else []
+        self._step_inputs = self._inputs + labels  # what a training or evaluation step takes
         self._outputs = json.loads(meta["edgetrain.outputs"])
-        self._ffi, self._lib = load_library(self._dir)
+        self._loss = np.empty((), np.float32)  # written by each step, read before the next
+        self._loss_arg = self._ffi.from_buffer("float[]", self._loss)
         _check(self._lib_call("init"), "init")
         raw = checkpoint.encode(state._snapshot(include_optimizer_state=True))
         _check(self._lib_call("load_checkpoint", raw, len(raw)), "loading the checkpoint state")
@@ -157,57 +175,51 @@ class Module:
         self.state = state
         self.training = True
 
-    @staticmethod
-    def _spec(info) -> tuple[str, tuple[int, ...], np.dtype]:
+    def _spec(self, info) -> tuple[str, tuple[int, ...], np.dtype, object]:
+        """(name, shape, dtype and C array type the C takes): float32, or int32 for class labels and
+        indices."""
         t = info.type.tensor_type
-        return info.name, tuple(d.dim_value for d in t.shape.dim), onnx.helper.tensor_dtype_to_np_dtype(t.elem_type)
+        dtype = np.dtype(np.float32 if t.elem_type == onnx.TensorProto.FLOAT else np.int32)
+        return (info.name, tuple(d.dim_value for d in t.shape.dim), dtype,
+                self._ffi.typeof("float[]" if dtype == np.float32 else "int32_t[]"))
 
     def _lib_call(self, name: str, *args):
-        return getattr(self._lib, f"{self._prefix}_{name}")(*args)
+        return self._functions[name](*args)
 
     def _view(self, base, offset: int, shape) -> np.ndarray:
         size = int(np.prod(shape, dtype=np.int64))
         return np.frombuffer(self._ffi.buffer(base + offset, 4 * size), dtype=np.float32).reshape(shape)
 
     def _arg(self, spec, value):
-        name, shape, dtype = spec
+        name, shape, dtype, array_type = spec
         value = np.asarray(value)
         if value.shape != shape:
             raise ValueError(f"input {name!r} expects shape {shape}, got {value.shape}")
-        if dtype == np.float32:
-            if value.dtype != np.float32:
-                raise ValueError(f"input {name!r} expects dtype float32, got {value.dtype}")
-            return self._ffi.from_buffer("float[]", np.ascontiguousarray(value))
-        if value.dtype not in (np.int32, np.int64):
-            raise ValueError(f"input {name!r} expects integer class labels or indices (int32 or int64), "
-                             f"got {value.dtype}")
-        if value.dtype == np.int64 and value.size and (value.min() < -(2**31) or value.max() >= 2**31):
-            raise ValueError(f"input {name!r} has values outside the int32 range")
-        return self._ffi.from_buffer("int32_t[]", np.ascontiguousarray(value, dtype=np.int32))
+        if value.dtype != dtype:
+            value = _as_c_dtype(name, dtype, value)
+        return self._ffi.from_buffer(array_type, np.ascontiguousarray(value))
 
-    def _data_args(self, args, with_labels: bool):
-        specs = self._inputs + ([self._labels] if with_labels and self._labels else [])
+    def _data_args(self, args, specs):
         if len(args) != len(specs):
             names = ", ".join(s[0] for s in specs)
             raise ValueError(f"expected {len(specs)} arrays ({names}), got {len(args)}")
-        return [self._arg(spec, a) for spec, a in zip(specs, args)]
+        return list(map(self._arg, specs, args))
 
     def __call__(self, *inputs) -> np.float32:
         """Train mode: forward and backward, accumulating gradients. Eval mode: the loss only."""
-        args = self._data_args(inputs, with_labels=True)
-        loss = self._ffi.new("float *")
+        args = self._data_args(inputs, self._step_inputs)
         step = "train_step" if self.training else "eval_step"
-        status = self._lib_call(step, *args, loss)
+        status = self._lib_call(step, *args, self._loss_arg)
         if status == BAD_ARGUMENT:
             raise ValueError(f"{step}: an input is out of range for the model (class labels must lie in "
                              "[0, number of classes) or equal ignore_index; indices must lie in [-n, n) for an "
                              "axis of n)")
         _check(status, step)
-        return np.float32(loss[0])
+        return self._loss[()]
 
     def infer(self, *inputs) -> list[np.ndarray]:
         """The model's outputs for `inputs`, computed by the generated C (dropout off)."""
-        args = self._data_args(inputs, with_labels=False)
+        args = self._data_args(inputs, self._inputs)
         outs = [np.empty(shape, np.float32) for _, shape in self._outputs]
         status = self._lib_call("infer", *args, *[self._ffi.from_buffer("float[]", o) for o in outs])
         if status == BAD_ARGUMENT:
@@ -266,7 +278,7 @@ class Module:
     # Federated learning (artifacts generated with federated=True): the change of the trainable
     # parameters since a reference, and aggregated updates applied to that reference.
     def _federated(self, name: str):
-        if not hasattr(self._lib, f"{self._prefix}_{name}"):
+        if name not in self._functions:
             raise RuntimeError(f"{name}: the trainer was generated without federated=True")
         return name
 
