@@ -59,6 +59,13 @@ typedef float et_v8_ __attribute__((vector_size(32)));
 #else
 #define ET_IN_REGISTER_(v) (void)0
 #endif
+/* Lanes i0..i7 of the sixteen of a then b, as one vector. */
+typedef int et_i8_ __attribute__((vector_size(32)));
+#ifdef __clang__
+#define ET_PICK_(a, b, i0, i1, i2, i3, i4, i5, i6, i7) __builtin_shufflevector(a, b, i0, i1, i2, i3, i4, i5, i6, i7)
+#else
+#define ET_PICK_(a, b, i0, i1, i2, i3, i4, i5, i6, i7) __builtin_shuffle(a, b, (et_i8_){i0, i1, i2, i3, i4, i5, i6, i7})
+#endif
 #else
 #define ET_VECTORS 0
 #endif
@@ -240,8 +247,54 @@ static inline void et_tiles_f32_(int rows, int n, int K, const float *a, size_t 
                                  const float *b, const size_t *bt, float *y, size_t y_rs, int accumulate)
 {
 #if ET_VECTORS
-    int j;
-    for (j = 0; j < n; j += ET_TILE_COLS)
+    int j = 0, k;
+    /* One row: a row's sums over k are chains of dependent additions, and
+     * eight vectors of them side by side (64 outputs) keep the adder busy
+     * where a tile's two would wait on it. */
+    for (; rows == 1 && j + 64 <= n; j += 64) {
+        float *yj = y + j;
+        et_v8_ c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0}, c4 = {0}, c5 = {0}, c6 = {0}, c7 = {0};
+        if (accumulate) {
+            memcpy(&c0, yj, sizeof c0);
+            memcpy(&c1, yj + 8, sizeof c1);
+            memcpy(&c2, yj + 16, sizeof c2);
+            memcpy(&c3, yj + 24, sizeof c3);
+            memcpy(&c4, yj + 32, sizeof c4);
+            memcpy(&c5, yj + 40, sizeof c5);
+            memcpy(&c6, yj + 48, sizeof c6);
+            memcpy(&c7, yj + 56, sizeof c7);
+        }
+        for (k = 0; k < K; ++k) {
+            const float *bk = b + bt[k] + j;
+            float w = a[at[k]];
+            et_v8_ v0, v1, v2, v3, v4, v5, v6, v7;
+            memcpy(&v0, bk, sizeof v0);
+            memcpy(&v1, bk + 8, sizeof v1);
+            memcpy(&v2, bk + 16, sizeof v2);
+            memcpy(&v3, bk + 24, sizeof v3);
+            memcpy(&v4, bk + 32, sizeof v4);
+            memcpy(&v5, bk + 40, sizeof v5);
+            memcpy(&v6, bk + 48, sizeof v6);
+            memcpy(&v7, bk + 56, sizeof v7);
+            c0 += w * v0;
+            c1 += w * v1;
+            c2 += w * v2;
+            c3 += w * v3;
+            c4 += w * v4;
+            c5 += w * v5;
+            c6 += w * v6;
+            c7 += w * v7;
+        }
+        memcpy(yj, &c0, sizeof c0);
+        memcpy(yj + 8, &c1, sizeof c1);
+        memcpy(yj + 16, &c2, sizeof c2);
+        memcpy(yj + 24, &c3, sizeof c3);
+        memcpy(yj + 32, &c4, sizeof c4);
+        memcpy(yj + 40, &c5, sizeof c5);
+        memcpy(yj + 48, &c6, sizeof c6);
+        memcpy(yj + 56, &c7, sizeof c7);
+    }
+    for (; j < n; j += ET_TILE_COLS)
         et_tile_f32_(rows, n - j < ET_TILE_COLS ? n - j : ET_TILE_COLS, K, a, a_rs, at, b + j, bt, 8, y + j, y_rs,
                      accumulate);
 #else
@@ -410,6 +463,158 @@ static inline void et_axpy4_f32_(int n, float w0, float w1, float w2, float w3, 
     }
 }
 
+/* total[q] = et_dot_total_f32_ of lane vector c<q>, for eight at once: the
+ * same additions in the same order, each step on whole vectors whose
+ * lanes shuffles pair up first (lane l with l + 4, then 0 with 2 and 1
+ * with 3, then the two halves). */
+#define ET_DOT_TOTALS8_(c0, c1, c2, c3, c4, c5, c6, c7, total)                                                  \
+    do {                                                                                                          \
+        et_v8_ p0_ = ET_PICK_(c0, c1, 0, 1, 2, 3, 8, 9, 10, 11) + ET_PICK_(c0, c1, 4, 5, 6, 7, 12, 13, 14, 15);    \
+        et_v8_ p1_ = ET_PICK_(c2, c3, 0, 1, 2, 3, 8, 9, 10, 11) + ET_PICK_(c2, c3, 4, 5, 6, 7, 12, 13, 14, 15);    \
+        et_v8_ p2_ = ET_PICK_(c4, c5, 0, 1, 2, 3, 8, 9, 10, 11) + ET_PICK_(c4, c5, 4, 5, 6, 7, 12, 13, 14, 15);    \
+        et_v8_ p3_ = ET_PICK_(c6, c7, 0, 1, 2, 3, 8, 9, 10, 11) + ET_PICK_(c6, c7, 4, 5, 6, 7, 12, 13, 14, 15);    \
+        et_v8_ q0_ = ET_PICK_(p0_, p1_, 0, 1, 4, 5, 8, 9, 12, 13) + ET_PICK_(p0_, p1_, 2, 3, 6, 7, 10, 11, 14, 15); \
+        et_v8_ q1_ = ET_PICK_(p2_, p3_, 0, 1, 4, 5, 8, 9, 12, 13) + ET_PICK_(p2_, p3_, 2, 3, 6, 7, 10, 11, 14, 15); \
+        et_v8_ t_ = ET_PICK_(q0_, q1_, 0, 2, 4, 6, 8, 10, 12, 14) + ET_PICK_(q0_, q1_, 1, 3, 5, 7, 9, 11, 13, 15);  \
+        memcpy(total, &t_, sizeof t_);                                                                            \
+    } while (0)
+
+/* total[q] = the dot product of y + y_off[q] and x + x_off[q] for q < 8,
+ * one after the other: the kernels below on a scalar FPU. */
+static inline void et_dots8_f32_(int K, const float *y, const size_t *y_off, const float *x, const size_t *x_off,
+                                 float *total)
+{
+    int q;
+    for (q = 0; q < 8; ++q) {
+        float lane[ET_LANES] = {0.0f};
+        et_dot_lanes_f32_(K, y + y_off[q], 1, x + x_off[q], lane);
+        total[q] = et_dot_total_f32_(lane);
+    }
+}
+
+/* total[2 r + t] = the dot product of y + r y_rs (r < 4) and x + t x_rs
+ * (t < 2), K % ET_LANES == 0 values each, summed as et_dot_lanes_f32_ and
+ * et_dot_total_f32_ sum it; with vectors, in registers throughout. */
+static inline void et_dots_4x2_f32_(int K, const float *restrict y, size_t y_rs, const float *restrict x,
+                                    size_t x_rs, float *total)
+{
+#if ET_VECTORS
+    et_v8_ c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0}, c4 = {0}, c5 = {0}, c6 = {0}, c7 = {0};
+    int i;
+    for (i = 0; i < K; i += ET_LANES) {
+        et_v8_ u0, u1, v0, v1, v2, v3;
+        memcpy(&u0, x + i, sizeof u0);
+        memcpy(&u1, x + x_rs + i, sizeof u1);
+        memcpy(&v0, y + i, sizeof v0);
+        memcpy(&v1, y + y_rs + i, sizeof v1);
+        memcpy(&v2, y + 2 * y_rs + i, sizeof v2);
+        memcpy(&v3, y + 3 * y_rs + i, sizeof v3);
+        ET_IN_REGISTER_(u0);
+        ET_IN_REGISTER_(u1);
+        ET_IN_REGISTER_(v0);
+        ET_IN_REGISTER_(v1);
+        ET_IN_REGISTER_(v2);
+        ET_IN_REGISTER_(v3);
+        c0 += v0 * u0;
+        c1 += v0 * u1;
+        c2 += v1 * u0;
+        c3 += v1 * u1;
+        c4 += v2 * u0;
+        c5 += v2 * u1;
+        c6 += v3 * u0;
+        c7 += v3 * u1;
+    }
+    ET_DOT_TOTALS8_(c0, c1, c2, c3, c4, c5, c6, c7, total);
+#else
+    const size_t y_off[8] = {0, 0, y_rs, y_rs, 2 * y_rs, 2 * y_rs, 3 * y_rs, 3 * y_rs};
+    const size_t x_off[8] = {0, x_rs, 0, x_rs, 0, x_rs, 0, x_rs};
+    et_dots8_f32_(K, y, y_off, x, x_off, total);
+#endif
+}
+
+/* The same for eight rows of y (r < 8) and one x: total[r]. */
+static inline void et_dots_8x1_f32_(int K, const float *restrict y, size_t y_rs, const float *restrict x,
+                                    float *total)
+{
+#if ET_VECTORS
+    et_v8_ c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0}, c4 = {0}, c5 = {0}, c6 = {0}, c7 = {0};
+    int i;
+    for (i = 0; i < K; i += ET_LANES) {
+        et_v8_ u, v0, v1, v2, v3, v4, v5, v6, v7;
+        memcpy(&u, x + i, sizeof u);
+        memcpy(&v0, y + i, sizeof v0);
+        memcpy(&v1, y + y_rs + i, sizeof v1);
+        memcpy(&v2, y + 2 * y_rs + i, sizeof v2);
+        memcpy(&v3, y + 3 * y_rs + i, sizeof v3);
+        memcpy(&v4, y + 4 * y_rs + i, sizeof v4);
+        memcpy(&v5, y + 5 * y_rs + i, sizeof v5);
+        memcpy(&v6, y + 6 * y_rs + i, sizeof v6);
+        memcpy(&v7, y + 7 * y_rs + i, sizeof v7);
+        ET_IN_REGISTER_(u);
+        c0 += v0 * u;
+        c1 += v1 * u;
+        c2 += v2 * u;
+        c3 += v3 * u;
+        c4 += v4 * u;
+        c5 += v5 * u;
+        c6 += v6 * u;
+        c7 += v7 * u;
+    }
+    ET_DOT_TOTALS8_(c0, c1, c2, c3, c4, c5, c6, c7, total);
+#else
+    const size_t y_off[8] = {0, y_rs, 2 * y_rs, 3 * y_rs, 4 * y_rs, 5 * y_rs, 6 * y_rs, 7 * y_rs};
+    const size_t x_off[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    et_dots8_f32_(K, y, y_off, x, x_off, total);
+#endif
+}
+
+/* Y = A B^T for A of M rows and B of N rows, both of K contiguous values:
+ * each output the dot product of et_dot_lanes_f32_, summed as
+ * et_dot_total_f32_ sums it.  Tiles of eight outputs share their loads and,
+ * with vectors, keep their sums in registers: four rows of A by two of B,
+ * or with fewer rows of A (a batch of one) eight rows of B by one of A,
+ * since a * b and b * a are the same float.  Outputs outside whole tiles
+ * take a dot product each. */
+static inline void et_gemm_dots_f32_(int M, int N, int K, const float *A, const float *B, float *Y)
+{
+    int i, j, tiled_rows = 0, tiled_cols = 0;  /* outputs (i < tiled_rows, j < tiled_cols) come from tiles */
+    float total[8];
+    int q;
+    if (K % ET_LANES == 0 && M >= ET_TILE_ROWS) {
+        tiled_rows = M - M % ET_TILE_ROWS;
+        tiled_cols = N - N % 2;
+        for (i = 0; i < tiled_rows; i += ET_TILE_ROWS)
+            for (j = 0; j < tiled_cols; j += 2) {
+                et_dots_4x2_f32_(K, A + (size_t)i * (size_t)K, (size_t)K, B + (size_t)j * (size_t)K, (size_t)K,
+                                 total);
+                for (q = 0; q < 8; ++q)
+                    Y[(size_t)(i + q / 2) * (size_t)N + (size_t)(j + q % 2)] = total[q];
+            }
+    } else if (K % ET_LANES == 0) {
+        tiled_rows = M;
+        tiled_cols = N - N % 8;
+        for (i = 0; i < M; ++i)
+            for (j = 0; j < tiled_cols; j += 8)
+                et_dots_8x1_f32_(K, B + (size_t)j * (size_t)K, (size_t)K, A + (size_t)i * (size_t)K,
+                                 Y + (size_t)i * (size_t)N + (size_t)j);
+    }
+    for (i = 0; i < M; ++i)
+        for (j = i < tiled_rows ? tiled_cols : 0; j < N; ++j) {
+            float lane[ET_LANES] = {0.0f};
+            et_dot_lanes_f32_(K, A + (size_t)i * (size_t)K, 1, B + (size_t)j * (size_t)K, lane);
+            Y[(size_t)i * (size_t)N + (size_t)j] = et_dot_total_f32_(lane);
+        }
+}
+
+/* y[j] = 0 + w * x[j] for j < n: a sum over a single k, which starts
+ * from 0 like every other (so -0 products give +0). */
+static inline void et_scaled_row_f32_(int n, float w, const float *restrict x, float *restrict y)
+{
+    int j;
+    for (j = 0; j < n; ++j)
+        y[j] = 0.0f + w * x[j];
+}
+
 static inline void et_gemm_f32(int M, int N, int K, float alpha, const float *A, int trans_a,
                                const float *B, int trans_b, float beta, const float *C, int c_rs,
                                int c_cs, float *Y)
@@ -417,7 +622,9 @@ static inline void et_gemm_f32(int M, int N, int K, float alpha, const float *A,
     /* Element (i,k) of op(A) is A[i*a_rs + k*a_ks]. */
     int a_rs = trans_a ? 1 : K, a_ks = trans_a ? M : 1;
     int i, j, j0, k, k0, n, rows, depth;
-    if (trans_b) {
+    if (trans_b && !trans_a)
+        et_gemm_dots_f32_(M, N, K, A, B, Y);
+    else if (trans_b) {
         /* Rows of B are contiguous in k: one dot product per output. */
         for (i = 0; i < M; ++i)
             for (j = 0; j < N; ++j) {
@@ -453,6 +660,9 @@ static inline void et_gemm_f32(int M, int N, int K, float alpha, const float *A,
         }
     }
 #endif
+    else if (K == 1)  /* an outer product (a weight gradient at batch 1): a row at a time, as the tiles sum it */
+        for (i = 0; i < M; ++i)
+            et_scaled_row_f32_(N, A[(size_t)i * (size_t)a_rs], B, Y + (size_t)i * (size_t)N);
     else {
         size_t at[ET_GEMM_DEPTH], bt[ET_GEMM_DEPTH];
         for (j0 = 0; j0 < N; j0 += ET_GEMM_COLS) {

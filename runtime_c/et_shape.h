@@ -93,22 +93,25 @@ static inline void et_reduce_sum_f32(int rank, const int *in_shape, const int *o
     if (n > 0 && et_reduce_blocks_(rank, in_shape, out_strides, &outer, &mid, &inner)) {
         /* Each output still adds its inputs in memory order. */
         for (o = 0; o < outer; ++o)
-            for (c = 0; c < mid; c += ET_REDUCE_CHAINS) {
-                const float *x = X + ((size_t)o * (size_t)mid + (size_t)c) * (size_t)inner;
-                if (mid - c >= ET_REDUCE_CHAINS) {
-                    float sum[ET_REDUCE_CHAINS];
-                    for (l = 0; l < ET_REDUCE_CHAINS; ++l)
-                        sum[l] = Y[c + l];
-                    for (i = 0; i < inner; ++i)
+            if (inner == 1)  /* a kept last axis (a Gemm's bias gradient): rows add to Y as they are */
+                et_accumulate_f32(mid, X + (size_t)o * (size_t)mid, Y, 0);
+            else
+                for (c = 0; c < mid; c += ET_REDUCE_CHAINS) {
+                    const float *x = X + ((size_t)o * (size_t)mid + (size_t)c) * (size_t)inner;
+                    if (mid - c >= ET_REDUCE_CHAINS) {
+                        float sum[ET_REDUCE_CHAINS];
                         for (l = 0; l < ET_REDUCE_CHAINS; ++l)
-                            sum[l] += x[(size_t)l * (size_t)inner + (size_t)i];
-                    for (l = 0; l < ET_REDUCE_CHAINS; ++l)
-                        Y[c + l] = sum[l];
-                } else
-                    for (l = 0; l < mid - c; ++l)
+                            sum[l] = Y[c + l];
                         for (i = 0; i < inner; ++i)
-                            Y[c + l] += x[(size_t)l * (size_t)inner + (size_t)i];
-            }
+                            for (l = 0; l < ET_REDUCE_CHAINS; ++l)
+                                sum[l] += x[(size_t)l * (size_t)inner + (size_t)i];
+                        for (l = 0; l < ET_REDUCE_CHAINS; ++l)
+                            Y[c + l] = sum[l];
+                    } else
+                        for (l = 0; l < mid - c; ++l)
+                            for (i = 0; i < inner; ++i)
+                                Y[c + l] += x[(size_t)l * (size_t)inner + (size_t)i];
+                }
     } else if (n > 0) {
         inner = in_shape[rank - 1];
         s = out_strides[rank - 1];
