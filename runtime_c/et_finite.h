@@ -2,6 +2,13 @@
 #ifndef ET_FINITE_H
 #define ET_FINITE_H
 
+/* max(m, |x|) for m >= 0, x finite. */
+static inline float et_larger_magnitude_f32_(float m, float x)
+{
+    float v = x < 0.0f ? -x : x;
+    return v > m ? v : m;
+}
+
 /* Whether Acc + G, the sum et_accumulate_f32 stores, is finite everywhere.  Gradients that are
  * finite one by one can still overflow their running sum; checking before any accumulator changes
  * lets train_step refuse such a step whole. */
@@ -11,6 +18,33 @@ static inline int et_sum_finite_f32(int n, const float *G, const float *Acc)
     for (i = 0; i < n; ++i)
         if (!et_is_finite_f32(Acc[i] + G[i]))
             return 0;
+    return 1;
+}
+
+/* Whether every element 0 + A[i] * B[j] of an outer product is finite, read from its factors
+ * alone: rounding is monotonic, so no product is larger in magnitude than the rounded product of
+ * the largest factors, which is one of them. */
+static inline int et_outer_finite_f32(int m, const float *A, int n, const float *B)
+{
+    float a = 0.0f, b = 0.0f;
+    int i;
+    if (!et_all_finite_f32(m, A) || !et_all_finite_f32(n, B))
+        return 0;
+    for (i = 0; i < m; ++i)
+        a = et_larger_magnitude_f32_(a, A[i]);
+    for (i = 0; i < n; ++i)
+        b = et_larger_magnitude_f32_(b, B[i]);
+    return et_is_finite_f32(a * b);
+}
+
+/* et_sum_finite_f32 for a gradient that is the outer product of A (m) and B (n). */
+static inline int et_outer_sum_finite_f32(int m, const float *A, int n, const float *B, const float *Acc)
+{
+    int i, j;
+    for (i = 0; i < m; ++i)
+        for (j = 0; j < n; ++j)
+            if (!et_is_finite_f32(Acc[(size_t)i * (size_t)n + (size_t)j] + (0.0f + A[i] * B[j])))
+                return 0;
     return 1;
 }
 

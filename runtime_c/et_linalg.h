@@ -615,6 +615,21 @@ static inline void et_scaled_row_f32_(int n, float w, const float *restrict x, f
         y[j] = 0.0f + w * x[j];
 }
 
+/* et_accumulate_f32 for a gradient that is the outer product of A (m) and B (n), summed as the
+ * Gemm that would have made it (K = 1 below): the gradient is never stored. */
+static inline void et_outer_accumulate_f32(int m, const float *A, int n, const float *B, float *Acc, int reset)
+{
+    int i, j;
+    for (i = 0; i < m; ++i) {
+        float *row = Acc + (size_t)i * (size_t)n;
+        if (reset)
+            et_scaled_row_f32_(n, A[i], B, row);
+        else
+            for (j = 0; j < n; ++j)
+                row[j] += 0.0f + A[i] * B[j];
+    }
+}
+
 static inline void et_gemm_f32(int M, int N, int K, float alpha, const float *A, int trans_a,
                                const float *B, int trans_b, float beta, const float *C, int c_rs,
                                int c_cs, float *Y)

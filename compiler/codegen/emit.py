@@ -71,9 +71,11 @@ class StateUpdate:
 
 @dataclass(frozen=True)
 class GradInfo:
-    grad: Arg | None  # None: the loss does not depend on this parameter
+    grad: Arg | None  # None: the loss does not depend on this parameter, or `factors` make it
     offset: int
     size: int
+    factors: tuple[Arg, Arg] | None = None  # the gradient is their outer product (_outer_products)
+    rows: int = 0  # the first factor's length
 
 
 @dataclass(frozen=True)
@@ -286,15 +288,39 @@ def _fused_updates(trainer: Trainer, storage: _Storage) -> dict[int, list[Call]]
     return after
 
 
+def _outer_products(trainer: Trainer) -> dict[str, Node]:
+    """Gradients -> the Gemm making each as the outer product of two vectors (a contraction over a
+    batch of 1), where nothing else reads it. train_step never stores such a gradient: it checks the
+    factors and then sums their products straight into the accumulator, which saves the arena the
+    gradient's size and the step two passes over it."""
+    g = trainer.graph
+    read = {name for node in trainer.train_nodes for name in node.inputs}
+    made = {node.outputs[0]: node for node in trainer.train_nodes[trainer.backward_start:] if node.op == "Gemm"}
+    products = {}
+    for grad in trainer.grads.values():
+        node = made.get(grad)
+        if node is None or grad in read or len(node.inputs) > 2 or float(node.attr("alpha", 1.0)) != 1.0:
+            continue
+        a = node.inputs[0]
+        if g.shape(a)[0 if int(node.attr("transA", 0)) else 1] == 1:
+            products[grad] = node
+    return products
+
+
 def build(trainer: Trainer, prefix: str, federated: bool = False, fused_update: bool = False) -> ModelC:
     """fused_update: train_step applies the optimizer itself (see _fused_updates), and there are no
     gradient buffers; otherwise gradients accumulate into them for optimizer_step (ORT's semantics)."""
     g = trainer.graph
     storage = _Storage(trainer)
     # A fused update writes gradients and buffers inside the step; otherwise they are results.
-    kept = [] if fused_update else [v for v in trainer.grads.values() if v] + list(trainer.state_updates.values())
-    train, train_at = _lower(trainer, storage, trainer.train_nodes, [trainer.loss] + kept,
-                             _fused_updates(trainer, storage) if fused_update else None, trainer.backward_start)
+    outer = {} if fused_update else _outer_products(trainer)
+    kept = [] if fused_update else ([v for v in trainer.grads.values() if v and v not in outer]
+                                    + [f for node in outer.values() for f in node.inputs]
+                                    + list(trainer.state_updates.values()))
+    train_nodes = [node for node in trainer.train_nodes if node not in outer.values()]
+    train, train_at = _lower(trainer, storage, train_nodes, [trainer.loss] + kept,
+                             _fused_updates(trainer, storage) if fused_update else None,
+                             trainer.backward_start)
     evaluate, eval_at = _lower(trainer, storage, trainer.eval_nodes, [trainer.loss])
     infer, infer_at = _lower(trainer, storage, trainer.infer_nodes, list(g.outputs))
 
@@ -302,8 +328,12 @@ def build(trainer: Trainer, prefix: str, federated: bool = False, fused_update: 
     for name in trainer.trainable:
         offsets[name] = storage.fixed[name].offset
         grad = trainer.grads[name]
-        if not fused_update:
-            grads.append(GradInfo(train_at[grad] if grad else None, offsets[name], g.values[name].size))
+        size = g.values[name].size
+        if grad in outer:
+            a, b = outer[grad].inputs
+            grads.append(GradInfo(None, offsets[name], size, (train_at[a], train_at[b]), g.values[a].size))
+        elif not fused_update:
+            grads.append(GradInfo(train_at[grad] if grad else None, offsets[name], size))
     entries = trainer.checkpoint_entries
     params = tuple(ParamInfo(kind, storage.fixed[name].offset, g.values[name].size, name) for name, kind in entries)
     table = table_bytes([n for n, _ in entries], [k for _, k in entries], [g.shape(n) for n, _ in entries])

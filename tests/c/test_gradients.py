@@ -101,6 +101,13 @@ for name, ta, tb, alpha, beta, c_shape in [
         ops["C"] = c_shape
     case(name, "Gemm", ops, _gemm(alpha, beta, ta, tb), attrs={"alpha": alpha, "beta": beta, "transA": ta, "transB": tb})
 
+# A batch of one: a weight gradient that contracts over it is an outer product, which train_step
+# never stores (the accumulator sums it from its two factors).
+for name, ta, tb, (m, k, n) in [("outer-transB", 0, 1, (1, 4, 5)), ("outer-transA", 1, 0, (1, 4, 5)),
+                                ("outer-N1", 0, 0, (3, 4, 1))]:
+    case(name, "Gemm", {"A": (k, m) if ta else (m, k), "B": (n, k) if tb else (k, n)}, _gemm(1.0, 1.0, ta, tb),
+         attrs={"transA": ta, "transB": tb})
+
 # ---- MatMul (NumPy semantics) ----
 for name, a, b in [
     ("2d", (3, 4), (4, 5)),

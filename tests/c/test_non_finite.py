@@ -124,3 +124,40 @@ def test_finite_gradients_whose_sum_overflows(tmp_path):
     module.lazy_reset_grad()
     module(r)  # overwriting instead of adding: finite again
     np.testing.assert_array_equal(w.grad, r)
+
+
+def outer_product_model():
+    """loss = ReduceSum(Gemm(x, W, transB=1) * r) at batch 1: W's gradient is the outer product of r
+    and x, which train_step checks from the two vectors without storing it. W is tiny, so an x
+    near the float32 limit keeps the forward pass finite."""
+    nodes = [helper.make_node("Gemm", ["x", "W"], ["y"], transB=1),
+             helper.make_node("Mul", ["y", "r"], ["yr"]),
+             helper.make_node("ReduceSum", ["yr"], ["loss"], keepdims=0)]
+    graph = helper.make_graph(nodes, "outer", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3]),
+                                               helper.make_tensor_value_info("r", TensorProto.FLOAT, [1, 2])],
+                              [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])],
+                              [numpy_helper.from_array(np.full((2, 3), 1e-30, np.float32), "W")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def test_outer_product_gradients_checked_from_their_factors(tmp_path):
+    out = artifacts.generate_artifacts(outer_product_model(), loss=None, optimizer="SGD", artifact_directory=tmp_path)
+    assert "et_outer_finite_f32(2, " in (out / "model.c").read_text()  # the path under test
+    state = api.CheckpointState.load_checkpoint(out / "checkpoint")
+    module = api.Module(out / "training_model.onnx", state)
+    w = state.parameters["W"]
+    x = np.array([[3e38, -1.0, 0.5]], np.float32)
+    r = np.array([[1.0, -0.25]], np.float32)
+    module(x, r)  # the largest product, 3e38, is finite
+    np.testing.assert_array_equal(w.grad, np.outer(r, x))
+    grad = w.grad.copy()
+    with pytest.raises(api.NonFiniteError):
+        module(x, r)  # each product finite, their running sums not
+    np.testing.assert_array_equal(w.grad, grad)
+    module.lazy_reset_grad()
+    for bad_r in ([[1.2, 0.0]], [[0.0, -1.2]]):  # 1.2 * 3e38 overflows float32; the factors do not
+        with pytest.raises(api.NonFiniteError):
+            module(x, np.array(bad_r, np.float32))
+        np.testing.assert_array_equal(w.grad, grad)
+    module(x, r)
+    np.testing.assert_array_equal(w.grad, grad)
