@@ -21,12 +21,19 @@ static inline void et_relu_f32(int n, const float *X, float *Y)
  * Y[i] > 0 (0 for NaN), and the bits past n in the last word are 0. */
 static inline void et_relu_mask_f32(int n, const float *Y, uint32_t *mask)
 {
-    int i, b;
-    for (i = 0; i < n; i += 32) {
+    int i, b, words = n / 32;
+    for (i = 0; i < words; ++i) {  /* whole words: loops of 32 without a bound test vectorize */
+        const float *y = Y + (size_t)i * 32u;
         uint32_t word = 0u;
-        for (b = 0; b < 32 && i + b < n; ++b)
-            word |= (uint32_t)(Y[i + b] > 0.0f) << b;
-        mask[i >> 5] = word;
+        for (b = 0; b < 32; ++b)
+            word |= (uint32_t)(y[b] > 0.0f) << b;
+        mask[i] = word;
+    }
+    if (n % 32) {
+        uint32_t word = 0u;
+        for (b = 0; b < n % 32; ++b)
+            word |= (uint32_t)(Y[(size_t)words * 32u + (size_t)b] > 0.0f) << b;
+        mask[words] = word;
     }
 }
 
@@ -143,9 +150,16 @@ static inline void et_fill_f32(int n, float v, float *Y)
 /* mask: et_relu_mask_f32's bits of the forward result. */
 static inline void et_relu_grad_f32(int n, const float *dY, const uint32_t *mask, float *dX)
 {
-    int i;
-    for (i = 0; i < n; ++i)
-        dX[i] = (mask[i >> 5] >> (i & 31)) & 1u ? dY[i] : 0.0f;
+    int i, b, words = n / 32;
+    for (i = 0; i < words; ++i) {  /* a word at a time, as et_relu_mask_f32 makes them */
+        const uint32_t word = mask[i];
+        const float *dy = dY + (size_t)i * 32u;
+        float *dx = dX + (size_t)i * 32u;
+        for (b = 0; b < 32; ++b)
+            dx[b] = (word >> b) & 1u ? dy[b] : 0.0f;
+    }
+    for (i = words * 32; i < n; ++i)
+        dX[i] = (mask[words] >> (i & 31)) & 1u ? dY[i] : 0.0f;
 }
 
 static inline void et_leaky_relu_grad_f32(int n, float alpha, const float *dY,
@@ -314,8 +328,18 @@ static inline void et_bcast_next_(int rank, const int *shape, int *idx,
         sa = a_strides[rank - 1];                                              \
         sb = b_strides[rank - 1];                                              \
         for (o = 0; o < n; o += inner) {                                       \
-            for (i = 0; i < inner; ++i)                                        \
-                Y[o + i] = A[ao + i * sa] OP B[bo + i * sb];                   \
+            const float *a = A + ao, *b = B + bo;                              \
+            if (sa == 1 && sb == 0) { /* a row against one value */           \
+                const float v = b[0];                                          \
+                for (i = 0; i < inner; ++i)                                    \
+                    Y[o + i] = a[i] OP v;                                      \
+            } else if (sa == 0 && sb == 1) {                                   \
+                const float v = a[0];                                          \
+                for (i = 0; i < inner; ++i)                                    \
+                    Y[o + i] = v OP b[i];                                      \
+            } else                                                             \
+                for (i = 0; i < inner; ++i)                                    \
+                    Y[o + i] = a[i * sa] OP b[i * sb];                         \
             et_bcast_next_(rank, shape, idx, a_strides, &ao, b_strides, &bo);  \
         }                                                                      \
     }

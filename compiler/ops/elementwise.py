@@ -5,7 +5,7 @@ import numpy as np
 from ..errors import EdgetrainError
 from ..ir import COUNTER, ET_DOMAIN, Node
 from ..ir.graph import frozen_attrs
-from .registry import Counter, at_least_1d, broadcast_strides, op
+from .registry import Counter, at_least_1d, broadcast_strides, merged_axes, op
 
 
 def _unary(name, fn, grad=None, domain=""):
@@ -168,9 +168,10 @@ def _binary(name, fn, grad):
         def kernel(k, node):
             a, b = node.inputs
             y = node.outputs[0]
-            shape = at_least_1d(k.shape(y))
-            return [k.call(fn, len(shape), shape, a, broadcast_strides(k.shape(a), shape),
-                           b, broadcast_strides(k.shape(b), shape), y)]
+            out = at_least_1d(k.shape(y))
+            shape, a_strides, b_strides = merged_axes(out, broadcast_strides(k.shape(a), out),
+                                                      broadcast_strides(k.shape(b), out))
+            return [k.call(fn, len(shape), shape, a, a_strides, b, b_strides, y)]
 
     Binary.grad = staticmethod(grad)
     op(name)(Binary)

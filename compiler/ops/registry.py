@@ -142,6 +142,21 @@ def broadcast_strides(shape, out_shape) -> tuple[int, ...]:
                  for dim, out, s in zip(padded, out_shape, contiguous_strides(padded)))
 
 
+def merged_axes(shape, *strides) -> tuple[tuple[int, ...], ...]:
+    """`shape` and each operand's `strides` with neighbouring axes that every operand reads as one
+    run merged (and unit axes dropped), so a broadcast loop's innermost axis is as long as it can
+    be: (1, C, H, W) against a per-channel (1, C, 1, 1) becomes (C, H*W). Returns (shape, *strides)."""
+    axes = [(dim, *(s[d] for s in strides)) for d, dim in enumerate(shape) if dim != 1] or [(1, *(0 for _ in strides))]
+    merged = [axes[0]]
+    for dim, *inner in axes[1:]:
+        outer_dim, *outer = merged[-1]
+        if all(o == i * dim for o, i in zip(outer, inner)):
+            merged[-1] = (outer_dim * dim, *inner)
+        else:
+            merged.append((dim, *inner))
+    return tuple(zip(*merged))
+
+
 def at_least_1d(shape) -> tuple[int, ...]:
     """Scalars go to the C kernels as one-element vectors."""
     return tuple(shape) or (1,)

@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from edgetrain.ops.registry import broadcast_strides, merged_axes
+
 cffi = pytest.importorskip("cffi")
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -319,6 +321,27 @@ def call_add(lib, shape, a, a_strides, b, b_strides, out=None):
     return y
 
 
+@pytest.mark.parametrize("a_shape, b_shape, merged", [
+    ((1, 6, 5, 5), (1, 6, 1, 1), (6, 25)),  # a per-channel scale: rows of 25 against one value
+    ((2, 3, 4), (3, 1), (2, 3, 4)),
+    ((4, 1, 3), (1, 5, 1), (4, 5, 3)),
+    ((3, 1, 1), (1, 2, 7), (3, 14)),
+    ((2, 3), (), (6,)),
+    ((1, 1), (1,), (1,)),
+])
+def test_broadcast_over_merged_axes(lib, a_shape, b_shape, merged):
+    """The binary ops' binding merges axes both operands read as one run; the kernel then adds
+    over fewer, longer axes what NumPy adds over the original ones."""
+    out = np.broadcast_shapes(a_shape, b_shape)
+    shape, a_strides, b_strides = merged_axes(out or (1,), broadcast_strides(a_shape, out or (1,)),
+                                              broadcast_strides(b_shape, out or (1,)))
+    assert shape == merged
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal(a_shape).astype(np.float32)
+    b = rng.standard_normal(b_shape).astype(np.float32)
+    assert np.array_equal(call_add(lib, list(shape), a, a_strides, b, b_strides).reshape(out), a + b)
+
+
 def test_broadcast_add(lib):
     rng = np.random.default_rng(3)
     a = rng.standard_normal((2, 3, 4)).astype(np.float32)
@@ -340,6 +363,10 @@ def test_broadcast_add(lib):
     y = a.copy()
     call_add(lib, [2, 3, 4], y, [12, 4, 1], b, [0, 1, 0], out=y)
     assert np.array_equal(y, a + b)
+    # A row against one value on the left, and strided rows on both sides (the general loop).
+    assert np.array_equal(call_add(lib, [2, 3, 4], b, [0, 1, 0], a, [12, 4, 1]), b + a)
+    f = rng.standard_normal(3).astype(np.float32)
+    assert np.array_equal(call_add(lib, [2, 4, 3], a, [12, 1, 4], f, [0, 0, 1]), a.transpose(0, 2, 1) + f)
     # Empty tensors write nothing.
     z = np.zeros((0, 3), dtype=np.float32)
     call_add(lib, [0, 3], z, [3, 1], b, [0, 1], out=z)
