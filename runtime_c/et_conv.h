@@ -663,7 +663,7 @@ static inline int et_conv_narrow_f32_(int N, int C, int M, int G, const int *in,
 static inline int et_conv_pointwise_narrow_f32_(int N, int C, int M, int G, int out_size, const float *X,
                                                 const float *W, const float *B, float *Y)
 {
-    int Cg = C / G, Mg = M / G, block = ET_CONV_SCRATCH / (Cg > 0 ? Cg : 1), n, g, m0, mb, m, c;
+    int Cg = C / G, Mg = M / G, block = ET_CONV_SCRATCH / (Cg > 0 ? Cg : 1), n, g, m0, mb;
     float wt[ET_CONV_SCRATCH > 0 ? ET_CONV_SCRATCH : 1];
     if (!ET_VECTORS || !et_conv_fits_((size_t)Cg * 8) || out_size >= ET_GEMM_NARROW ||
         out_size % ET_TILE_COLS == 0 || Mg < 8)
@@ -671,9 +671,7 @@ static inline int et_conv_pointwise_narrow_f32_(int N, int C, int M, int G, int 
     for (g = 0; g < G; ++g)
         for (m0 = 0; m0 < Mg; m0 += mb) {
             mb = Mg - m0 < block ? Mg - m0 : block;
-            for (m = 0; m < mb; ++m)
-                for (c = 0; c < Cg; ++c)
-                    wt[(size_t)c * (size_t)mb + (size_t)m] = W[(size_t)(g * Mg + m0 + m) * (size_t)Cg + (size_t)c];
+            et_transpose_f32_(mb, Cg, W + (size_t)(g * Mg + m0) * (size_t)Cg, wt);
             for (n = 0; n < N; ++n)
                 et_gemm_f32(mb, out_size, Cg, 1.0f, wt, 1,
                             X + ((size_t)n * (size_t)C + (size_t)g * (size_t)Cg) * (size_t)out_size, 0, 1.0f,

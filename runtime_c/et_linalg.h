@@ -446,6 +446,7 @@ static inline void et_dot_tile_f32_(int rows, int taps, int segs, int n, const f
  * rows are then output columns (four at a time), and a small buffer turns
  * each tile back.  Every output keeps its sum over k, in order. */
 #define ET_GEMM_NARROW 64
+#define ET_GEMM_NARROW_DEPTH 32  /* k per slice of the narrow product with A transposed */
 
 /* y_r[j] += w_r * x[j] for j < n and four rows: each load of x serves
  * all four, and saying that nothing overlaps (restrict) lets compilers
@@ -606,6 +607,18 @@ static inline void et_gemm_dots_f32_(int M, int N, int K, const float *A, const 
         }
 }
 
+/* Y (cols x rows) = X (rows x cols) transposed, in blocks of 8 x 8 so that
+ * both sides are read and written a cache line at a time. */
+static inline void et_transpose_f32_(int rows, int cols, const float *restrict X, float *restrict Y)
+{
+    int r0, c0, r, c;
+    for (r0 = 0; r0 < rows; r0 += 8)
+        for (c0 = 0; c0 < cols; c0 += 8)
+            for (c = c0; c < c0 + 8 && c < cols; ++c)
+                for (r = r0; r < r0 + 8 && r < rows; ++r)
+                    Y[(size_t)c * (size_t)rows + (size_t)r] = X[(size_t)r * (size_t)cols + (size_t)c];
+}
+
 /* y[j] = 0 + w * x[j] for j < n: a sum over a single k, which starts
  * from 0 like every other (so -0 products give +0). */
 static inline void et_scaled_row_f32_(int n, float w, const float *restrict x, float *restrict y)
@@ -651,27 +664,28 @@ static inline void et_gemm_f32(int M, int N, int K, float alpha, const float *A,
 #if ET_VECTORS
     else if (trans_a && N < ET_GEMM_NARROW && N % ET_TILE_COLS && M >= 8 && K > 0) {
         /* Tile row r is output column j + r, read from B + j + r (k apart by N); tile column c is
-         * output row i + c, read from A + i + c (k apart by M). */
-        size_t at[ET_GEMM_DEPTH], bt[ET_GEMM_DEPTH];
-        float yt[ET_TILE_ROWS * ET_TILE_COLS];
-        int r, c;
-        for (k = 0; k < ET_GEMM_DEPTH; ++k) {
+         * output row i + c, read from A + i + c (k apart by M).  All N columns of 16 rows sum in
+         * yt one slice of k at a time, so the slice's rows of A stay in cache across the tiles:
+         * M floats apart, they share few cache sets when M is a power of two. */
+        size_t at[ET_GEMM_NARROW_DEPTH], bt[ET_GEMM_NARROW_DEPTH];
+        float yt[ET_GEMM_NARROW * ET_TILE_COLS];
+        int c;
+        for (k = 0; k < ET_GEMM_NARROW_DEPTH; ++k) {
             at[k] = (size_t)k * (size_t)N;
             bt[k] = (size_t)k * (size_t)M;
         }
         for (i = 0; i < M; i += ET_TILE_COLS) {
             n = M - i < ET_TILE_COLS ? M - i : ET_TILE_COLS;
-            for (j = 0; j < N; j += ET_TILE_ROWS) {
-                rows = N - j < ET_TILE_ROWS ? N - j : ET_TILE_ROWS;
-                for (k0 = 0; k0 < K; k0 += depth) {
-                    depth = K - k0 < ET_GEMM_DEPTH ? K - k0 : ET_GEMM_DEPTH;
-                    et_tile_f32_(rows, n, depth, B + (size_t)k0 * (size_t)N + (size_t)j, 1, at,
-                                 A + (size_t)k0 * (size_t)M + (size_t)i, bt, 8, yt, ET_TILE_COLS, k0 > 0);
-                }
-                for (r = 0; r < rows; ++r)
-                    for (c = 0; c < n; ++c)
-                        Y[(size_t)(i + c) * (size_t)N + (size_t)(j + r)] = yt[r * ET_TILE_COLS + c];
+            for (k0 = 0; k0 < K; k0 += depth) {
+                depth = K - k0 < ET_GEMM_NARROW_DEPTH ? K - k0 : ET_GEMM_NARROW_DEPTH;
+                for (j = 0; j < N; j += ET_TILE_ROWS)
+                    et_tile_f32_(N - j < ET_TILE_ROWS ? N - j : ET_TILE_ROWS, n, depth,
+                                 B + (size_t)k0 * (size_t)N + (size_t)j, 1, at, A + (size_t)k0 * (size_t)M + (size_t)i,
+                                 bt, 8, yt + (size_t)j * ET_TILE_COLS, ET_TILE_COLS, k0 > 0);
             }
+            for (j = 0; j < N; ++j)
+                for (c = 0; c < n; ++c)
+                    Y[(size_t)(i + c) * (size_t)N + (size_t)j] = yt[(size_t)j * ET_TILE_COLS + (size_t)c];
         }
     }
 #endif

@@ -404,7 +404,7 @@ def seq_gemm_ref(a, b, alpha, beta, c, trans_b=0):
 
 # (5, 7, 9): a row block and a leftover row, lanes with a tail; (9, 70, 21): two column blocks;
 # (21, 9, 70): narrow, so with op(A) stored transposed the tiles run along its rows (a whole tile, a
-# leftover of 5), four output columns at a time and a leftover one, k in two blocks.
+# leftover of 5), four output columns at a time and a leftover one, k in three slices.
 @pytest.mark.parametrize("M,N,K", [(5, 7, 9), (9, 70, 21), (21, 9, 70)])
 @pytest.mark.parametrize("trans_a", [0, 1])
 @pytest.mark.parametrize("trans_b", [0, 1])
