@@ -915,6 +915,76 @@ static inline void et_conv_grad_w_short_f32_(int N, int C, int M, int G, const i
         }
 }
 
+/* Channels of a depthwise weight gradient that run side by side. */
+#define ET_CONV_DEPTHWISE_CHANNELS 8
+
+/* et_conv_grad_w_f32 for a depthwise convolution (one input and one output
+ * channel per group), ET_CONV_DEPTHWISE_CHANNELS channels at a time: their
+ * padded input planes and dY planes are interleaved channel by channel in
+ * the scratch, so that each product of a tap at an output position is one
+ * multiply-add across the channels, whatever the plane's shape or stride.
+ * Every weight's lanes take the same products in the same order as
+ * et_conv_grad_w_f32's (lane l: positions l, l + ET_LANES, ..., n
+ * ascending), and the same totals.  Returns 0, having done nothing, where
+ * the interleaved planes do not fit ET_CONV_SCRATCH. */
+static inline int et_conv_grad_w_depthwise_f32_(int N, int C, const int *in, const int *out, const int *k,
+                                                const int *s, const int *d, const int *p, const float *dY,
+                                                const float *X, float *dW)
+{
+    enum { V = ET_CONV_DEPTHWISE_CHANNELS };
+    int in_size = et_conv_volume_(in), out_size = et_conv_volume_(out), k_size = et_conv_volume_(k);
+    int lo[3], dim[3], kt[3], n, c0, cb, c, t, l, o, oz, oy, ox, iz, iy, ix;
+    size_t plane = et_conv_margins_(in, out, k, s, d, p, 1, lo, dim), tap[ET_CONV_GRAD_TAPS_SHORT];
+    float xp[ET_CONV_SCRATCH > 0 ? ET_CONV_SCRATCH : 1], *yp = xp + plane * V;
+    float lane[ET_CONV_SCRATCH > 0 ? ET_CONV_GRAD_TAPS_SHORT * ET_LANES * V : 1];
+    if (!et_conv_fits_((plane + (size_t)out_size) * V) || k_size > ET_CONV_GRAD_TAPS_SHORT)
+        return 0;
+    for (t = 0, kt[0] = kt[1] = kt[2] = 0; t < k_size; ++t, et_conv_next_tap_(kt, k))
+        tap[t] = et_conv_tap_offset_(kt, d, p, lo, dim, 1, 0, plane);
+    for (c0 = 0; c0 < C; c0 += cb) {
+        cb = C - c0 < V ? C - c0 : V;
+        memset(lane, 0, (size_t)k_size * ET_LANES * V * sizeof *lane);
+        memset(xp, 0, plane * V * sizeof *xp);  /* the margins stay 0 */
+        for (c = cb; c < V; ++c)  /* the channels past C: zeros, whose sums are dropped */
+            for (o = 0; o < out_size; ++o)
+                yp[(size_t)o * V + (size_t)c] = 0.0f;
+        for (n = 0; n < N; ++n) {
+            for (c = 0; c < cb; ++c) {  /* xp[position * V + c], yp[o * V + c] */
+                const float *Xc = X + ((size_t)n * (size_t)C + (size_t)(c0 + c)) * (size_t)in_size;
+                const float *dYc = dY + ((size_t)n * (size_t)C + (size_t)(c0 + c)) * (size_t)out_size;
+                for (iz = 0, o = 0; iz < in[0]; ++iz)
+                    for (iy = 0; iy < in[1]; ++iy)
+                        for (ix = 0; ix < in[2]; ++ix, ++o)
+                            xp[(((size_t)(iz + lo[0]) * (size_t)dim[1] + (size_t)(iy + lo[1])) * (size_t)dim[2] +
+                                (size_t)(ix + lo[2])) * V + (size_t)c] = Xc[o];
+                for (o = 0; o < out_size; ++o)
+                    yp[(size_t)o * V + (size_t)c] = dYc[o];
+            }
+            for (oz = 0, o = 0; oz < out[0]; ++oz)
+                for (oy = 0; oy < out[1]; ++oy)
+                    for (ox = 0; ox < out[2]; ++ox, ++o) {
+                        const float *y = yp + (size_t)o * V;
+                        const float *x = xp + (((size_t)oz * (size_t)s[0] * (size_t)dim[1] + (size_t)oy * (size_t)s[1]) *
+                                               (size_t)dim[2] + (size_t)ox * (size_t)s[2]) * V;
+                        for (t = 0; t < k_size; ++t) {
+                            float *acc = lane + ((size_t)t * ET_LANES + (size_t)(o % ET_LANES)) * V;
+                            const float *xt = x + tap[t] * V;
+                            for (c = 0; c < V; ++c)
+                                acc[c] += y[c] * xt[c];
+                        }
+                    }
+        }
+        for (c = 0; c < cb; ++c)
+            for (t = 0; t < k_size; ++t) {
+                float total[ET_LANES];
+                for (l = 0; l < ET_LANES; ++l)
+                    total[l] = lane[((size_t)t * ET_LANES + (size_t)l) * V + (size_t)c];
+                dW[(size_t)(c0 + c) * (size_t)k_size + (size_t)t] = et_dot_total_f32_(total);
+            }
+    }
+    return 1;
+}
+
 /* Conv's weight gradient: dW[m, c, kz, ky, kx] = sum over n, oz, oy, ox
  * of dY[n, m, o] * X[n, g*C/G + c, o*s + k*d - p], with Conv's geometry
  * (`in` is X's size, `out` is dY's): one dot product per weight, of each
@@ -953,6 +1023,8 @@ static inline void et_conv_grad_w_f32(int N, int C, int M, int G, const int *in,
         et_conv_grad_w_short_f32_(N, C, M, G, in, out, k, s, d, p, dY, X, dW);
         return;
     }
+    if (Cg == 1 && Mg == 1 && !direct && et_conv_grad_w_depthwise_f32_(N, C, in, out, k, s, d, p, dY, X, dW))
+        return;  /* rows of whole lane blocks, read in place, are faster still */
     for (g = 0; g < G; ++g)
         for (m0 = g * Mg; m0 < (g + 1) * Mg; m0 += block) {
             block = (g + 1) * Mg - m0 < ET_CONV_GRAD_ROWS ? (g + 1) * Mg - m0 : ET_CONV_GRAD_ROWS;

@@ -555,6 +555,38 @@ def test_conv_kernels_keep_their_stated_summation_order(lib, kernel, stride, pad
     assert np.array_equal(dw, dw_ref)
 
 
+
+# Depthwise weight gradients: 11 channels (a block of 8 side by side, then 3), over planes whose rows
+# are not whole lane blocks (5x7 outputs, and 3x3 with stride 2), and over 6x8 outputs (rows of
+# whole lane blocks, read in place).
+@pytest.mark.parametrize("stride,h,w", [((1, 1), 5, 7), ((2, 2), 6, 6), ((1, 1), 6, 8)])
+def test_depthwise_weight_gradient_keeps_its_lanes(lib, stride, h, w):
+    """Each channel's weight gradient as lanes over each image's plane of products (0 where the tap
+    falls outside X), then the pairwise total: bit for bit, whichever way the channels run."""
+    ffi, L = lib
+    rng = np.random.default_rng(8)
+    n, c, kernel, pad = 2, 11, 3, 1
+    oh, ow = (h + 2 * pad - kernel) // stride[0] + 1, (w + 2 * pad - kernel) // stride[1] + 1
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    dy = rng.standard_normal((n, c, oh, ow)).astype(np.float32)
+    ints = lambda v: ffi.new("int[3]", v)
+    dw_ref = np.zeros((c, 1, kernel, kernel), np.float32)
+    for ci, ky, kx in np.ndindex(c, kernel, kernel):
+        oy = np.array([o for o in range(oh) if 0 <= o * stride[0] + ky - pad < h], int)
+        ox = np.array([o for o in range(ow) if 0 <= o * stride[1] + kx - pad < w], int)
+        iy, ix = oy * stride[0] + ky - pad, ox * stride[1] + kx - pad
+        pieces = []
+        for i in range(n):
+            plane = np.zeros((oh, ow), np.float32)
+            plane[oy[:, None], ox] = x[i, ci][iy[:, None], ix] * dy[i, ci][oy[:, None], ox]
+            pieces.append(plane.ravel())
+        dw_ref[ci, 0, ky, kx] = lanes_total(pieces)
+    dw = np.empty_like(dw_ref)
+    L.t_conv_grad_w(n, c, c, c, ints([1, h, w]), ints([1, oh, ow]), ints([1, kernel, kernel]), ints([1, *stride]),
+                    ints([1, 1, 1]), ints([0, pad, pad]), fptr(ffi, dy), fptr(ffi, x), fptr(ffi, dw))
+    assert np.array_equal(dw, dw_ref)
+
+
 # ---- loss ----
 
 def np_sce(x, labels, weights, ignore):
