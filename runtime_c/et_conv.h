@@ -654,6 +654,83 @@ static inline int et_conv_narrow_f32_(int N, int C, int M, int G, const int *in,
     return 1;
 }
 
+/* Channels of a depthwise convolution (one input and one output channel
+ * per group) that run side by side, interleaved in the scratch. */
+#define ET_CONV_DEPTHWISE_CHANNELS 8
+#define ET_CONV_DEPTHWISE_TAPS 64  /* the largest kernel they take: 8 x 8, say */
+
+/* A depthwise convolution (dir 1, et_conv_f32) or transposed convolution
+ * (dir -1, et_conv_transpose_f32), ET_CONV_DEPTHWISE_CHANNELS channels at
+ * a time: their input planes go into the scratch padded and interleaved
+ * channel by channel (a transposed one's inputs s apart, zeros between, so
+ * that it reads its plane with unit strides), and each output sums its
+ * taps in order, from 0, one multiply-add across the channels per tap,
+ * then adds the bias (0 without one), as et_conv_narrow_f32_ does.  A tap
+ * between or outside the inputs adds W * 0, as there.  Returns 0, having
+ * done nothing, where the planes do not fit ET_CONV_SCRATCH or where the
+ * other kernels are faster. */
+static inline int et_conv_depthwise_f32_(int N, int C, const int *in, const int *out, const int *k, const int *s,
+                                         const int *d, const int *p, int dir, const float *X, const float *W,
+                                         const float *B, float *Y)
+{
+    enum { V = ET_CONV_DEPTHWISE_CHANNELS };
+    static const int ones[3] = {1, 1, 1};
+    const int *put = dir > 0 ? ones : s, *step = dir > 0 ? s : ones;  /* input i at i * put; output o reads o * step */
+    int in_size = et_conv_volume_(in), out_size = et_conv_volume_(out), k_size = et_conv_volume_(k);
+    int span[3], lo[3], dim[3], kt[3], a, n, c0, cb, c, t, o, oz, oy, ox, iz, iy, ix;
+    size_t plane, tap[ET_CONV_DEPTHWISE_TAPS];
+    float xp[ET_CONV_SCRATCH > 0 ? ET_CONV_SCRATCH : 1], wv[ET_CONV_SCRATCH > 0 ? ET_CONV_DEPTHWISE_TAPS * V : 1];
+    for (a = 0; a < 3; ++a)
+        span[a] = (in[a] - 1) * put[a] + 1;
+    plane = et_conv_margins_(span, out, k, step, d, p, dir, lo, dim);
+    if (!et_conv_fits_(plane * V) || k_size > ET_CONV_DEPTHWISE_TAPS ||
+        (s[0] == 1 && s[1] == 1 && s[2] == 1 && out[2] >= ET_LANES))
+        return 0;  /* unit strides over rows of 8 or more: et_conv_narrow_f32_'s long runs do better */
+    for (t = 0, kt[0] = kt[1] = kt[2] = 0; t < k_size; ++t, et_conv_next_tap_(kt, k))
+        tap[t] = et_conv_tap_offset_(kt, d, p, lo, dim, dir, 0, plane) * V;
+    for (n = 0; n < N; ++n)
+        for (c0 = 0; c0 < C; c0 += cb) {
+            cb = C - c0 < V ? C - c0 : V;
+            memset(xp, 0, plane * V * sizeof *xp);
+            memset(wv, 0, sizeof wv);  /* channels past C: zeros */
+            for (c = 0; c < cb; ++c) {  /* xp[position * V + c], wv[t * V + c] */
+                const float *Xc = X + ((size_t)n * (size_t)C + (size_t)(c0 + c)) * (size_t)in_size;
+                for (t = 0; t < k_size; ++t)
+                    wv[t * V + c] = W[(size_t)(c0 + c) * (size_t)k_size + (size_t)t];
+                for (iz = 0, o = 0; iz < in[0]; ++iz)
+                    for (iy = 0; iy < in[1]; ++iy)
+                        for (ix = 0; ix < in[2]; ++ix, ++o)
+                            xp[(((size_t)(iz * put[0] + lo[0]) * (size_t)dim[1] + (size_t)(iy * put[1] + lo[1])) *
+                                (size_t)dim[2] + (size_t)(ix * put[2] + lo[2])) * V + (size_t)c] = Xc[o];
+            }
+            for (oz = 0, o = 0; oz < out[0]; ++oz)
+                for (oy = 0; oy < out[1]; ++oy)
+                    for (ox = 0; ox < out[2]; ++ox, ++o) {
+                        const float *x = xp + (((size_t)oz * (size_t)step[0] * (size_t)dim[1] +
+                                                (size_t)oy * (size_t)step[1]) * (size_t)dim[2] +
+                                               (size_t)ox * (size_t)step[2]) * V;
+                        float acc[V] = {0.0f};
+#if ET_VECTORS  /* the sums stay in one register */
+                        et_v8_ sum = {0.0f}, w, xv;
+                        for (t = 0; t < k_size; ++t) {
+                            memcpy(&w, wv + t * V, sizeof w);
+                            memcpy(&xv, x + tap[t], sizeof xv);
+                            sum += w * xv;
+                        }
+                        memcpy(acc, &sum, sizeof acc);
+#else
+                        for (t = 0; t < k_size; ++t)
+                            for (c = 0; c < V; ++c)
+                                acc[c] += wv[t * V + c] * x[tap[t] + (size_t)c];
+#endif
+                        for (c = 0; c < cb; ++c)
+                            Y[((size_t)n * (size_t)C + (size_t)(c0 + c)) * (size_t)out_size + (size_t)o] =
+                                acc[c] + (B ? B[c0 + c] : 0.0f);
+                    }
+        }
+    return 1;
+}
+
 /* A pointwise convolution (et_conv_f32) over a plane of fewer than
  * ET_GEMM_NARROW positions: the group's weights, packed transposed into
  * the scratch (as many output channels as fit), let et_gemm_f32 run its
@@ -706,6 +783,8 @@ static inline void et_conv_f32(int N, int C, int M, int G, const int *in, const 
                             Y + ((size_t)n * (size_t)M + (size_t)g * (size_t)Mg) * (size_t)out_size);
         return;
     }
+    if (Cg == 1 && Mg == 1 && et_conv_depthwise_f32_(N, C, in, out, k, s, d, p, 1, X, W, B, Y))
+        return;
     if (Mg >= ET_CONV_ROWS) {
         et_conv_chunked_f32_(N, C, M, G, in, out, k, s, d, p, 1, X, W, Cg * k_size, k_size, B, Y);
         return;
@@ -775,6 +854,8 @@ static inline void et_conv_transpose_f32(int N, int C, int M, int G, const int *
                             Y + ((size_t)n * (size_t)M + (size_t)g * (size_t)Mg) * (size_t)out_size);
         return;
     }
+    if (Cg == 1 && Mg == 1 && et_conv_depthwise_f32_(N, C, in, out, k, s, d, p, -1, X, W, B, Y))
+        return;
     if (Mg >= ET_CONV_ROWS) {
         et_conv_chunked_f32_(N, C, M, G, in, out, k, s, d, p, -1, X, W, k_size, Mg * k_size, B, Y);
         return;
@@ -915,9 +996,6 @@ static inline void et_conv_grad_w_short_f32_(int N, int C, int M, int G, const i
         }
 }
 
-/* Channels of a depthwise weight gradient that run side by side. */
-#define ET_CONV_DEPTHWISE_CHANNELS 8
-
 /* et_conv_grad_w_f32 for a depthwise convolution (one input and one output
  * channel per group), ET_CONV_DEPTHWISE_CHANNELS channels at a time: their
  * padded input planes and dY planes are interleaved channel by channel in
@@ -934,10 +1012,10 @@ static inline int et_conv_grad_w_depthwise_f32_(int N, int C, const int *in, con
     enum { V = ET_CONV_DEPTHWISE_CHANNELS };
     int in_size = et_conv_volume_(in), out_size = et_conv_volume_(out), k_size = et_conv_volume_(k);
     int lo[3], dim[3], kt[3], n, c0, cb, c, t, l, o, oz, oy, ox, iz, iy, ix;
-    size_t plane = et_conv_margins_(in, out, k, s, d, p, 1, lo, dim), tap[ET_CONV_GRAD_TAPS_SHORT];
+    size_t plane = et_conv_margins_(in, out, k, s, d, p, 1, lo, dim), tap[ET_CONV_DEPTHWISE_TAPS];
     float xp[ET_CONV_SCRATCH > 0 ? ET_CONV_SCRATCH : 1], *yp = xp + plane * V;
-    float lane[ET_CONV_SCRATCH > 0 ? ET_CONV_GRAD_TAPS_SHORT * ET_LANES * V : 1];
-    if (!et_conv_fits_((plane + (size_t)out_size) * V) || k_size > ET_CONV_GRAD_TAPS_SHORT)
+    float lane[ET_CONV_SCRATCH > 0 ? ET_CONV_DEPTHWISE_TAPS * ET_LANES * V : 1];
+    if (!et_conv_fits_((plane + (size_t)out_size) * V) || k_size > ET_CONV_DEPTHWISE_TAPS)
         return 0;
     for (t = 0, kt[0] = kt[1] = kt[2] = 0; t < k_size; ++t, et_conv_next_tap_(kt, k))
         tap[t] = et_conv_tap_offset_(kt, d, p, lo, dim, 1, 0, plane);

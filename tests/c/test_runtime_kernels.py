@@ -556,20 +556,46 @@ def test_conv_kernels_keep_their_stated_summation_order(lib, kernel, stride, pad
 
 
 
-# Depthwise weight gradients: 11 channels (a block of 8 side by side, then 3), over planes whose rows
-# are not whole lane blocks (5x7 outputs, and 3x3 with stride 2), and over 6x8 outputs (rows of
-# whole lane blocks, read in place).
+# Depthwise convolutions: 11 channels (a block of 8 side by side, then 3), over rows shorter than a
+# lane block (5x7 outputs, and 3x3 with stride 2), and over 6x8 outputs (the long runs and, for the
+# weight gradient, rows of whole lane blocks read in place).
 @pytest.mark.parametrize("stride,h,w", [((1, 1), 5, 7), ((2, 2), 6, 6), ((1, 1), 6, 8)])
-def test_depthwise_weight_gradient_keeps_its_lanes(lib, stride, h, w):
-    """Each channel's weight gradient as lanes over each image's plane of products (0 where the tap
-    falls outside X), then the pairwise total: bit for bit, whichever way the channels run."""
+def test_depthwise_kernels_keep_their_stated_summation_order(lib, stride, h, w):
+    """Forward and input gradient: each output summed over its taps in (ky, kx) order, the bias last;
+    weight gradient: lanes over each image's plane of products (0 where the tap falls outside X), then
+    the pairwise total. Bit for bit, whichever way the channels run."""
     ffi, L = lib
     rng = np.random.default_rng(8)
     n, c, kernel, pad = 2, 11, 3, 1
     oh, ow = (h + 2 * pad - kernel) // stride[0] + 1, (w + 2 * pad - kernel) // stride[1] + 1
     x = rng.standard_normal((n, c, h, w)).astype(np.float32)
     dy = rng.standard_normal((n, c, oh, ow)).astype(np.float32)
+    wt = rng.standard_normal((c, 1, kernel, kernel)).astype(np.float32)
+    b = rng.standard_normal(c).astype(np.float32)
     ints = lambda v: ffi.new("int[3]", v)
+    geometry = (ints([1, kernel, kernel]), ints([1, *stride]), ints([1, 1, 1]), ints([0, pad, pad]))
+
+    y_ref = np.zeros((n, c, oh, ow), np.float32)
+    dx_ref = np.zeros((n, c, h, w), np.float32)
+    for ky, kx in np.ndindex(kernel, kernel):  # tap by tap, so every output adds its taps in order
+        for oy, ox in np.ndindex(oh, ow):
+            iy, ix = oy * stride[0] + ky - pad, ox * stride[1] + kx - pad
+            if 0 <= iy < h and 0 <= ix < w:
+                y_ref[:, :, oy, ox] += wt[:, 0, ky, kx] * x[:, :, iy, ix]
+        for iy, ix in np.ndindex(h, w):
+            oy, ox = divmod(iy + pad - ky, stride[0])[0], divmod(ix + pad - kx, stride[1])[0]
+            if ((iy + pad - ky) % stride[0] == 0 and (ix + pad - kx) % stride[1] == 0 and 0 <= oy < oh
+                    and 0 <= ox < ow):
+                dx_ref[:, :, iy, ix] += wt[:, 0, ky, kx] * dy[:, :, oy, ox]
+    y = np.empty_like(y_ref)
+    L.t_conv(n, c, c, c, ints([1, h, w]), ints([1, oh, ow]), *geometry, fptr(ffi, x), fptr(ffi, wt), fptr(ffi, b),
+             fptr(ffi, y))
+    assert np.array_equal(y, y_ref + b[None, :, None, None])
+    dx = np.empty_like(dx_ref)
+    L.t_conv_transpose(n, c, c, c, ints([1, oh, ow]), ints([1, h, w]), *geometry, fptr(ffi, dy), fptr(ffi, wt),
+                       ffi.NULL, fptr(ffi, dx))
+    assert np.array_equal(dx, dx_ref)
+
     dw_ref = np.zeros((c, 1, kernel, kernel), np.float32)
     for ci, ky, kx in np.ndindex(c, kernel, kernel):
         oy = np.array([o for o in range(oh) if 0 <= o * stride[0] + ky - pad < h], int)
@@ -582,8 +608,8 @@ def test_depthwise_weight_gradient_keeps_its_lanes(lib, stride, h, w):
             pieces.append(plane.ravel())
         dw_ref[ci, 0, ky, kx] = lanes_total(pieces)
     dw = np.empty_like(dw_ref)
-    L.t_conv_grad_w(n, c, c, c, ints([1, h, w]), ints([1, oh, ow]), ints([1, kernel, kernel]), ints([1, *stride]),
-                    ints([1, 1, 1]), ints([0, pad, pad]), fptr(ffi, dy), fptr(ffi, x), fptr(ffi, dw))
+    L.t_conv_grad_w(n, c, c, c, ints([1, h, w]), ints([1, oh, ow]), *geometry, fptr(ffi, dy), fptr(ffi, x),
+                    fptr(ffi, dw))
     assert np.array_equal(dw, dw_ref)
 
 
