@@ -659,6 +659,20 @@ static inline int et_conv_narrow_f32_(int N, int C, int M, int G, const int *in,
 #define ET_CONV_DEPTHWISE_CHANNELS 8
 #define ET_CONV_DEPTHWISE_TAPS 64  /* the largest kernel they take: 8 x 8, say */
 
+/* Channel c of ET_CONV_DEPTHWISE_CHANNELS interleaved padded planes (dims
+ * `dim`, margins `lo`): xp[position * channels + c] = Xc's input i, at i *
+ * put in the plane. */
+static inline void et_conv_interleave_(const float *Xc, const int *in, const int *put, const int *lo,
+                                       const int *dim, int c, float *xp)
+{
+    int iz, iy, ix, o = 0;
+    for (iz = 0; iz < in[0]; ++iz)
+        for (iy = 0; iy < in[1]; ++iy)
+            for (ix = 0; ix < in[2]; ++ix, ++o)
+                xp[(((size_t)(iz * put[0] + lo[0]) * (size_t)dim[1] + (size_t)(iy * put[1] + lo[1])) *
+                    (size_t)dim[2] + (size_t)(ix * put[2] + lo[2])) * ET_CONV_DEPTHWISE_CHANNELS + (size_t)c] = Xc[o];
+}
+
 /* A depthwise convolution (dir 1, et_conv_f32) or transposed convolution
  * (dir -1, et_conv_transpose_f32), ET_CONV_DEPTHWISE_CHANNELS channels at
  * a time: their input planes go into the scratch padded and interleaved
@@ -677,7 +691,7 @@ static inline int et_conv_depthwise_f32_(int N, int C, const int *in, const int 
     static const int ones[3] = {1, 1, 1};
     const int *put = dir > 0 ? ones : s, *step = dir > 0 ? s : ones;  /* input i at i * put; output o reads o * step */
     int in_size = et_conv_volume_(in), out_size = et_conv_volume_(out), k_size = et_conv_volume_(k);
-    int span[3], lo[3], dim[3], kt[3], a, n, c0, cb, c, t, o, oz, oy, ox, iz, iy, ix;
+    int span[3], lo[3], dim[3], kt[3], a, n, c0, cb, c, t, o, oz, oy, ox;
     size_t plane, tap[ET_CONV_DEPTHWISE_TAPS];
     float xp[ET_CONV_SCRATCH > 0 ? ET_CONV_SCRATCH : 1], wv[ET_CONV_SCRATCH > 0 ? ET_CONV_DEPTHWISE_TAPS * V : 1];
     for (a = 0; a < 3; ++a)
@@ -697,11 +711,7 @@ static inline int et_conv_depthwise_f32_(int N, int C, const int *in, const int 
                 const float *Xc = X + ((size_t)n * (size_t)C + (size_t)(c0 + c)) * (size_t)in_size;
                 for (t = 0; t < k_size; ++t)
                     wv[t * V + c] = W[(size_t)(c0 + c) * (size_t)k_size + (size_t)t];
-                for (iz = 0, o = 0; iz < in[0]; ++iz)
-                    for (iy = 0; iy < in[1]; ++iy)
-                        for (ix = 0; ix < in[2]; ++ix, ++o)
-                            xp[(((size_t)(iz * put[0] + lo[0]) * (size_t)dim[1] + (size_t)(iy * put[1] + lo[1])) *
-                                (size_t)dim[2] + (size_t)(ix * put[2] + lo[2])) * V + (size_t)c] = Xc[o];
+                et_conv_interleave_(Xc, in, put, lo, dim, c, xp);
             }
             for (oz = 0, o = 0; oz < out[0]; ++oz)
                 for (oy = 0; oy < out[1]; ++oy)
@@ -1011,7 +1021,8 @@ static inline int et_conv_grad_w_depthwise_f32_(int N, int C, const int *in, con
 {
     enum { V = ET_CONV_DEPTHWISE_CHANNELS };
     int in_size = et_conv_volume_(in), out_size = et_conv_volume_(out), k_size = et_conv_volume_(k);
-    int lo[3], dim[3], kt[3], n, c0, cb, c, t, l, o, oz, oy, ox, iz, iy, ix;
+    static const int ones[3] = {1, 1, 1};
+    int lo[3], dim[3], kt[3], n, c0, cb, c, t, l, o, oz, oy, ox;
     size_t plane = et_conv_margins_(in, out, k, s, d, p, 1, lo, dim), tap[ET_CONV_DEPTHWISE_TAPS];
     float xp[ET_CONV_SCRATCH > 0 ? ET_CONV_SCRATCH : 1], *yp = xp + plane * V;
     float lane[ET_CONV_SCRATCH > 0 ? ET_CONV_DEPTHWISE_TAPS * ET_LANES * V : 1];
@@ -1030,11 +1041,7 @@ static inline int et_conv_grad_w_depthwise_f32_(int N, int C, const int *in, con
             for (c = 0; c < cb; ++c) {  /* xp[position * V + c], yp[o * V + c] */
                 const float *Xc = X + ((size_t)n * (size_t)C + (size_t)(c0 + c)) * (size_t)in_size;
                 const float *dYc = dY + ((size_t)n * (size_t)C + (size_t)(c0 + c)) * (size_t)out_size;
-                for (iz = 0, o = 0; iz < in[0]; ++iz)
-                    for (iy = 0; iy < in[1]; ++iy)
-                        for (ix = 0; ix < in[2]; ++ix, ++o)
-                            xp[(((size_t)(iz + lo[0]) * (size_t)dim[1] + (size_t)(iy + lo[1])) * (size_t)dim[2] +
-                                (size_t)(ix + lo[2])) * V + (size_t)c] = Xc[o];
+                et_conv_interleave_(Xc, in, ones, lo, dim, c, xp);
                 for (o = 0; o < out_size; ++o)
                     yp[(size_t)o * V + (size_t)c] = dYc[o];
             }
