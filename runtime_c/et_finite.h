@@ -54,4 +54,10 @@ static inline int et_check_finite_f32(int n, const float *X)
     return et_all_finite_f32(n, X) ? ET_OK : ET_NON_FINITE;
 }
 
+/* et_check_finite_f32 for a gradient that is the outer product of A (m) and B (n). */
+static inline int et_check_outer_finite_f32(int m, const float *A, int n, const float *B)
+{
+    return et_outer_finite_f32(m, A, n, B) ? ET_OK : ET_NON_FINITE;
+}
+
 #endif /* ET_FINITE_H */

@@ -65,4 +65,42 @@ static inline void et_sgd_f32(int n, float lr, float momentum, float dampening,
     }
 }
 
+/* Columns of an outer-product gradient that the updates below hold at a time. */
+#define ET_OUTER_CHUNK 64
+
+/* The updates above for a gradient that is the outer product of A (m) and
+ * B (n), each element 0 + A[i] * B[j] as the Gemm that would have made it
+ * (et_scaled_row_f32_): made a piece of a row at a time on the stack, never
+ * stored whole.  M, V and Buf are laid out as W; Buf may be NULL. */
+static inline void et_adamw_outer_f32(int m, const float *A, int n, const float *B, float step_size, float lr,
+                                      float beta1, float beta2, float eps, float weight_decay, float *W, float *M,
+                                      float *V)
+{
+    float g[ET_OUTER_CHUNK];
+    int i, j, len;
+    for (i = 0; i < m; ++i)
+        for (j = 0; j < n; j += len) {
+            size_t at = (size_t)i * (size_t)n + (size_t)j;
+            len = n - j < ET_OUTER_CHUNK ? n - j : ET_OUTER_CHUNK;
+            et_scaled_row_f32_(len, A[i], B + j, g);
+            et_adamw_f32(len, step_size, lr, beta1, beta2, eps, weight_decay, W + at, g, M + at, V + at);
+        }
+}
+
+static inline void et_sgd_outer_f32(int m, const float *A, int n, const float *B, float lr, float momentum,
+                                    float dampening, int nesterov, float weight_decay, int first_step, float *W,
+                                    float *Buf)
+{
+    float g[ET_OUTER_CHUNK];
+    int i, j, len;
+    for (i = 0; i < m; ++i)
+        for (j = 0; j < n; j += len) {
+            size_t at = (size_t)i * (size_t)n + (size_t)j;
+            len = n - j < ET_OUTER_CHUNK ? n - j : ET_OUTER_CHUNK;
+            et_scaled_row_f32_(len, A[i], B + j, g);
+            et_sgd_f32(len, lr, momentum, dampening, nesterov, weight_decay, first_step, W + at, g,
+                       Buf ? Buf + at : NULL);
+        }
+}
+
 #endif /* ET_OPTIM_H */

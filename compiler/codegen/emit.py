@@ -249,25 +249,28 @@ def _in_place(g, nodes, calls, span, arena, last, results) -> dict[str, str]:
     return root
 
 
-def _fused_updates(trainer: Trainer, storage: _Storage) -> dict[int, list[Call]]:
+def _fused_updates(trainer: Trainer, storage: _Storage, nodes: list[Node],
+                   outer: dict[str, Node]) -> dict[int, list[Call]]:
     """Operator reordering: each parameter's optimizer update, placed right after the node where
     its gradient is final and the parameter's last reader has run (so every gradient is computed
     from the step's starting weights, as with a separate optimizer step). The gradient is then an
-    arena temporary that dies at its update. Once the forward pass is done and its loss and new
-    buffer values (BatchNormalization's running statistics) are checked finite, the buffers are
-    written, so those values need not stay in the arena through the backward pass either."""
-    g, opt, nodes = trainer.graph, trainer.optimizer, trainer.train_nodes
+    arena temporary that dies at its update; one in `outer` (_outer_products) is never made, and
+    the update reads its two factors. Once the forward pass is done and its loss and new buffer
+    values (BatchNormalization's running statistics) are checked finite, the buffers are written,
+    so those values need not stay in the arena through the backward pass either."""
+    g, opt = trainer.graph, trainer.optimizer
     index = {name: i for i, node in enumerate(nodes) for name in node.outputs}
     last_read = {name: i for i, node in enumerate(nodes) for name in node.inputs}
 
-    def check(size, name):
+    def check_finite(size, name):
         return Call("et_check_finite_f32", (size, Tensor(name)), checked=True)
 
     buffers = trainer.state_updates.items()
     forward_done = max([index[trainer.loss]] + [index[value] for _, value in buffers])
     copies = [Call("et_copy_f32", (g.values[value].size, Tensor(value),
                                    Arg("ptr", "et_buffers", storage.fixed[buffer].offset))) for buffer, value in buffers]
-    after = {forward_done: [check(1, trainer.loss)] + [check(g.values[v].size, v) for _, v in buffers] + copies}
+    after = {forward_done: [check_finite(1, trainer.loss)] + [check_finite(g.values[v].size, v) for _, v in buffers]
+             + copies}
     lr = Arg("var", "et_lr")
     for param in trainer.trainable:
         size, at = g.values[param].size, storage.fixed[param].offset
@@ -276,15 +279,24 @@ def _fused_updates(trainer: Trainer, storage: _Storage) -> dict[int, list[Call]]
             grad = f"{param}.zero_grad"
             storage._add_const(grad, np.zeros(size, np.float32))
         state = [Arg("ptr", "et_state", slot * storage.trainable_floats + at) for slot in range(len(opt.state_slots))]
+        # The kernels take a gradient as (size, ..., W, G) or, from factors, as (m, A, n, B, ..., W).
+        if grad in outer:
+            a, b = outer[grad].inputs
+            kind, operand, g_arg = "_outer", (g.values[a].size, Tensor(a), g.values[b].size, Tensor(b)), ()
+            made = max(index.get(a, -1), index.get(b, -1))
+        else:
+            kind, operand, g_arg, made = "", (size,), (Tensor(grad),), index.get(grad, -1)
         h = opt.attrs()
         if opt.kind is OptimType.AdamW:
-            update = Call("et_adamw_f32", (size, Arg("var", "et_step_size"), lr, h["beta1"], h["beta2"], h["eps"],
-                                           h["weight_decay"], Tensor(param), Tensor(grad), *state))
+            update = Call(f"et_adamw{kind}_f32", (*operand, Arg("var", "et_step_size"), lr, h["beta1"], h["beta2"],
+                                                  h["eps"], h["weight_decay"], Tensor(param), *g_arg, *state))
         else:
-            update = Call("et_sgd_f32", (size, lr, h["momentum"], h["dampening"], h["nesterov"], h["weight_decay"],
-                                         Arg("var", "et_first_step"), Tensor(param), Tensor(grad), *(state or [None])))
-        i = max(index.get(grad, -1), last_read.get(param, -1), forward_done)
-        after.setdefault(i, []).extend([check(size, grad), update])
+            update = Call(f"et_sgd{kind}_f32", (*operand, lr, h["momentum"], h["dampening"], h["nesterov"],
+                                                h["weight_decay"], Arg("var", "et_first_step"), Tensor(param), *g_arg,
+                                                *(state or [None])))
+        check = Call(f"et_check{kind}_finite_f32", (*operand, *g_arg), checked=True)
+        i = max(made, last_read.get(param, -1), forward_done)
+        after.setdefault(i, []).extend([check, update])
     return after
 
 
@@ -313,27 +325,25 @@ def build(trainer: Trainer, prefix: str, federated: bool = False, fused_update: 
     g = trainer.graph
     storage = _Storage(trainer)
     # A fused update writes gradients and buffers inside the step; otherwise they are results.
-    outer = {} if fused_update else _outer_products(trainer)
+    outer = _outer_products(trainer)
     kept = [] if fused_update else ([v for v in trainer.grads.values() if v and v not in outer]
                                     + [f for node in outer.values() for f in node.inputs]
                                     + list(trainer.state_updates.values()))
     train_nodes = [node for node in trainer.train_nodes if node not in outer.values()]
     train, train_at = _lower(trainer, storage, train_nodes, [trainer.loss] + kept,
-                             _fused_updates(trainer, storage) if fused_update else None,
+                             _fused_updates(trainer, storage, train_nodes, outer) if fused_update else None,
                              trainer.backward_start)
     evaluate, eval_at = _lower(trainer, storage, trainer.eval_nodes, [trainer.loss])
     infer, infer_at = _lower(trainer, storage, trainer.infer_nodes, list(g.outputs))
 
-    offsets, grads = {}, []
-    for name in trainer.trainable:
-        offsets[name] = storage.fixed[name].offset
-        grad = trainer.grads[name]
-        size = g.values[name].size
+    grads = []
+    for name in [] if fused_update else trainer.trainable:  # a fused update keeps no gradients
+        grad, offset, size = trainer.grads[name], storage.fixed[name].offset, g.values[name].size
         if grad in outer:
             a, b = outer[grad].inputs
-            grads.append(GradInfo(None, offsets[name], size, (train_at[a], train_at[b]), g.values[a].size))
-        elif not fused_update:
-            grads.append(GradInfo(train_at[grad] if grad else None, offsets[name], size))
+            grads.append(GradInfo(None, offset, size, (train_at[a], train_at[b]), g.values[a].size))
+        else:
+            grads.append(GradInfo(train_at[grad] if grad else None, offset, size))
     entries = trainer.checkpoint_entries
     params = tuple(ParamInfo(kind, storage.fixed[name].offset, g.values[name].size, name) for name, kind in entries)
     table = table_bytes([n for n, _ in entries], [k for _, k in entries], [g.shape(n) for n, _ in entries])

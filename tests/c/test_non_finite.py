@@ -161,3 +161,22 @@ def test_outer_product_gradients_checked_from_their_factors(tmp_path):
         np.testing.assert_array_equal(w.grad, grad)
     module(x, r)
     np.testing.assert_array_equal(w.grad, grad)
+
+
+def test_fused_update_from_outer_product_factors(tmp_path):
+    """With a fused update the outer-product gradient is checked from its factors too, and a step
+    whose products overflow updates nothing."""
+    out = artifacts.generate_artifacts(outer_product_model(), loss=None, optimizer="SGD", learning_rate=0.5,
+                                       fused_update=True, artifact_directory=tmp_path)
+    assert "et_sgd_outer_f32(2, " in (out / "model.c").read_text()  # the path under test
+    state = api.CheckpointState.load_checkpoint(out / "checkpoint")
+    module = api.Module(out / "training_model.onnx", state)
+    w = state.parameters["W"]
+    x = np.array([[3e38, -1.0, 0.5]], np.float32)
+    before = w.data.copy()
+    with pytest.raises(api.NonFiniteError):
+        module(x, np.array([[1.2, 0.0]], np.float32))
+    np.testing.assert_array_equal(w.data, before)
+    r = np.array([[1.0, -0.25]], np.float32)
+    module(x, r)
+    np.testing.assert_array_equal(w.data, before - np.float32(0.5) * np.outer(r, x).astype(np.float32))
