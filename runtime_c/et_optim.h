@@ -65,26 +65,35 @@ static inline void et_sgd_f32(int n, float lr, float momentum, float dampening,
     }
 }
 
-/* Columns of an outer-product gradient that the updates below hold at a time. */
+/* Elements of an outer-product gradient that the updates below hold at a time. */
 #define ET_OUTER_CHUNK 64
 
+/* The piece of the outer product of A (m) and B (n) from flat element `at`
+ * to at most ET_OUTER_CHUNK elements on, within one row, into g: each
+ * element 0 + A[i] * B[j], as the Gemm that would have made it
+ * (et_scaled_row_f32_).  Returns its length, 0 past the end. */
+static inline int et_outer_piece_(int m, const float *A, int n, const float *B, size_t at, float *g)
+{
+    size_t i = n > 0 ? at / (size_t)n : (size_t)m, j = n > 0 ? at % (size_t)n : 0;
+    int len = n - (int)j < ET_OUTER_CHUNK ? n - (int)j : ET_OUTER_CHUNK;
+    if (i >= (size_t)m)
+        return 0;
+    et_scaled_row_f32_(len, A[i], B + j, g);
+    return len;
+}
+
 /* The updates above for a gradient that is the outer product of A (m) and
- * B (n), each element 0 + A[i] * B[j] as the Gemm that would have made it
- * (et_scaled_row_f32_): made a piece of a row at a time on the stack, never
- * stored whole.  M, V and Buf are laid out as W; Buf may be NULL. */
+ * B (n), made a piece at a time on the stack, never stored whole.  M, V and
+ * Buf are laid out as W; Buf may be NULL. */
 static inline void et_adamw_outer_f32(int m, const float *A, int n, const float *B, float step_size, float lr,
                                       float beta1, float beta2, float eps, float weight_decay, float *W, float *M,
                                       float *V)
 {
     float g[ET_OUTER_CHUNK];
-    int i, j, len;
-    for (i = 0; i < m; ++i)
-        for (j = 0; j < n; j += len) {
-            size_t at = (size_t)i * (size_t)n + (size_t)j;
-            len = n - j < ET_OUTER_CHUNK ? n - j : ET_OUTER_CHUNK;
-            et_scaled_row_f32_(len, A[i], B + j, g);
-            et_adamw_f32(len, step_size, lr, beta1, beta2, eps, weight_decay, W + at, g, M + at, V + at);
-        }
+    size_t at;
+    int len;
+    for (at = 0; (len = et_outer_piece_(m, A, n, B, at, g)) > 0; at += (size_t)len)
+        et_adamw_f32(len, step_size, lr, beta1, beta2, eps, weight_decay, W + at, g, M + at, V + at);
 }
 
 static inline void et_sgd_outer_f32(int m, const float *A, int n, const float *B, float lr, float momentum,
@@ -92,15 +101,10 @@ static inline void et_sgd_outer_f32(int m, const float *A, int n, const float *B
                                     float *Buf)
 {
     float g[ET_OUTER_CHUNK];
-    int i, j, len;
-    for (i = 0; i < m; ++i)
-        for (j = 0; j < n; j += len) {
-            size_t at = (size_t)i * (size_t)n + (size_t)j;
-            len = n - j < ET_OUTER_CHUNK ? n - j : ET_OUTER_CHUNK;
-            et_scaled_row_f32_(len, A[i], B + j, g);
-            et_sgd_f32(len, lr, momentum, dampening, nesterov, weight_decay, first_step, W + at, g,
-                       Buf ? Buf + at : NULL);
-        }
+    size_t at;
+    int len;
+    for (at = 0; (len = et_outer_piece_(m, A, n, B, at, g)) > 0; at += (size_t)len)
+        et_sgd_f32(len, lr, momentum, dampening, nesterov, weight_decay, first_step, W + at, g, Buf ? Buf + at : NULL);
 }
 
 #endif /* ET_OPTIM_H */
