@@ -1051,12 +1051,24 @@ static inline int et_conv_grad_w_depthwise_f32_(int N, int C, const int *in, con
                         const float *y = yp + (size_t)o * V;
                         const float *x = xp + (((size_t)oz * (size_t)s[0] * (size_t)dim[1] + (size_t)oy * (size_t)s[1]) *
                                                (size_t)dim[2] + (size_t)ox * (size_t)s[2]) * V;
+#if ET_VECTORS  /* one vector per tap: the same sums, whatever the optimizer makes of the loops */
+                        et_v8_ yv, xv, acc;
+                        memcpy(&yv, y, sizeof yv);
+                        for (t = 0; t < k_size; ++t) {
+                            float *at = lane + ((size_t)t * ET_LANES + (size_t)(o % ET_LANES)) * V;
+                            memcpy(&acc, at, sizeof acc);
+                            memcpy(&xv, x + tap[t] * V, sizeof xv);
+                            acc += yv * xv;
+                            memcpy(at, &acc, sizeof acc);
+                        }
+#else
                         for (t = 0; t < k_size; ++t) {
                             float *acc = lane + ((size_t)t * ET_LANES + (size_t)(o % ET_LANES)) * V;
                             const float *xt = x + tap[t] * V;
                             for (c = 0; c < V; ++c)
                                 acc[c] += y[c] * xt[c];
                         }
+#endif
                     }
         }
         for (c = 0; c < cb; ++c)
