@@ -134,7 +134,14 @@ def _fold_constants(proto):
                 proto.graph.initializer.append(numpy_helper.from_array(np.asarray(array), name))
 
 
+# Random ops draw new values at every training step, so they are never folded to constants.
+RANDOM_OPS = frozenset({"RandomUniform", "RandomNormal", "RandomUniformLike", "RandomNormalLike", "Bernoulli",
+                        "Multinomial"})
+
+
 def _evaluate(node, constants, shapes) -> dict[str, np.ndarray] | None:
+    if node.op_type in RANDOM_OPS:
+        return None
     if node.op_type == "Constant":
         return dict(zip(node.output, ReferenceEvaluator(_single(node, {})).run(None, {})))
     if node.op_type == "Shape" and shapes.get(node.input[0]) is not None:
