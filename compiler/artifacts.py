@@ -30,11 +30,15 @@ TARGETS = targets.names()
 
 def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=LossType.CrossEntropyLoss,
                        optimizer=OptimType.AdamW, artifact_directory="out", batch_size=None, target=None, *,
+                       dim_values=None,
                        learning_rate=1e-3, prefix="model", ignore_index=None, class_weights=None,
                        momentum=0.0, nesterov=False, weight_decay=0.0, max_grad_norm=None, federated=False,
                        nominal_checkpoint=False, fused_update=False, update_policy=None, ram_budget=None,
                        memory_plot=False) -> Path:
     """Compile the forward ONNX `model` into a trainer. Returns the artifact directory.
+
+    dim_values: fixes symbolic input dimensions other than the batch, by name ({"seq": 128}) or as
+    {"input_ids:1": 128}.
 
     federated: the C keeps a reference copy of the trainable parameters (one more copy of them in
     RAM) for set_reference / get_delta / apply_update. nominal_checkpoint: also write
@@ -68,7 +72,7 @@ def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=LossT
                              "gradient before the first update")
 
     def compile_(plan: Plan):
-        graph = load_model(model, batch_size)
+        graph = load_model(model, batch_size, dim_values)
         names = requires_grad if update_policy is None else policy_parameters(graph, update_policy)
         trainer = build_trainer(graph, loss=loss, optimizer=spec, requires_grad=names, frozen_params=frozen_params,
                                 ignore_index=ignore_index, class_weights=class_weights, recompute=plan.recompute,
@@ -99,11 +103,12 @@ def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=LossT
     return out
 
 
-def generate_inference(model, artifact_directory="out", batch_size=None, *, prefix="model") -> Path:
+def generate_inference(model, artifact_directory="out", batch_size=None, *, prefix="model",
+                       dim_values=None) -> Path:
     """Compile a model with nothing to train into model.c / model.h whose one function is `infer`
     (initializers compiled in as constants). Returns the artifact directory."""
     check_prefix(prefix)
-    model_c = build_inference(inference_only(load_model(model, batch_size)), prefix)
+    model_c = build_inference(inference_only(load_model(model, batch_size, dim_values)), prefix)
     check_ram(4 * (model_c.arena_floats + len(model_c.buffer_init)))
     source, header = render(model_c)
     out = Path(artifact_directory)

@@ -12,6 +12,13 @@ from .memory.report import NO_MATPLOTLIB, can_plot, plot_directory
 from .optim import LossType, OptimType
 
 
+def _dim(text: str) -> tuple[str, int]:
+    name, sep, size = text.rpartition("=")
+    if not sep or not name or not size.isdigit() or int(size) < 1:
+        raise argparse.ArgumentTypeError(f"expected NAME=N with N a positive integer, got {text!r}")
+    return name, int(size)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="edgetrain", description="Compile a forward ONNX model into a C99 trainer.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -29,6 +36,8 @@ def _parser() -> argparse.ArgumentParser:
     compile_.add_argument("--weight-decay", type=float, default=0.0)
     compile_.add_argument("--max-grad-norm", type=float, help="clip gradients to this global norm")
     compile_.add_argument("--batch-size", type=int, help="fixes a symbolic batch dimension")
+    compile_.add_argument("--dim", action="append", type=_dim, default=[], metavar="NAME=N",
+                          help="fixes a symbolic dimension by its name (seq=128) or as input:axis (ids:1=128)")
     compile_.add_argument("--requires-grad", nargs="+", metavar="NAME", help="initializers to train (default: all)")
     compile_.add_argument("--frozen", nargs="+", metavar="NAME", default=None, help="initializers to keep fixed")
     compile_.add_argument("--ignore-index", type=int, help="CrossEntropyLoss label to ignore")
@@ -77,7 +86,8 @@ def main(argv=None) -> int:
             out = artifacts.generate_artifacts(
                 args.model, requires_grad=args.requires_grad, frozen_params=args.frozen,
                 loss=None if args.loss == "none" else LossType(args.loss), optimizer=OptimType(args.optimizer),
-                artifact_directory=args.output, batch_size=args.batch_size, target=args.target,
+                artifact_directory=args.output, batch_size=args.batch_size, dim_values=dict(args.dim),
+                target=args.target,
                 learning_rate=args.lr, prefix=args.prefix, ignore_index=args.ignore_index, momentum=args.momentum,
                 nesterov=args.nesterov, weight_decay=args.weight_decay, max_grad_norm=args.max_grad_norm,
                 federated=args.federated, nominal_checkpoint=args.nominal_checkpoint,
@@ -102,7 +112,7 @@ def main(argv=None) -> int:
             from .demo import run_demo
             run_demo(epochs=args.epochs, directory=args.output)
     except EdgetrainError as exc:
-        parser.exit(2, f"edgetrain: error: {exc}\n")
+        parser.exit(2, f"edgetrain: error: {getattr(exc, 'cli_message', exc)}\n")
     except Exception as exc:  # a bug of ours: still one line for the user, never a traceback
         parser.exit(2, f"edgetrain: error: {EdgetrainError(f'internal error ({type(exc).__name__}: {exc})')}; "
                        "please report it\n")

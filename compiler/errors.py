@@ -4,3 +4,25 @@ class EdgetrainError(ValueError):
 
     def __str__(self) -> str:
         return "".join(c if c.isprintable() else repr(c)[1:-1] for c in super().__str__())
+
+
+class DynamicShapeError(EdgetrainError):
+    """Symbolic input dimensions left unfixed. The message names each one and how to fix it, in the
+    spelling of the Python API; `cli_message` says the same in the command line's."""
+
+    def __init__(self, dims: list[tuple[str, int, str]], batch_unset: bool):
+        self.dims, self.batch_unset = dims, batch_unset
+        super().__init__(self._text(cli=False))
+
+    @property
+    def cli_message(self) -> str:
+        return str(EdgetrainError(self._text(cli=True)))
+
+    def _text(self, cli: bool) -> str:
+        def fix(name, axis, param):
+            ways = [f"--dim {param}=N" if cli else f"dim_values={{{param!r}: N}}"] if param else []
+            ways.append(f"--dim {name}:{axis}=N" if cli else f"dim_values={{'{name}:{axis}': N}}")
+            if axis == 0 and self.batch_unset:
+                ways.insert(0, "--batch-size N" if cli else "batch_size=N")
+            return f"'{name}' axis {axis} ({param or '?'}): fix it with {' or '.join(ways)}"
+        return "dynamic shape in input " + "; ".join(fix(*d) for d in self.dims)

@@ -14,7 +14,7 @@ import onnx.version_converter
 from onnx import numpy_helper, shape_inference
 from onnx.reference import ReferenceEvaluator
 
-from ..errors import EdgetrainError
+from ..errors import DynamicShapeError, EdgetrainError
 from ..ir import Graph, Node, Value
 from ..ir.graph import frozen_attrs
 from ..ops import lookup
@@ -24,11 +24,14 @@ MIN_OPSET = 13
 IR_OPSET = 18  # gradient rules emit opset-18 forms (axes and split sizes as inputs)
 
 
-def load_model(model: str | os.PathLike | onnx.ModelProto, batch_size: int | None = None) -> Graph:
+def load_model(model: str | os.PathLike | onnx.ModelProto, batch_size: int | None = None,
+               dim_values: dict[str, int] | None = None) -> Graph:
+    """dim_values fixes symbolic input dimensions by their name ("seq") or by "input:axis"."""
     proto = _read(model)
     check_model(proto)
     proto = _normalize_opset(proto)
     proto = onnx.inliner.inline_local_functions(proto)
+    _fix_dims(proto, dim_values or {})
     _fix_batch(proto, batch_size)
     proto, constants = _fold_constants(proto)
     graph = _to_ir(proto, constants)
@@ -65,6 +68,29 @@ def _normalize_opset(proto):
         raise EdgetrainError(f"cannot convert opset {opset} model to opset {IR_OPSET}: {exc}".splitlines()[0]) from None
 
 
+def _data_inputs(proto):
+    initializers = {i.name for i in proto.graph.initializer}
+    return [value for value in proto.graph.input if value.name not in initializers]
+
+
+def _fix_dims(proto, dim_values: dict[str, int]) -> None:
+    """Pin the symbolic dimensions dim_values names, by dim_param or as "input:axis"."""
+    unused = dict(dim_values)
+    for value in _data_inputs(proto):
+        for axis, dim in enumerate(value.type.tensor_type.shape.dim):
+            for key in (f"{value.name}:{axis}", dim.dim_param):
+                if key and key in dim_values and not dim.HasField("dim_value"):
+                    size = dim_values[key]
+                    if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size < 1:
+                        raise EdgetrainError(f"dim_values[{key!r}] must be a positive integer, got {size!r}")
+                    dim.dim_value = int(size)
+                    unused.pop(key, None)
+    if unused:
+        known = sorted({d.dim_param for v in _data_inputs(proto) for d in v.type.tensor_type.shape.dim if d.dim_param})
+        raise EdgetrainError(f"dim_values names no symbolic input dimension: {', '.join(map(repr, unused))}; the "
+                             f"model's are: {', '.join(map(repr, known)) or 'none'} (or 'input:axis')")
+
+
 def _fix_batch(proto, batch_size):
     """Pin symbolic leading dimensions to batch_size; any other symbolic dimension is an error."""
     initializers = {i.name for i in proto.graph.initializer}
@@ -81,10 +107,9 @@ def _fix_batch(proto, batch_size):
             if axis == 0 and batch_size is not None:
                 dim.dim_value = int(batch_size)
             else:
-                dynamic.append(f"'{value.name}' axis {axis} ({dim.dim_param or '?'})")
+                dynamic.append((value.name, axis, dim.dim_param))
     if dynamic:
-        hint = "; pass batch_size to fix the batch dimension" if batch_size is None else ""
-        raise EdgetrainError("dynamic shape in input " + ", ".join(dynamic) + hint)
+        raise DynamicShapeError(dynamic, batch_size is None)
     # Shapes recorded by the exporter may still be symbolic; inference recomputes them.
     del proto.graph.value_info[:]
     for value in proto.graph.output:
