@@ -20,9 +20,9 @@ class DynamicShapeError(EdgetrainError):
 
     def _text(self, cli: bool) -> str:
         def fix(name, axis, param):
-            ways = [f"--dim {param}=N" if cli else f"dim_values={{{param!r}: N}}"] if param else []
-            ways.append(f"--dim {name}:{axis}=N" if cli else f"dim_values={{'{name}:{axis}': N}}")
+            ways = [f"--dim {param}=SIZE" if cli else f"dim_values={{{param!r}: SIZE}}"] if param else []
+            ways.append(f"--dim {name}:{axis}=SIZE" if cli else f"dim_values={{'{name}:{axis}': SIZE}}")
             if axis == 0 and self.batch_unset:
-                ways.insert(0, "--batch-size N" if cli else "batch_size=N")
+                ways.insert(0, "--batch-size SIZE" if cli else "batch_size=SIZE")
             return f"'{name}' axis {axis} ({param or '?'}): fix it with {' or '.join(ways)}"
         return "dynamic shape in input " + "; ".join(fix(*d) for d in self.dims)

@@ -76,6 +76,7 @@ def _data_inputs(proto):
 def _fix_dims(proto, dim_values: dict[str, int]) -> None:
     """Pin the symbolic dimensions dim_values names, by dim_param or as "input:axis"."""
     unused = dict(dim_values)
+    known = sorted({d.dim_param for v in _data_inputs(proto) for d in v.type.tensor_type.shape.dim if d.dim_param})
     for value in _data_inputs(proto):
         for axis, dim in enumerate(value.type.tensor_type.shape.dim):
             for key in (f"{value.name}:{axis}", dim.dim_param):
@@ -86,7 +87,6 @@ def _fix_dims(proto, dim_values: dict[str, int]) -> None:
                     dim.dim_value = int(size)
                     unused.pop(key, None)
     if unused:
-        known = sorted({d.dim_param for v in _data_inputs(proto) for d in v.type.tensor_type.shape.dim if d.dim_param})
         raise EdgetrainError(f"dim_values names no symbolic input dimension: {', '.join(map(repr, unused))}; the "
                              f"model's are: {', '.join(map(repr, known)) or 'none'} (or 'input:axis')")
 
