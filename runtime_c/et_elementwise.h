@@ -74,6 +74,27 @@ static inline void et_log_f32(int n, const float *X, float *Y)
         Y[i] = et_logf(X[i]);
 }
 
+static inline void et_sin_f32(int n, const float *X, float *Y)
+{
+    int i;
+    for (i = 0; i < n; ++i)
+        Y[i] = et_sinf(X[i]);
+}
+
+static inline void et_cos_f32(int n, const float *X, float *Y)
+{
+    int i;
+    for (i = 0; i < n; ++i)
+        Y[i] = et_cosf(X[i]);
+}
+
+static inline void et_reciprocal_f32(int n, const float *X, float *Y)
+{
+    int i;
+    for (i = 0; i < n; ++i)
+        Y[i] = 1.0f / X[i];
+}
+
 static inline void et_sqrt_f32(int n, const float *X, float *Y)
 {
     int i;

@@ -102,6 +102,14 @@ _unary("Sign", "et_sign_f32", lambda g, node, dy: [None])  # zero almost everywh
 _unary("Identity", "et_copy_f32", lambda g, node, dy: [dy[0]])
 
 
+# Sin and Cos (rotary embeddings) from et_math.h; 1/x's derivative -1/x^2 is -y*y (torch's order).
+_unary("Sin", "et_sin_f32", lambda g, node, dy: [g.emit("Mul", [dy[0], g.emit("Cos", [node.inputs[0]])])])
+_unary("Cos", "et_cos_f32",
+       lambda g, node, dy: [g.emit("Neg", [g.emit("Mul", [dy[0], g.emit("Sin", [node.inputs[0]])])])])
+_unary("Reciprocal", "et_reciprocal_f32", lambda g, node, dy: [
+    g.emit("Neg", [g.emit("Mul", [dy[0], g.emit("Mul", [node.outputs[0], node.outputs[0]])])])])
+
+
 @op("LeakyRelu")
 class LeakyRelu:
     inplace = (0,)
