@@ -1,5 +1,5 @@
 """edgetrain: compile a forward ONNX model into a dependency-free C99 on-device trainer."""
 
-from .errors import EdgetrainError
+from .errors import EdgetrainError, ImportNote
 
-__all__ = ["EdgetrainError"]
+__all__ = ["EdgetrainError", "ImportNote"]

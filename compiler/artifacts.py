@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,7 @@ import onnx
 from . import checkpoint
 from .codegen import render
 from .codegen.emit import build, build_inference
-from .errors import EdgetrainError
+from .errors import EdgetrainError, ImportNote
 from . import targets
 from .frontend import load_model
 from .frontend.validate import check_prefix, check_ram
@@ -30,7 +31,7 @@ TARGETS = targets.names()
 
 def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=LossType.CrossEntropyLoss,
                        optimizer=OptimType.AdamW, artifact_directory="out", batch_size=None, target=None, *,
-                       dim_values=None,
+                       dim_values=None, untie=False, frozen_bn=False,
                        learning_rate=1e-3, prefix="model", ignore_index=None, class_weights=None,
                        momentum=0.0, nesterov=False, weight_decay=0.0, max_grad_norm=None, federated=False,
                        nominal_checkpoint=False, fused_update=False, update_policy=None, ram_budget=None,
@@ -38,7 +39,10 @@ def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=LossT
     """Compile the forward ONNX `model` into a trainer. Returns the artifact directory.
 
     dim_values: fixes symbolic input dimensions other than the batch, by name ({"seq": 128}) or as
-    {"input_ids:1": 128}.
+    {"input_ids:1": 128}. untie: a parameter the export shares between layers becomes one copy per
+    layer. frozen_bn: accept BatchNormalization that torch's exporter folded or wrote in inference
+    form as frozen. What the import found (ties, restored batch norms) is warned as ImportNote, once,
+    and listed in report.json with the parameters that train.
 
     federated: the C keeps a reference copy of the trainable parameters (one more copy of them in
     RAM) for set_reference / get_delta / apply_update. nominal_checkpoint: also write
@@ -71,8 +75,16 @@ def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=LossT
         raise EdgetrainError("fused_update cannot clip by global norm (max_grad_norm): the norm needs every "
                              "gradient before the first update")
 
+    notes: list[str] = []
+
     def compile_(plan: Plan):
-        graph = load_model(model, batch_size, dim_values)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ImportNote)
+            graph = load_model(model, batch_size, dim_values, untie=untie, frozen_bn=frozen_bn)
+        for warning in caught:
+            if issubclass(warning.category, ImportNote) and str(warning.message) not in notes:
+                notes.append(str(warning.message))
+                warnings.warn(warning.message, stacklevel=3)
         names = requires_grad if update_policy is None else policy_parameters(graph, update_policy)
         trainer = build_trainer(graph, loss=loss, optimizer=spec, requires_grad=names, frozen_params=frozen_params,
                                 ignore_index=ignore_index, class_weights=class_weights, recompute=plan.recompute,
@@ -96,6 +108,7 @@ def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=LossT
         nominal.optimizer_state, nominal.contents = None, checkpoint.NOMINAL
         (out / "checkpoint.nominal").write_bytes(checkpoint.encode(nominal))
     report = memory_report(trainer, model_c)
+    report["import"] = {"trainable": trainer.trainable, "frozen": trainer.frozen, "notes": notes}
     # A target's compiler measures flash and RAM (targets/<name>.mk); None, the library default,
     # spares the compile and reports the planner's host figures.
     report = targets.add_sizes(report, target, out / "model.c")

@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 
 from . import artifacts
-from .errors import EdgetrainError
+from .errors import EdgetrainError, ImportNote
 from .memory.report import NO_MATPLOTLIB, can_plot, plot_directory
 from .optim import LossType, OptimType
 
@@ -36,6 +37,10 @@ def _parser() -> argparse.ArgumentParser:
     compile_.add_argument("--weight-decay", type=float, default=0.0)
     compile_.add_argument("--max-grad-norm", type=float, help="clip gradients to this global norm")
     compile_.add_argument("--batch-size", type=int, help="fixes a symbolic batch dimension")
+    compile_.add_argument("--untie", action="store_true",
+                          help="give each layer its own copy of a parameter the export shares between layers")
+    compile_.add_argument("--frozen-bn", action="store_true",
+                          help="accept BatchNormalization that the exporter folded or froze, and train it frozen")
     compile_.add_argument("--dim", action="append", type=_dim, default=[], metavar="NAME=N",
                           help="fixes a symbolic dimension by its name (seq=128) or as input:axis (ids:1=128)")
     compile_.add_argument("--requires-grad", nargs="+", metavar="NAME", help="initializers to train (default: all)")
@@ -77,9 +82,14 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _note(message, category, *_args, **_kwargs) -> None:
+    print(f"edgetrain: {'note' if issubclass(category, ImportNote) else 'warning'}: {message}", file=sys.stderr)
+
+
 def main(argv=None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    warnings.showwarning = _note
     try:
         if args.command == "compile":
             plot = can_plot()
@@ -87,6 +97,7 @@ def main(argv=None) -> int:
                 args.model, requires_grad=args.requires_grad, frozen_params=args.frozen,
                 loss=None if args.loss == "none" else LossType(args.loss), optimizer=OptimType(args.optimizer),
                 artifact_directory=args.output, batch_size=args.batch_size, dim_values=dict(args.dim),
+                untie=args.untie, frozen_bn=args.frozen_bn,
                 target=args.target,
                 learning_rate=args.lr, prefix=args.prefix, ignore_index=args.ignore_index, momentum=args.momentum,
                 nesterov=args.nesterov, weight_decay=args.weight_decay, max_grad_norm=args.max_grad_norm,
@@ -94,6 +105,9 @@ def main(argv=None) -> int:
                 fused_update=args.fused_update, update_policy=args.update_policy, ram_budget=args.ram_budget,
                 memory_plot=plot)
             print((out / "report.txt").read_text(), end="")
+            trains = json.loads((out / "report.json").read_text())["import"]
+            print(f"trains {len(trains['trainable'])} parameter(s): {', '.join(trains['trainable'][:8])}"
+                  f"{', ...' if len(trains['trainable']) > 8 else ''}; {len(trains['frozen'])} frozen")
             print(f"wrote {out}/: model.c model.h training_model.onnx eval_model.onnx optimizer_model.onnx "
                   "checkpoint report.json report.txt" + (" memory.png" if plot else f" ({NO_MATPLOTLIB})"))
         elif args.command == "report" and args.plot:

@@ -26,3 +26,8 @@ class DynamicShapeError(EdgetrainError):
                 ways.insert(0, "--batch-size SIZE" if cli else "batch_size=SIZE")
             return f"'{name}' axis {axis} ({param or '?'}): fix it with {' or '.join(ways)}"
         return "dynamic shape in input " + "; ".join(fix(*d) for d in self.dims)
+
+
+class ImportNote(UserWarning):
+    """Something the export did to the model that the user should know before training it (tied
+    parameters, batch norms restored to training mode): one line each, before compiling."""

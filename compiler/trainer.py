@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from .autodiff import differentiate
 from .errors import EdgetrainError
+from .frontend.imports import default_trainable
 from .ir import Graph, Node
 from .memory.recompute import recompute as recompute_cheap
 from .ops import lookup
@@ -68,7 +69,8 @@ def _resolve_params(graph: Graph, requires_grad, frozen_params) -> tuple[list[st
                              f"; trainable float initializers are: {', '.join(graph.params) or 'none'}")
     frozen = set(frozen_params or [])
     if requires_grad is None:
-        trainable = [p for p in graph.params if p not in frozen]
+        default = default_trainable(graph.nodes, graph.params)
+        trainable = [p for p in graph.params if p not in frozen and p in default]
     else:
         overlap = frozen & set(requires_grad)
         if overlap:

@@ -18,6 +18,7 @@ from ..errors import DynamicShapeError, EdgetrainError
 from ..ir import Graph, Node, Value
 from ..ir.graph import frozen_attrs
 from ..ops import lookup
+from . import imports
 from .validate import check_model, check_tensor_size, read_model
 
 MIN_OPSET = 13
@@ -25,12 +26,17 @@ IR_OPSET = 18  # gradient rules emit opset-18 forms (axes and split sizes as inp
 
 
 def load_model(model: str | os.PathLike | onnx.ModelProto, batch_size: int | None = None,
-               dim_values: dict[str, int] | None = None) -> Graph:
-    """dim_values fixes symbolic input dimensions by their name ("seq") or by "input:axis"."""
+               dim_values: dict[str, int] | None = None, *, untie: bool = False, frozen_bn: bool = False) -> Graph:
+    """dim_values fixes symbolic input dimensions by their name ("seq") or by "input:axis"; untie and
+    frozen_bn: see frontend.imports."""
     proto = _read(model)
     check_model(proto)
     proto = _normalize_opset(proto)
     proto = onnx.inliner.inline_local_functions(proto)
+    imports.check_batchnorm(proto, frozen_bn)
+    imports.restore_names(proto)
+    imports.tied_parameters(proto, {i.name for i in proto.graph.initializer if i.data_type == onnx.TensorProto.FLOAT},
+                            untie)
     _fix_dims(proto, dim_values or {})
     _fix_batch(proto, batch_size)
     proto, constants = _fold_constants(proto)
@@ -138,6 +144,8 @@ def _fold_constants(proto):
     params = {i.name for i in graph.initializer if i.data_type == onnx.TensorProto.FLOAT}
     constants = {i.name: numpy_helper.to_array(i) for i in graph.initializer if i.name not in params}
     while True:
+        # Shapes inferred before a fold may be symbolic where they are static now: infer them afresh.
+        del proto.graph.value_info[:]
         proto = _infer(proto)
         shapes = {v.name: _static_shape(v.type) for v in
                   list(proto.graph.input) + list(proto.graph.value_info) + list(proto.graph.output)}
@@ -180,9 +188,27 @@ def _evaluate(node, constants, shapes) -> dict[str, np.ndarray] | None:
         return None
     feeds = {name: constants[name] for name in inputs}
     try:
+        if node.op_type in _FOLDERS:
+            attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+            return dict(zip(node.output, _FOLDERS[node.op_type](*(constants.get(n) for n in node.input), **attrs)))
         return dict(zip(node.output, ReferenceEvaluator(_single(node, feeds)).run(None, feeds)))
     except Exception as exc:
         raise EdgetrainError(f"cannot fold constant node '{node.name}' ({node.op_type}): {exc}".splitlines()[0]) from None
+
+
+def _gather_elements(data, indices, axis=0):
+    axis %= data.ndim
+    indices = np.where(indices < 0, indices + data.shape[axis], indices)
+    if np.any((indices < 0) | (indices >= data.shape[axis])):
+        raise ValueError("index out of range")
+    # Indices may be shorter than the data along the other axes: those read the data's leading part.
+    window = tuple(slice(None) if a == axis else slice(0, n) for a, n in enumerate(indices.shape))
+    return (np.take_along_axis(data[window], indices, axis),)
+
+
+# Folding evaluators for ops where onnx.reference gets a case wrong (GatherElements with indices
+# shorter than the data: BERT's token_type_ids buffer).
+_FOLDERS = {"GatherElements": _gather_elements}
 
 
 def _single(node, feeds) -> onnx.ModelProto:
@@ -252,29 +278,38 @@ def _to_ir(proto, constants) -> Graph:
         for slot, name in enumerate(node.inputs):
             if name and slot in const_slots and name not in constants:
                 problems.append(f"node '{node.name}' ({node.op}) needs input {slot} '{name}' to be a constant")
-        for name in node.outputs:
-            if name in consumed and name in values and values[name].dtype != np.float32:
-                problems.append(f"node '{node.name}' ({node.op}) produces {values[name].dtype} '{name}'; "
-                                "only float32 tensors are computed at run time")
+        read = [(f"reads (input {slot})", values[name], slot) for slot, name in enumerate(node.inputs)
+                if name and slot not in const_slots and name in values and values[name].dtype in COMPUTED]
+        made = [("produces", values[name], None) for name in node.outputs if name in consumed and name in values]
+        problems += [p for p in (_dtype_problem(node, *use) for use in read + made) if p][:1]
     if problems:
         raise EdgetrainError("; ".join(problems))
     return Graph(values=values, nodes=nodes, inputs=inputs, outputs=[o.name for o in g.output],
                  params=params, constants=constants, buffers=buffers, opset=max(_opset(proto), IR_OPSET))
 
 
+# The dtypes the C computes at run time: float32 as float, integers and bools as int32_t (et_integer.h).
+COMPUTED = frozenset(np.dtype(t) for t in (np.float32, np.int32, np.int64, np.bool_))
+
+
 def _input_dtype_problem(g, name: str, dtype) -> str | None:
-    """Model inputs are float32, except integer indices (token ids) that only index ops read."""
-    if dtype == np.float32:
+    """Model inputs are float32, int32, int64 or bool (the C takes integers and bools as int32_t)."""
+    if dtype in COMPUTED:
         return None
-    if dtype not in (np.int32, np.int64):
-        return f"input '{name}' has dtype {dtype}; model inputs must be float32 (or int32/int64 indices)"
-    for index, n in enumerate(g.node):
-        spec = lookup(Node(n.op_type, (), (), domain=n.domain))
-        for slot, read in enumerate(n.input):
-            if read == name and (spec is None or slot not in spec.index_inputs):
-                return (f"input '{name}' has dtype {dtype} and is read by node '{n.name or f'{n.op_type}_{index}'}' "
-                        f"({n.op_type}) input {slot}; integer model inputs may only be indices (Gather's), "
-                        "other model inputs must be float32")
+    readers = [f"node '{n.name or f'{n.op_type}_{i}'}' ({n.op_type})" for i, n in enumerate(g.node) if name in n.input]
+    read = f", read by {readers[0]}" if readers else ""
+    return f"input '{name}' has dtype {dtype}{read}; model inputs must be float32, int32, int64 or bool"
+
+
+def _dtype_problem(node, what: str, value: Value, slot: int | None) -> str | None:
+    """What is wrong with `node` reading (at input `slot`) or producing `value` at run time."""
+    spec = lookup(node)
+    if value.dtype not in COMPUTED:
+        return (f"node '{node.name}' ({node.op}) {what} {value.dtype} '{value.name}'; only float32, int32, int64 "
+                "and bool tensors are computed at run time")
+    if value.dtype != np.float32 and not spec.integer and slot not in spec.index_inputs:
+        return (f"node '{node.name}' ({node.op}) {what} {value.dtype} '{value.name}'; {node.op} computes float32 "
+                "tensors only")
     return None
 
 

@@ -1,0 +1,168 @@
+"""Faithful imports: what torch's exporters do to a model that the ONNX file does not say, undone or
+reported before anything compiles.
+
+torch's dynamo exporter records, on each node, the PyTorch module it came from (`name_scopes`) and
+the aten call (`fx_node`, `namespace`); that record is what lets edgetrain give parameters their
+`state_dict` names back and see BatchNormalization that was folded away. Each finding is reported
+once, in one line (`ImportNote` warnings, also listed in report.json), or refused when training it
+would silently differ from what the user wrote.
+"""
+
+from __future__ import annotations
+
+import ast
+import collections
+import re
+import warnings
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from ..errors import EdgetrainError, ImportNote
+
+# Inputs that hold a layer's weight, bias or scale (slots by op): what "a parameter" means by default.
+PARAMETER_SLOTS = {
+    "Conv": (1, 2), "ConvTranspose": (1, 2), "Gemm": (0, 1, 2), "MatMul": (0, 1),
+    "BatchNormalization": (1, 2), "LayerNormalization": (1, 2), "InstanceNormalization": (1, 2),
+    "GroupNormalization": (1, 2), "RMSNormalization": (1,), "Gather": (0,), "PRelu": (1,),
+    "GRU": (1, 2, 3), "LSTM": (1, 2, 3), "RNN": (1, 2, 3),
+}
+# Names exporters give the constants they make (dynamo's val_12, lifted tensors); a state_dict name
+# is a dotted path of identifiers; these buffer names are state, not parameters.
+_EXPORTER_NAME = re.compile(r"_?val_\d+|_?tensor_constant\d*|c?_?lifted_tensor_\d+|new_ones(_\d+)?|"
+                            r"scalar_tensor_default(_\d+)?|.*_output_\d+|expand(_\d+)?")
+_STATE_DICT_NAME = re.compile(r"[A-Za-z_]\w*(\.\w+)*")
+_BUFFER_LEAF = {"running_mean", "running_var", "num_batches_tracked", "inv_freq", "position_ids", "mask"}
+
+_FOLDED_BN = "FuseBatchNorm"
+_TRAINING_BN = ("_native_batch_norm_legit_functional", "batch_norm_with_update", "_native_batch_norm_legit.")
+
+
+def note(message: str) -> None:
+    warnings.warn(ImportNote(message), stacklevel=2)
+
+
+def default_trainable(nodes, params) -> set[str]:
+    """The float initializers that train unless the user says otherwise: those a layer reads as its
+    weight, bias or scale, and those named as a PyTorch state_dict names a parameter. `nodes` are IR
+    nodes (op, inputs)."""
+    read_as_parameter = {node.inputs[slot] for node in nodes
+                         for slot in PARAMETER_SLOTS.get(node.op, ()) if slot < len(node.inputs)}
+    return {p for p in params if p in read_as_parameter or _looks_like_parameter(p)}
+
+
+def _looks_like_parameter(name: str) -> bool:
+    return (bool(_STATE_DICT_NAME.fullmatch(name)) and not _EXPORTER_NAME.fullmatch(name)
+            and name.rsplit(".", 1)[-1] not in _BUFFER_LEAF)
+
+
+def _meta(node) -> dict[str, str]:
+    return {p.key: p.value for p in node.metadata_props}
+
+
+def _module_path(node) -> str | None:
+    """The PyTorch module a dynamo-exported node came from ("encoder.layer.0.attention.self.query")."""
+    scopes = _meta(node).get("pkg.torch.onnx.name_scopes")
+    if not scopes:
+        return None
+    try:
+        names = [s for s in ast.literal_eval(scopes) if s]
+    except (ValueError, SyntaxError):
+        return None
+    modules = [s for s in names[:-1]]  # the last scope is the aten call itself
+    return modules[-1] if modules else None
+
+
+def check_batchnorm(proto: onnx.ModelProto, frozen_bn: bool) -> None:
+    """torch's dynamo exporter writes BatchNormalization in inference form, and its optimizer folds it
+    into the convolution before it, so a model trained in train() mode would compile with BatchNorm
+    frozen. Folded: refused, naming the ways out, unless frozen_bn says it is meant. Not folded, but
+    recorded as a training-mode batch norm: restored to training mode, with one note."""
+    folded = [n.name for n in proto.graph.node if _FOLDED_BN in _meta(n).get("pkg.onnxscript.rewriter.rule_name", "")]
+    if folded and not frozen_bn:
+        raise EdgetrainError(
+            f"torch's exporter folded BatchNormalization into {len(folded)} convolution(s) (nodes "
+            f"{', '.join(map(repr, folded[:3]))}{', ...' if len(folded) > 3 else ''}), so BatchNorm's scale, bias and "
+            "running statistics would not train: export with torch.onnx.export(..., dynamo=False, "
+            "training=torch.onnx.TrainingMode.TRAINING) or with dynamo=True, optimize=False to train BatchNorm, "
+            "or pass frozen_bn=True (--frozen-bn) to train the folded model on purpose")
+    if folded:
+        note(f"BatchNormalization folded into {len(folded)} convolution(s) trains as the folded convolution "
+             "(frozen_bn=True)")
+    restored = []
+    for node in proto.graph.node:
+        training = any(key in _meta(node).get("pkg.torch.onnx.fx_node", "") for key in _TRAINING_BN)
+        if node.op_type != "BatchNormalization" or not training or len(node.output) > 1 or frozen_bn:
+            continue
+        attrs = {a.name: a for a in node.attribute}
+        if "training_mode" in attrs and attrs["training_mode"].i:
+            continue
+        node.attribute.append(onnx.helper.make_attribute("training_mode", 1))
+        node.output.extend([f"{node.output[0]}__running_mean", f"{node.output[0]}__running_var"])
+        restored.append(node.name)
+    if restored:
+        note(f"{len(restored)} BatchNormalization node(s) that torch's exporter wrote in inference form were "
+             "training-mode batch norms in PyTorch: they train with batch statistics and update their running "
+             "statistics (frozen_bn=True keeps them frozen)")
+
+
+def restore_names(proto: onnx.ModelProto) -> None:
+    """dynamo folds a Linear layer's transposed weight into a new constant (val_70 = weight^T) and
+    loses its name. Where the node that reads it records its module, the parameter gets its
+    state_dict name and layout back (`<module>.weight`, read through a Transpose), so gradients,
+    checkpoints and state.parameters use the names PyTorch users know."""
+    graph = proto.graph
+    inits = {i.name: i for i in graph.initializer}
+    readers = collections.Counter(name for node in graph.node for name in node.input)
+    taken = set(inits) | {o for n in graph.node for o in n.output} | {i.name for i in graph.input}
+    for index, node in reversed(list(enumerate(graph.node))):
+        if node.op_type != "MatMul" or len(node.input) < 2 or "aten.linear" not in _meta(node).get("namespace", ""):
+            continue
+        name, module = node.input[1], _module_path(node)
+        init = inits.get(name)
+        if (init is None or module is None or readers[name] != 1 or not _EXPORTER_NAME.fullmatch(name)
+                or len(init.dims) != 2 or f"{module}.weight" in taken):
+            continue
+        weight = numpy_helper.to_array(init).T
+        public = f"{module}.weight"
+        graph.initializer.remove(init)
+        graph.initializer.append(numpy_helper.from_array(np.ascontiguousarray(weight), public))
+        graph.node.insert(index, onnx.helper.make_node("Transpose", [public], [name], perm=[1, 0],
+                                                        name=f"{node.name}__weight_t"))
+        taken.add(public)
+
+
+def tied_parameters(proto: onnx.ModelProto, params: set[str], untie: bool) -> None:
+    """Exporters merge equal initializers (dynamo gives every fresh LayerNorm one weight of ones), and
+    models tie weights on purpose (GPT-2's output layer and embedding). Either way one tensor is the
+    parameter of several layers. Reported in one line; untie gives each layer its own copy, named
+    after its module where the export records it."""
+    graph = proto.graph
+    uses: dict[str, list[tuple[onnx.NodeProto, int]]] = collections.defaultdict(list)
+    for node in graph.node:
+        for slot, name in enumerate(node.input):
+            if name in params and (slot in PARAMETER_SLOTS.get(node.op_type, ()) or _looks_like_parameter(name)):
+                uses[name].append((node, slot))
+    tied = {name: readers for name, readers in uses.items() if len({n.name for n, _ in readers}) > 1}
+    if not tied:
+        return
+    if not untie:
+        shown = "; ".join(f"'{name}' by {len(r)} layers" for name, r in list(tied.items())[:4])
+        note(f"{len(tied)} parameter(s) are shared between layers and train as one tied parameter ({shown}"
+             f"{'; ...' if len(tied) > 4 else ''}); untie=True (--untie) gives each layer its own copy")
+        return
+    inits = {i.name: i for i in graph.initializer}
+    taken = set(inits) | {o for n in graph.node for o in n.output}
+    for name, readers in tied.items():
+        value = numpy_helper.to_array(inits[name])
+        for node, slot in readers[1:]:
+            module = _module_path(node)
+            leaf = name.rsplit(".", 1)[-1] if "." in name else "weight"
+            copy = f"{module}.{leaf}" if module else f"{name}@{node.name}"
+            while copy in taken:
+                copy += "_"
+            taken.add(copy)
+            graph.initializer.append(numpy_helper.from_array(value.copy(), copy))
+            node.input[slot] = copy
+    note(f"untied {len(tied)} shared parameter(s): each layer trains its own copy")
