@@ -35,6 +35,7 @@ _EXPORTER_NAME = re.compile(r"_?val_\d+|_?tensor_constant\d*|c?_?lifted_tensor_\
 _STATE_DICT_NAME = re.compile(r"[A-Za-z_]\w*(\.\w+)*")
 _BUFFER_LEAF = {"running_mean", "running_var", "num_batches_tracked", "inv_freq", "position_ids", "mask"}
 
+_SHAPE_ONLY = {("CastLike", 1), ("Expand", 1), ("Reshape", 1)}
 _FOLDED_BN = "FuseBatchNorm"
 _TRAINING_BN = ("_native_batch_norm_legit_functional", "batch_norm_with_update", "_native_batch_norm_legit.")
 
@@ -142,6 +143,8 @@ def tied_parameters(proto: onnx.ModelProto, params: set[str], untie: bool) -> No
     uses: dict[str, list[tuple[onnx.NodeProto, int]]] = collections.defaultdict(list)
     for node in graph.node:
         for slot, name in enumerate(node.input):
+            if (node.op_type, slot) in _SHAPE_ONLY or node.op_type in ("Shape", "Size"):
+                continue  # reads the shape or type, not the values
             if name in params and (slot in PARAMETER_SLOTS.get(node.op_type, ()) or _looks_like_parameter(name)):
                 uses[name].append((node, slot))
     tied = {name: readers for name, readers in uses.items() if len({n.name for n, _ in readers}) > 1}

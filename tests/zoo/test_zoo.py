@@ -1,0 +1,179 @@
+"""Models users bring: torchvision and HuggingFace model code, exported by both of torch's exporters
+the way README's "Exporting your model" recommends, compiled and trained through the generated C.
+
+For each (model, exporter): one training step's loss and every gradient against PyTorch in float64
+on the same weights and batch, each tensor within max(1e-4 * max(1, max|g|), 3 x PyTorch float32's
+own error on it); BatchNorm running statistics likewise; `infer` against PyTorch eval; 20 AdamW
+steps lower the loss. A pair edgetrain refuses must be listed in REFUSED with the one line it says.
+The session prints a table: model x exporter -> result and worst error relative to the bound.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from edgetrain import EdgetrainError, ImportNote, api, artifacts
+from zoo.zoo_models import BATCH, SEQ, ZOO, ZooModel
+
+pytestmark = pytest.mark.zoo
+
+EXPORTERS = ("torchscript", "dynamo")
+# (model, exporter) -> a fragment of the one-line refusal; README's table lists the same.
+REFUSED: dict[tuple[str, str], str] = {}
+RESULTS: dict[tuple[str, str], str] = {}
+
+
+def export(model: torch.nn.Module, zoo: ZooModel, inputs, exporter: str, path) -> None:
+    """README's recommended export call for each exporter, with dynamic batch (and sequence) axes."""
+    names = ["x"] if zoo.kind == "image" else ["input_ids", "attention_mask", "labels"][:len(inputs)]
+    output = "loss" if zoo.kind == "lm" else "logits"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if exporter == "torchscript":
+            axes = {0: "batch"} if zoo.kind == "image" else {0: "batch", 1: "seq"}
+            torch.onnx.export(model, inputs, path, dynamo=False, training=torch.onnx.TrainingMode.TRAINING,
+                              do_constant_folding=False, input_names=names, output_names=[output],
+                              dynamic_axes={n: axes for n in names})
+        else:
+            batch = torch.export.Dim("batch", min=1, max=64)
+            dims = {0: batch} if zoo.kind == "image" else {0: batch, 1: torch.export.Dim("seq", min=2, max=32)}
+            torch.onnx.export(model, inputs, path, dynamo=True, optimize=False, input_names=names,
+                              output_names=[output], dynamic_shapes=tuple(dims for _ in names), verbose=False)
+
+
+def no_randomness(model: torch.nn.Module) -> torch.nn.Module:
+    """Dropout and stochastic depth off, so PyTorch and the C take the same step."""
+    for module in model.modules():
+        if hasattr(module, "p") and isinstance(module.p, float):
+            module.p = 0.0
+    return model
+
+
+def bound(g64: np.ndarray, g32: np.ndarray) -> float:
+    return max(1e-4 * max(1.0, float(np.max(np.abs(g64), initial=0.0))),
+               3.0 * float(np.max(np.abs(g32 - g64), initial=0.0)))
+
+
+def torch_step(model, zoo, inputs, labels, dtype):
+    """loss, {name: grad}, {buffer name: value} of one training step of `model` in `dtype`."""
+    model = copy.deepcopy(model).to(dtype).train()
+    args = tuple(a.to(dtype) if a.is_floating_point() else a for a in inputs)
+    out = model(*args)
+    loss = out if labels is None else torch.nn.functional.cross_entropy(out, labels)
+    loss.backward()
+    grads = {n: p.grad.double().numpy() for n, p in model.named_parameters() if p.grad is not None}
+    buffers = {n: b.double().numpy() for n, b in model.named_buffers() if b.is_floating_point()}
+    return float(loss), grads, buffers
+
+
+def compile_pair(name, exporter, tmp_path, randomness: bool = False):
+    zoo = ZOO[name]
+    torch.manual_seed(0)
+    model = zoo.build()
+    if not randomness:
+        no_randomness(model)
+    inputs, labels = zoo.inputs()
+    path = tmp_path / f"{name}_{exporter}.onnx"
+    export(model.train(), zoo, inputs, exporter, path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ImportNote)
+        out = artifacts.generate_artifacts(
+            path, loss=None if labels is None else artifacts.LossType.CrossEntropyLoss,
+            optimizer=artifacts.OptimType.AdamW, batch_size=BATCH, dim_values=None if zoo.kind == "image" else
+            {"seq": SEQ}, untie=exporter == "dynamo", artifact_directory=tmp_path / "out")
+    state = api.CheckpointState.load_checkpoint(out / "checkpoint")
+    module = api.Module(out / "training_model.onnx", state, out / "eval_model.onnx")
+    return zoo, model, inputs, labels, state, module, api.Optimizer(out / "optimizer_model.onnx", module)
+
+
+def c_args(inputs, labels):
+    return [a.numpy() for a in inputs] + ([] if labels is None else [labels.numpy()])
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+@pytest.mark.parametrize("name", ZOO)
+def test_zoo_model_trains_as_in_pytorch(name, exporter, tmp_path):
+    key = (name, exporter)
+    try:
+        zoo, model, inputs, labels, state, module, opt = compile_pair(name, exporter, tmp_path)
+    except EdgetrainError as refusal:
+        RESULTS[key] = f"refused: {refusal}"
+        assert "\n" not in str(refusal)
+        assert key in REFUSED and REFUSED[key] in str(refusal), f"unexpected refusal: {refusal}"
+        return
+    assert key not in REFUSED, f"{key} compiles now: take it out of REFUSED and README's table"
+    worst = 0.0
+
+    def check(what, got, want64, want32):
+        nonlocal worst
+        got = np.asarray(got, np.float64)
+        assert got.shape == want64.shape, f"{what}: shape {got.shape}, PyTorch {want64.shape}"
+        err, tol = float(np.max(np.abs(got - want64), initial=0.0)), bound(want64, want32)
+        worst = max(worst, err / tol)
+        assert err <= tol, f"{what}: max|C - torch64| = {err:.3g} > {tol:.3g}"
+
+    # Inference on the initial weights, against PyTorch eval.
+    model.eval()
+    with torch.no_grad():
+        want32 = model(*inputs).double().numpy()
+        want64 = copy.deepcopy(model).double()(*(a.double() if a.is_floating_point() else a for a in inputs))
+    got = module.infer(*[a.numpy() for a in inputs])[0]
+    check("infer", got, np.asarray(want64, np.float64).reshape(np.shape(got)), want32.reshape(np.shape(got)))
+
+    # One training step: loss, every gradient, running statistics.
+    loss64, grads64, buffers64 = torch_step(model, zoo, inputs, labels, torch.float64)
+    loss32, grads32, buffers32 = torch_step(model, zoo, inputs, labels, torch.float32)
+    module.train()
+    loss = module(*c_args(inputs, labels))
+    check("loss", np.array(loss), np.array(loss64), np.array(loss32))
+    trained = {n for n, p in state.parameters.items() if p.requires_grad}
+    assert set(grads64) <= trained, f"PyTorch trains what edgetrain does not: {sorted(set(grads64) - trained)[:5]}"
+    assert trained <= set(grads64) | {n for n, _ in model.named_parameters()}, \
+        f"edgetrain trains tensors that are not PyTorch parameters: {sorted(trained - set(grads64))[:5]}"
+    for pname, g64 in grads64.items():
+        check(f"d loss / d {pname}", state.parameters[pname].grad, g64, grads32[pname])
+    for bname, b64 in buffers64.items():
+        if bname in state.parameters:
+            check(bname, state.parameters[bname].data, b64, buffers32[bname])
+
+    # 20 AdamW steps on the same batch lower the loss.
+    first = loss
+    for _ in range(20):
+        opt.step()
+        module.lazy_reset_grad()
+        loss = module(*c_args(inputs, labels))
+    assert np.isfinite(loss) and loss < first, f"20 AdamW steps: loss {first:.4f} -> {loss:.4f}"
+    RESULTS[key] = f"ok (worst error {worst:.2f} of its bound; loss {first:.3f} -> {loss:.3f})"
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+@pytest.mark.parametrize("name", [n for n, z in ZOO.items() if z.random])
+def test_random_layers_train_and_are_the_identity_in_eval(name, exporter, tmp_path):
+    """Stochastic depth and dropout left on: they draw in training, and infer is PyTorch eval."""
+    zoo, model, inputs, labels, state, module, opt = compile_pair(name, exporter, tmp_path, randomness=True)
+    with torch.no_grad():
+        want = model.eval()(*inputs).numpy()
+    got = module.infer(*[a.numpy() for a in inputs])[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(want).max())))
+    module.train()
+    losses = []
+    for _ in range(21):
+        losses.append(module(*c_args(inputs, labels)))
+        opt.step()
+        module.lazy_reset_grad()
+    assert losses[-1] < losses[0]
+
+
+def test_coverage(request):
+    """At least 90 % of the (model, exporter) pairs train and match PyTorch; the rest are refused in one
+    line each. Runs last in this module, over the results of the test above."""
+    total = len(ZOO) * len(EXPORTERS)
+    if len(RESULTS) < total:
+        pytest.skip("runs only with the whole zoo in the same session")
+    ok = sum(r.startswith("ok") for r in RESULTS.values())
+    assert ok >= 0.9 * total, f"{ok}/{total} pairs train and match"

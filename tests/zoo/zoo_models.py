@@ -1,0 +1,119 @@
+"""Third-party model code at small sizes, with random weights: torchvision classifiers and
+HuggingFace transformers built from configs (nothing is downloaded). Each entry builds a fresh
+torch module and its example inputs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+BATCH, SEQ, VOCAB, CLASSES = 2, 8, 64, 10
+
+
+@dataclass(frozen=True)
+class ZooModel:
+    build: Callable[[], torch.nn.Module]
+    kind: str  # "image": (x) -> logits, CrossEntropy; "text": (ids, mask) -> logits; "lm": (ids, mask, labels) -> loss
+    image_size: int = 32
+    random: bool = False  # draws random numbers in training (stochastic depth, dropout left on)
+
+    def inputs(self, seed: int = 0) -> tuple[tuple[torch.Tensor, ...], torch.Tensor | None]:
+        """(model inputs, labels for edgetrain's CrossEntropyLoss or None when the model computes its loss)."""
+        g = torch.Generator().manual_seed(seed)
+        if self.kind == "image":
+            x = torch.randn(BATCH, 3, self.image_size, self.image_size, generator=g)
+            return (x,), torch.randint(0, CLASSES, (BATCH,), generator=g)
+        ids = torch.randint(0, VOCAB, (BATCH, SEQ), generator=g)
+        mask = torch.ones(BATCH, SEQ, dtype=torch.long)
+        mask[1, -3:] = 0  # a padded sequence: the attention mask matters
+        if self.kind == "text":
+            return (ids, mask), torch.randint(0, 3, (BATCH,), generator=g)
+        labels = ids.clone()
+        labels[1, -3:] = -100  # HuggingFace's ignore_index on the padding
+        return (ids, mask, labels), None
+
+
+def _tv():
+    from zoo.torchvision_shim import torchvision
+    return torchvision.models
+
+
+def _efficientnet():
+    from torchvision.models.efficientnet import EfficientNet, _efficientnet_conf
+    settings, last = _efficientnet_conf("efficientnet_b0", width_mult=0.25, depth_mult=0.25)
+    return EfficientNet(settings, dropout=0.2, stochastic_depth_prob=0.2, num_classes=CLASSES, last_channel=last)
+
+
+def _regnet():
+    from torchvision.models.regnet import BlockParams, RegNet
+    return RegNet(BlockParams.from_init_params(depth=3, w_0=8, w_a=8.0, w_m=2.0, group_width=8), num_classes=CLASSES)
+
+
+def _convnext():
+    from torchvision.models.convnext import CNBlockConfig, ConvNeXt
+    return ConvNeXt([CNBlockConfig(16, 32, 1), CNBlockConfig(32, None, 1)], stochastic_depth_prob=0.0,
+                    num_classes=CLASSES)
+
+
+def _vit():
+    return _tv().VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32,
+                                   mlp_dim=64, num_classes=CLASSES)
+
+
+class _HF(torch.nn.Module):
+    """Positional arguments for the exporters; returns logits, or the model's own LM loss."""
+
+    def __init__(self, model, kind):
+        super().__init__()
+        self.m, self.kind = model, kind
+
+    def forward(self, input_ids, attention_mask, labels=None):
+        if self.kind == "text":
+            return self.m(input_ids=input_ids, attention_mask=attention_mask).logits
+        return self.m(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
+
+
+def _hf(config_name, model_name, kind, **config):
+    def build():
+        import zoo.torchvision_shim  # noqa: F401  (transformers imports torchvision when it is installed)
+        import transformers
+        transformers.logging.set_verbosity_error()
+        cfg = getattr(transformers, config_name)(**config)
+        cfg._attn_implementation = "eager"
+        return _HF(getattr(transformers, model_name)(cfg), kind)
+    return build
+
+
+_NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+
+ZOO: dict[str, ZooModel] = {
+    "resnet18": ZooModel(lambda: _tv().resnet18(num_classes=CLASSES), "image"),
+    "mobilenet_v2": ZooModel(lambda: _tv().mobilenet_v2(num_classes=CLASSES, width_mult=0.25), "image"),
+    "mobilenet_v3_small": ZooModel(lambda: _tv().mobilenet_v3_small(num_classes=CLASSES, width_mult=0.25,
+                                                                    dropout=0.0), "image"),
+    "shufflenet_v2": ZooModel(lambda: _tv().shufflenet_v2_x0_5(num_classes=CLASSES), "image"),
+    "squeezenet1_1": ZooModel(lambda: _tv().squeezenet1_1(num_classes=CLASSES, dropout=0.0), "image"),
+    "efficientnet_b0": ZooModel(_efficientnet, "image", random=True),
+    "mnasnet": ZooModel(lambda: _tv().mnasnet0_5(num_classes=CLASSES, dropout=0.0), "image"),
+    "regnet": ZooModel(_regnet, "image"),
+    "convnext": ZooModel(_convnext, "image"),
+    "vit": ZooModel(_vit, "image"),
+    "alexnet": ZooModel(lambda: _tv().alexnet(num_classes=CLASSES, dropout=0.0), "image", image_size=64),
+    "googlenet": ZooModel(lambda: _tv().googlenet(num_classes=CLASSES, aux_logits=False, init_weights=True,
+                                                  dropout=0.0), "image"),
+    "densenet": ZooModel(lambda: _tv().densenet.DenseNet(growth_rate=8, block_config=(2, 2), num_init_features=16,
+                                                         num_classes=CLASSES), "image"),
+    "bert": ZooModel(_hf("BertConfig", "BertForSequenceClassification", "text", vocab_size=VOCAB, hidden_size=32,
+                         num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, max_position_embeddings=32,
+                         num_labels=3, classifier_dropout=0.0, **_NO_DROPOUT), "text"),
+    "distilbert": ZooModel(_hf("DistilBertConfig", "DistilBertForSequenceClassification", "text", vocab_size=VOCAB,
+                               dim=32, n_layers=2, n_heads=2, hidden_dim=64, max_position_embeddings=32, num_labels=3,
+                               dropout=0.0, attention_dropout=0.0, seq_classif_dropout=0.0), "text"),
+    "gpt2": ZooModel(_hf("GPT2Config", "GPT2LMHeadModel", "lm", vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=2,
+                         n_positions=32, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0), "lm"),
+    "llama": ZooModel(_hf("LlamaConfig", "LlamaForCausalLM", "lm", vocab_size=VOCAB, hidden_size=32,
+                          intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                          max_position_embeddings=32), "lm"),
+}
