@@ -296,4 +296,42 @@ static inline void et_gelu_tanh_grad_f32(int n, const float *dY, const float *X,
     }
 }
 
+/* Mish: x tanh(softplus(x)).  With n = e^x, tanh(log(1 + n)) = n (n + 2) /
+ * (n (n + 2) + 2): every term is positive, so nothing cancels at any x, and
+ * 1 - tanh is 2 / (n (n + 2) + 2) as exactly as the gradient needs it.
+ * Past x = 20 (PyTorch's softplus threshold) the tanh is 1 and e^x would
+ * overflow the products. */
+static inline float et_mish_tanh_softplus_(float x, float *one_minus)
+{
+    float n = et_expf(x), u = n * (n + 2.0f), d = u + 2.0f;
+    *one_minus = 2.0f / d;
+    return u / d;
+}
+
+static inline void et_mish_f32(int n, const float *X, float *Y)
+{
+    int i;
+    float unused;
+    for (i = 0; i < n; ++i) {
+        float x = X[i];
+        Y[i] = x > 20.0f ? x : x * et_mish_tanh_softplus_(x, &unused);
+    }
+}
+
+/* d/dx = t + x sigmoid(x) (1 - t^2), t = tanh(softplus(x)), as PyTorch's. */
+static inline void et_mish_grad_f32(int n, const float *dY, const float *X, float *dX)
+{
+    int i;
+    float om, t;
+    for (i = 0; i < n; ++i) {
+        float x = X[i];
+        if (x > 20.0f) {
+            dX[i] = dY[i];
+            continue;
+        }
+        t = et_mish_tanh_softplus_(x, &om);
+        dX[i] = dY[i] * (t + x * et_sigmoidf(x) * (om * (1.0f + t)));
+    }
+}
+
 #endif /* ET_ACTIVATIONS_H */

@@ -131,4 +131,155 @@ static inline void et_reduce_sum_f32(int rank, const int *in_shape, const int *o
         Y[i] *= scale;
 }
 
+/* ---- ReduceMax, ReduceMin, ReduceL2, ReduceLogSumExp and their gradients ----
+ * X is seen as two strided views: the kept axes (Y's, walked in Y's order)
+ * and the reduced axes (one output's group), each (rank, shape, strides)
+ * in elements of X.  A group is walked in X's row-major order, which fixes
+ * the order of every sum. */
+
+/* The next offset of a view walked in row-major order from idx (all zeros
+ * at the start); after the last element, back to the first. */
+static inline int et_view_next_(int rank, const int *shape, const int *strides, int *idx, int off)
+{
+    int d;
+    for (d = rank - 1; d >= 0; --d) {
+        if (++idx[d] < shape[d])
+            return off + strides[d];
+        idx[d] = 0;
+        off -= strides[d] * (shape[d] - 1);
+    }
+    return off;
+}
+
+/* Largest (sign 1) or smallest (sign -1) element; NaN wins, as in torch.amax. */
+static inline void et_reduce_select_(float sign, int out_rank, const int *out_shape, const int *out_strides,
+                                     int red_rank, const int *red_shape, const int *red_strides,
+                                     const float *X, float *Y)
+{
+    int n = et_numel_(out_rank, out_shape), m = et_numel_(red_rank, red_shape), o, r, base = 0;
+    int out_idx[ET_MAX_RANK] = {0};
+    for (o = 0; o < n; ++o) {
+        int idx[ET_MAX_RANK] = {0}, off = base;
+        float best = X[base];
+        for (r = 1; r < m; ++r) {
+            float x;
+            off = et_view_next_(red_rank, red_shape, red_strides, idx, off);
+            x = X[off];
+            if (sign * x > sign * best || x != x)  /* once NaN, always NaN */
+                best = x;
+        }
+        Y[o] = best;
+        base = et_view_next_(out_rank, out_shape, out_strides, out_idx, base);
+    }
+}
+
+static inline void et_reduce_max_f32(int out_rank, const int *out_shape, const int *out_strides, int red_rank,
+                                     const int *red_shape, const int *red_strides, const float *X, float *Y)
+{
+    et_reduce_select_(1.0f, out_rank, out_shape, out_strides, red_rank, red_shape, red_strides, X, Y);
+}
+
+static inline void et_reduce_min_f32(int out_rank, const int *out_shape, const int *out_strides, int red_rank,
+                                     const int *red_shape, const int *red_strides, const float *X, float *Y)
+{
+    et_reduce_select_(-1.0f, out_rank, out_shape, out_strides, red_rank, red_shape, red_strides, X, Y);
+}
+
+/* sqrt of the sum of squares, summed in order and not rescaled: like
+ * torch's float32 norm, it overflows once the squares pass 3.4e38. */
+static inline void et_reduce_l2_f32(int out_rank, const int *out_shape, const int *out_strides, int red_rank,
+                                    const int *red_shape, const int *red_strides, const float *X, float *Y)
+{
+    int n = et_numel_(out_rank, out_shape), m = et_numel_(red_rank, red_shape), o, r, base = 0;
+    int out_idx[ET_MAX_RANK] = {0};
+    for (o = 0; o < n; ++o) {
+        int idx[ET_MAX_RANK] = {0}, off = base;
+        float sum = 0.0f;
+        for (r = 0; r < m; ++r) {
+            sum += X[off] * X[off];
+            off = et_view_next_(red_rank, red_shape, red_strides, idx, off);
+        }
+        Y[o] = sqrtf(sum);
+        base = et_view_next_(out_rank, out_shape, out_strides, out_idx, base);
+    }
+}
+
+/* log(sum(exp(x - max))) + max, as torch.logsumexp computes it: no exp
+ * overflows, and an infinite max is not subtracted (inf - inf). */
+static inline void et_reduce_log_sum_exp_f32(int out_rank, const int *out_shape, const int *out_strides,
+                                             int red_rank, const int *red_shape, const int *red_strides,
+                                             const float *X, float *Y)
+{
+    int n = et_numel_(out_rank, out_shape), m = et_numel_(red_rank, red_shape), o, r, base = 0;
+    int out_idx[ET_MAX_RANK] = {0};
+    et_reduce_max_f32(out_rank, out_shape, out_strides, red_rank, red_shape, red_strides, X, Y);
+    for (o = 0; o < n; ++o) {
+        int idx[ET_MAX_RANK] = {0}, off = base;
+        float top = Y[o], shift = et_is_finite_f32(top) ? top : 0.0f, sum = 0.0f;
+        for (r = 0; r < m; ++r) {
+            sum += et_expf(X[off] - shift);
+            off = et_view_next_(red_rank, red_shape, red_strides, idx, off);
+        }
+        Y[o] = et_logf(sum) + top;
+        base = et_view_next_(out_rank, out_shape, out_strides, out_idx, base);
+    }
+}
+
+/* ReduceMax / ReduceMin gradient: dY goes to the elements equal to the
+ * result, split evenly among ties (torch.amax's rule), 0 elsewhere. */
+static inline void et_reduce_select_grad_f32(int out_rank, const int *out_shape, const int *out_strides,
+                                             int red_rank, const int *red_shape, const int *red_strides,
+                                             const float *dY, const float *X, const float *Y, float *dX)
+{
+    int n = et_numel_(out_rank, out_shape), m = et_numel_(red_rank, red_shape), o, r, base = 0, ties, off;
+    int out_idx[ET_MAX_RANK] = {0}, idx[ET_MAX_RANK] = {0};
+    float share;
+    for (o = 0; o < n; ++o) {
+        ties = 0;
+        for (r = 0, off = base; r < m; ++r) {
+            ties += X[off] == Y[o];
+            off = et_view_next_(red_rank, red_shape, red_strides, idx, off);
+        }
+        share = dY[o] / (float)(ties ? ties : 1);
+        for (r = 0, off = base; r < m; ++r) {
+            dX[off] = X[off] == Y[o] ? share : 0.0f;
+            off = et_view_next_(red_rank, red_shape, red_strides, idx, off);
+        }
+        base = et_view_next_(out_rank, out_shape, out_strides, out_idx, base);
+    }
+}
+
+/* x * (dY / y), and 0 where y = 0 (torch's norm gradient). */
+static inline void et_reduce_l2_grad_f32(int out_rank, const int *out_shape, const int *out_strides, int red_rank,
+                                         const int *red_shape, const int *red_strides, const float *dY,
+                                         const float *X, const float *Y, float *dX)
+{
+    int n = et_numel_(out_rank, out_shape), m = et_numel_(red_rank, red_shape), o, r, base = 0, off;
+    int out_idx[ET_MAX_RANK] = {0}, idx[ET_MAX_RANK] = {0};
+    for (o = 0; o < n; ++o) {
+        float scale = Y[o] == 0.0f ? 0.0f : dY[o] / Y[o];
+        for (r = 0, off = base; r < m; ++r) {
+            dX[off] = X[off] * scale;
+            off = et_view_next_(red_rank, red_shape, red_strides, idx, off);
+        }
+        base = et_view_next_(out_rank, out_shape, out_strides, out_idx, base);
+    }
+}
+
+/* dY * exp(x - y): each element's softmax weight in its group. */
+static inline void et_reduce_log_sum_exp_grad_f32(int out_rank, const int *out_shape, const int *out_strides,
+                                                  int red_rank, const int *red_shape, const int *red_strides,
+                                                  const float *dY, const float *X, const float *Y, float *dX)
+{
+    int n = et_numel_(out_rank, out_shape), m = et_numel_(red_rank, red_shape), o, r, base = 0, off;
+    int out_idx[ET_MAX_RANK] = {0}, idx[ET_MAX_RANK] = {0};
+    for (o = 0; o < n; ++o) {
+        for (r = 0, off = base; r < m; ++r) {
+            dX[off] = dY[o] * et_expf(X[off] - Y[o]);
+            off = et_view_next_(red_rank, red_shape, red_strides, idx, off);
+        }
+        base = et_view_next_(out_rank, out_shape, out_strides, out_idx, base);
+    }
+}
+
 #endif /* ET_SHAPE_H */

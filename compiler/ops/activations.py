@@ -70,6 +70,17 @@ _unary("HardSwish", "et_hard_swish_f32", "HardSwishGrad")
 _unary("Erf", "et_erf_f32", "ErfGrad")
 
 
+# ---- Mish (opset 18): x tanh(softplus(x)) ----
+
+def _mish_grad_reference(dy, x):
+    t = np.tanh(np.logaddexp(0, x.astype(np.float64)))
+    return _f32(dy * (t + x * 0.5 * (1 + np.tanh(0.5 * x)) * (1 - t * t)))
+
+
+_grad_op("MishGrad", "et_mish_grad_f32", _mish_grad_reference)
+_unary("Mish", "et_mish_f32", "MishGrad")
+
+
 # ---- Gelu (opset 20) ----
 
 def _approximate(node) -> str:

@@ -1,8 +1,9 @@
-"""ReduceSum and ReduceMean over constant axes."""
+"""ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceL2 and ReduceLogSumExp over constant axes."""
 
 import numpy as np
 
-from .registry import at_least_1d, contiguous_strides, op
+from ..ir import ET_DOMAIN
+from .registry import at_least_1d, contiguous_strides, merged_axes, op
 
 
 def reduced_axes(k, node) -> tuple[int, ...]:
@@ -42,3 +43,75 @@ def _reduce(mean: bool):
 
 op("ReduceSum", const_inputs=(1,))(_reduce(mean=False))
 op("ReduceMean", const_inputs=(1,))(_reduce(mean=True))
+
+
+# ---- ReduceMax, ReduceMin, ReduceL2, ReduceLogSumExp: kernels that walk each output's group of
+# inputs, given X as two strided views (the kept axes in Y's order, the reduced axes) ----
+
+def _views(shape, axes) -> tuple:
+    """(rank, shape, strides) of the kept axes, then of the reduced axes, neighbours merged."""
+    strides = contiguous_strides(shape)
+    views = []
+    for keep in (True, False):
+        dims = [(d, s) for i, (d, s) in enumerate(zip(shape, strides)) if (i not in axes) == keep]
+        merged, merged_strides = merged_axes(tuple(d for d, _ in dims), tuple(s for _, s in dims))
+        views += [len(merged), merged, merged_strides]
+    return tuple(views)
+
+
+def _reduce_group(fn, grad_op):
+    class Reduce:
+        @staticmethod
+        def kernel(k, node):
+            return [k.call(fn, *_views(k.shape(node.inputs[0]), reduced_axes(k, node)), node.inputs[0],
+                           node.outputs[0])]
+
+        @staticmethod
+        def grad(g, node, dy):
+            axes = g.ints(reduced_axes(g, node))
+            return [g.emit(grad_op, [dy[0], node.inputs[0], node.outputs[0], axes], domain=ET_DOMAIN)
+                    ] + [None] * (len(node.inputs) - 1)
+
+    return Reduce
+
+
+op("ReduceMax", const_inputs=(1,))(_reduce_group("et_reduce_max_f32", "ReduceSelectGrad"))
+op("ReduceMin", const_inputs=(1,))(_reduce_group("et_reduce_min_f32", "ReduceSelectGrad"))
+op("ReduceL2", const_inputs=(1,))(_reduce_group("et_reduce_l2_f32", "ReduceL2Grad"))
+op("ReduceLogSumExp", const_inputs=(1,))(_reduce_group("et_reduce_log_sum_exp_f32", "ReduceLogSumExpGrad"))
+
+
+def _group_grad_op(name, fn, reference):
+    """Our op `name(dY, X, Y, axes) -> dX` for Y = a reduction of X over the constant `axes`, with
+    kernel `fn(views of X..., dY, X, Y, dX)` and NumPy `reference(dY, X, Y, axes)`, dY and Y of X's rank."""
+
+    class GroupGrad:
+        @staticmethod
+        def kernel(k, node):
+            dy, x, y, axes = node.inputs
+            return [k.call(fn, *_views(k.shape(x), tuple(int(a) for a in k.value_of(axes))), dy, x, y,
+                           node.outputs[0])]
+
+        @staticmethod
+        def shape(graph, node):
+            return [graph.shape(node.inputs[1])]
+
+        @staticmethod
+        def reference(dy, x, y, axes):
+            axes = tuple(int(a) for a in axes)
+            kept = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                return (np.asarray(reference(dy.reshape(kept), x, y.reshape(kept), axes), np.float32),)
+
+    op(name, domain=ET_DOMAIN, const_inputs=(3,))(GroupGrad)
+
+
+def _select_reference(dy, x, y, axes):
+    ties = x == y
+    return np.where(ties, dy / np.maximum(np.sum(ties, axis=axes, keepdims=True), 1), 0)
+
+
+# torch.amax's rule: ties share the gradient evenly; torch's norm: 0 where the norm is 0.
+_group_grad_op("ReduceSelectGrad", "et_reduce_select_grad_f32", _select_reference)
+_group_grad_op("ReduceL2Grad", "et_reduce_l2_grad_f32", lambda dy, x, y, axes: np.where(y == 0, 0, x * (dy / y)))
+_group_grad_op("ReduceLogSumExpGrad", "et_reduce_log_sum_exp_grad_f32", lambda dy, x, y, axes: dy * np.exp(x - y))
