@@ -50,6 +50,7 @@ FLOAT_TYPE = Refused("edgetrain trains float32 models")  # float16, bfloat16, fl
 SMALL_INT_DATA = Refused("model inputs must be float32")  # int8, int16, unsigned
 INT_DATA = Refused("integer model inputs may only be indices")  # int32 / int64 data, not indices
 NON_FLOAT_OUTPUT = Refused("only float32 tensors are computed at run time")  # Dropout's mask, MaxPool's argmax
+BOOL_DATA = Refused("computes float32 tensors only")  # bool data into an op of float32 arithmetic
 EMPTY = Refused("is empty")  # a tensor with a zero-size axis
 NOT_TENSOR = Refused("edgetrain computes tensors only")  # sequence and optional values
 OLD_OPSET = Refused("edgetrain needs opset 13 or newer")
@@ -149,6 +150,10 @@ CASES: dict[str, OpCases] = {
                   "test_convtranspose_output_shape", "test_convtranspose_pad", "test_convtranspose_kernel_shape",
                   "test_convtranspose_pads", "test_convtranspose_dilations", "test_convtranspose_autopad_same",
                   "test_convtranspose_group_2", "test_convtranspose_group_2_image_3")),
+    "Cos": OpCases(
+        included=("test_cos_example", "test_cos")),
+    "DepthToSpace": OpCases(
+        included=("test_depthtospace_example", "test_depthtospace_crd_mode_example")),
     "Div": OpCases(
         included=("test_div_example", "test_div", "test_div_bcast"),
         excluded={
@@ -282,6 +287,8 @@ CASES: dict[str, OpCases] = {
             "test_min_float16": FLOAT_TYPE,
             "test_min_float64": FLOAT_TYPE,
         }),
+    "Mish": OpCases(
+        included=("test_mish",)),
     "Mul": OpCases(
         included=("test_mul_example", "test_mul", "test_mul_bcast"),
         excluded={
@@ -314,6 +321,39 @@ CASES: dict[str, OpCases] = {
             "test_pow_types_int64_int64": INT_DATA,
             "test_pow_types_int32_int32": INT_DATA,
         }),
+    "Reciprocal": OpCases(
+        included=("test_reciprocal_example", "test_reciprocal")),
+    "ReduceL2": OpCases(
+        included=("test_reduce_l2_do_not_keepdims_example", "test_reduce_l2_do_not_keepdims_random",
+                  "test_reduce_l2_keep_dims_example", "test_reduce_l2_keep_dims_random",
+                  "test_reduce_l2_default_axes_keepdims_example", "test_reduce_l2_default_axes_keepdims_random",
+                  "test_reduce_l2_negative_axes_keep_dims_example", "test_reduce_l2_negative_axes_keep_dims_random"),
+        excluded={
+            "test_reduce_l2_empty_set": EMPTY,
+        }),
+    "ReduceLogSumExp": OpCases(
+        included=(),
+        excluded={
+            "test_reduce_log_sum_exp_do_not_keepdims_example": FLOAT_TYPE,
+            "test_reduce_log_sum_exp_do_not_keepdims_random": FLOAT_TYPE,
+            "test_reduce_log_sum_exp_keepdims_example": FLOAT_TYPE,
+            "test_reduce_log_sum_exp_keepdims_random": FLOAT_TYPE,
+            "test_reduce_log_sum_exp_default_axes_keepdims_example": FLOAT_TYPE,
+            "test_reduce_log_sum_exp_default_axes_keepdims_random": FLOAT_TYPE,
+            "test_reduce_log_sum_exp_negative_axes_keepdims_example": FLOAT_TYPE,
+            "test_reduce_log_sum_exp_negative_axes_keepdims_random": FLOAT_TYPE,
+            "test_reduce_log_sum_exp_empty_set": EMPTY,
+        }),
+    "ReduceMax": OpCases(
+        included=("test_reduce_max_do_not_keepdims_example", "test_reduce_max_do_not_keepdims_random",
+                  "test_reduce_max_keepdims_example", "test_reduce_max_keepdims_random",
+                  "test_reduce_max_default_axes_keepdim_example", "test_reduce_max_default_axes_keepdims_random",
+                  "test_reduce_max_negative_axes_keepdims_example", "test_reduce_max_negative_axes_keepdims_random"),
+        excluded={
+            "test_reduce_max_bool_inputs": BOOL_DATA,
+            "test_reduce_max_empty_set": EMPTY,
+            "test_reduce_max_empty_set_bool": EMPTY,
+        }),
     "ReduceMean": OpCases(
         included=("test_reduce_mean_do_not_keepdims_example", "test_reduce_mean_do_not_keepdims_random",
                   "test_reduce_mean_keepdims_example", "test_reduce_mean_keepdims_random",
@@ -321,6 +361,15 @@ CASES: dict[str, OpCases] = {
                   "test_reduce_mean_default_axes_keepdims_random",
                   "test_reduce_mean_negative_axes_keepdims_example",
                   "test_reduce_mean_negative_axes_keepdims_random")),
+    "ReduceMin": OpCases(
+        included=("test_reduce_min_do_not_keepdims_example", "test_reduce_min_do_not_keepdims_random",
+                  "test_reduce_min_keepdims_example", "test_reduce_min_keepdims_random",
+                  "test_reduce_min_default_axes_keepdims_example", "test_reduce_min_default_axes_keepdims_random",
+                  "test_reduce_min_negative_axes_keepdims_example", "test_reduce_min_negative_axes_keepdims_random"),
+        excluded={
+            "test_reduce_min_bool_inputs": BOOL_DATA,
+            "test_reduce_min_empty_set": EMPTY,
+        }),
     "ReduceSum": OpCases(
         included=("test_reduce_sum_do_not_keepdims_example", "test_reduce_sum_do_not_keepdims_random",
                   "test_reduce_sum_keepdims_example", "test_reduce_sum_keepdims_random",
@@ -384,6 +433,8 @@ CASES: dict[str, OpCases] = {
         included=("test_sigmoid_example", "test_sigmoid")),
     "Sign": OpCases(
         included=("test_sign",)),
+    "Sin": OpCases(
+        included=("test_sin_example", "test_sin")),
     "Slice": OpCases(
         included=("test_slice", "test_slice_neg", "test_slice_start_out_of_bounds", "test_slice_end_out_of_bounds",
                   "test_slice_default_axes", "test_slice_default_steps", "test_slice_neg_steps",
@@ -421,6 +472,9 @@ CASES: dict[str, OpCases] = {
         included=("test_softplus_example", "test_softplus")),
     "Softsign": OpCases(
         included=("test_softsign_example", "test_softsign")),
+    "SpaceToDepth": OpCases(
+        included=("test_spacetodepth", "test_spacetodepth_example", "test_spacetodepth_dcr_mode_example",
+                  "test_spacetodepth_crd_mode_example")),
     "Split": OpCases(
         included=("test_split_equal_parts_1d_opset13", "test_split_variable_parts_1d_opset13",
                   "test_split_equal_parts_2d_opset13", "test_split_variable_parts_2d_opset13",
