@@ -68,7 +68,7 @@ def torch_step(model, zoo, inputs, labels, dtype):
     loss.backward()
     grads = {n: p.grad.double().numpy() for n, p in model.named_parameters() if p.grad is not None}
     buffers = {n: b.double().numpy() for n, b in model.named_buffers() if b.is_floating_point()}
-    return float(loss), grads, buffers
+    return loss.item(), grads, buffers
 
 
 def compile_pair(name, exporter, tmp_path, randomness: bool = False):

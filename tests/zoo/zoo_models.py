@@ -25,7 +25,9 @@ class ZooModel:
         if self.kind == "image":
             x = torch.randn(BATCH, 3, self.image_size, self.image_size, generator=g)
             return (x,), torch.randint(0, CLASSES, (BATCH,), generator=g)
-        ids = torch.randint(0, VOCAB, (BATCH, SEQ), generator=g)
+        # Id 0 is the padding token, whose embedding row PyTorch never trains (padding_idx); ONNX's
+        # Gather cannot say so, so the batch leaves it out (README: Exporting your model).
+        ids = torch.randint(1, VOCAB, (BATCH, SEQ), generator=g)
         mask = torch.ones(BATCH, SEQ, dtype=torch.long)
         mask[1, -3:] = 0  # a padded sequence: the attention mask matters
         if self.kind == "text":
