@@ -147,8 +147,10 @@ def _fold_constants(proto):
         # Shapes inferred before a fold may be symbolic where they are static now: infer them afresh.
         del proto.graph.value_info[:]
         proto = _infer(proto)
-        shapes = {v.name: _static_shape(v.type) for v in
-                  list(proto.graph.input) + list(proto.graph.value_info) + list(proto.graph.output)}
+        infos = list(proto.graph.input) + list(proto.graph.value_info) + list(proto.graph.output)
+        shapes = {v.name: _static_shape(v.type) for v in infos}
+        _cast_like_to_cast(proto, {v.name: v.type.tensor_type.elem_type for v in infos}
+                           | {i.name: i.data_type for i in proto.graph.initializer})
         kept, folded = [], False
         for node in proto.graph.node:
             value = _evaluate(node, constants, shapes)
@@ -165,6 +167,16 @@ def _fold_constants(proto):
         for name, array in constants.items():
             if name in live and name not in {i.name for i in proto.graph.initializer}:
                 proto.graph.initializer.append(numpy_helper.from_array(np.asarray(array), name))
+
+
+def _cast_like_to_cast(proto, elem_types: dict[str, int]) -> None:
+    """CastLike(x, like) is Cast(x, to=like's type) once types are known (dynamo writes it for
+    constants of the input's type)."""
+    for index, node in enumerate(proto.graph.node):
+        if node.op_type == "CastLike" and node.domain in ("", "ai.onnx") and elem_types.get(node.input[1]):
+            cast = onnx.helper.make_node("Cast", [node.input[0]], list(node.output), name=node.name,
+                                         to=elem_types[node.input[1]])
+            proto.graph.node[index].CopyFrom(cast)
 
 
 # Random ops draw new values at every training step, so they are never folded to constants.
@@ -278,9 +290,9 @@ def _to_ir(proto, constants) -> Graph:
         for slot, name in enumerate(node.inputs):
             if name and slot in const_slots and name not in constants:
                 problems.append(f"node '{node.name}' ({node.op}) needs input {slot} '{name}' to be a constant")
-        read = [(f"reads (input {slot})", values[name], slot) for slot, name in enumerate(node.inputs)
+        read = [(values[name], slot) for slot, name in enumerate(node.inputs)
                 if name and slot not in const_slots and name in values and values[name].dtype in COMPUTED]
-        made = [("produces", values[name], None) for name in node.outputs if name in consumed and name in values]
+        made = [(values[name], None) for name in node.outputs if name in consumed and name in values]
         problems += [p for p in (_dtype_problem(node, *use) for use in read + made) if p][:1]
     if problems:
         raise EdgetrainError("; ".join(problems))
@@ -301,15 +313,15 @@ def _input_dtype_problem(g, name: str, dtype) -> str | None:
     return f"input '{name}' has dtype {dtype}{read}; model inputs must be float32, int32, int64 or bool"
 
 
-def _dtype_problem(node, what: str, value: Value, slot: int | None) -> str | None:
-    """What is wrong with `node` reading (at input `slot`) or producing `value` at run time."""
+def _dtype_problem(node, value: Value, slot: int | None) -> str | None:
+    """What is wrong with `node` reading `value` at input `slot`, or producing it (slot None), at run time."""
     spec = lookup(node)
+    use = f"produces {value.dtype} '{value.name}'" if slot is None else \
+        f"reads {value.dtype} '{value.name}' at input {slot}"
     if value.dtype not in COMPUTED:
-        return (f"node '{node.name}' ({node.op}) {what} {value.dtype} '{value.name}'; only float32, int32, int64 "
-                "and bool tensors are computed at run time")
+        return f"node '{node.name}' ({node.op}) {use}; only float32, int32, int64 and bool tensors are computed at run time"
     if value.dtype != np.float32 and not spec.integer and slot not in spec.index_inputs:
-        return (f"node '{node.name}' ({node.op}) {what} {value.dtype} '{value.name}'; {node.op} computes float32 "
-                "tensors only")
+        return f"node '{node.name}' ({node.op}) {use}; {node.op} computes float32 tensors only"
     return None
 
 
