@@ -1,0 +1,294 @@
+"""Ops that read or write elements at given indices: GatherElements, ScatterElements, ScatterND, and
+TopK. Indices are compile-time constants (checked here) or an integer model input, which arrives as
+int32_t and is range-checked in the C before any kernel uses it, as Gather's token ids are."""
+
+import numpy as np
+
+from ..errors import EdgetrainError
+from ..ir import ET_DOMAIN
+from .elementwise import _f32
+from .registry import contiguous_strides, op, split_axis
+
+REDUCTIONS = {"none": 0, "add": 1, "mul": 2, "max": 3, "min": 4}  # et_scatter.h's ET_SCATTER_*
+
+
+def _label(node) -> str:
+    return f"node '{node.name}' ({node.op})"
+
+
+def _indices(k, node, dims, name=None) -> tuple[list, tuple | None, str | None]:
+    """(range checks, constant indices, run-time indices) of the node's index input `name`
+    (default: input 1) addressing axes of extents `dims`: one extent for every index, or, for
+    ScatterND's tuples, one per column."""
+    name = name or node.inputs[1]
+    dims = tuple(int(d) for d in dims)
+    if name not in k.graph.constants:
+        count = k.size(name)
+        check = (k.call("et_check_indices", count, name, dims[0], checked=True) if len(dims) == 1 else
+                 k.call("et_check_nd_indices", count // len(dims), len(dims), name, dims, checked=True))
+        return [check], None, name
+    values = k.value_of(name).astype(np.int64).reshape(-1, len(dims))
+    bad = (values < -np.array(dims)) | (values >= np.array(dims))
+    if bad.any():
+        row, col = np.argwhere(bad)[0]
+        raise EdgetrainError(f"{_label(node)}: index {int(values[row, col])} out of range for an axis of {dims[col]}")
+    return [], tuple(int(i) for i in values.ravel()), None
+
+
+def _reduction(node) -> int:
+    name = node.attr("reduction", "none")
+    if name not in REDUCTIONS:
+        raise EdgetrainError(f"{_label(node)}: unknown reduction '{name}'")
+    return REDUCTIONS[name]
+
+
+# ---- GatherElements / ScatterElements: one index per element, along `axis` ----
+
+def _elements_walk(k, node, data_shape):
+    """(index shape, data strides with 0 on the axis, the axis's stride, its extent): how position p
+    of the indices addresses the data (et_scatter.h)."""
+    index_shape = k.shape(node.inputs[1])
+    axis = int(node.attr("axis", 0)) % len(data_shape)
+    if len(index_shape) != len(data_shape) or any(i > d for a, (i, d) in enumerate(zip(index_shape, data_shape))
+                                                  if a != axis):
+        raise EdgetrainError(f"{_label(node)}: indices of shape {tuple(index_shape)} do not fit data of shape "
+                             f"{tuple(data_shape)} along axis {axis}")
+    strides = contiguous_strides(data_shape)
+    return index_shape, tuple(0 if a == axis else s for a, s in enumerate(strides)), strides[axis], data_shape[axis]
+
+
+def _elements_call(k, node, data_shape, fn, *args):
+    """The range checks, then `fn(rank, index shape, walk strides, axis stride, axis extent, *args[:-2],
+    constant indices, run-time indices, *args[-2:])`."""
+    shape, walk, axis_stride, dim = _elements_walk(k, node, data_shape)
+    checks, consts, runtime = _indices(k, node, (dim,))
+    return checks + [k.call(fn, len(shape), shape, walk, axis_stride, dim, *args[:-2], consts, runtime, *args[-2:])]
+
+
+def _positions(indices, axis, shape):
+    """NumPy index arrays of the elements each index addresses (for the references)."""
+    axis = axis % len(shape)
+    where = list(np.indices(indices.shape))
+    where[axis] = np.where(indices < 0, indices + shape[axis], indices)
+    return tuple(where)
+
+
+@op("GatherElements", index_inputs=(1,))
+class GatherElements:
+    @staticmethod
+    def kernel(k, node):
+        x, y = node.inputs[0], node.outputs[0]
+        return _elements_call(k, node, k.shape(x), "et_gather_elements_f32", x, y)
+
+    @staticmethod
+    def grad(g, node, dy):
+        return [g.emit("GatherElementsGrad", [dy[0], node.inputs[1]],
+                       {"axis": int(node.attr("axis", 0)), "shape": list(g.shape(node.inputs[0]))}, domain=ET_DOMAIN),
+                None]
+
+
+@op("GatherElementsGrad", domain=ET_DOMAIN)
+class GatherElementsGrad:
+    """(dY, indices) -> dX of the data's `shape`: zeros plus each dY element added where its index
+    points (repeated indices sum their elements in order)."""
+
+    @staticmethod
+    def kernel(k, node):
+        dy, dx = node.inputs[0], node.outputs[0]
+        return [k.call("et_fill_f32", k.size(dx), 0.0, dx)] + _elements_call(
+            k, node, k.shape(dx), "et_scatter_elements_f32", REDUCTIONS["add"], dy, dx)
+
+    @staticmethod
+    def shape(graph, node):
+        return [tuple(node.attr("shape"))]
+
+    @staticmethod
+    def reference(dy, indices, axis, shape):
+        dx = np.zeros(shape, np.float32)
+        np.add.at(dx, _positions(indices, axis, shape), dy)
+        return (dx,)
+
+
+@op("ScatterElements", index_inputs=(1,))
+class ScatterElements:
+    @staticmethod
+    def kernel(k, node):
+        data, _, updates = node.inputs
+        y = node.outputs[0]
+        return [k.call("et_copy_f32", k.size(y), data, y)] + _elements_call(
+            k, node, k.shape(data), "et_scatter_elements_f32", _reduction(node), updates, y)
+
+    @staticmethod
+    def grad(g, node, dy):
+        reduction, axis = node.attr("reduction", "none"), int(node.attr("axis", 0))
+        if reduction not in ("none", "add"):
+            raise EdgetrainError(f"{_label(node)}: no gradient for reduction '{reduction}' (only 'none' and 'add')")
+        indices = node.inputs[1]
+        # An overwritten element's gradient is 0; an added-to one passes dY through.
+        ddata = (g.emit("ScatterElementsGrad", [dy[0], indices], {"axis": axis}, domain=ET_DOMAIN)
+                 if reduction == "none" else dy[0]) if g.needs(0) else None
+        dupdates = g.emit("GatherElements", [dy[0], indices], {"axis": axis}) if g.needs(2) else None
+        return [ddata, None, dupdates]
+
+
+@op("ScatterElementsGrad", domain=ET_DOMAIN)
+class ScatterElementsGrad:
+    """(dY, indices) -> dY with the elements the indices point at zeroed."""
+
+    @staticmethod
+    def kernel(k, node):
+        dy, dx = node.inputs[0], node.outputs[0]
+        return [k.call("et_copy_f32", k.size(dx), dy, dx)] + _elements_call(
+            k, node, k.shape(dx), "et_scatter_elements_f32", REDUCTIONS["none"], None, dx)
+
+    @staticmethod
+    def shape(graph, node):
+        return [graph.shape(node.inputs[0])]
+
+    @staticmethod
+    def reference(dy, indices, axis):
+        dx = dy.copy()
+        dx[_positions(indices, axis, dy.shape)] = 0
+        return (dx,)
+
+
+# ---- ScatterND: each index tuple (the indices' last axis) selects a slice of the data ----
+
+def _nd_view(k, node, data_shape):
+    """(tuples, tuple length, the axes' extents and strides, slice size)."""
+    index_shape = k.shape(node.inputs[1])
+    depth = index_shape[-1]
+    if not 1 <= depth <= len(data_shape):
+        raise EdgetrainError(f"{_label(node)}: index tuples of length {depth} for data of rank {len(data_shape)}")
+    count = int(np.prod(index_shape[:-1], dtype=np.int64))
+    inner = int(np.prod(data_shape[depth:], dtype=np.int64))
+    return count, depth, tuple(data_shape[:depth]), contiguous_strides(data_shape)[:depth], inner
+
+
+def _nd_call(k, node, data_shape, fn, *args):
+    """The range checks, then `fn(count, depth, dims, strides, inner, *args[:-2], constant indices,
+    run-time indices, *args[-2:])`."""
+    count, depth, dims, strides, inner = _nd_view(k, node, data_shape)
+    checks, consts, runtime = _indices(k, node, dims)
+    return checks + [k.call(fn, count, depth, dims, strides, inner, *args[:-2], consts, runtime, *args[-2:])]
+
+
+def _tuples(indices, shape):
+    """The index tuples, wrapped, as NumPy index tuples (for the references)."""
+    rows = indices.reshape(-1, indices.shape[-1])
+    return [tuple(int(i) % d for i, d in zip(row, shape)) for row in rows]
+
+
+@op("ScatterND", index_inputs=(1,))
+class ScatterND:
+    @staticmethod
+    def kernel(k, node):
+        data, _, updates = node.inputs
+        y = node.outputs[0]
+        return [k.call("et_copy_f32", k.size(y), data, y)] + _nd_call(
+            k, node, k.shape(data), "et_scatter_nd_f32", _reduction(node), updates, y)
+
+    @staticmethod
+    def grad(g, node, dy):
+        reduction, indices = node.attr("reduction", "none"), node.inputs[1]
+        if reduction not in ("none", "add"):
+            raise EdgetrainError(f"{_label(node)}: no gradient for reduction '{reduction}' (only 'none' and 'add')")
+        ddata = (g.emit("ScatterNDGrad", [dy[0], indices], domain=ET_DOMAIN)
+                 if reduction == "none" else dy[0]) if g.needs(0) else None
+        dupdates = g.emit("GatherNDSlices", [dy[0], indices], domain=ET_DOMAIN) if g.needs(2) else None
+        return [ddata, None, dupdates]
+
+
+@op("ScatterNDGrad", domain=ET_DOMAIN)
+class ScatterNDGrad:
+    """(dY, indices) -> dY with the slices the index tuples select zeroed."""
+
+    @staticmethod
+    def kernel(k, node):
+        dy, dx = node.inputs[0], node.outputs[0]
+        return [k.call("et_copy_f32", k.size(dx), dy, dx)] + _nd_call(
+            k, node, k.shape(dx), "et_scatter_nd_f32", REDUCTIONS["none"], None, dx)
+
+    @staticmethod
+    def shape(graph, node):
+        return [graph.shape(node.inputs[0])]
+
+    @staticmethod
+    def reference(dy, indices):
+        dx = dy.copy()
+        for t in _tuples(indices, dy.shape):
+            dx[t] = 0
+        return (dx,)
+
+
+@op("GatherNDSlices", domain=ET_DOMAIN)
+class GatherNDSlices:
+    """(X, indices) -> the slices of X the index tuples select, in the indices' shape (ONNX GatherND
+    with batch_dims 0): ScatterND's update gradient."""
+
+    @staticmethod
+    def kernel(k, node):
+        x, y = node.inputs[0], node.outputs[0]
+        return _nd_call(k, node, k.shape(x), "et_gather_nd_f32", x, y)
+
+    @staticmethod
+    def shape(graph, node):
+        index_shape = graph.shape(node.inputs[1])
+        return [tuple(index_shape[:-1]) + tuple(graph.shape(node.inputs[0])[index_shape[-1]:])]
+
+    @staticmethod
+    def reference(x, indices):
+        slices = [x[t] for t in _tuples(indices, x.shape)]
+        return _f32(np.reshape(slices, indices.shape[:-1] + x.shape[indices.shape[-1]:]))
+
+
+# ---- TopK with a constant K. Its indices are int64, and only float32 tensors are computed at run
+# time: the indices output must be unused. The gradient finds the chosen elements again. ----
+
+def _topk_args(k, node, x, count) -> tuple[int, ...]:
+    """(outer, line length, inner, K, largest) of TopK(x, count) viewed along its axis."""
+    outer, n, inner = split_axis(k.shape(x), int(node.attr("axis", -1)))
+    count = int(np.asarray(k.value_of(count)).ravel()[0])
+    if not 1 <= count <= n:
+        raise EdgetrainError(f"{_label(node)}: K = {count} for an axis of {n}")
+    return outer, n, inner, count, int(node.attr("largest", 1))
+
+
+@op("TopK", const_inputs=(1,))
+class TopK:
+    @staticmethod
+    def kernel(k, node):
+        indices = (tuple(node.outputs) + ("",))[1]
+        if indices and (indices in k.graph.outputs or any(indices in n.inputs for n in k.graph.nodes)):
+            raise EdgetrainError(f"{_label(node)}: only TopK whose indices output is unused is supported (the "
+                                 "indices are int64, and only float32 tensors are computed at run time)")
+        return [k.call("et_topk_f32", *_topk_args(k, node, *node.inputs), node.inputs[0], node.outputs[0])]
+
+    @staticmethod
+    def grad(g, node, dy):
+        dx = g.emit("TopKGrad", [dy[0], node.inputs[0], node.inputs[1]],
+                    {"axis": int(node.attr("axis", -1)), "largest": int(node.attr("largest", 1))}, domain=ET_DOMAIN)
+        return [dx, None]
+
+
+@op("TopKGrad", domain=ET_DOMAIN, const_inputs=(2,))
+class TopKGrad:
+    """(dValues, X, K) -> dX: zeros, with dValues at the elements TopK chose."""
+
+    @staticmethod
+    def kernel(k, node):
+        dy, x, count = node.inputs
+        return [k.call("et_topk_grad_f32", *_topk_args(k, node, x, count), x, dy, node.outputs[0])]
+
+    @staticmethod
+    def shape(graph, node):
+        return [graph.shape(node.inputs[1])]
+
+    @staticmethod
+    def reference(dy, x, count, axis, largest):
+        # A stable sort keeps equal values in index order, as the kernel does.
+        order = np.argsort(-x if largest else x, axis=axis, kind="stable")
+        chosen = np.take(order, np.arange(int(np.ravel(count)[0])), axis=axis)
+        dx = np.zeros_like(x, dtype=np.float32)
+        np.put_along_axis(dx, chosen, dy, axis=axis)
+        return (dx,)

@@ -1,0 +1,213 @@
+/* edgetrain runtime: GatherElements, ScatterElements, ScatterND and TopK,
+ * and the scatters and gathers their gradients are made of.
+ *
+ * Indices come as compile-time constants (int) or as a model input
+ * (int32_t): exactly one of the two pointers is given.  Negative indices
+ * count from the end, as in ONNX.  Run-time indices are range-checked
+ * before any kernel here runs; an index still out of range reads zero and
+ * writes nothing, so a missed check cannot touch memory out of bounds.
+ * Scatters run over the indices in row-major order, so a repeated index
+ * combines its updates in the same order on every target. */
+#ifndef ET_SCATTER_H
+#define ET_SCATTER_H
+
+/* Reductions of ScatterElements and ScatterND, as the compiler numbers them. */
+#define ET_SCATTER_NONE 0
+#define ET_SCATTER_ADD 1
+#define ET_SCATTER_MUL 2
+#define ET_SCATTER_MAX 3
+#define ET_SCATTER_MIN 4
+
+/* Index j, wrapped into [0, dim) when negative; possibly still out of range. */
+static inline int et_scatter_index_(const int *const_indices, const int32_t *indices, int j, int dim)
+{
+    int k = const_indices ? const_indices[j] : (int)indices[j];
+    return k < 0 ? k + dim : k;
+}
+
+/* What a scatter leaves at a position holding y when update u arrives.
+ * max and min let NaN through, as NumPy's maximum and minimum do. */
+static inline float et_scatter_combine_(int reduction, float y, float u)
+{
+    switch (reduction) {
+    case ET_SCATTER_ADD:
+        return y + u;
+    case ET_SCATTER_MUL:
+        return y * u;
+    case ET_SCATTER_MAX:
+        return u > y || u != u ? u : y;
+    case ET_SCATTER_MIN:
+        return u < y || u != u ? u : y;
+    default:
+        return u;
+    }
+}
+
+/* ---- GatherElements / ScatterElements ----
+ * The index tensor has `shape`; position p of it addresses the data element
+ * at x_strides . p (the data's strides, 0 on the indexed axis) plus
+ * index[p] * axis_stride. */
+
+static inline void et_gather_elements_f32(int rank, const int *shape, const int *x_strides, int axis_stride,
+                                          int axis_dim, const int *const_indices, const int32_t *indices,
+                                          const float *X, float *Y)
+{
+    int n = et_numel_(rank, shape), o, i, k, inner, sx, xo = 0, unused = 0;
+    int idx[ET_MAX_RANK] = {0};
+    if (n == 0)
+        return;
+    inner = shape[rank - 1];
+    sx = x_strides[rank - 1];
+    for (o = 0; o < n; o += inner) {
+        for (i = 0; i < inner; ++i) {
+            k = et_scatter_index_(const_indices, indices, o + i, axis_dim);
+            Y[o + i] = k < 0 || k >= axis_dim ? 0.0f : X[xo + i * sx + k * axis_stride];
+        }
+        et_bcast_next_(rank, shape, idx, x_strides, &xo, x_strides, &unused);
+    }
+}
+
+/* Y, which holds the data on entry, combines update U[p] into the element
+ * position p addresses; U = NULL scatters zeros (with ET_SCATTER_NONE:
+ * the positions' gradient through an overwrite is 0). */
+static inline void et_scatter_elements_f32(int rank, const int *shape, const int *x_strides, int axis_stride,
+                                           int axis_dim, int reduction, const int *const_indices,
+                                           const int32_t *indices, const float *U, float *Y)
+{
+    int n = et_numel_(rank, shape), o, i, k, inner, sx, xo = 0, unused = 0;
+    int idx[ET_MAX_RANK] = {0};
+    float *y;
+    if (n == 0)
+        return;
+    inner = shape[rank - 1];
+    sx = x_strides[rank - 1];
+    for (o = 0; o < n; o += inner) {
+        for (i = 0; i < inner; ++i) {
+            k = et_scatter_index_(const_indices, indices, o + i, axis_dim);
+            if (k < 0 || k >= axis_dim)
+                continue;
+            y = Y + xo + i * sx + k * axis_stride;
+            *y = et_scatter_combine_(reduction, *y, U ? U[o + i] : 0.0f);
+        }
+        et_bcast_next_(rank, shape, idx, x_strides, &xo, x_strides, &unused);
+    }
+}
+
+/* ---- ScatterND ----
+ * n index tuples of k indices each; tuple t selects the slice of `inner`
+ * elements at sum_j index[t][j] * strides[j], index[t][j] in [-dims[j], dims[j]). */
+
+/* Run-time tuples are checked column by column: each axis has its own extent. */
+static inline int et_check_nd_indices(int n, int k, const int32_t *indices, const int *dims)
+{
+    int t, j;
+    for (t = 0; t < n; ++t)
+        for (j = 0; j < k; ++j)
+            if (indices[t * k + j] < -dims[j] || indices[t * k + j] >= dims[j])
+                return ET_BAD_ARGUMENT;
+    return ET_OK;
+}
+
+/* Offset of tuple t's slice, or -1 when an index is out of range. */
+static inline int et_nd_offset_(int t, int k, const int *dims, const int *strides, const int *const_indices,
+                                const int32_t *indices)
+{
+    int j, v, off = 0;
+    for (j = 0; j < k; ++j) {
+        v = et_scatter_index_(const_indices, indices, t * k + j, dims[j]);
+        if (v < 0 || v >= dims[j])
+            return -1;
+        off += v * strides[j];
+    }
+    return off;
+}
+
+/* Y holds the data on entry; slice t of U (NULL: zeros) is combined into
+ * the slice tuple t selects. */
+static inline void et_scatter_nd_f32(int n, int k, const int *dims, const int *strides, int inner, int reduction,
+                                     const int *const_indices, const int32_t *indices, const float *U, float *Y)
+{
+    int t, i, off;
+    for (t = 0; t < n; ++t) {
+        off = et_nd_offset_(t, k, dims, strides, const_indices, indices);
+        if (off < 0)
+            continue;
+        for (i = 0; i < inner; ++i)
+            Y[off + i] = et_scatter_combine_(reduction, Y[off + i], U ? U[t * inner + i] : 0.0f);
+    }
+}
+
+/* Y's slice t = the slice of X that tuple t selects (ScatterND's update gradient). */
+static inline void et_gather_nd_f32(int n, int k, const int *dims, const int *strides, int inner,
+                                    const int *const_indices, const int32_t *indices, const float *X, float *Y)
+{
+    int t, i, off;
+    for (t = 0; t < n; ++t) {
+        off = et_nd_offset_(t, k, dims, strides, const_indices, indices);
+        for (i = 0; i < inner; ++i)
+            Y[t * inner + i] = off < 0 ? 0.0f : X[off + i];
+    }
+}
+
+/* ---- TopK ----
+ * X viewed as [outer, n, inner], each of the outer * inner lines along the
+ * middle axis `inner` apart.  The chosen elements come in a strict total
+ * order: by value (NaN above everything, as torch.topk has it), then by
+ * position, lower first, as ONNX asks of equal values.  The j-th element
+ * is the first one after the (j-1)-th in that order: k passes over the
+ * line, with nothing to store, and the gradient finds the same elements
+ * again rather than keeping their positions. */
+
+/* 1 if element i of line x comes before element j. */
+static inline int et_topk_before_(const float *x, int step, int i, int j, int largest)
+{
+    float a = x[i * step], b = x[j * step];
+    int a_above = a > b || (a != a && b == b), b_above = b > a || (b != b && a == a);
+    if (a_above != b_above)
+        return largest ? a_above : b_above;
+    return i < j;
+}
+
+/* The element following `prev` (-1: the first) in the order. */
+static inline int et_topk_next_(const float *x, int step, int n, int prev, int largest)
+{
+    int i, best = -1;
+    for (i = 0; i < n; ++i)
+        if ((prev < 0 || et_topk_before_(x, step, prev, i, largest)) &&
+            (best < 0 || et_topk_before_(x, step, i, best, largest)))
+            best = i;
+    return best;
+}
+
+/* Y ([outer, k, inner]) = the k first elements of each line, in order. */
+static inline void et_topk_f32(int outer, int n, int inner, int k, int largest, const float *X, float *Y)
+{
+    int o, c, j, at;
+    for (o = 0; o < outer; ++o)
+        for (c = 0; c < inner; ++c) {
+            const float *x = X + (size_t)o * (size_t)n * (size_t)inner + (size_t)c;
+            for (j = 0, at = -1; j < k; ++j) {
+                at = et_topk_next_(x, inner, n, at, largest);
+                Y[((size_t)o * (size_t)k + (size_t)j) * (size_t)inner + (size_t)c] = x[at * inner];
+            }
+        }
+}
+
+/* dX = zeros, with dY's j-th value of each line at its j-th element. */
+static inline void et_topk_grad_f32(int outer, int n, int inner, int k, int largest, const float *X,
+                                    const float *dY, float *dX)
+{
+    int o, c, j, at;
+    size_t line;
+    memset(dX, 0, (size_t)outer * (size_t)n * (size_t)inner * sizeof(float));
+    for (o = 0; o < outer; ++o)
+        for (c = 0; c < inner; ++c) {
+            line = (size_t)o * (size_t)n * (size_t)inner + (size_t)c;
+            for (j = 0, at = -1; j < k; ++j) {
+                at = et_topk_next_(X + line, inner, n, at, largest);
+                dX[line + (size_t)at * (size_t)inner] = dY[((size_t)o * (size_t)k + (size_t)j) * (size_t)inner + (size_t)c];
+            }
+        }
+}
+
+#endif /* ET_SCATTER_H */
