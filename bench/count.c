@@ -13,7 +13,7 @@
 static int step(void)
 {
     float loss;
-    int st = model_train_step(bench_x, bench_y, &loss);
+    int st = model_train_step(MODEL_MAX_BATCH, bench_x, bench_y, &loss);
     if (st == ET_OK) st = model_optimizer_step();
     if (st == ET_OK) st = model_lazy_reset_grad();
     return st;

@@ -40,7 +40,7 @@ static const ET_LABEL *y;
 static float step(void)
 {
     float loss;
-    if (model_train_step(x, y, &loss) != ET_OK || model_optimizer_step() != ET_OK || model_lazy_reset_grad() != ET_OK) {
+    if (model_train_step(MODEL_MAX_BATCH, x, y, &loss) != ET_OK || model_optimizer_step() != ET_OK || model_lazy_reset_grad() != ET_OK) {
         fprintf(stderr, "a training step failed\n");
         exit(1);
     }

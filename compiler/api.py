@@ -161,11 +161,16 @@ class Module:
         # Looked up once: at batch 1, a step's Python costs about as much as its C.
         self._functions = {name[len(self._prefix) + 1:]: getattr(self._lib, name) for name in dir(self._lib)
                            if name.startswith(f"{self._prefix}_")}
+        # Any batch from 1 to the largest runs, unless `fixed` says why only the largest does; the
+        # arrays named in `axes` hold the batch along their first axis.
+        batch = json.loads(meta["edgetrain.batch"])
+        self._max_batch, self._fixed_batch, batched = batch["max"], batch["fixed"], set(batch["axes"])
+        self._small_batch = batch["small"]  # why a batch of 1 does not train, if it does not
         infos = {i.name: i for i in model.graph.input}
-        self._inputs = [self._spec(infos[n]) for n in json.loads(meta["edgetrain.inputs"])]
-        labels = [self._spec(infos[meta["edgetrain.labels"]])] if meta.get("edgetrain.labels") else []
+        self._inputs = [self._spec(infos[n], batched) for n in json.loads(meta["edgetrain.inputs"])]
+        labels = [self._spec(infos[meta["edgetrain.labels"]], batched)] if meta.get("edgetrain.labels") else []
         self._step_inputs = self._inputs + labels  # what a training or evaluation step takes
-        self._outputs = json.loads(meta["edgetrain.outputs"])
+        self._outputs = [(name, tuple(shape), name in batched) for name, shape in json.loads(meta["edgetrain.outputs"])]
         self._loss = np.empty((), np.float32)  # written by each step, read before the next
         self._loss_arg = self._ffi.from_buffer("float[]", self._loss)
         _check(self._lib_call("init"), "init")
@@ -175,13 +180,13 @@ class Module:
         self.state = state
         self.training = True
 
-    def _spec(self, info) -> tuple[str, tuple[int, ...], np.dtype, object]:
-        """(name, shape, dtype and C array type the C takes): float32, or int32 for class labels and
-        indices."""
+    def _spec(self, info, batched: set[str]) -> tuple[str, tuple[int, ...], np.dtype, object, bool]:
+        """(name, shape at the largest batch, dtype and C array type the C takes: float32, or int32 for
+        class labels and indices, and whether its first axis is the batch)."""
         t = info.type.tensor_type
         dtype = np.dtype(np.float32 if t.elem_type == onnx.TensorProto.FLOAT else np.int32)
         return (info.name, tuple(d.dim_value for d in t.shape.dim), dtype,
-                self._ffi.typeof("float[]" if dtype == np.float32 else "int32_t[]"))
+                self._ffi.typeof("float[]" if dtype == np.float32 else "int32_t[]"), info.name in batched)
 
     def _lib_call(self, name: str, *args):
         return self._functions[name](*args)
@@ -190,26 +195,45 @@ class Module:
         size = int(np.prod(shape, dtype=np.int64))
         return np.frombuffer(self._ffi.buffer(base + offset, 4 * size), dtype=np.float32).reshape(shape)
 
-    def _arg(self, spec, value):
-        name, shape, dtype, array_type = spec
-        value = np.asarray(value)
+    def _arg(self, spec, value, n: int):
+        name, shape, dtype, array_type, batched = spec
+        if batched:
+            shape = (n,) + shape[1:]
         if value.shape != shape:
-            raise ValueError(f"input {name!r} expects shape {shape}, got {value.shape}")
+            only_batch = self._fixed_batch and value.ndim == len(shape) and value.shape[1:] == shape[1:]
+            raise ValueError(f"input {name!r} expects shape {shape}, got {value.shape}"
+                             + (f"; {self._fixed_batch}" if only_batch else ""))
         if value.dtype != dtype:
             value = _as_c_dtype(name, dtype, value)
         return self._ffi.from_buffer(array_type, np.ascontiguousarray(value))
 
-    def _data_args(self, args, specs):
+    def _data_args(self, args, specs) -> tuple[int, list]:
+        """(the batch, the C arguments): the batch is the length of the first axis of the arrays that
+        hold one, which must agree."""
         if len(args) != len(specs):
             names = ", ".join(s[0] for s in specs)
             raise ValueError(f"expected {len(specs)} arrays ({names}), got {len(args)}")
-        return list(map(self._arg, specs, args))
+        arrays = [np.asarray(a) for a in args]
+        rows = [(spec[0], a.shape[0] if a.ndim else 0) for spec, a in zip(specs, arrays) if spec[4]]
+        n = rows[0][1] if rows else self._max_batch
+        for name, count in rows:
+            if count != n:
+                raise ValueError(f"the inputs disagree on the batch: {rows[0][0]!r} holds {n} samples, "
+                                 f"{name!r} holds {count}")
+        if not 1 <= n <= self._max_batch:
+            raise ValueError(f"a batch of {n} samples: this trainer takes batches of 1 to {self._max_batch} "
+                             "(the batch_size it was compiled with)")
+        return n, [self._arg(spec, a, n) for spec, a in zip(specs, arrays)]
 
     def __call__(self, *inputs) -> np.float32:
-        """Train mode: forward and backward, accumulating gradients. Eval mode: the loss only."""
-        args = self._data_args(inputs, self._step_inputs)
+        """Train mode: forward and backward, accumulating gradients. Eval mode: the loss only. The
+        batch is the inputs' first axis: any from 1 to the batch_size the trainer was compiled with,
+        each giving the loss and gradients a trainer compiled for that batch would."""
+        n, args = self._data_args(inputs, self._step_inputs)
+        if n == 1 and self.training and self._small_batch:
+            raise ValueError(self._small_batch)
         step = "train_step" if self.training else "eval_step"
-        status = self._lib_call(step, *args, self._loss_arg)
+        status = self._lib_call(step, n, *args, self._loss_arg)
         if status == BAD_ARGUMENT:
             raise ValueError(f"{step}: an input is out of range for the model (class labels must lie in "
                              "[0, number of classes) or equal ignore_index; indices must lie in [-n, n) for an "
@@ -218,10 +242,11 @@ class Module:
         return self._loss[()]
 
     def infer(self, *inputs) -> list[np.ndarray]:
-        """The model's outputs for `inputs`, computed by the generated C (dropout off)."""
-        args = self._data_args(inputs, self._inputs)
-        outs = [np.empty(shape, np.float32) for _, shape in self._outputs]
-        status = self._lib_call("infer", *args, *[self._ffi.from_buffer("float[]", o) for o in outs])
+        """The model's outputs for `inputs` (a batch of any size from 1 to the batch_size, as in
+        __call__), computed by the generated C (dropout off)."""
+        n, args = self._data_args(inputs, self._inputs)
+        outs = [np.empty((n,) + shape[1:] if batched else shape, np.float32) for _, shape, batched in self._outputs]
+        status = self._lib_call("infer", n, *args, *[self._ffi.from_buffer("float[]", o) for o in outs])
         if status == BAD_ARGUMENT:
             raise ValueError("infer: an index input is out of range for the model (indices must lie in [-n, n) "
                              "for an axis of n)")

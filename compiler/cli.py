@@ -36,7 +36,8 @@ def _parser() -> argparse.ArgumentParser:
     compile_.add_argument("--nesterov", action="store_true", help="SGD Nesterov momentum")
     compile_.add_argument("--weight-decay", type=float, default=0.0)
     compile_.add_argument("--max-grad-norm", type=float, help="clip gradients to this global norm")
-    compile_.add_argument("--batch-size", type=int, help="fixes a symbolic batch dimension")
+    compile_.add_argument("--batch-size", type=int,
+                          help="the most samples a step takes (default 32); any batch from 1 to it runs")
     compile_.add_argument("--untie", action="store_true",
                           help="give each layer its own copy of a parameter the export shares between layers")
     compile_.add_argument("--frozen-bn", action="store_true",

@@ -4,13 +4,14 @@ templates frozen dataclasses, and the templates render them through the C-litera
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 
 import jinja2
 import numpy as np
 
 from ..checkpoint import HEADER, table_bytes
+from ..errors import EdgetrainError
 from ..ir import Node
 from ..memory import Block, Interval, liveness_lower_bound, place
 from ..ops import Call, Counter, KernelCtx, Tensor, lookup
@@ -23,8 +24,8 @@ from .filters import FILTERS
 class Arg:
     kind: str  # ptr | int | float | ints | null | counter | var
     base: str = ""  # ptr: one of the generated storage identifiers; var: a train_step variable
-    offset: int = 0
-    value: object = None
+    offset: int | Affine = 0
+    value: object = None  # ptr to a tensor: (its name, the offset of the view into it)
 
 
 @dataclass(frozen=True)
@@ -110,6 +111,10 @@ class ModelC:
     frozen_floats: int
     federated: bool  # keeps a reference copy of the trainable parameters for model deltas
     fused_update: bool  # train_step updates the parameters; no gradient buffers, optimizer_step does nothing
+    max_batch: int = 1  # the C functions run any batch n from 1 to it (compile_batched)
+    fixed_batch: str | None = None  # why they run max_batch alone; None when they run any
+    batch_consts: tuple[Affine, ...] = ()  # et_batch_consts, computed from n at each call
+    small_batch: str | None = None  # why train_step refuses a batch of 1 (BatchNorm over one value)
 
     @property
     def arena_floats(self) -> int:
@@ -119,10 +124,15 @@ class ModelC:
 class _Storage:
     """Where every tensor lives: caller buffers, parameters, compiled constants or the arena."""
 
-    def __init__(self, trainer: Trainer):
+    def __init__(self, trainer: Trainer, batch_consts: dict[str, Affine | int] | None = None):
         g = trainer.graph
         self.trainer = trainer
         self.fixed: dict[str, Arg] = {name: Arg("ptr", f"x{i}") for i, name in enumerate(g.inputs)}
+        # Constants that change with the batch (_batch_consts): a mean's 1 / count, which each
+        # function computes from its batch count into et_batch_consts in order of first use, and
+        # splats, compiled at their size at the largest batch.
+        self.batch_consts = dict(batch_consts or {})
+        self.batch_values: list[Affine] = []
         if trainer.labels:
             self.fixed[trainer.labels] = Arg("ptr", "labels")
         offset = 0
@@ -147,8 +157,14 @@ class _Storage:
 
     def locate(self, name: str) -> Arg | None:
         """Fixed storage for `name`, or None when it belongs in the arena."""
+        if name not in self.fixed and isinstance(self.batch_consts.get(name), Affine):
+            self.fixed[name] = Arg("ptr", "et_batch_consts", len(self.batch_values))
+            self.batch_values.append(self.batch_consts[name])
         if name not in self.fixed and name in self.trainer.graph.constants:
-            self._add_const(name, self.trainer.graph.constants[name])
+            value = self.trainer.graph.constants[name]
+            if name in self.batch_consts:
+                value = np.full(self.batch_consts[name], value.flat[0], value.dtype)
+            self._add_const(name, value)
         return self.fixed.get(name)
 
 
@@ -212,7 +228,7 @@ def _lower(trainer: Trainer, storage: _Storage, nodes: list[Node], results: list
             return a
         if isinstance(a, Tensor):
             base = storage.locate(a.name) or where[a.name]
-            return Arg("ptr", base.base, base.offset + a.offset)
+            return Arg("ptr", base.base, base.offset + a.offset, (a.name, a.offset))  # for _batched_arg
         if isinstance(a, Counter):
             return Arg("counter")
         if a is None:
@@ -319,11 +335,12 @@ def _outer_products(trainer: Trainer) -> dict[str, Node]:
     return products
 
 
-def build(trainer: Trainer, prefix: str, federated: bool = False, fused_update: bool = False) -> ModelC:
+def build(trainer: Trainer, prefix: str, federated: bool = False, fused_update: bool = False,
+          batch_consts: dict[str, Affine | int] | None = None) -> ModelC:
     """fused_update: train_step applies the optimizer itself (see _fused_updates), and there are no
     gradient buffers; otherwise gradients accumulate into them for optimizer_step (ORT's semantics)."""
     g = trainer.graph
-    storage = _Storage(trainer)
+    storage = _Storage(trainer, batch_consts)
     # A fused update writes gradients and buffers inside the step; otherwise they are results.
     outer = _outer_products(trainer)
     kept = [] if fused_update else ([v for v in trainer.grads.values() if v and v not in outer]
@@ -370,7 +387,7 @@ def build(trainer: Trainer, prefix: str, federated: bool = False, fused_update: 
         learning_rate=opt.lr, max_grad_norm=opt.max_grad_norm,
         fingerprint=trainer.fingerprint(), table=table, header_bytes=HEADER.size,
         trainable_floats=storage.trainable_floats, frozen_floats=storage.frozen_floats, federated=bool(federated),
-        fused_update=bool(fused_update),
+        fused_update=bool(fused_update), batch_consts=tuple(storage.batch_values),
     )
 
 
@@ -385,15 +402,18 @@ class InferenceC:
     infer_outputs: tuple[Arg, ...]
     buffer_init: tuple[float, ...]
     consts: tuple[float, ...]
+    max_batch: int = 1  # as in ModelC
+    fixed_batch: str | None = None
+    batch_consts: tuple[Affine, ...] = ()
 
     @property
     def arena_floats(self) -> int:
         return self.infer.arena_floats
 
 
-def build_inference(trainer: Trainer, prefix: str) -> InferenceC:
+def build_inference(trainer: Trainer, prefix: str, batch_consts: dict[str, Affine | int] | None = None) -> InferenceC:
     g = trainer.graph
-    storage = _Storage(trainer)
+    storage = _Storage(trainer, batch_consts)
     infer, infer_at = _lower(trainer, storage, trainer.infer_nodes, list(g.outputs))
     return InferenceC(
         prefix=prefix,
@@ -402,8 +422,229 @@ def build_inference(trainer: Trainer, prefix: str) -> InferenceC:
         output_sizes=tuple(g.values[n].size for n in g.outputs),
         infer=infer, infer_outputs=tuple(infer_at[n] for n in g.outputs),
         buffer_init=tuple(float(v) for n in trainer.buffers for v in g.buffers[n].ravel()),
-        consts=tuple(float(v) for c in storage.consts for v in c),
+        consts=tuple(float(v) for c in storage.consts for v in c), batch_consts=tuple(storage.batch_values),
     )
+
+# ---- the batch: a trainer compiled for a batch of N runs any batch n from 1 to N ----
+
+@dataclass(frozen=True)
+class Affine:
+    """a * n + b, n the batch count a C function runs (its first argument). inverse: the float
+    nearest 1 / (a * n + b), rounded as Python's np.float32(1.0 / count) is (a mean's scale)."""
+    a: int
+    b: int
+    inverse: bool = False
+
+    def at(self, n: int):
+        value = self.a * n + self.b
+        return float(np.float32(1.0 / value)) if self.inverse else value
+
+
+class _Fixed(Exception):
+    """Why a trainer runs only the batch it was compiled for."""
+
+
+def compile_batched(trainer_at, lower, max_batch: int):
+    """(trainer, model, probe) for batches of 1 to max_batch: `lower(trainer_at(max_batch), consts)`,
+    whose arena, memory plan and buffers are those of the largest batch, with every kernel argument
+    that changes with the batch written as a C expression of the batch count n the call runs.
+
+    They are found by compiling at two more batches (_probes) and comparing the kernel calls, which
+    must be the same calls on the same tensors: an integer that differs is affine in the batch (the
+    first two builds fix the line, the third checks it), a float or a scalar constant (et_batch_consts)
+    the float nearest 1 / affine (a mean's scale). Anything else that changes (another constant read
+    at run time, different calls) leaves the model fixed at its batch, and `fixed_batch` says why.
+    A model whose inputs have no batch axis is fixed at the leading size of its first input. `probe`
+    is the trainer at another batch (None when the model compiles at no other), for the ONNX models."""
+    trainer = trainer_at(max_batch)
+    batches = [max_batch] + _probes(max_batch)
+    try:
+        trainers = [trainer, trainer_at(batches[1])]
+    except EdgetrainError as exc:
+        return trainer, _fixed(lower(trainer, {}), max_batch, f"it does not compile at batch {batches[1]}: {exc}"), None
+    probe = trainers[1]
+    try:
+        axes = _batch_axes(trainers, batches)
+    except _Fixed as why:
+        return trainer, _fixed(lower(trainer, {}), max_batch, str(why)), probe
+    g = trainer.graph
+    if not any(name in axes for name in g.inputs):
+        shape = g.shape(g.inputs[0]) if g.inputs else ()
+        return trainer, _fixed(lower(trainer, {}), shape[0] if shape else 1,
+                               "the model's inputs have fixed shapes (no symbolic batch axis)"), probe
+    if max_batch == 1:
+        return trainer, _batch_sizes(lower(trainer, {}), trainer, axes, 1), probe
+    try:
+        try:
+            trainers.append(trainer_at(batches[2]))
+        except EdgetrainError as exc:
+            raise _Fixed(f"it does not compile at batch {batches[2]}: {exc}") from None
+        consts = _batch_consts(trainers, batches)
+        models = [lower(t, consts) for t in trainers]
+        model = _batch_sizes(_batched(models, trainers, batches, consts), trainer, axes, max_batch)
+    except _Fixed as why:
+        return trainer, _fixed(lower(trainer, {}), max_batch, str(why)), probe
+    if isinstance(model, ModelC):  # a model that does not compile at batch 1 does not train there
+        try:
+            trainer_at(1)
+        except EdgetrainError as exc:
+            model = replace(model, small_batch=f"a batch of 1 does not train: {exc}")
+    return trainer, model, probe
+
+
+def _fixed(model, max_batch: int, why: str):
+    return replace(model, max_batch=max_batch, fixed_batch=f"the trainer runs batches of {max_batch} only: {why}")
+
+
+def _probes(max_batch: int) -> list[int]:
+    """Two more batches to compile at: above 1, since a batch of 1 takes other paths
+    (_outer_products), and within the batches the C will run where there is room."""
+    return [b for b in dict.fromkeys((max_batch - 1, 2, max_batch + 1, max_batch + 2))
+            if b >= 2 and b != max_batch][:2]
+
+
+def _batch_axes(trainers, batches) -> set[str]:
+    """The data inputs, labels and outputs whose first axis is the batch; the others' shapes must
+    not change with it."""
+    g = trainers[0].graph
+    names = list(g.inputs) + ([trainers[0].labels] if trainers[0].labels else []) + list(g.outputs)
+    axes = set()
+    for name in names:
+        shapes = [t.graph.shape(name) if name in t.graph.values else None for t in trainers]
+        if all(s == shapes[0] for s in shapes):
+            continue
+        if not all(s and s[0] == b and s[1:] == shapes[0][1:] for s, b in zip(shapes, batches)):
+            raise _Fixed(f"'{name}' changes shape with the batch other than along its first axis "
+                         f"({' and '.join(f'{s} at batch {b}' for s, b in zip(shapes, batches))})")
+        axes.add(name)
+    return axes
+
+
+def _batch_sizes(model, trainer, axes: set[str], max_batch: int):
+    """`model` with the sizes of its batched data inputs, labels and outputs per sample times n."""
+    g = trainer.graph
+
+    def size(name, at):
+        return Affine(at // max_batch, 0) if name in axes else at
+
+    fields = dict(input_sizes=tuple(map(size, g.inputs, model.input_sizes)),
+                  output_sizes=tuple(map(size, g.outputs, model.output_sizes)), max_batch=max_batch)
+    if isinstance(model, ModelC) and trainer.labels:
+        fields["label_size"] = size(trainer.labels, model.label_size)
+    return replace(model, **fields)
+
+
+def _batch_consts(trainers, batches) -> dict[str, Affine | int]:
+    """Constants that change with the batch in a way the C can follow: scalar floats that are the
+    float nearest 1 / affine (-> that Affine, computed from n at each call), and splats, one value
+    repeated (a recurrent layer's initial zeros; -> their size at the largest batch, of which a
+    smaller batch reads a part)."""
+    found = {}
+    for name in trainers[0].graph.constants:
+        values = [t.graph.constants.get(name) for t in trainers]
+        if any(v is None for v in values) or all(
+                v.shape == values[0].shape and np.array_equal(v, values[0]) for v in values):
+            continue
+        if all(v.dtype == np.float32 and v.size == 1 for v in values):
+            line = _fit([float(v.reshape(())) for v in values], batches, inverse=True)
+            if isinstance(line, Affine):
+                found[name] = line
+        elif all(v.size and v.dtype == values[0].dtype and np.all(v == values[0].flat[0]) for v in values):
+            found[name] = values[0].size
+    return found
+
+
+def _fit(values, batches, inverse=False):
+    """`values`, observed at `batches` (the largest first), as one value, an Affine, or None when
+    they are neither. Integers that are never negative stay so down to batch 1; a count whose
+    inverse is taken stays positive."""
+    if all(v == values[0] for v in values):
+        return values[0]
+    if inverse:
+        if not all(isinstance(v, float) and np.isfinite(v) and v != 0.0 for v in values):
+            return None
+        counts = [round(1.0 / v) for v in values]
+        if any(c == 0 or float(np.float32(1.0 / c)) != float(np.float32(v)) for c, v in zip(counts, values)):
+            return None
+        line = _fit(counts, batches)
+        return Affine(line.a, line.b, True) if isinstance(line, Affine) and min(line.at(1), counts[0]) > 0 else None
+    if not all(isinstance(v, int) for v in values):
+        return None
+    a, rest = divmod(values[1] - values[0], batches[1] - batches[0])
+    line = Affine(a, values[0] - a * batches[0])
+    if rest or line.at(batches[2]) != values[2] or (min(values) >= 0 > line.at(1)):
+        return None
+    return line
+
+
+def _batched(models, trainers, batches, consts):
+    """models[0] with the kernel arguments that change across `models` (compiled at `batches`, with
+    the _batch_consts `consts`) written in n."""
+    m = models[0]
+    functions = ("infer",) if isinstance(m, InferenceC) else ("train", "eval", "infer")
+    for other, batch in zip(models[1:], batches[1:]):
+        if (other.consts, other.batch_consts) != (m.consts, m.batch_consts):
+            read = {a.value[0] for f in functions for s in getattr(m, f).stmts for a in s.args
+                    if a.kind == "ptr" and isinstance(a.value, tuple)}
+            changed = [name for name in read - set(consts) if name in trainers[0].graph.constants and not all(
+                np.array_equal(trainers[0].graph.constants[name], t.graph.constants.get(name)) for t in trainers)]
+            raise _Fixed(f"constant tensor{'s' * (len(changed) > 1)} {', '.join(map(repr, sorted(changed)))} read at "
+                         "run time depend on the batch")
+    return replace(m, **{f: _batched_function([getattr(o, f) for o in models], batches, f) for f in functions})
+
+
+def _batched_function(functions: list[Function], batches, name: str) -> Function:
+    first = functions[0]
+    for f, batch in zip(functions[1:], batches[1:]):
+        if len(f.stmts) != len(first.stmts):
+            raise _Fixed(f"{name} makes {len(first.stmts)} kernel calls at batch {batches[0]} and {len(f.stmts)} "
+                         f"at batch {batch}")
+    stmts = []
+    for same in zip(*(f.stmts for f in functions)):
+        s = same[0]
+        for other, batch in zip(same[1:], batches[1:]):
+            if (other.fn, other.checked, len(other.args)) != (s.fn, s.checked, len(s.args)):
+                raise _Fixed(f"{name} calls {s.fn} ({s.comment}) at batch {batches[0]} where it calls {other.fn} "
+                             f"({other.comment}) at batch {batch}")
+        stmts.append(replace(s, args=tuple(_batched_arg([o.args[k] for o in same], batches,
+                                                        f"argument {k + 1} of {s.fn} ({s.comment}) in {name}")
+                                           for k in range(len(s.args)))))
+    return replace(first, stmts=tuple(stmts))
+
+
+def _batched_arg(args: list[Arg], batches, where: str) -> Arg:
+    first = args[0]
+
+    def fixed(what):
+        seen = ", ".join(f"{what(a)} at batch {b}" for a, b in zip(args, batches))
+        return _Fixed(f"{where} is {seen}: not a C expression of the batch edgetrain can write")
+
+    if any((a.kind, a.base) != (first.kind, first.base) for a in args):
+        raise fixed(lambda a: f"{a.kind} {a.base}".strip())
+    if first.kind == "ptr" and isinstance(first.value, tuple):  # a tensor, or a view into one
+        view = _fit([a.value[1] for a in args], batches)
+        starts = {a.offset - a.value[1] for a in args}
+        # A tensor's own place is the same at every batch, except in the arena: that is planned for
+        # the largest batch, where every smaller batch's tensor fits.
+        if any(a.value[0] != first.value[0] for a in args) or view is None or (
+                len(starts) > 1 and not first.base.startswith("et_arena")):
+            raise fixed(lambda a: f"{a.value[0]!r} + {a.value[1]}")
+        start = first.offset - first.value[1]
+        return replace(first, offset=Affine(view.a, view.b + start) if isinstance(view, Affine) else start + view)
+    if first.kind in ("int", "float"):
+        value = _fit([a.value for a in args], batches, inverse=first.kind == "float")
+        if value is None:
+            raise fixed(lambda a: a.value)
+        return replace(first, value=value)
+    if first.kind == "ints":
+        values = tuple(_fit(list(column), batches) for column in zip(*(a.value for a in args)))
+        if any(len(a.value) != len(first.value) for a in args) or any(v is None for v in values):
+            raise fixed(lambda a: a.value)
+        return replace(first, value=values)
+    if any(a != first for a in args):
+        raise fixed(lambda a: f"{a.base} + {a.offset}")
+    return first
+
 
 def _environment() -> jinja2.Environment:
     templates = resources.files("edgetrain.templates")

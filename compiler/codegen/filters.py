@@ -49,7 +49,27 @@ def c_ints(values) -> str:
     >>> c_ints((2, 3))
     '(const int[]){2, 3}'
     """
-    return "(const int[]){" + ", ".join(c_int(v) for v in values) + "}"
+    return "(const int[]){" + ", ".join(c_batch(v) for v in values) + "}"  # entries may change with the batch
+
+
+def c_batch(value) -> str:
+    """An int, or a value that changes with the batch (codegen's Affine: a * n + b, n the batch count
+    of the C function's call; inverse: the float nearest 1 / (a * n + b), a double division rounded
+    to float as Python's np.float32(1.0 / count) is), as a C expression.
+
+    >>> from edgetrain.codegen.emit import Affine
+    >>> c_batch(Affine(3, 0)), c_batch(Affine(1, -1)), c_batch(Affine(6, 2, inverse=True)), c_batch(Affine(1, 0))
+    ('(3 * n)', '(n - 1)', '(float)(1.0 / (double)(6 * n + 2))', 'n')
+    >>> c_batch(5)
+    '5'
+    """
+    if not hasattr(value, "inverse"):
+        return c_int(value)
+    terms = ("n" if value.a == 1 else f"{c_int(value.a)} * n") + (
+        f" + {c_int(value.b)}" if value.b > 0 else f" - {c_int(-value.b)}" if value.b else "")
+    if value.inverse:
+        return f"(float)(1.0 / (double)({terms}))"
+    return terms if terms == "n" else f"({terms})"
 
 
 def c_array(values, per_line: int = 8, fmt=None) -> str:
@@ -97,4 +117,4 @@ def c_ident(text: str) -> str:
     return text
 
 
-FILTERS = {f.__name__: f for f in (c_float, c_int, c_ints, c_array, c_bytes, c_comment, c_ident)}
+FILTERS = {f.__name__: f for f in (c_float, c_int, c_ints, c_batch, c_array, c_bytes, c_comment, c_ident)}

@@ -125,6 +125,8 @@ def test_wrong_inputs_raise_value_error_naming_the_shape(out):
     _, module, _ = fresh(out)
     x, y = batch(0)
     with pytest.raises(ValueError, match=r"\(4, 8\)"):
+        module(x[:, :7], y)
+    with pytest.raises(ValueError, match="disagree on the batch"):  # a batch of 2 runs, with 2 labels
         module(x[:2], y)
     with pytest.raises(ValueError, match="float32"):
         module(x.astype(np.float64), y)

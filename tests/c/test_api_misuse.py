@@ -29,13 +29,15 @@ def batch(seed=0):
 
 X, Y = batch()
 BAD_CALLS = {
-    "batch too small": ((X[:2], Y), r"input 'x' expects shape \(4, 8\), got \(2, 8\)"),
+    "batch too large": ((np.concatenate([X, X[:1]]), np.append(Y, 0)), "takes batches of 1 to 4"),
+    "empty batch": ((X[:0], Y[:0]), "a batch of 0 samples"),
     "features missing": ((X[:, :7], Y), r"expects shape \(4, 8\)"),
     "float64 input": ((X.astype(np.float64), Y), "expects dtype float32, got float64"),
     "python list": ((X.tolist(), Y), "expects dtype float32"),
     "int input": ((X.astype(np.int32), Y), "expects dtype float32, got int32"),
     "float labels": ((X, Y.astype(np.float32)), "integer class labels"),
-    "labels of the wrong shape": ((X, Y[:3]), r"input 'labels' expects shape \(4,\)"),
+    "labels of the wrong shape": ((X, Y[:, None]), r"input 'labels' expects shape \(4,\), got \(4, 1\)"),
+    "fewer labels than samples": ((X, Y[:3]), "disagree on the batch: 'x' holds 4 samples, 'labels' holds 3"),
     "labels beyond int32": ((X, np.array([0, 1, 2, 2**40])), "int32 range"),
     "label out of range": ((X, np.array([0, 1, 2, 3])), r"\[0, number of classes\)"),
     "negative label": ((X, np.array([0, -5, 2, 1])), r"\[0, number of classes\)"),

@@ -139,7 +139,7 @@ def run_batch(names: list[str], directory: Path) -> dict[str, list[np.ndarray] |
     args = [ffi.from_buffer("float[]", np.ascontiguousarray(a)) if a.dtype == np.float32
             else ffi.from_buffer("int32_t[]", np.ascontiguousarray(a, np.int32)) for case in feeds for a in case]
     results = [np.zeros([d.dim_value for d in o.type.tensor_type.shape.dim], np.float32) for o in model.graph.output]
-    status = lib.model_infer(*args, *[ffi.from_buffer("float[]", r) for r in results])
+    status = lib.model_infer(lib.MODEL_MAX_BATCH, *args, *[ffi.from_buffer("float[]", r) for r in results])
     if status != 0:
         return {name: f"infer returned status {status}" for name in names}
     got, at = {}, 0

@@ -1,5 +1,5 @@
 /* A standalone program over one generated trainer (one float input of X_SIZE values, int32 class
- * labels of N_LABELS, one output of Y_SIZE; sizes come as -D flags) that calls every function of
+ * labels of N_LABELS, one output of Y_SIZE, at the largest batch; sizes come as -D flags) that calls every function of
  * model.h the way firmware would, so valgrind's memcheck sees the whole C API outside Python.
  * Exits non-zero on any unexpected status. */
 #include <stdio.h>
@@ -30,18 +30,21 @@ int main(void)
     for (i = 0; i < X_SIZE; i++) x[i] = (float)((i * 37u) % 11u) / 5.0f - 1.0f;
     for (i = 0; i < N_LABELS; i++) labels[i] = (int32_t)(i % 3u);
     for (i = 0; i < 3; i++) {
-        CHECK(model_train_step(x, labels, &loss), ET_OK);
+        CHECK(model_train_step(MODEL_MAX_BATCH, x, labels, &loss), ET_OK);
         CHECK(model_optimizer_step(), ET_OK);
         CHECK(model_lazy_reset_grad(), ET_OK);
     }
-    CHECK(model_train_step(x, labels, &loss), ET_OK);
-    CHECK(model_train_step(x, labels, &loss), ET_OK); /* accumulating */
+    CHECK(model_train_step(MODEL_MAX_BATCH, x, labels, &loss), ET_OK);
+    CHECK(model_train_step(MODEL_MAX_BATCH, x, labels, &loss), ET_OK); /* accumulating */
     x[0] = 1.0f / 0.0f;
-    CHECK(model_train_step(x, labels, &loss), ET_NON_FINITE);
+    CHECK(model_train_step(MODEL_MAX_BATCH, x, labels, &loss), ET_NON_FINITE);
     x[0] = 0.5f;
-    CHECK(model_eval_step(x, labels, &loss), ET_OK);
-    CHECK(model_infer(x, y), ET_OK);
-    CHECK(model_train_step(NULL, labels, &loss), ET_BAD_ARGUMENT);
+    CHECK(model_eval_step(MODEL_MAX_BATCH, x, labels, &loss), ET_OK);
+    CHECK(model_infer(MODEL_MAX_BATCH, x, y), ET_OK);
+    CHECK(model_train_step(MODEL_MAX_BATCH, NULL, labels, &loss), ET_BAD_ARGUMENT);
+    CHECK(model_train_step(0, x, labels, &loss), ET_BAD_ARGUMENT);
+    CHECK(model_train_step(MODEL_MAX_BATCH + 1, x, labels, &loss), ET_BAD_ARGUMENT);
+    CHECK(model_infer(0, x, y), ET_BAD_ARGUMENT);
 
     CHECK(model_set_learning_rate(0.01f), ET_OK);
     CHECK(model_set_learning_rate(-1.0f), ET_BAD_ARGUMENT);

@@ -42,7 +42,6 @@ CASES = {
         [helper.make_node("Relu", ["x"], ["y"])], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, "T"])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, "T"])]), {"batch_size": 2},
         ["dynamic shape", "'x' axis 1 (T)"]),
-    "dynamic batch": (lambda: mlp(batch="N"), {}, ["dynamic shape", "'x' axis 0"]),
     "integer input": (lambda: model_with(
         [helper.make_node("Cast", ["x"], ["xf"], to=TensorProto.FLOAT), helper.make_node("Mul", ["xf", "w"], ["y"])],
         [helper.make_tensor_value_info("x", TensorProto.INT64, [2])],
