@@ -169,3 +169,35 @@ def tied_parameters(proto: onnx.ModelProto, params: set[str], untie: bool) -> No
             graph.initializer.append(numpy_helper.from_array(value.copy(), copy))
             node.input[slot] = copy
     note(f"untied {len(tied)} shared parameter(s): each layer trains its own copy")
+
+
+def bernoulli_patterns(proto: onnx.ModelProto) -> None:
+    """dynamo writes torch's bernoulli(p) (its dropout and stochastic depth) as
+    Cast(Less(RandomUniformLike(t), p), to=float). As written, its eval form would draw at the
+    uniform's mean, and the mask divided by p would scale by 1/p; as a Bernoulli of p it trains the
+    same way and is exactly p in eval, so the layer is the identity there as in PyTorch."""
+    graph = proto.graph
+    producer = {o: n for n in graph.node for o in n.output}
+    readers = collections.Counter(name for node in graph.node for name in node.input)
+    for less in [n for n in graph.node if n.op_type == "Less"]:
+        uniform = producer.get(less.input[0])
+        cast = next((n for n in graph.node if n.op_type == "Cast" and list(n.input) == [less.output[0]]), None)
+        if (uniform is None or uniform.op_type != "RandomUniformLike" or cast is None
+                or readers[uniform.output[0]] != 1 or readers[less.output[0]] != 1):
+            continue
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in uniform.attribute}
+        to = {a.name: a.i for a in cast.attribute}.get("to")
+        if attrs.get("low", 0.0) != 0.0 or attrs.get("high", 1.0) != 1.0 or to != onnx.TensorProto.FLOAT:
+            continue
+        shape, probs = f"{less.output[0]}__shape", f"{less.output[0]}__p"
+        seed = {"seed": attrs["seed"]} if "seed" in attrs else {}
+        replacement = [onnx.helper.make_node("Shape", [uniform.input[0]], [shape], name=f"{less.name}__shape"),
+                       onnx.helper.make_node("Expand", [less.input[1], shape], [probs], name=f"{less.name}__p"),
+                       onnx.helper.make_node("Bernoulli", [probs], [cast.output[0]], name=less.name,
+                                             dtype=onnx.TensorProto.FLOAT, **seed)]
+        at = list(graph.node).index(less)
+        for node in (uniform, less, cast):
+            graph.node.remove(node)
+        at -= 1  # the uniform stood before the Less
+        for offset, node in enumerate(replacement):
+            graph.node.insert(at + offset, node)
