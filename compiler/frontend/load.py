@@ -35,6 +35,7 @@ def load_model(model: str | os.PathLike | onnx.ModelProto, batch_size: int | Non
     proto = onnx.inliner.inline_local_functions(proto)
     imports.check_batchnorm(proto, frozen_bn)
     imports.restore_names(proto)
+    imports.bernoulli_patterns(proto)
     imports.tied_parameters(proto, {i.name for i in proto.graph.initializer if i.data_type == onnx.TensorProto.FLOAT},
                             untie)
     _fix_dims(proto, dim_values or {})
@@ -148,7 +149,7 @@ def _fold_constants(proto):
         del proto.graph.value_info[:]
         proto = _infer(proto)
         infos = list(proto.graph.input) + list(proto.graph.value_info) + list(proto.graph.output)
-        shapes = {v.name: _static_shape(v.type) for v in infos}
+        shapes = {v.name: _static_shape(v.type) for v in infos} | {i.name: tuple(i.dims) for i in proto.graph.initializer}
         _cast_like_to_cast(proto, {v.name: v.type.tensor_type.elem_type for v in infos}
                            | {i.name: i.data_type for i in proto.graph.initializer})
         kept, folded = [], False
