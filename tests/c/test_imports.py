@@ -127,3 +127,37 @@ def test_cli_prints_notes_and_what_trains(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "edgetrain: note:" in result.stderr and "--untie" in result.stderr
     assert "trains 2 parameter(s): ln.weight, ln.bias" in result.stdout
+
+
+class TwoNorms(torch.nn.Module):
+    """Two LayerNorms (equal fresh weights, which dynamo's optimizer merges) around Linear layers on a
+    sequence (MatMul with a weight dynamo transposes into a new constant)."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp = torch.nn.Linear(6, 8)
+        self.norm1 = torch.nn.LayerNorm(8)
+        self.mid = torch.nn.Linear(8, 8)
+        self.norm2 = torch.nn.LayerNorm(8)
+        self.out = torch.nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.out(self.norm2(self.mid(self.norm1(self.inp(x)))).mean(1))
+
+
+def test_dynamo_export_keeps_state_dict_names_and_untie_separates_merged_layers(tmp_path):
+    torch.manual_seed(0)
+    model, x, labels = TwoNorms().train(), torch.randn(B, 5, 6), torch.tensor([1, 2])
+    dynamo_export(model, x, tmp_path / "m.onnx", optimize=True)
+    module, state, notes = compile_(tmp_path / "m.onnx", tmp_path, loss=artifacts.LossType.CrossEntropyLoss)
+    assert any("shared between layers" in n and "untie=True" in n for n in notes), notes
+    module, state, notes = compile_(tmp_path / "m.onnx", tmp_path / "untied", untie=True,
+                                    loss=artifacts.LossType.CrossEntropyLoss)
+    loss = module(x.numpy(), labels.numpy())
+    want = torch.nn.functional.cross_entropy(model(x), labels)
+    want.backward()
+    assert abs(loss - want.item()) <= 1e-5
+    trains = {n for n, p in state.parameters.items() if p.requires_grad}
+    assert trains == {n for n, _ in model.named_parameters()}, sorted(trains ^ {n for n, _ in model.named_parameters()})
+    for name, param in model.named_parameters():
+        np.testing.assert_allclose(state.parameters[name].grad, param.grad.numpy(), atol=1e-5, err_msg=name)
