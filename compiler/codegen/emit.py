@@ -558,7 +558,7 @@ def _fit(values, batches, inverse=False):
     """`values`, observed at `batches` (the largest first), as one value, an Affine, or None when
     they are neither. Integers that are never negative stay so down to batch 1; a count whose
     inverse is taken stays positive."""
-    if all(v == values[0] for v in values):
+    if all(v == values[0] or v != v and values[0] != values[0] for v in values):  # NaN too
         return values[0]
     if inverse:
         if not all(isinstance(v, float) and np.isfinite(v) and v != 0.0 for v in values):

@@ -306,3 +306,38 @@ def test_ort_tutorial_loop_with_a_short_last_batch(tmp_path):
         got = session.run(["logits"], {"x": x[:n]})[0]
         assert got.shape == (n, 3)
         np.testing.assert_allclose(got, module.infer(x[:n])[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("optimizer", ["AdamW", "SGD"])
+def test_a_fused_update_at_a_smaller_batch_is_the_batch_compiled_alone(tmp_path, optimizer):
+    """At batch 1 a trainer compiled for 1 updates Gemm weights from outer-product factors; the
+    trainer compiled for 8 runs its Gemms at n = 1 and must land on the same bits."""
+    def trajectory(batch, n):
+        directory = artifacts.generate_artifacts(mlp(), optimizer=optimizer, momentum=0.9 * (optimizer == "SGD"),
+                                                 fused_update=True, batch_size=batch,
+                                                 artifact_directory=tmp_path / f"{batch}-{n}")
+        _, module, opt = fresh(directory)
+        losses = []
+        for seed in range(3):
+            rng = np.random.default_rng(seed)
+            losses.append(module(rng.normal(size=(n, 8)).astype(np.float32), classes(rng, n)))
+            opt.step()
+        return losses, module.get_contiguous_parameters()
+
+    for n in (1, 3):
+        (big_losses, big), (small_losses, small) = trajectory(MAX, n), trajectory(n, n)
+        assert [x.tobytes() for x in big_losses] == [x.tobytes() for x in small_losses]
+        np.testing.assert_array_equal(big, small, strict=True)
+
+
+def test_generate_inference_runs_any_batch(tmp_path):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(MAX, 8)).astype(np.float32)
+    outputs = {}
+    for batch in (MAX, 3):
+        ffi, lib = load_library(artifacts.generate_inference(mlp(), tmp_path / str(batch), batch_size=batch))
+        y = np.zeros((3, 3), np.float32)
+        assert lib.model_infer(3, ffi.from_buffer("float[]", x), ffi.from_buffer("float[]", y)) == 0
+        assert lib.model_infer(batch + 1, ffi.from_buffer("float[]", x), ffi.from_buffer("float[]", y)) == BAD_ARGUMENT
+        outputs[batch] = y
+    np.testing.assert_array_equal(outputs[MAX], outputs[3], strict=True)
