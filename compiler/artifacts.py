@@ -171,15 +171,16 @@ def _max_batch(batch_size) -> int:
 
 def _batch_meta(trainer: Trainer, model_c, model) -> dict:
     """What the host needs of the batch: the largest, why it is the only one (None when any smaller
-    runs too), why a batch of 1 does not train (None when it does), and the data inputs, labels and outputs whose first axis it is, each with the name
-    the user's model gives that axis ("" for none)."""
+    runs too), why a batch of 1 does not train (None when it does), and the data inputs, labels and
+    outputs whose first axis it is, each with the name the user's model gives that axis ("" for
+    none)."""
     g = trainer.graph
     sizes = dict(zip(g.inputs, model_c.input_sizes)) | dict(zip(g.outputs, model_c.output_sizes))
     if trainer.labels:
         sizes[trainer.labels] = model_c.label_size
     proto = model if isinstance(model, onnx.ModelProto) else onnx.load(os.fspath(model), load_external_data=False)
-    named = {v.name: v.type.tensor_type.shape.dim[0].dim_param for v in list(proto.graph.input) + list(proto.graph.output)
-             if len(v.type.tensor_type.shape.dim)}
+    named = {v.name: v.type.tensor_type.shape.dim[0].dim_param
+             for v in list(proto.graph.input) + list(proto.graph.output) if len(v.type.tensor_type.shape.dim)}
     first = next((named.get(n, "") for n in g.inputs if isinstance(sizes[n], Affine)), "")
     return {"max": model_c.max_batch, "fixed": model_c.fixed_batch, "small": model_c.small_batch,
             "axes": {n: named.get(n, first) for n, size in sizes.items() if isinstance(size, Affine)}}
@@ -192,7 +193,8 @@ def _any_batch(proto: onnx.ModelProto, trainer: Trainer, probe: Trainer, axes: d
     changes with the batch written as 0 there (copy the input's, where that is the batch) or -1.
     A constant changing otherwise leaves the model as it is."""
     g, other = trainer.graph, probe.graph
-    changed = {n for n in g.constants if n in other.constants and not np.array_equal(g.constants[n], other.constants[n])}
+    changed = {n for n in g.constants
+               if n in other.constants and not np.array_equal(g.constants[n], other.constants[n])}
     patched: dict[str, np.ndarray] = {}
     for node in trainer.eval_nodes:
         for slot, name in enumerate(node.inputs):

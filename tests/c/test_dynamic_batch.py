@@ -55,7 +55,8 @@ def randomized(module: nn.Module, seed: int) -> nn.Module:
 
 
 class CNN(nn.Module):
-    """Conv -> BatchNorm (training form) -> ReLU -> MaxPool -> Conv -> ReLU -> AvgPool -> Reshape(batch, -1) -> Linear."""
+    """Conv -> BatchNorm (training form) -> ReLU -> MaxPool -> Conv -> ReLU -> AvgPool ->
+    Reshape(batch, -1) -> Linear."""
 
     def __init__(self):
         super().__init__()
@@ -106,7 +107,8 @@ def classes(rng, n):
 
 # name -> (model, loss, data maker: (rng, n) -> the step's arrays, inputs then labels)
 CASES = {
-    "mlp": (lambda: mlp(), "CrossEntropyLoss", lambda r, n: [r.normal(size=(n, 8)).astype(np.float32), classes(r, n)]),
+    "mlp-dropout": (lambda: mlp(dropout=0.25), "CrossEntropyLoss",
+                    lambda r, n: [r.normal(size=(n, 8)).astype(np.float32), classes(r, n)]),
     "cnn-batchnorm": (lambda: export(randomized(CNN(), 0), [(1, 8, 8)], ["x"], ["logits"], training=True),
                       "CrossEntropyLoss", lambda r, n: [r.normal(size=(n, 1, 8, 8)).astype(np.float32), classes(r, n)]),
     "sequence": (lambda: export(randomized(Sequence(), 1), [(5, 8)], ["x"], ["y"]), "MSELoss",
@@ -179,7 +181,7 @@ def test_a_smaller_batch_is_the_batch_compiled_alone(compiled, name, n):
 
 
 def test_the_c_refuses_a_batch_out_of_range_before_anything_changes(compiled):
-    directory = compiled("mlp", MAX)
+    directory = compiled("mlp-dropout", MAX)
     ffi, lib = load_library(directory)
     assert lib.MODEL_MAX_BATCH == MAX
     assert lib.model_init() == 0
@@ -203,7 +205,7 @@ def test_the_c_refuses_a_batch_out_of_range_before_anything_changes(compiled):
 
 
 def test_python_refuses_batches_out_of_range_and_disagreeing(compiled):
-    _, module, _ = fresh(compiled("mlp", MAX))
+    _, module, _ = fresh(compiled("mlp-dropout", MAX))
     rng = np.random.default_rng(0)
     with pytest.raises(ValueError, match="batches of 1 to 8"):
         module(rng.normal(size=(MAX + 1, 8)).astype(np.float32), classes(rng, MAX + 1))
