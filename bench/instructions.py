@@ -36,8 +36,9 @@ def firmware(data: Path, ours: Path, steps: int) -> Path:
     its harness, training on the batch in `data` (x.npy, y.npy) for `steps` counted steps."""
     build = ours / TARGET
     (build / "model").mkdir(parents=True, exist_ok=True)
-    for name in ("model.c", "model.h"):
-        shutil.copy(ours / name, build / "model" / name)
+    for name in ("model.c", "model.h", "model_weights.h"):
+        if (ours / name).exists():  # the starting point's revision may put its weights in model.c
+            shutil.copy(ours / name, build / "model" / name)
     shutil.copy(BENCH / "count.c", build / "harness.c")
     x, y = np.load(data / "x.npy"), np.load(data / "y.npy")
     labels = "int32_t" if np.issubdtype(y.dtype, np.integer) else "float"

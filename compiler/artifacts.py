@@ -111,12 +111,12 @@ def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=LossT
     trainer, model_c = meet_budget(compile_, Plan(bool(fused_update)), ram_budget,
                                    can_fuse=max_grad_norm is None)
     check_ram(static_ram_bytes(model_c))
-    source, header = render(model_c)
+    sources = render(model_c)
 
     out = Path(artifact_directory)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "model.c").write_text(source)
-    (out / "model.h").write_text(header)
+    for name, text in sources.items():
+        (out / name).write_text(text)
     for name, proto in _onnx_models(trainer, prefix, model_c, probes[id(model_c)], model).items():
         onnx.save(proto, os.fspath(out / name))
     (out / "checkpoint").write_bytes(checkpoint.encode(initial_checkpoint(trainer)))
@@ -142,11 +142,11 @@ def generate_inference(model, artifact_directory="out", batch_size=None, *, pref
     _, model_c, _ = compile_batched(lambda batch: inference_only(load_model(model, batch, dim_values)),
                                     lambda t, consts: build_inference(t, prefix, consts), _max_batch(batch_size))
     check_ram(4 * (model_c.arena_floats + len(model_c.buffer_init)))
-    source, header = render(model_c)
+    sources = render(model_c)
     out = Path(artifact_directory)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "model.c").write_text(source)
-    (out / "model.h").write_text(header)
+    for name, text in sources.items():
+        (out / name).write_text(text)
     return out
 
 

@@ -109,8 +109,9 @@ def main(argv=None) -> int:
             trains = json.loads((out / "report.json").read_text())["import"]
             print(f"trains {len(trains['trainable'])} parameter(s): {', '.join(trains['trainable'][:8])}"
                   f"{', ...' if len(trains['trainable']) > 8 else ''}; {len(trains['frozen'])} frozen")
-            print(f"wrote {out}/: model.c model.h training_model.onnx eval_model.onnx optimizer_model.onnx "
-                  "checkpoint report.json report.txt" + (" memory.png" if plot else f" ({NO_MATPLOTLIB})"))
+            print(f"wrote {out}/: model.c model.h model_weights.h training_model.onnx eval_model.onnx "
+                  "optimizer_model.onnx checkpoint report.json report.txt"
+                  + (" memory.png" if plot else f" ({NO_MATPLOTLIB})"))
         elif args.command == "report" and args.plot:
             print(f"wrote {plot_directory(args.directory)}")
         elif args.command == "report":

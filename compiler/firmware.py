@@ -17,6 +17,7 @@ from . import checkpoint, targets
 from .codegen.emit import _environment
 from .codegen.filters import c_float, c_int
 from .errors import EdgetrainError
+from .host.build import SOURCES
 
 
 @dataclass(frozen=True)
@@ -119,8 +120,9 @@ def run(models: list[tuple[os.PathLike, object]], target: str, steps: int, lr: f
     build = Path(build or Path(models[0][0]) / "build" / target)
     for (directory, _), m in zip(models, harness):
         (build / m.prefix).mkdir(parents=True, exist_ok=True)
-        for name in ("model.c", "model.h"):
-            shutil.copy(Path(directory) / name, build / m.prefix / name)
+        for name in SOURCES:
+            if (Path(directory) / name).exists():  # artifacts of earlier versions have no model_weights.h
+                shutil.copy(Path(directory) / name, build / m.prefix / name)
     (build / "harness.c").write_text(render_harness(harness, steps, lr))
     try:
         result = targets.make(f"TARGET={target}", "BUILD=.", f"MODELS={' '.join(prefixes)}",

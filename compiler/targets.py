@@ -14,6 +14,7 @@ from importlib import resources
 from pathlib import Path
 
 from .errors import EdgetrainError
+from .host.build import run_compiler
 
 
 def directory() -> Path:
@@ -83,7 +84,7 @@ def measure(target: Target, model_c: Path) -> dict:
                 f"missing (apt-get install {' '.join(dict.fromkeys(p for _, p in missing))})"}
     with tempfile.TemporaryDirectory() as tmp:
         obj = Path(tmp, "model.o")
-        _tool([target.cc, *target.cflags, "-c", str(model_c), "-o", str(obj)], target)
+        _tool([target.cc, *target.cflags, "-c", str(model_c), "-o", str(obj)], target, f"{model_c} for {target.name}")
         text, data, bss = (int(n) for n in _tool([target.size, "-B", str(obj)], target).splitlines()[1].split()[:3])
         symbols = _symbol_sizes(_tool([target.nm, "-S", str(obj)], target))
     weights, arena = symbols.get(_CONSTANT_WEIGHTS, 0), symbols.get(_ARENA, 0)
@@ -125,8 +126,9 @@ def format_sizes(report: dict, width: int) -> list[str]:
         f"{label:<{width}}  {value:>12,} B" for label, value in rows]
 
 
-def _tool(cmd: list[str], target: Target) -> str:
-    result = subprocess.run(cmd, capture_output=True, text=True)
+def _tool(cmd: list[str], target: Target, compiling: str | None = None) -> str:
+    """What `cmd` printed; `compiling` says what a compiler compiles, should it take a while."""
+    result = run_compiler(cmd, compiling) if compiling else subprocess.run(cmd, capture_output=True, text=True)
     if result.returncode != 0:
         raise EdgetrainError(f"{cmd[0]} failed for target {target.name}: {result.stderr.strip()[:2000]}")
     return result.stdout

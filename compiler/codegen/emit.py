@@ -11,6 +11,7 @@ import jinja2
 import numpy as np
 
 from ..checkpoint import HEADER, table_bytes
+from ..host.build import SOURCES
 from ..errors import EdgetrainError
 from ..ir import Node
 from ..memory import Block, Interval, liveness_lower_bound, place
@@ -55,6 +56,28 @@ class Function:
     blocks: tuple[Block, ...]  # the arena's allocations, for the memory report
 
 
+class Floats:
+    """Initial values, as one read-only float32 array (a tuple of a model's millions of Python floats
+    takes seconds to make and to read back). Compares by value, like a tuple."""
+
+    def __init__(self, arrays):
+        arrays = [np.asarray(a, np.float32).ravel() for a in arrays]
+        self.array = np.concatenate(arrays) if arrays else np.zeros(0, np.float32)
+        self.array.flags.writeable = False
+
+    def __len__(self) -> int:
+        return self.array.size
+
+    def __array__(self, dtype=None, copy=None):
+        return self.array if dtype is None else self.array.astype(dtype, copy=False)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Floats) and np.array_equal(self.array, other.array)
+
+    def __hash__(self) -> int:
+        return hash(self.array.tobytes())
+
+
 @dataclass(frozen=True)
 class ParamInfo:
     kind: int  # checkpoint kind: 0 frozen (et_consts), 1 trainable (et_params), 2 buffer (et_buffers)
@@ -96,9 +119,9 @@ class ModelC:
     grads: tuple[GradInfo, ...]
     state_updates: tuple[StateUpdate, ...]
     params: tuple[ParamInfo, ...]
-    param_init: tuple[float, ...]
-    buffer_init: tuple[float, ...]
-    consts: tuple[float, ...]
+    param_init: Floats
+    buffer_init: Floats
+    consts: Floats
     state_slots: int
     optimizer: str
     hyper: dict
@@ -379,10 +402,8 @@ def build(trainer: Trainer, prefix: str, federated: bool = False, fused_update: 
         train_loss=train_at[trainer.loss], eval_loss=eval_at[trainer.loss],
         infer_outputs=tuple(infer_at[n] for n in g.outputs),
         grads=tuple(grads), state_updates=updates, params=params,
-        param_init=tuple(np.concatenate([g.params[n].ravel() for n in trainer.trainable]).tolist()),
-        buffer_init=tuple(np.concatenate([g.buffers[n].ravel() for n in trainer.buffers]).tolist())
-        if trainer.buffers else (),
-        consts=tuple(np.concatenate(storage.consts).tolist()) if storage.consts else (),
+        param_init=Floats(g.params[n] for n in trainer.trainable),
+        buffer_init=Floats(g.buffers[n] for n in trainer.buffers), consts=Floats(storage.consts),
         state_slots=len(opt.state_slots), optimizer=opt.kind.value, hyper=opt.attrs(),
         learning_rate=opt.lr, max_grad_norm=opt.max_grad_norm,
         fingerprint=trainer.fingerprint(), table=table, header_bytes=HEADER.size,
@@ -400,8 +421,8 @@ class InferenceC:
     output_sizes: tuple[int, ...]
     infer: Function
     infer_outputs: tuple[Arg, ...]
-    buffer_init: tuple[float, ...]
-    consts: tuple[float, ...]
+    buffer_init: Floats
+    consts: Floats
     max_batch: int = 1  # as in ModelC
     fixed_batch: str | None = None
     batch_consts: tuple[Affine, ...] = ()
@@ -421,8 +442,8 @@ def build_inference(trainer: Trainer, prefix: str, batch_consts: dict[str, Affin
         input_types=tuple("float" if g.values[n].dtype == np.float32 else "int32_t" for n in g.inputs),
         output_sizes=tuple(g.values[n].size for n in g.outputs),
         infer=infer, infer_outputs=tuple(infer_at[n] for n in g.outputs),
-        buffer_init=tuple(float(v) for n in trainer.buffers for v in g.buffers[n].ravel()),
-        consts=tuple(float(v) for c in storage.consts for v in c), batch_consts=tuple(storage.batch_values),
+        buffer_init=Floats(g.buffers[n] for n in trainer.buffers),
+        consts=Floats(storage.consts), batch_consts=tuple(storage.batch_values),
     )
 
 # ---- the batch: a trainer compiled for a batch of N runs any batch n from 1 to N ----
@@ -668,9 +689,10 @@ def _runtime_files() -> tuple[str, ...]:
     return _RUNTIME_BASE + tuple(n for n in names if n not in _RUNTIME_BASE)
 
 
-def render(model: ModelC | InferenceC) -> tuple[str, str]:
-    """(model.c, model.h)."""
+def render(model: ModelC | InferenceC) -> dict[str, str]:
+    """{file name: text} for SOURCES: model.c, model.h and the initial values model.c includes."""
     env = _environment()
     kind = "infer" if isinstance(model, InferenceC) else "model"
-    return (env.get_template(f"{kind}.c.j2").render(m=model),
-            env.get_template(f"{kind}.h.j2").render(m=model))
+    return dict(zip(SOURCES, (env.get_template(f"{kind}.c.j2").render(m=model),
+                              env.get_template(f"{kind}.h.j2").render(m=model),
+                              env.get_template("weights.h.j2").render(m=model, trainer=kind == "model"))))

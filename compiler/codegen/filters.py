@@ -92,6 +92,44 @@ def c_bytes(data: bytes) -> str:
     return c_array(list(data), per_line=16, fmt=lambda b: f"0x{b:02x}")
 
 
+# How each byte is spelled inside a C string literal: letters and digits as themselves, every other
+# byte as a three-digit octal escape (never shorter: a digit after it would join it), so no quote,
+# backslash, question mark (trigraphs) or line break can form. Then three more pieces of text: the
+# splice (backslash-newline, which continues a literal on the next line), the quote, and nothing.
+# Each is NUL-padded to 4 bytes and read as a uint32: numpy looks all up at once, and one pass over
+# the result deletes the padding.
+_TEXT = np.array([bytes([b]) if bytes([b]).isalnum() else b"\\%03o" % b for b in range(256)]
+                 + [b"\\\n", b'"', b""], "S4").view(np.uint32)
+_SPLICE, _QUOTE, _NOTHING = 256, 257, 258
+
+
+def c_float_bytes(values, per_line: int = 32) -> str:
+    r"""float32 values as one C string literal of their little-endian bytes, `per_line` bytes a line.
+    A compiler reads this several times faster than as many float literals (gcc: 3 s for 11 M
+    floats, not 45), and every value keeps its bits.
+
+    >>> c_float_bytes([1.0, -2.5, 12.0])
+    '"\\000\\000\\200\\077\\000\\000\\040\\300\\000\\000\\100A"'
+    >>> print(c_float_bytes([0.0, 2.0, -0.0], per_line=8))
+    "\000\000\000\000\000\000\000\100\
+    \000\000\000\200"
+    >>> c_float_bytes([])
+    '""'
+    """
+    data = np.ascontiguousarray(values, "<f4").reshape(-1).view(np.uint8)
+    full, rest = divmod(data.size, per_line)
+    lines = full + (rest > 0)
+    # What to write, as indices into _TEXT: the quote, each line's bytes and a splice but after the
+    # last line, the quote.
+    index = np.full(2 + lines * (per_line + 1), _NOTHING, np.uint16)
+    rows = index[1:-1].reshape(lines, per_line + 1)
+    rows[:full, :per_line] = data[:full * per_line].reshape(full, per_line)
+    rows[full:, :rest] = data[full * per_line:]
+    rows[:-1, per_line] = _SPLICE
+    index[0] = index[-1] = _QUOTE
+    return _TEXT[index].tobytes().translate(None, b"\0").decode("ascii")
+
+
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.:()\[\], -]")
 
 
@@ -117,4 +155,5 @@ def c_ident(text: str) -> str:
     return text
 
 
-FILTERS = {f.__name__: f for f in (c_float, c_int, c_ints, c_batch, c_array, c_bytes, c_comment, c_ident)}
+FILTERS = {f.__name__: f for f in (c_float, c_int, c_ints, c_batch, c_array, c_bytes, c_float_bytes, c_comment,
+                                   c_ident)}

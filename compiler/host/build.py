@@ -8,7 +8,9 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 import cffi
@@ -33,6 +35,11 @@ BUILD_MODES = {"reproducible": [], "fast": ["-O3", "-ffp-contract=fast", "-fasso
 # any report aborts (the C test tier's second pass; the process must preload libasan).
 SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-g",
             "-O0"]  # instrumentation catches as much at -O0, and compiles ten times faster than at -O2
+
+
+# The generated C: model.c includes model.h and model_weights.h, the initial values (codegen writes these).
+SOURCES = ("model.c", "model.h", "model_weights.h")
+PROGRESS_AFTER = 2.0  # seconds of compiling before saying what is being compiled
 
 
 def cache_dir() -> Path:
@@ -72,24 +79,67 @@ def declarations(header: str) -> str:
     return match.group(1)
 
 
+def run_compiler(cmd: list[str], what: str, **kwargs) -> subprocess.CompletedProcess:
+    """subprocess.run(cmd) for a C compiler, capturing its output; once it has run PROGRESS_AFTER
+    seconds, stderr says what it compiles: a line counting the seconds on a terminal (with tqdm),
+    else one plain line."""
+    start = time.monotonic()
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs) as process:
+        try:
+            out, err = process.communicate(timeout=PROGRESS_AFTER)
+        except subprocess.TimeoutExpired:
+            bar = _progress(f"compiling {what} with {os.path.basename(cmd[0])}")
+            try:
+                while True:
+                    if bar is not None:
+                        bar.set_postfix_str(f"{time.monotonic() - start:.0f} s")
+                    try:
+                        out, err = process.communicate(timeout=0.5)  # no output is lost between tries
+                        break
+                    except subprocess.TimeoutExpired:
+                        pass
+            finally:
+                if bar is not None:
+                    bar.close()
+    return subprocess.CompletedProcess(cmd, process.returncode, out, err)
+
+
+def _progress(description: str):
+    """A tqdm line on a terminal, or None after printing one plain line."""
+    if sys.stderr.isatty():
+        try:
+            from tqdm import tqdm
+            return tqdm(desc=description, bar_format="{desc} {postfix}", leave=False, file=sys.stderr)
+        except ImportError:
+            pass
+    print(f"edgetrain: {description} ...", file=sys.stderr, flush=True)
+    return None
+
+
 def load_library(directory: str | os.PathLike, extra_flags: tuple[str, ...] = ()):
     """(ffi, lib) for the trainer generated in `directory`."""
     directory = Path(directory)
-    source, header = (directory / "model.c").read_text(), (directory / "model.h").read_text()
+    # Artifacts of earlier versions have their initial values in model.c, and no model_weights.h.
+    sources = {name: (directory / name).read_bytes() for name in SOURCES
+               if name != "model_weights.h" or (directory / name).exists()}
+    header = sources["model.h"].decode()
     cc = _compiler()
     native = _native_target(cc)
     flags = CFLAGS + (NATIVE if native else []) + build_mode_flags() + list(extra_flags) + ["-fPIC", "-shared"]
     flags += SANITIZE if os.environ.get("EDGETRAIN_SANITIZE") == "1" else []
-    key = hashlib.sha256("\0".join([source, header, cc, native, *flags]).encode()).hexdigest()[:24]
-    library = cache_dir() / f"{key}.so"
+    key = hashlib.sha256("\0".join([cc, native, *flags]).encode())
+    for name, text in sources.items():
+        key.update(f"\0{name}\0{len(text)}\0".encode())
+        key.update(text)
+    library = cache_dir() / f"{key.hexdigest()[:24]}.so"
     if not library.exists():
         library.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=library.parent) as tmp:
-            for name, text in (("model.c", source), ("model.h", header)):
-                Path(tmp, name).write_text(text)
+            for name, text in sources.items():
+                Path(tmp, name).write_bytes(text)
             built = Path(tmp, "model.so")
-            result = subprocess.run([cc, *flags, "-o", str(built), "model.c", "-lm"], cwd=tmp,
-                                    capture_output=True, text=True)
+            result = run_compiler([cc, *flags, "-o", str(built), "model.c", "-lm"], f"{directory / 'model.c'}",
+                                  cwd=tmp)
             if result.returncode != 0:
                 raise EdgetrainError(f"compiling the generated C failed: {result.stderr.strip()[:2000]}")
             os.replace(built, library)  # atomic: concurrent builds of the same model agree

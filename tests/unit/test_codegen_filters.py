@@ -1,5 +1,7 @@
+import codecs
 import doctest
 import os
+import string
 import struct
 import subprocess
 import sys
@@ -32,6 +34,32 @@ def test_comment_filter_neutralizes_model_text(hostile):
     assert len(text) <= 60
 
 
+def every_byte() -> np.ndarray:
+    """float32s whose bytes take every value at every position: NaNs with payloads, infinities,
+    denormals and both zeros among them."""
+    bytes_ = np.arange(256, dtype=np.uint8)
+    return np.stack([np.roll(bytes_, 67 * k) for k in range(4)], axis=1).reshape(-1).view("<f4")
+
+
+@pytest.mark.parametrize("per_line", [1, 3, 32])
+def test_float_bytes_literal_holds_every_bit(per_line):
+    """Python reads octal escapes (up to three digits) and backslash-newline as C does: the literal
+    holds the floats' little-endian bytes, in letters, digits and escapes only, per_line bytes a line."""
+    values = np.concatenate([every_byte(), np.float32([0.0, -0.0, np.inf, -np.inf, 1e-45, 3.4e38, 0.1])])
+    text = filters.c_float_bytes(values, per_line)
+    assert text[0] == text[-1] == '"'
+    assert codecs.escape_decode(text[1:-1].encode())[0] == values.astype("<f4").tobytes()
+    assert set(text[1:-1]) <= set(string.ascii_letters + string.digits + "\\\n")
+    lines = text.split("\n")
+    assert len(lines) == -(-values.size * 4 // per_line)
+    assert all(len(line) <= 4 * per_line + 2 for line in lines)
+
+
+def test_float_bytes_literal_of_a_tuple_is_that_of_the_array():
+    values = np.random.default_rng(0).normal(size=100).astype(np.float32)
+    assert filters.c_float_bytes(tuple(values.tolist())) == filters.c_float_bytes(values)
+
+
 def test_identifier_filter_refuses_non_identifiers():
     with pytest.raises(ValueError):
         filters.c_ident("a b")
@@ -60,5 +88,5 @@ def test_generated_c_does_not_depend_on_string_hashing(tmp_path):
     for seed in ("1", "2"):
         subprocess.run([sys.executable, "-c", script, str(tmp_path / "bn.onnx"), str(tmp_path / seed)], check=True,
                        env=dict(os.environ, PYTHONHASHSEED=seed))
-        sources.append((tmp_path / seed / "model.c").read_text())
+        sources.append((tmp_path / seed / "model.c").read_text() + (tmp_path / seed / "model_weights.h").read_text())
     assert "0x" in sources[0] and sources[0] == sources[1]
