@@ -1,5 +1,5 @@
-/* edgetrain runtime: GatherElements, ScatterElements, ScatterND and TopK,
- * and the scatters and gathers their gradients are made of.
+/* edgetrain runtime: GatherElements, ScatterElements, GatherND, ScatterND
+ * and TopK, and the scatters and gathers their gradients are made of.
  *
  * Indices come as compile-time constants (int) or as a model input
  * (int32_t): exactly one of the two pointers is given.  Negative indices
@@ -93,9 +93,12 @@ static inline void et_scatter_elements_f32(int rank, const int *shape, const int
     }
 }
 
-/* ---- ScatterND ----
+/* ---- GatherND / ScatterND ----
  * n index tuples of k indices each; tuple t selects the slice of `inner`
- * elements at sum_j index[t][j] * strides[j], index[t][j] in [-dims[j], dims[j]). */
+ * elements at sum_j index[t][j] * strides[j], index[t][j] in [-dims[j], dims[j]),
+ * within its batch.  GatherND's batch_dims make the tuples come `per_batch`
+ * to a batch, each batch of the data dims[0] * strides[0] elements after
+ * the one before (one batch: per_batch = n). */
 
 /* Run-time tuples are checked column by column: each axis has its own extent. */
 static inline int et_check_nd_indices(int n, int k, const int32_t *indices, const int *dims)
@@ -109,10 +112,10 @@ static inline int et_check_nd_indices(int n, int k, const int32_t *indices, cons
 }
 
 /* Offset of tuple t's slice, or -1 when an index is out of range. */
-static inline int et_nd_offset_(int t, int k, const int *dims, const int *strides, const int *const_indices,
-                                const int32_t *indices)
+static inline int et_nd_offset_(int t, int per_batch, int k, const int *dims, const int *strides,
+                                const int *const_indices, const int32_t *indices)
 {
-    int j, v, off = 0;
+    int j, v, off = t / per_batch * dims[0] * strides[0];
     for (j = 0; j < k; ++j) {
         v = et_scatter_index_(const_indices, indices, t * k + j, dims[j]);
         if (v < 0 || v >= dims[j])
@@ -124,12 +127,13 @@ static inline int et_nd_offset_(int t, int k, const int *dims, const int *stride
 
 /* Y holds the data on entry; slice t of U (NULL: zeros) is combined into
  * the slice tuple t selects. */
-static inline void et_scatter_nd_f32(int n, int k, const int *dims, const int *strides, int inner, int reduction,
-                                     const int *const_indices, const int32_t *indices, const float *U, float *Y)
+static inline void et_scatter_nd_f32(int n, int per_batch, int k, const int *dims, const int *strides, int inner,
+                                     int reduction, const int *const_indices, const int32_t *indices, const float *U,
+                                     float *Y)
 {
     int t, i, off;
     for (t = 0; t < n; ++t) {
-        off = et_nd_offset_(t, k, dims, strides, const_indices, indices);
+        off = et_nd_offset_(t, per_batch, k, dims, strides, const_indices, indices);
         if (off < 0)
             continue;
         for (i = 0; i < inner; ++i)
@@ -137,17 +141,26 @@ static inline void et_scatter_nd_f32(int n, int k, const int *dims, const int *s
     }
 }
 
-/* Y's slice t = the slice of X that tuple t selects (ScatterND's update gradient). */
-static inline void et_gather_nd_f32(int n, int k, const int *dims, const int *strides, int inner,
-                                    const int *const_indices, const int32_t *indices, const float *X, float *Y)
-{
-    int t, i, off;
-    for (t = 0; t < n; ++t) {
-        off = et_nd_offset_(t, k, dims, strides, const_indices, indices);
-        for (i = 0; i < inner; ++i)
-            Y[t * inner + i] = off < 0 ? 0.0f : X[off + i];
+/* GatherND: Y's slice t = the slice of X that tuple t selects (also
+ * ScatterND's update gradient). */
+#define ET_DEFINE_GATHER_ND_(name, T)                                          \
+    static inline void name(int n, int per_batch, int k, const int *dims,     \
+                            const int *strides, int inner,                    \
+                            const int *const_indices, const int32_t *indices, \
+                            const T *X, T *Y)                                 \
+    {                                                                          \
+        int t, i, off;                                                         \
+        for (t = 0; t < n; ++t) {                                              \
+            off = et_nd_offset_(t, per_batch, k, dims, strides, const_indices, \
+                                indices);                                      \
+            for (i = 0; i < inner; ++i)                                        \
+                Y[t * inner + i] = off < 0 ? (T)0 : X[off + i];                \
+        }                                                                      \
     }
-}
+
+ET_DEFINE_GATHER_ND_(et_gather_nd_f32, float)
+ET_DEFINE_GATHER_ND_(et_gather_nd_i32, int32_t)
+#undef ET_DEFINE_GATHER_ND_
 
 /* ---- TopK ----
  * X viewed as [outer, n, inner], each of the outer * inner lines along the
@@ -158,40 +171,64 @@ static inline void et_gather_nd_f32(int n, int k, const int *dims, const int *st
  * line, with nothing to store, and the gradient finds the same elements
  * again rather than keeping their positions. */
 
-/* 1 if element i of line x comes before element j. */
-static inline int et_topk_before_(const float *x, int step, int i, int j, int largest)
-{
-    float a = x[i * step], b = x[j * step];
-    int a_above = a > b || (a != a && b == b), b_above = b > a || (b != b && a == a);
-    if (a_above != b_above)
-        return largest ? a_above : b_above;
-    return i < j;
-}
+/* For each element type: et_topk_before_<T>_(x, step, i, j, largest), 1 if
+ * element i of line x comes before element j; et_topk_next_<T>_(x, step,
+ * n, prev, largest), the element following `prev` (-1: the first) in the
+ * order; and the kernel: Y ([outer, k, inner]) = the k first elements of
+ * each line, in order, and I (NULL when unused) their positions. */
+#define ET_DEFINE_TOPK_(sfx, T, ISNAN)                                         \
+    static inline int et_topk_before_##sfx##_(const T *x, int step, int i,    \
+                                              int j, int largest)             \
+    {                                                                          \
+        T a = x[i * step], b = x[j * step];                                    \
+        int a_above = a > b || (ISNAN(a) && !ISNAN(b));                        \
+        int b_above = b > a || (ISNAN(b) && !ISNAN(a));                        \
+        if (a_above != b_above)                                                \
+            return largest ? a_above : b_above;                                \
+        return i < j;                                                          \
+    }                                                                          \
+                                                                               \
+    static inline int et_topk_next_##sfx##_(const T *x, int step, int n,      \
+                                            int prev, int largest)            \
+    {                                                                          \
+        int i, best = -1;                                                      \
+        for (i = 0; i < n; ++i)                                                \
+            if ((prev < 0 || et_topk_before_##sfx##_(x, step, prev, i,         \
+                                                     largest)) &&              \
+                (best < 0 || et_topk_before_##sfx##_(x, step, i, best,         \
+                                                     largest)))                \
+                best = i;                                                      \
+        return best;                                                           \
+    }                                                                          \
+                                                                               \
+    static inline void et_topk_##sfx(int outer, int n, int inner, int k,      \
+                                     int largest, const T *X, T *Y,           \
+                                     int32_t *I)                              \
+    {                                                                          \
+        int o, c, j, at;                                                       \
+        size_t y;                                                              \
+        for (o = 0; o < outer; ++o)                                            \
+            for (c = 0; c < inner; ++c) {                                      \
+                const T *x = X + (size_t)o * (size_t)n * (size_t)inner         \
+                             + (size_t)c;                                      \
+                for (j = 0, at = -1; j < k; ++j) {                             \
+                    at = et_topk_next_##sfx##_(x, inner, n, at, largest);      \
+                    y = ((size_t)o * (size_t)k + (size_t)j) * (size_t)inner    \
+                        + (size_t)c;                                           \
+                    Y[y] = x[at * inner];                                      \
+                    if (I)                                                     \
+                        I[y] = at;                                             \
+                }                                                              \
+            }                                                                  \
+    }
 
-/* The element following `prev` (-1: the first) in the order. */
-static inline int et_topk_next_(const float *x, int step, int n, int prev, int largest)
-{
-    int i, best = -1;
-    for (i = 0; i < n; ++i)
-        if ((prev < 0 || et_topk_before_(x, step, prev, i, largest)) &&
-            (best < 0 || et_topk_before_(x, step, i, best, largest)))
-            best = i;
-    return best;
-}
-
-/* Y ([outer, k, inner]) = the k first elements of each line, in order. */
-static inline void et_topk_f32(int outer, int n, int inner, int k, int largest, const float *X, float *Y)
-{
-    int o, c, j, at;
-    for (o = 0; o < outer; ++o)
-        for (c = 0; c < inner; ++c) {
-            const float *x = X + (size_t)o * (size_t)n * (size_t)inner + (size_t)c;
-            for (j = 0, at = -1; j < k; ++j) {
-                at = et_topk_next_(x, inner, n, at, largest);
-                Y[((size_t)o * (size_t)k + (size_t)j) * (size_t)inner + (size_t)c] = x[at * inner];
-            }
-        }
-}
+#define ET_TOPK_ISNAN_F32_(v) ((v) != (v))
+#define ET_TOPK_NEVER_NAN_(v) 0
+ET_DEFINE_TOPK_(f32, float, ET_TOPK_ISNAN_F32_)
+ET_DEFINE_TOPK_(i32, int32_t, ET_TOPK_NEVER_NAN_)
+#undef ET_TOPK_ISNAN_F32_
+#undef ET_TOPK_NEVER_NAN_
+#undef ET_DEFINE_TOPK_
 
 /* dX = zeros, with dY's j-th value of each line at its j-th element. */
 static inline void et_topk_grad_f32(int outer, int n, int inner, int k, int largest, const float *X,
@@ -204,7 +241,7 @@ static inline void et_topk_grad_f32(int outer, int n, int inner, int k, int larg
         for (c = 0; c < inner; ++c) {
             line = (size_t)o * (size_t)n * (size_t)inner + (size_t)c;
             for (j = 0, at = -1; j < k; ++j) {
-                at = et_topk_next_(X + line, inner, n, at, largest);
+                at = et_topk_next_f32_(X + line, inner, n, at, largest);
                 dX[line + (size_t)at * (size_t)inner] = dY[((size_t)o * (size_t)k + (size_t)j) * (size_t)inner + (size_t)c];
             }
         }

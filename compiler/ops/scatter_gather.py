@@ -1,12 +1,14 @@
-"""Ops that read or write elements at given indices: GatherElements, ScatterElements, ScatterND, and
-TopK. Indices are compile-time constants (checked here) or an integer model input, which arrives as
-int32_t and is range-checked in the C before any kernel uses it, as Gather's token ids are."""
+"""Ops that read or write elements at given indices: GatherElements, ScatterElements, GatherND,
+ScatterND, and TopK. Indices are compile-time constants (checked here) or integer tensors known at
+run time, which the C keeps as int32_t and range-checks before any kernel uses them, as Gather's
+token ids are."""
 
 import numpy as np
 
 from ..errors import EdgetrainError
 from ..ir import ET_DOMAIN
 from .elementwise import _f32
+from .integer import typed
 from .registry import contiguous_strides, op, split_axis
 
 REDUCTIONS = {"none": 0, "add": 1, "mul": 2, "max": 3, "min": 4}  # et_scatter.h's ET_SCATTER_*
@@ -152,31 +154,81 @@ class ScatterElementsGrad:
         return (dx,)
 
 
-# ---- ScatterND: each index tuple (the indices' last axis) selects a slice of the data ----
+# ---- GatherND / ScatterND: each index tuple (the indices' last axis) selects a slice of the data,
+# within its batch: GatherND's first batch_dims axes of data and indices go together ----
 
 def _nd_view(k, node, data_shape):
-    """(tuples, tuple length, the axes' extents and strides, slice size)."""
+    """(tuples, tuples per batch, tuple length, the axes' extents and strides within a batch, slice
+    size)."""
     index_shape = k.shape(node.inputs[1])
-    depth = index_shape[-1]
-    if not 1 <= depth <= len(data_shape):
-        raise EdgetrainError(f"{_label(node)}: index tuples of length {depth} for data of rank {len(data_shape)}")
+    batch, depth = int(node.attr("batch_dims", 0)), index_shape[-1]
+    if tuple(index_shape[:batch]) != tuple(data_shape[:batch]) or not 1 <= depth <= len(data_shape) - batch:
+        raise EdgetrainError(f"{_label(node)}: index tuples of shape {tuple(index_shape)} for data of shape "
+                             f"{tuple(data_shape)} with batch_dims {batch}")
+    axes = data_shape[batch:]
     count = int(np.prod(index_shape[:-1], dtype=np.int64))
-    inner = int(np.prod(data_shape[depth:], dtype=np.int64))
-    return count, depth, tuple(data_shape[:depth]), contiguous_strides(data_shape)[:depth], inner
+    per_batch = int(np.prod(index_shape[batch:-1], dtype=np.int64))
+    inner = int(np.prod(axes[depth:], dtype=np.int64))
+    return count, per_batch, depth, tuple(axes[:depth]), contiguous_strides(axes)[:depth], inner
 
 
 def _nd_call(k, node, data_shape, fn, *args):
-    """The range checks, then `fn(count, depth, dims, strides, inner, *args[:-2], constant indices,
-    run-time indices, *args[-2:])`."""
-    count, depth, dims, strides, inner = _nd_view(k, node, data_shape)
+    """The range checks, then `fn(count, per batch, depth, dims, strides, inner, *args[:-2], constant
+    indices, run-time indices, *args[-2:])`."""
+    count, per_batch, depth, dims, strides, inner = _nd_view(k, node, data_shape)
     checks, consts, runtime = _indices(k, node, dims)
-    return checks + [k.call(fn, count, depth, dims, strides, inner, *args[:-2], consts, runtime, *args[-2:])]
+    return checks + [k.call(fn, count, per_batch, depth, dims, strides, inner, *args[:-2], consts, runtime,
+                            *args[-2:])]
 
 
-def _tuples(indices, shape):
-    """The index tuples, wrapped, as NumPy index tuples (for the references)."""
+def _tuples(indices, shape, batch_dims=0):
+    """The index tuples, wrapped, as NumPy index tuples with their batch coordinates first (for the
+    references)."""
     rows = indices.reshape(-1, indices.shape[-1])
-    return [tuple(int(i) % d for i, d in zip(row, shape)) for row in rows]
+    batches = np.ndindex(*indices.shape[:-1])
+    return [tuple(b[:batch_dims]) + tuple(int(i) % d for i, d in zip(row, shape[batch_dims:]))
+            for b, row in zip(batches, rows)]
+
+
+@op("GatherND", index_inputs=(1,))
+class GatherND:
+    integer = True  # int and bool data are moved, not computed
+
+    @staticmethod
+    def kernel(k, node):
+        x, y = node.inputs[0], node.outputs[0]
+        return _nd_call(k, node, k.shape(x), typed(k, "et_gather_nd", x), x, y)
+
+    @staticmethod
+    def grad(g, node, dy):
+        dx = g.emit("GatherNDGrad", [dy[0], node.inputs[1]], {"batch_dims": int(node.attr("batch_dims", 0)),
+                                                             "shape": list(g.shape(node.inputs[0]))},
+                    domain=ET_DOMAIN)
+        return [dx, None]
+
+
+@op("GatherNDGrad", domain=ET_DOMAIN)
+class GatherNDGrad:
+    """(dY, indices) -> dX of the data's `shape`: zeros plus each slice of dY added where its tuple
+    points (repeated tuples sum their slices in order)."""
+
+    @staticmethod
+    def kernel(k, node):
+        dy, dx = node.inputs[0], node.outputs[0]
+        return [k.call("et_fill_f32", k.size(dx), 0.0, dx)] + _nd_call(
+            k, node, k.shape(dx), "et_scatter_nd_f32", REDUCTIONS["add"], dy, dx)
+
+    @staticmethod
+    def shape(graph, node):
+        return [tuple(node.attr("shape"))]
+
+    @staticmethod
+    def reference(dy, indices, batch_dims, shape):
+        dx = np.zeros(shape, np.float32)
+        slices = dy.reshape((-1,) + tuple(shape[batch_dims + indices.shape[-1]:]))
+        for t, s in zip(_tuples(indices, shape, batch_dims), slices):
+            dx[t] += s
+        return (dx,)
 
 
 @op("ScatterND", index_inputs=(1,))
@@ -197,6 +249,24 @@ class ScatterND:
                  if reduction == "none" else dy[0]) if g.needs(0) else None
         dupdates = g.emit("GatherNDSlices", [dy[0], indices], domain=ET_DOMAIN) if g.needs(2) else None
         return [ddata, None, dupdates]
+
+
+@op("GatherNDSlices", domain=ET_DOMAIN)
+class GatherNDSlices:
+    """GatherND with batch_dims 0 as ScatterND's update gradient, in edgetrain's domain: ScatterND's
+    run-time indices may be int32, which ONNX's GatherND refuses."""
+
+    kernel = staticmethod(GatherND.kernel)
+
+    @staticmethod
+    def shape(graph, node):
+        index_shape = graph.shape(node.inputs[1])
+        return [tuple(index_shape[:-1]) + tuple(graph.shape(node.inputs[0])[index_shape[-1]:])]
+
+    @staticmethod
+    def reference(x, indices):
+        slices = [x[t] for t in _tuples(indices, x.shape)]
+        return _f32(np.reshape(slices, indices.shape[:-1] + x.shape[indices.shape[-1]:]))
 
 
 @op("ScatterNDGrad", domain=ET_DOMAIN)
@@ -221,29 +291,8 @@ class ScatterNDGrad:
         return (dx,)
 
 
-@op("GatherNDSlices", domain=ET_DOMAIN)
-class GatherNDSlices:
-    """(X, indices) -> the slices of X the index tuples select, in the indices' shape (ONNX GatherND
-    with batch_dims 0): ScatterND's update gradient."""
-
-    @staticmethod
-    def kernel(k, node):
-        x, y = node.inputs[0], node.outputs[0]
-        return _nd_call(k, node, k.shape(x), "et_gather_nd_f32", x, y)
-
-    @staticmethod
-    def shape(graph, node):
-        index_shape = graph.shape(node.inputs[1])
-        return [tuple(index_shape[:-1]) + tuple(graph.shape(node.inputs[0])[index_shape[-1]:])]
-
-    @staticmethod
-    def reference(x, indices):
-        slices = [x[t] for t in _tuples(indices, x.shape)]
-        return _f32(np.reshape(slices, indices.shape[:-1] + x.shape[indices.shape[-1]:]))
-
-
-# ---- TopK with a constant K. Its indices are int64, and only float32 tensors are computed at run
-# time: the indices output must be unused. The gradient finds the chosen elements again. ----
+# ---- TopK with a constant K, on float or integer data; its int64 indices are int32_t in the C, as
+# every integer tensor. The gradient finds the chosen elements again. ----
 
 def _topk_args(k, node, x, count) -> tuple[int, ...]:
     """(outer, line length, inner, K, largest) of TopK(x, count) viewed along its axis."""
@@ -256,13 +305,15 @@ def _topk_args(k, node, x, count) -> tuple[int, ...]:
 
 @op("TopK", const_inputs=(1,))
 class TopK:
+    integer = True
+
     @staticmethod
     def kernel(k, node):
+        x, values = node.inputs[0], node.outputs[0]
         indices = (tuple(node.outputs) + ("",))[1]
-        if indices and (indices in k.graph.outputs or any(indices in n.inputs for n in k.graph.nodes)):
-            raise EdgetrainError(f"{_label(node)}: only TopK whose indices output is unused is supported (the "
-                                 "indices are int64, and only float32 tensors are computed at run time)")
-        return [k.call("et_topk_f32", *_topk_args(k, node, *node.inputs), node.inputs[0], node.outputs[0])]
+        used = indices and (indices in k.graph.outputs or any(indices in n.inputs for n in k.graph.nodes))
+        return [k.call(typed(k, "et_topk", x), *_topk_args(k, node, *node.inputs), x, values,
+                       indices if used else None)]
 
     @staticmethod
     def grad(g, node, dy):

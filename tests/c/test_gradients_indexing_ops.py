@@ -1,6 +1,7 @@
-"""GatherElements, ScatterElements, ScatterND, TopK and Einsum, computed by the generated C: loss and
-gradients against torch autograd, and the forms without a gradient (ScatterElements / ScatterND
-with reduction mul, max or min) forward against onnxruntime.
+"""GatherElements, ScatterElements, GatherND, ScatterND, TopK and Einsum, computed by the generated C:
+loss and gradients against torch autograd, and the forms without a gradient (ScatterElements /
+ScatterND with reduction mul, max or min, GatherND on int and bool data, TopK's indices) forward
+against onnxruntime.
 
 One parametrized test. Cases whose operands come floats first go through
 gradcheck.check_op_gradients; the others (indices between data and updates, indices fed at run
@@ -39,21 +40,23 @@ def _model(op, operands: dict, attrs: dict, outputs: list[str], shape, feeds=(),
     """One `op` node reading `operands` in order. Training (forward=False): float operands are
     initializers (trained), integer ones constants except those named in `feeds` (model inputs), and
     loss = ReduceSum(Y * R) for the first output Y, of `shape`; the others stay unused.
-    forward=True: float operands are model inputs too, and Y is the model's output."""
+    forward=True: float operands are model inputs too, and the outputs are the model's, typed by
+    onnx shape inference."""
     nodes = [helper.make_node(op, list(operands), outputs, name="op", **attrs)]
     is_input = lambda name, v: name in feeds or (forward and v.dtype == np.float32)
     inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
               for n, v in operands.items() if is_input(n, v)]
     inits = [numpy_helper.from_array(v, n) for n, v in operands.items() if not is_input(n, v)]
     if forward:
-        results = [helper.make_tensor_value_info(outputs[0], TensorProto.FLOAT, shape)]
+        results = [helper.make_empty_tensor_value_info(o) for o in outputs]
     else:
         nodes += [helper.make_node("Mul", [outputs[0], "R"], ["YR"]),
                   helper.make_node("ReduceSum", ["YR"], ["loss"], keepdims=0)]
         inputs.append(helper.make_tensor_value_info("R", TensorProto.FLOAT, shape))
         results = [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])]
     graph = helper.make_graph(nodes, op, inputs, results, inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    return onnx.shape_inference.infer_shapes(model, strict_mode=True) if forward else model
 
 
 def check_node(op, operands: dict, torch_fn: Callable, attrs=None, *, tmp_path, outputs=("Y",), feeds=(),
@@ -76,18 +79,27 @@ def check_node(op, operands: dict, torch_fn: Callable, attrs=None, *, tmp_path, 
     return max(errors)
 
 
-def check_forward(op, operands: dict, attrs: dict, *, tmp_path) -> float:
-    """The node's output from the generated C's `infer` against onnxruntime's, float operands fed."""
-    feeds = {n: v for n, v in operands.items() if v.dtype == np.float32}
-    probe = _model(op, operands, attrs, ["Y"], None, forward=True)
-    want = onnxruntime.InferenceSession(probe.SerializeToString()).run(None, feeds)[0]
-    model = _model(op, operands, attrs, ["Y"], want.shape, forward=True)
+def check_forward(op, operands: dict, attrs: dict, *, tmp_path, feeds=(), outputs=("Y",)) -> float:
+    """The node's outputs from the generated C's `infer` against onnxruntime's: float operands and
+    those named in `feeds` fed (integer and bool ones as int32_t, as the C takes them), float
+    outputs within tolerance, integer and bool ones exactly."""
+    model = _model(op, operands, attrs, list(outputs), None, feeds, forward=True)
+    fed = {i.name: operands[i.name] for i in model.graph.input}
+    wants = onnxruntime.InferenceSession(model.SerializeToString()).run(None, fed)
     ffi, lib = load_library(artifacts.generate_inference(model, tmp_path / "infer"))
-    got = np.zeros(want.shape, np.float32)
+    c_type = lambda a: "float[]" if a.dtype == np.float32 else "int32_t[]"
+    args = [np.ascontiguousarray(v if v.dtype == np.float32 else v.astype(np.int32)) for v in fed.values()]
+    gots = [np.zeros(w.shape, np.float32 if w.dtype == np.float32 else np.int32) for w in wants]
     lead = [lib.MODEL_MAX_BATCH] if ffi.typeof(lib.model_infer).args[0].cname == "int" else []  # the batch count
-    assert lib.model_infer(*lead, *[ffi.from_buffer("float[]", v) for v in feeds.values()],
-                           ffi.from_buffer("float[]", got)) == 0
-    return assert_close(got, want, f"{op} forward")
+    assert lib.model_infer(*lead, *[ffi.from_buffer(c_type(a), a) for a in args + gots]) == 0
+    errors = []
+    for name, got, want in zip(outputs, gots, wants):
+        if want.dtype == np.float32:
+            errors.append(assert_close(got, want, f"{op} forward {name}"))
+        else:
+            np.testing.assert_array_equal(got, want.astype(np.int64), err_msg=f"{op} forward {name}")
+            errors.append(0.0)
+    return max(errors)
 
 
 # ---- cases: each a function of (tmp_path, generator) ----
@@ -175,6 +187,44 @@ for _reduction in ("mul", "max", "min"):
     scatter_nd(f"{_reduction}-forward", (4, 3), i64([1, 2], [1, 2], [3, 0]), _reduction)
 
 
+# GatherND: index tuples select slices (or elements) within the first batch_dims axes; the gradient
+# is a scatter-add (repeated tuples sum). Int and bool data run forward only, fed at run time.
+def gather_nd(name, shape, indices, batch_dims=0, feed=None, data=None):
+    def check(tmp_path, rng):
+        attrs = {"batch_dims": batch_dims}
+        if data is not None:
+            x = rng.integers(-9, 10, size=shape).astype(data) if data != np.bool_ else rng.random(shape) < 0.5
+            ops = {"X": x, "indices": indices.astype(feed or np.int64)}
+            return check_forward("GatherND", ops, attrs, tmp_path=tmp_path, feeds=("X", "indices") if feed else ("X",))
+        lead = indices.shape[:-1]
+        # torch indexes with one tensor per axis: the batch axes' own positions, then the tuples' columns.
+        where = tuple(torch.arange(shape[a]).view([-1 if d == a else 1 for d in range(len(lead))])
+                      for a in range(batch_dims))
+        where += tuple(_wrap(indices[..., j], shape[batch_dims + j]) for j in range(indices.shape[-1]))
+        x = normal(rng, *shape)
+        torch_fn = lambda x: x[where]
+        if feed is None:
+            return check_op_gradients("GatherND", {"X": x}, attrs, torch_fn, {"indices": indices}, tmp_path=tmp_path)
+        return check_node("GatherND", {"X": x, "indices": indices.astype(feed)}, torch_fn, attrs, tmp_path=tmp_path,
+                          feeds=("indices",))
+    case(f"GatherND-{name}", check)
+
+
+gather_nd("elements-repeated", (3, 4), i64([0, 1], [2, -1], [0, 1]))
+gather_nd("slices-negative-repeated", (4, 3, 2), i64([[2], [0]], [[-1], [2]]))
+gather_nd("one-tuple", (3, 4, 5), i64(1, -2))
+gather_nd("batch1-slices", (2, 3, 4), i64([[1], [1]], [[2], [-3]]), batch_dims=1)
+gather_nd("batch2-elements", (2, 3, 4, 5), i64([[[0, 4], [3, -1]], [[1, 1], [1, 1]], [[2, 0], [-4, 2]]],
+                                               [[[3, 3], [0, 0]], [[-1, -5], [2, 2]], [[1, 4], [0, 1]]]),
+          batch_dims=2)
+gather_nd("runtime-int64", (3, 4, 2), i64([2, 3], [-3, 0]), feed=np.int64)
+gather_nd("batch1-runtime-int32", (2, 5, 3), i64([[4], [0], [4]], [[-1], [2], [3]]), batch_dims=1, feed=np.int32)
+gather_nd("bool-data", (2, 1, 4, 4), i64([[0, 0, 3], [1, 0, 1]], [[1, 0, 0], [0, 0, -1]]), data=np.bool_)
+gather_nd("int64-data-batch1-runtime", (2, 3, 4), i64([[1], [-1]], [[0], [2]]), batch_dims=1, feed=np.int64,
+          data=np.int64)
+gather_nd("int32-data-elements", (4, 3), i64([3, 2], [-4, 0], [1, 1]), data=np.int32)
+
+
 # TopK: values' gradient goes to the chosen elements; the indices output stays unused
 def topk(name, shape, count, axis, largest):
     def check(tmp_path, rng):
@@ -187,6 +237,22 @@ def topk(name, shape, count, axis, largest):
 topk("last-axis-largest", (3, 6), 2, -1, 1)
 topk("axis0-smallest", (5, 3), 3, 0, 0)
 topk("middle-axis-all", (2, 4, 3), 4, 1, 1)
+
+
+# TopK's values and int64 indices, forward: float data, and integer data with ties (equal values come
+# lowest index first, as ONNX asks)
+def topk_indices(name, shape, count, axis, largest, data=np.float32):
+    def check(tmp_path, rng):
+        x = normal(rng, *shape) if data == np.float32 else rng.integers(-2, 3, size=shape).astype(data)
+        return check_forward("TopK", {"X": x, "K": i64(count)}, {"axis": axis, "largest": largest},
+                             tmp_path=tmp_path, feeds=("X",), outputs=("Y", "I"))
+    case(f"TopK-indices-{name}", check)
+
+
+topk_indices("last-axis-largest", (3, 6), 3, -1, 1)
+topk_indices("axis0-smallest", (5, 3), 2, 0, 0)
+topk_indices("int64-ties-middle-axis", (2, 7, 3), 4, 1, 1, np.int64)
+topk_indices("int32-ties-smallest", (3, 8), 5, 1, 0, np.int32)
 
 
 # Einsum: the equations exporters and attention write, and the general contraction's forms
@@ -226,6 +292,7 @@ def test_indexing_op(check, request, tmp_path):
 RUNTIME = {
     "GatherElements": ({"X": np.ones((3, 4), np.float32), "indices": np.zeros((2, 4), np.int64)}, {"axis": 0},
                        (2, 4)),
+    "GatherND": ({"X": np.ones((3, 4), np.float32), "indices": np.zeros((2, 2), np.int64)}, {}, (2,)),
     "ScatterElements": ({"data": np.ones((3, 4), np.float32), "indices": np.zeros((2, 4), np.int64),
                          "updates": np.ones((2, 4), np.float32)}, {"axis": 0, "reduction": "add"}, (3, 4)),
     "ScatterND": ({"data": np.ones((3, 4), np.float32), "indices": np.zeros((2, 2), np.int64),
@@ -238,12 +305,13 @@ def test_runtime_indices_out_of_range_are_refused_with_state_untouched(op, tmp_p
     operands, attrs, out_shape = RUNTIME[op]
     module, state = compile_module(_model(op, operands, attrs, ["Y"], out_shape, ("indices",)), tmp_path, loss=None)
     r = np.random.default_rng(0).normal(size=out_shape).astype(np.float32)
-    good = np.array([[2, -4], [0, 3]] if op == "ScatterND" else [[2, -3, 0, 1], [1, 1, 2, -1]])
+    tuples = op in ("GatherND", "ScatterND")
+    good = np.array([[2, -4], [0, 3]] if tuples else [[2, -3, 0, 1], [1, 1, 2, -1]])
     module(good, r)
     grads = {n: p.grad.copy() for n, p in state.parameters.items()}
-    # Too large, too negative (ScatterND: in the second column, whose extent is 4, not 3).
-    for bad in ([[2, 0], [0, 4]], [[-4, 0], [0, 0]]) if op == "ScatterND" else ([[3, 0, 0, 0], [0] * 4],
-                                                                                 [[0] * 4, [0, 0, -4, 0]]):
+    # Too large, too negative (index tuples: in the second column, whose extent is 4, not 3).
+    for bad in ([[2, 0], [0, 4]], [[-4, 0], [0, 0]]) if tuples else ([[3, 0, 0, 0], [0] * 4],
+                                                                     [[0] * 4, [0, 0, -4, 0]]):
         with pytest.raises(ValueError, match="out of range"):
             module(np.array(bad, np.int64), r)
         with pytest.raises(ValueError, match="out of range"):
@@ -263,18 +331,14 @@ REFUSED = [
     ("ScatterElements", {"data": np.ones((3, 4), np.float32), "indices": i64([0, 1]),
                          "updates": np.ones((1, 2), np.float32)}, {"reduction": "max"}, (3, 4),
      "no gradient for reduction 'max' \\(only 'none' and 'add'\\)"),
-    # Until run-time integer tensors exist the frontend refuses the int64 output; then TopK itself does.
-    ("TopK", {"X": np.ones((3, 4), np.float32), "K": i64(2)}, {}, (3, 2),
-     "indices output is unused|float32 tensors"),
+    ("GatherND", {"X": np.ones((2, 3, 4), np.float32), "indices": i64([[1, 0]], [[3, 0]])}, {"batch_dims": 1},
+     (2, 1), "index 3 out of range for an axis of 3"),
 ]
 
 
 @pytest.mark.parametrize("op, operands, attrs, out_shape, error", REFUSED, ids=[r[0] for r in REFUSED])
 def test_refused_in_one_line(op, operands, attrs, out_shape, error, tmp_path):
-    outputs = ["Y", "I"] if op == "TopK" else ["Y"]
-    model = _model(op, operands, attrs, outputs, out_shape)
-    if op == "TopK":  # the indices, read by no node, are a model output
-        model.graph.output.append(helper.make_tensor_value_info("I", TensorProto.INT64, out_shape))
+    model = _model(op, operands, attrs, ["Y"], out_shape)
     with pytest.raises(EdgetrainError, match=error) as refused:
         compile_module(model, tmp_path, loss=None)
     assert "\n" not in str(refused.value)

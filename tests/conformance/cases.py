@@ -210,6 +210,9 @@ CASES: dict[str, OpCases] = {
         included=("test_gather_0", "test_gather_1", "test_gather_2d_indices", "test_gather_negative_indices")),
     "GatherElements": OpCases(
         included=("test_gather_elements_0", "test_gather_elements_1", "test_gather_elements_negative_indices")),
+    "GatherND": OpCases(
+        included=("test_gathernd_example_float32", "test_gathernd_example_int32",
+                  "test_gathernd_example_int32_batch_dim1")),
     "Gelu": OpCases(
         included=("test_gelu_tanh_1", "test_gelu_tanh_2", "test_gelu_default_1", "test_gelu_default_2")),
     "Gemm": OpCases(
@@ -530,14 +533,9 @@ CASES: dict[str, OpCases] = {
     "Tile": OpCases(
         included=("test_tile", "test_tile_precomputed")),
     "TopK": OpCases(
-        included=(),
-        excluded={  # TopK runs when its int64 indices output is unused; every case outputs the indices
-            "test_top_k": NON_FLOAT_OUTPUT,
-            "test_top_k_negative_axis": NON_FLOAT_OUTPUT,
-            "test_top_k_smallest": NON_FLOAT_OUTPUT,
-            "test_top_k_same_values": INT_DATA,
-            "test_top_k_same_values_2d": INT_DATA,
-            "test_top_k_same_values_largest": INT_DATA,
+        included=("test_top_k", "test_top_k_negative_axis", "test_top_k_smallest", "test_top_k_same_values",
+                  "test_top_k_same_values_2d", "test_top_k_same_values_largest"),
+        excluded={
             "test_top_k_uint64": SMALL_INT_DATA,
         }),
     "Transpose": OpCases(
