@@ -135,12 +135,13 @@ class CheckpointState:
 
 
 def _as_c_dtype(name: str, dtype: np.dtype, value: np.ndarray) -> np.ndarray:
-    """`value` in `dtype`, the one input `name` takes in C, where the conversion loses nothing: only
-    int64 class labels or indices to int32."""
+    """`value` in `dtype`, the one input `name` takes in C, where the conversion loses nothing:
+    integers (class labels, indices, masks; int64 most often) and bools to int32."""
     if dtype == np.float32:
         raise ValueError(f"input {name!r} expects dtype float32, got {value.dtype}")
-    if value.dtype != np.int64:
-        raise ValueError(f"input {name!r} expects integer class labels or indices (int32 or int64), got {value.dtype}")
+    if value.dtype.kind not in "biu":
+        raise ValueError(f"input {name!r} expects integer class labels, indices or other integer or bool data "
+                         f"(int32 in the C), got {value.dtype}")
     if value.size and (value.min() < -(2**31) or value.max() >= 2**31):
         raise ValueError(f"input {name!r} has values outside the int32 range")
     return value.astype(np.int32)
@@ -174,6 +175,9 @@ class Module:
         labels = [self._spec(infos[meta["edgetrain.labels"]], batched)] if meta.get("edgetrain.labels") else []
         self._step_inputs = self._inputs + labels  # what a training or evaluation step takes
         self._outputs = [(name, tuple(shape), name in batched) for name, shape in json.loads(meta["edgetrain.outputs"])]
+        # infer writes integer and bool outputs as int32; they are returned in the model's dtype.
+        self._output_dtypes = [np.dtype(d) for d in json.loads(meta.get("edgetrain.output_dtypes", "null"))
+                               or ["float32"] * len(self._outputs)]
         self._loss = np.empty((), np.float32)  # written by each step, read before the next
         self._loss_arg = self._ffi.from_buffer("float[]", self._loss)
         _check(self._lib_call("init"), "init")
@@ -248,13 +252,15 @@ class Module:
         """The model's outputs for `inputs` (a batch of any size from 1 to the batch_size, as in
         __call__), computed by the generated C (dropout off)."""
         n, args = self._data_args(inputs, self._inputs)
-        outs = [np.empty((n,) + shape[1:] if batched else shape, np.float32) for _, shape, batched in self._outputs]
-        status = self._lib_call("infer", n, *args, *[self._ffi.from_buffer("float[]", o) for o in outs])
+        outs = [np.empty((n,) + shape[1:] if batched else shape, np.float32 if dtype == np.float32 else np.int32)
+                for (_, shape, batched), dtype in zip(self._outputs, self._output_dtypes)]
+        status = self._lib_call("infer", n, *args, *[self._ffi.from_buffer("float[]" if o.dtype == np.float32
+                                                                        else "int32_t[]", o) for o in outs])
         if status == BAD_ARGUMENT:
             raise ValueError("infer: an index input is out of range for the model (indices must lie in [-n, n) "
                              "for an axis of n)")
         _check(status, "infer")
-        return outs
+        return [o.astype(dtype, copy=False) for o, dtype in zip(outs, self._output_dtypes)]
 
     def train(self, mode: bool = True) -> "Module":
         self.training = bool(mode)

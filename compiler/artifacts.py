@@ -243,7 +243,8 @@ def _onnx_models(trainer: Trainer, prefix: str, model_c, probe: Trainer | None, 
     meta = {"edgetrain.prefix": prefix, "edgetrain.fingerprint": f"{trainer.fingerprint():016x}",
             "edgetrain.inputs": json.dumps(g.inputs),
             "edgetrain.labels": trainer.labels or "", "edgetrain.optimizer": trainer.optimizer.kind.value,
-            "edgetrain.outputs": json.dumps([[n, list(g.shape(n))] for n in g.outputs])}
+            "edgetrain.outputs": json.dumps([[n, list(g.shape(n))] for n in g.outputs]),
+            "edgetrain.output_dtypes": json.dumps([str(g.values[n].dtype) for n in g.outputs])}
     batch = _batch_meta(trainer, model_c, model)
     meta["edgetrain.batch"] = json.dumps(batch)
     onnx.helper.set_model_props(training, meta)

@@ -148,9 +148,9 @@ static inline int et_row_offset_(int rank, const int *idx, const int *strides)
     return off;
 }
 
-/* ONNX Where with three broadcast operands.  The condition is a
- * compile-time constant, stored like every constant as floats (0 or 1). */
-static inline void et_where_f32(int rank, const int *shape, const float *Cond,
+/* ONNX Where with three broadcast operands.  The condition is bool, an
+ * int32_t 0 or 1 like every bool tensor (et_integer.h). */
+static inline void et_where_f32(int rank, const int *shape, const int32_t *Cond,
                                 const int *c_strides, const float *X, const int *x_strides,
                                 const float *Y, const int *y_strides, float *Out)
 {
@@ -164,8 +164,8 @@ static inline void et_where_f32(int rank, const int *shape, const float *Cond,
         xo = et_row_offset_(rank, idx, x_strides);
         yo = et_row_offset_(rank, idx, y_strides);
         for (i = 0; i < inner; ++i)
-            Out[o + i] = Cond[co + i * c_strides[rank - 1]] != 0.0f ? X[xo + i * x_strides[rank - 1]]
-                                                                    : Y[yo + i * y_strides[rank - 1]];
+            Out[o + i] = Cond[co + i * c_strides[rank - 1]] ? X[xo + i * x_strides[rank - 1]]
+                                                            : Y[yo + i * y_strides[rank - 1]];
         for (d = rank - 2; d >= 0; --d) {
             if (++idx[d] < shape[d])
                 break;

@@ -111,8 +111,9 @@ def differentiate(graph: Graph, loss: str, wrt: list[str]) -> tuple[dict[str, st
         if not any(name in reaches for name in node.outputs):
             continue
         spec = lookup(node)
+        # Integer and bool values (indices, masks) take no gradient.
         needs = tuple(bool(name) and name in depends and name in reaches and slot not in spec.const_inputs
-                      for slot, name in enumerate(node.inputs))
+                      and graph.values[name].dtype == np.float32 for slot, name in enumerate(node.inputs))
         if not any(needs):
             continue
         dys = [total(name) for name in node.outputs]

@@ -106,10 +106,11 @@ class GradInfo:
 class ModelC:
     prefix: str
     input_sizes: tuple[int, ...]
-    input_types: tuple[str, ...]  # "float" | "int32_t" (integer indices, such as token ids)
+    input_types: tuple[str, ...]  # "float" | "int32_t" (integer and bool tensors)
     label_type: str | None  # "float" | "int32_t"
     label_size: int
     output_sizes: tuple[int, ...]
+    output_types: tuple[str, ...]  # of infer's outputs, as input_types
     train: Function
     eval: Function
     infer: Function
@@ -122,6 +123,7 @@ class ModelC:
     param_init: Floats
     buffer_init: Floats
     consts: Floats
+    int_consts: tuple[int, ...]  # integer and bool constants read at run time
     state_slots: int
     optimizer: str
     hyper: dict
@@ -172,11 +174,21 @@ class _Storage:
         for name in trainer.frozen:
             self._add_const(name, g.params[name])
         self.frozen_floats = self.const_floats
+        self.int_consts: list[int] = []  # integer and bool constants read at run time, as int32_t
 
     def _add_const(self, name, array):
         self.fixed[name] = Arg("ptr", "et_consts", self.const_floats)
         self.consts.append(np.asarray(array, np.float32).ravel())
         self.const_floats += int(np.asarray(array).size)
+
+    def _add_int_const(self, name, array):
+        array = np.asarray(array).ravel().astype(np.int64)
+        outside = array[(array < -(2**31)) | (array >= 2**31)]
+        if outside.size:
+            raise EdgetrainError(f"constant '{name}' holds {int(outside[0])}, outside int32's range: the C keeps "
+                                 "integer tensors as int32_t")
+        self.fixed[name] = Arg("ptr", "et_int_consts", len(self.int_consts))
+        self.int_consts += array.tolist()
 
     def locate(self, name: str) -> Arg | None:
         """Fixed storage for `name`, or None when it belongs in the arena."""
@@ -187,18 +199,29 @@ class _Storage:
             value = self.trainer.graph.constants[name]
             if name in self.batch_consts:
                 value = np.full(self.batch_consts[name], value.flat[0], value.dtype)
-            self._add_const(name, value)
+            (self._add_int_const if _is_int(value.dtype) else self._add_const)(name, value)
         return self.fixed.get(name)
 
 
-# The arena is a union of equally long float and uint32_t arrays (templates/model.c.j2), so each
-# tensor is read and written through an lvalue of its own type wherever the planner puts it.
-_ARENA_VIEWS = {np.dtype(np.float32): "et_arena.f", np.dtype(np.uint32): "et_arena.u"}
+# The arena is a union of equally long float, uint32_t and int32_t arrays (templates/model.c.j2),
+# so each tensor is read and written through an lvalue of its own type wherever the planner puts it.
+# Integer tensors, int32 or int64 in the model, and bool ones (0 or 1) are all int32_t in the C.
+_ARENA_VIEWS = {np.dtype(np.float32): "et_arena.f", np.dtype(np.uint32): "et_arena.u",
+                **{np.dtype(t): "et_arena.i" for t in (np.int32, np.int64, np.bool_)}}
+
+
+def _is_int(dtype) -> bool:
+    return np.dtype(dtype).kind in "bi"
+
+
+def _c_type(dtype) -> str:
+    """The C type of a model input or output's elements."""
+    return "int32_t" if _is_int(dtype) else "float"
 
 
 def _words(value) -> int:
-    """The 4-byte words a tensor takes in the arena."""
-    return -(-value.size * value.dtype.itemsize // 4)
+    """The 4-byte words a tensor takes in the arena: one per element, whatever its dtype."""
+    return value.size
 
 
 def _lower(trainer: Trainer, storage: _Storage, nodes: list[Node], results: list[str],
@@ -394,16 +417,18 @@ def build(trainer: Trainer, prefix: str, federated: bool = False, fused_update: 
     return ModelC(
         prefix=prefix,
         input_sizes=tuple(g.values[n].size for n in g.inputs),
-        input_types=tuple("float" if g.values[n].dtype == np.float32 else "int32_t" for n in g.inputs),
-        label_type=None if labels is None else ("float" if labels.dtype == np.float32 else "int32_t"),
+        input_types=tuple(_c_type(g.values[n].dtype) for n in g.inputs),
+        label_type=None if labels is None else _c_type(labels.dtype),
         label_size=labels.size if labels else 0,
         output_sizes=tuple(g.values[n].size for n in g.outputs),
+        output_types=tuple(_c_type(g.values[n].dtype) for n in g.outputs),
         train=train, eval=evaluate, infer=infer,
         train_loss=train_at[trainer.loss], eval_loss=eval_at[trainer.loss],
         infer_outputs=tuple(infer_at[n] for n in g.outputs),
         grads=tuple(grads), state_updates=updates, params=params,
         param_init=Floats(g.params[n] for n in trainer.trainable),
         buffer_init=Floats(g.buffers[n] for n in trainer.buffers), consts=Floats(storage.consts),
+        int_consts=tuple(storage.int_consts),
         state_slots=len(opt.state_slots), optimizer=opt.kind.value, hyper=opt.attrs(),
         learning_rate=opt.lr, max_grad_norm=opt.max_grad_norm,
         fingerprint=trainer.fingerprint(), table=table, header_bytes=HEADER.size,
@@ -419,10 +444,12 @@ class InferenceC:
     input_sizes: tuple[int, ...]
     input_types: tuple[str, ...]
     output_sizes: tuple[int, ...]
+    output_types: tuple[str, ...]
     infer: Function
     infer_outputs: tuple[Arg, ...]
     buffer_init: Floats
     consts: Floats
+    int_consts: tuple[int, ...]
     max_batch: int = 1  # as in ModelC
     fixed_batch: str | None = None
     batch_consts: tuple[Affine, ...] = ()
@@ -439,11 +466,12 @@ def build_inference(trainer: Trainer, prefix: str, batch_consts: dict[str, Affin
     return InferenceC(
         prefix=prefix,
         input_sizes=tuple(g.values[n].size for n in g.inputs),
-        input_types=tuple("float" if g.values[n].dtype == np.float32 else "int32_t" for n in g.inputs),
+        input_types=tuple(_c_type(g.values[n].dtype) for n in g.inputs),
         output_sizes=tuple(g.values[n].size for n in g.outputs),
+        output_types=tuple(_c_type(g.values[n].dtype) for n in g.outputs),
         infer=infer, infer_outputs=tuple(infer_at[n] for n in g.outputs),
-        buffer_init=Floats(g.buffers[n] for n in trainer.buffers),
-        consts=Floats(storage.consts), batch_consts=tuple(storage.batch_values),
+        buffer_init=Floats(g.buffers[n] for n in trainer.buffers), consts=Floats(storage.consts),
+        int_consts=tuple(storage.int_consts), batch_consts=tuple(storage.batch_values),
     )
 
 # ---- the batch: a trainer compiled for a batch of N runs any batch n from 1 to N ----
@@ -604,7 +632,7 @@ def _batched(models, trainers, batches, consts):
     m = models[0]
     functions = ("infer",) if isinstance(m, InferenceC) else ("train", "eval", "infer")
     for other, batch in zip(models[1:], batches[1:]):
-        if (other.consts, other.batch_consts) != (m.consts, m.batch_consts):
+        if (other.consts, other.int_consts, other.batch_consts) != (m.consts, m.int_consts, m.batch_consts):
             read = {a.value[0] for f in functions for s in getattr(m, f).stmts for a in s.args
                     if a.kind == "ptr" and isinstance(a.value, tuple)}
             changed = [name for name in read - set(consts) if name in trainers[0].graph.constants and not all(

@@ -5,20 +5,23 @@ import numpy as np
 from ..errors import EdgetrainError
 from ..ir import COUNTER, ET_DOMAIN, Node
 from ..ir.graph import frozen_attrs
+from .integer import is_integer
 from .registry import Counter, at_least_1d, broadcast_strides, merged_axes, op
 
 
-def _unary(name, fn, grad=None, domain=""):
-    """Register an op whose kernel is `fn(n, X, Y)`."""
+def _unary(name, fn, grad=None, domain="", integer=None):
+    """Register an op whose kernel is `fn(n, X, Y)`, or `integer(n, X, Y)` on integer tensors."""
 
     class Unary:
         inplace = (0,)
 
         @staticmethod
         def kernel(k, node):
-            return [k.call(fn, k.size(node.outputs[0]), node.inputs[0], node.outputs[0])]
+            y = node.outputs[0]
+            return [k.call(integer if integer and is_integer(k.graph, y) else fn, k.size(y), node.inputs[0], y)]
 
     Unary.grad = staticmethod(grad) if grad else None
+    Unary.integer = bool(integer)
     op(name, domain=domain)(Unary)
 
 
@@ -96,10 +99,10 @@ _unary("Sqrt", "et_sqrt_f32", lambda g, node, dy: [g.emit("SqrtGrad", [dy[0], no
 # exp' is the result itself (convention 2: rules may use the forward result).
 _unary("Exp", "et_exp_f32", lambda g, node, dy: [g.emit("Mul", [dy[0], node.outputs[0]])])
 _unary("Log", "et_log_f32", lambda g, node, dy: [g.emit("Div", [dy[0], node.inputs[0]])])
-_unary("Neg", "et_neg_f32", lambda g, node, dy: [g.emit("Neg", [dy[0]])])
+_unary("Neg", "et_neg_f32", lambda g, node, dy: [g.emit("Neg", [dy[0]])], integer="et_neg_i32")
 _unary("Abs", "et_abs_f32", lambda g, node, dy: [g.emit("Mul", [dy[0], g.emit("Sign", [node.inputs[0]])])])
 _unary("Sign", "et_sign_f32", lambda g, node, dy: [None])  # zero almost everywhere
-_unary("Identity", "et_copy_f32", lambda g, node, dy: [dy[0]])
+_unary("Identity", "et_copy_f32", lambda g, node, dy: [dy[0]], integer="et_copy_i32")
 
 
 # Sin and Cos (rotary embeddings) from et_math.h; 1/x's derivative -1/x^2 is -y*y (torch's order).
@@ -168,7 +171,10 @@ class Pow:
         return [g.emit("PowGrad", [dy[0], node.inputs[0]], {"exponent": p}, domain=ET_DOMAIN), None]
 
 
-def _binary(name, fn, grad):
+def _binary(name, fn, grad, integer=None):
+    """Register an op whose kernel is `fn(rank, shape, A, a_strides, B, b_strides, Y)`, or
+    `integer(...)` on integer tensors."""
+
     class Binary:
         inplace = (0, 1)  # each output element is written after its own inputs are read
 
@@ -179,18 +185,21 @@ def _binary(name, fn, grad):
             out = at_least_1d(k.shape(y))
             shape, a_strides, b_strides = merged_axes(out, broadcast_strides(k.shape(a), out),
                                                       broadcast_strides(k.shape(b), out))
-            return [k.call(fn, len(shape), shape, a, a_strides, b, b_strides, y)]
+            kernel = integer if integer and is_integer(k.graph, y) else fn
+            return [k.call(kernel, len(shape), shape, a, a_strides, b, b_strides, y)]
 
     Binary.grad = staticmethod(grad)
+    Binary.integer = bool(integer)
     op(name)(Binary)
 
 
 # Gradients come back in the output's (broadcast) shape; the driver reduces them to each input's.
-_binary("Add", "et_add_f32", lambda g, node, dy: [dy[0], dy[0]])
-_binary("Sub", "et_sub_f32", lambda g, node, dy: [dy[0], g.emit("Neg", [dy[0]]) if g.needs(1) else None])
+_binary("Add", "et_add_f32", lambda g, node, dy: [dy[0], dy[0]], integer="et_add_i32")
+_binary("Sub", "et_sub_f32", lambda g, node, dy: [dy[0], g.emit("Neg", [dy[0]]) if g.needs(1) else None],
+        integer="et_sub_i32")
 _binary("Mul", "et_mul_f32", lambda g, node, dy: [
     g.emit("Mul", [dy[0], node.inputs[1]]) if g.needs(0) else None,
-    g.emit("Mul", [dy[0], node.inputs[0]]) if g.needs(1) else None])
+    g.emit("Mul", [dy[0], node.inputs[0]]) if g.needs(1) else None], integer="et_mul_i32")
 # d(a/b)/db = -dy * a / b^2 = -dy * y / b
 _binary("Div", "et_div_f32", lambda g, node, dy: [
     g.emit("Div", [dy[0], node.inputs[1]]) if g.needs(0) else None,

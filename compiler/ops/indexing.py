@@ -1,11 +1,12 @@
 """Ops that select elements: Slice, Tile, Gather (constant or run-time indices), Trilu (constant k),
-Where (constant condition), and variadic Max / Min."""
+Where, and variadic Max / Min."""
 
 import numpy as np
 
 from ..errors import EdgetrainError
 from ..ir import ET_DOMAIN
 from .elementwise import _f32
+from .integer import typed
 from .registry import Tensor, at_least_1d, broadcast_strides, contiguous_strides, op, split_axis
 
 
@@ -35,13 +36,15 @@ def _slice_view(k, node):
 
 @op("Slice", const_inputs=(1, 2, 3, 4))
 class Slice:
+    integer = True
+
     @staticmethod
     def kernel(k, node):
         # A slice is a strided read from its first element: et_expand_f32 walks any strides,
         # negative ones included.
         x, y = node.inputs[0], node.outputs[0]
         offset, strides = _slice_view(k, node)
-        return [k.call("et_expand_f32", len(k.shape(y)), k.shape(y), Tensor(x, offset), strides, y)]
+        return [k.call(typed(k, "et_expand", y), len(k.shape(y)), k.shape(y), Tensor(x, offset), strides, y)]
 
     @staticmethod
     def grad(g, node, dy):
@@ -110,8 +113,8 @@ class Tile:
         return [g.reshape(summed, g.shape(node.inputs[0])), None]
 
 
-# ---- Gather (gradient: scatter-add into the data). Indices are compile-time constants or an
-# integer model input (token ids), which arrives as int32_t and is range-checked before use. ----
+# ---- Gather (gradient: scatter-add into the data). Indices are compile-time constants or
+# integer tensors known at run time (token ids, position ids), range-checked before use. ----
 
 def _gather_calls(k, node, data_shape, fn, *tensors):
     """Calls of `fn(outer, axis extent, inner, count, constant indices, run-time indices, *tensors)`
@@ -131,10 +134,12 @@ def _gather_calls(k, node, data_shape, fn, *tensors):
 
 @op("Gather", index_inputs=(1,))
 class Gather:
+    integer = True
+
     @staticmethod
     def kernel(k, node):
         x, y = node.inputs[0], node.outputs[0]
-        return _gather_calls(k, node, k.shape(x), "et_gather_f32", x, y)
+        return _gather_calls(k, node, k.shape(x), typed(k, "et_gather", x), x, y)
 
     @staticmethod
     def grad(g, node, dy):
@@ -193,16 +198,18 @@ class Trilu:
         return [g.emit("Trilu", [dy[0], *node.inputs[1:]], {"upper": int(node.attr("upper", 1))}), None]
 
 
-# ---- Where: the condition is a compile-time constant (comparisons of constants fold to one) ----
+# ---- Where: a bool condition (constant or computed), float or integer branches ----
 
-@op("Where", const_inputs=(0,))
+@op("Where")
 class Where:
+    integer = True
+
     @staticmethod
     def kernel(k, node):
         y = node.outputs[0]
         shape = at_least_1d(k.shape(y))
         args = [a for name in node.inputs for a in (name, broadcast_strides(k.shape(name), shape))]
-        return [k.call("et_where_f32", len(shape), shape, *args, y)]
+        return [k.call(typed(k, "et_where", y), len(shape), shape, *args, y)]
 
     @staticmethod
     def grad(g, node, dy):

@@ -78,6 +78,9 @@ class OpDef:
     # bit mask): the driver runs it in the forward pass as soon as its inputs exist, so they need
     # not stay alive until the backward pass, and recomputation keeps its result.
     residual: bool = False
+    # The kernel also takes integer and bool tensors (each an int32_t in the C) at any input or
+    # output, picking its kernel by dtype; other ops compute float32 (integers only at index_inputs).
+    integer: bool = False
 
 
 REGISTRY: dict[tuple[str, str], OpDef] = {}
@@ -102,6 +105,7 @@ def op(name: str, *, domain: str = "", const_inputs=(), index_inputs=()):
             inplace=tuple(getattr(cls, "inplace", ())),
             dtypes=tuple(getattr(cls, "dtypes", ())),
             residual=bool(getattr(cls, "residual", False)),
+            integer=bool(getattr(cls, "integer", False)),
         )
         return cls
 

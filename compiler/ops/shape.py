@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from .integer import typed
 from .registry import Tensor, at_least_1d, broadcast_strides, op, split_axis
 
 
@@ -10,11 +11,12 @@ def _as_reshape(g, node, dy):
 
 
 def _copy(k, node):
-    return [k.call("et_copy_f32", k.size(node.outputs[0]), node.inputs[0], node.outputs[0])]
+    y = node.outputs[0]
+    return [k.call(typed(k, "et_copy", y), k.size(y), node.inputs[0], y)]
 
 
 for _name, _consts in (("Reshape", (1,)), ("Flatten", ()), ("Squeeze", (1,)), ("Unsqueeze", (1,))):
-    op(_name, const_inputs=_consts)(type(_name, (), {"kernel": staticmethod(_copy),
+    op(_name, const_inputs=_consts)(type(_name, (), {"kernel": staticmethod(_copy), "integer": True,
                                                      "grad": staticmethod(_as_reshape)}))
 
 
@@ -25,11 +27,13 @@ def _perm(node, rank):
 
 @op("Transpose")
 class Transpose:
+    integer = True
+
     @staticmethod
     def kernel(k, node):
         shape = k.shape(node.inputs[0])
-        return [k.call("et_transpose_f32", len(shape), at_least_1d(shape), at_least_1d(_perm(node, len(shape))),
-                       node.inputs[0], node.outputs[0])]
+        return [k.call(typed(k, "et_transpose", node.outputs[0]), len(shape), at_least_1d(shape),
+                       at_least_1d(_perm(node, len(shape))), node.inputs[0], node.outputs[0])]
 
     @staticmethod
     def grad(g, node, dy):
@@ -39,6 +43,8 @@ class Transpose:
 
 @op("Concat")
 class Concat:
+    integer = True
+
     @staticmethod
     def kernel(k, node):
         y = node.outputs[0]
@@ -47,7 +53,7 @@ class Concat:
         calls, offset = [], 0
         for x in node.inputs:
             width = k.size(x) // max(outer, 1)
-            calls.append(k.call("et_copy_block_f32", outer, width, x, width, Tensor(y, offset), row))
+            calls.append(k.call(typed(k, "et_copy_block", y), outer, width, x, width, Tensor(y, offset), row))
             offset += width
         return calls
 
@@ -81,11 +87,13 @@ class Split:
 
 @op("Expand", const_inputs=(1,))
 class Expand:
+    integer = True
+
     @staticmethod
     def kernel(k, node):
         x, y = node.inputs[0], node.outputs[0]
         shape = at_least_1d(k.shape(y))
-        return [k.call("et_expand_f32", len(shape), shape, x, broadcast_strides(k.shape(x), shape), y)]
+        return [k.call(typed(k, "et_expand", y), len(shape), shape, x, broadcast_strides(k.shape(x), shape), y)]
 
     @staticmethod
     def grad(g, node, dy):

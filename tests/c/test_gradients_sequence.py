@@ -263,11 +263,11 @@ def test_token_ids_out_of_range_are_refused_with_state_untouched(tmp_path):
     np.testing.assert_array_equal(state.parameters["W"].grad, 2 * grad)
 
 
-def test_integer_inputs_only_index(tmp_path):
-    nodes = [helper.make_node("Reshape", ["ids", "flat"], ["row"], name="flatten"),
+def test_integer_inputs_only_reach_integer_kernels(tmp_path):
+    nodes = [helper.make_node("Relu", ["ids"], ["row"], name="relu"),
              helper.make_node("Gather", ["W", "row"], ["Y"])]
-    model = _graph_model(nodes, {"W": normal((6, 3)), "flat": i64(-1)}, {"ids": np.zeros((2, 3), np.int64)}, (6, 3))
-    refused = "input 'ids' has dtype int64 and is read by node 'flatten' \\(Reshape\\) input 0"
+    model = _graph_model(nodes, {"W": normal((6, 3))}, {"ids": np.zeros((2, 3), np.int64)}, (2, 3, 3))
+    refused = "node 'relu' \\(Relu\\) reads int64 'ids' at input 0; Relu computes float32 tensors only"
     with pytest.raises(EdgetrainError, match=refused):
         compile_module(model, tmp_path, loss=None)
     model = _graph_model([helper.make_node("Add", ["x", "W"], ["Y"])], {"W": normal((2,))},

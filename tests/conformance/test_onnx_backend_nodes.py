@@ -7,10 +7,10 @@ why); the first test fails on a case it does not list.
 
 Each case's node keeps its inputs as the op takes them: those the op needs at compile time
 (the registry's const_inputs: axes, shapes, bounds) become initializers, the others graph inputs
-(integer ones are indices, which the C reads as int32; cases.py names the cases whose integer
-data run as float32). The cases of one opset are merged into one model, names prefixed per case,
+(integer and bool ones the C reads as int32; cases.py names the cases whose integer data run as
+float32). The cases of one opset are merged into one model, names prefixed per case,
 and compiled for inference only, so one gcc run covers them; each case is then its own test,
-comparing its outputs from `infer` with ONNX's.
+comparing its outputs from `infer` with ONNX's (integer and bool outputs exactly).
 
 Tolerance: |C - ONNX| <= ATOL + RTOL * |ONNX| elementwise. RTOL = 1e-5 is about 80 float32 ulps:
 room for sums accumulated in another order and for exp/log/tanh from et_math.h against ONNX's
@@ -138,8 +138,12 @@ def run_batch(names: list[str], directory: Path) -> dict[str, list[np.ndarray] |
         return run_batch(names[:half], directory) | run_batch(names[half:], directory)
     args = [ffi.from_buffer("float[]", np.ascontiguousarray(a)) if a.dtype == np.float32
             else ffi.from_buffer("int32_t[]", np.ascontiguousarray(a, np.int32)) for case in feeds for a in case]
-    results = [np.zeros([d.dim_value for d in o.type.tensor_type.shape.dim], np.float32) for o in model.graph.output]
-    status = lib.model_infer(lib.MODEL_MAX_BATCH, *args, *[ffi.from_buffer("float[]", r) for r in results])
+    # Integer and bool outputs come back as int32, as the C keeps them.
+    results = [np.zeros([d.dim_value for d in o.type.tensor_type.shape.dim],
+                        np.float32 if o.type.tensor_type.elem_type == onnx.TensorProto.FLOAT else np.int32)
+               for o in model.graph.output]
+    status = lib.model_infer(lib.MODEL_MAX_BATCH, *args, *[ffi.from_buffer("float[]" if r.dtype == np.float32
+                                                                           else "int32_t[]", r) for r in results])
     if status != 0:
         return {name: f"infer returned status {status}" for name in names}
     got, at = {}, 0
@@ -180,7 +184,10 @@ def test_case_matches_onnx(name, c_outputs):
     assert not isinstance(got, str), got
     rtol = TOLERANCE.get(name, (RTOL, ""))[0]
     for index, (ours, want) in enumerate(zip(got, backend_cases()[name].data_sets[0][1], strict=True)):
-        np.testing.assert_allclose(ours, want, rtol=rtol, atol=ATOL, err_msg=f"{name} output {index}")
+        if ours.dtype == np.int32:  # integers and bools: exactly
+            np.testing.assert_array_equal(ours, np.asarray(want).astype(np.int64), err_msg=f"{name} output {index}")
+        else:
+            np.testing.assert_allclose(ours, want, rtol=rtol, atol=ATOL, err_msg=f"{name} output {index}")
 
 
 @pytest.mark.parametrize("name, error", REFUSED)

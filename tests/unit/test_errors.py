@@ -42,11 +42,11 @@ CASES = {
         [helper.make_node("Relu", ["x"], ["y"])], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, "T"])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, "T"])]), {"batch_size": 2},
         ["dynamic shape", "'x' axis 1 (T)"]),
-    "integer input": (lambda: model_with(
+    "int8 input": (lambda: model_with(
         [helper.make_node("Cast", ["x"], ["xf"], to=TensorProto.FLOAT), helper.make_node("Mul", ["xf", "w"], ["y"])],
-        [helper.make_tensor_value_info("x", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("x", TensorProto.INT8, [2])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
-        [numpy_helper.from_array(np.ones(2, np.float32), "w")]), {}, ["input 'x'", "int64", "float32"]),
+        [numpy_helper.from_array(np.ones(2, np.float32), "w")]), {}, ["input 'x'", "int8", "float32, int32, int64"]),
     "unknown requires_grad": (mlp, {"batch_size": 4, "requires_grad": ["fc0.weight", "nope"]},
                               ["unknown initializer", "'nope'"]),
     "unknown frozen": (mlp, {"batch_size": 4, "frozen_params": ["fc9.bias"]}, ["unknown initializer", "'fc9.bias'"]),

@@ -1,0 +1,327 @@
+/* edgetrain runtime: integer and bool tensors (attention masks, position
+ * ids, labels, dropout masks).  The C keeps every integer tensor, int32 or
+ * int64 in the model, and every bool tensor (0 or 1) as int32_t; kernels
+ * whose name ends in _i32 take such tensors, those ending in _f32 take
+ * floats and write int32_t where the op's result is integer or bool.
+ *
+ * Integer arithmetic wraps modulo 2^32, computed on uint32_t so no
+ * overflow is undefined behaviour.  Shapes, strides and broadcasting are
+ * as in et_elementwise.h; outputs must not overlap inputs unless a
+ * function says otherwise. */
+#ifndef ET_INTEGER_H
+#define ET_INTEGER_H
+
+/* A uint32_t as the int32_t with the same bits, without the
+ * implementation-defined conversion. */
+static inline int32_t et_wrap_i32_(uint32_t u)
+{
+    return u <= 0x7fffffffu ? (int32_t)u : -(int32_t)(~u) - 1;
+}
+
+/* ---- moving elements: the float kernels' integer twins ---- */
+
+static inline void et_copy_i32(int n, const int32_t *X, int32_t *Y)
+{
+    if (n > 0 && X != Y)
+        memmove(Y, X, (size_t)n * sizeof(int32_t));
+}
+
+/* Y[o] = X[x_strides . index(o)]: Expand, and Slice from its first element. */
+static inline void et_expand_i32(int rank, const int *shape, const int32_t *X,
+                                 const int *x_strides, int32_t *Y)
+{
+    int n = et_numel_(rank, shape), i, o, inner, sx;
+    int idx[ET_MAX_RANK] = {0}, xo = 0, unused = 0;
+    if (n == 0)
+        return;
+    inner = shape[rank - 1];
+    sx = x_strides[rank - 1];
+    for (o = 0; o < n; o += inner) {
+        for (i = 0; i < inner; ++i)
+            Y[o + i] = X[xo + i * sx];
+        et_bcast_next_(rank, shape, idx, x_strides, &xo, x_strides, &unused);
+    }
+}
+
+/* Transpose: output axis d is input axis perm[d], read through strides. */
+static inline void et_transpose_i32(int rank, const int *in_shape, const int *perm,
+                                    const int32_t *X, int32_t *Y)
+{
+    int in_strides[ET_MAX_RANK] = {0}, shape[ET_MAX_RANK] = {0}, strides[ET_MAX_RANK] = {0};
+    int d, step = 1;
+    if (rank < 1) {  /* a scalar */
+        Y[0] = X[0];
+        return;
+    }
+    for (d = rank - 1; d >= 0; --d) {
+        in_strides[d] = step;
+        step *= in_shape[d];
+    }
+    for (d = 0; d < rank; ++d) {
+        shape[d] = in_shape[perm[d]];
+        strides[d] = in_strides[perm[d]];
+    }
+    et_expand_i32(rank, shape, X, strides, Y);
+}
+
+static inline void et_copy_block_i32(int outer, int inner, const int32_t *X, int x_stride,
+                                     int32_t *Y, int y_stride)
+{
+    int o;
+    if (inner <= 0)
+        return;
+    for (o = 0; o < outer; ++o)
+        memcpy(Y + (size_t)o * (size_t)y_stride, X + (size_t)o * (size_t)x_stride,
+               (size_t)inner * sizeof(int32_t));
+}
+
+/* Gather as et_gather_f32: constant or run-time indices (exactly one
+ * pointer given), checked by the caller; one out of range gives zeros. */
+static inline void et_gather_i32(int outer, int axis_dim, int inner, int n_indices,
+                                 const int *const_indices, const int32_t *indices, const int32_t *X,
+                                 int32_t *Y)
+{
+    int o, j, k;
+    int32_t *dst;
+    for (o = 0; o < outer; ++o)
+        for (j = 0; j < n_indices; ++j) {
+            k = const_indices ? const_indices[j] : (int)indices[j];
+            k = k < 0 ? k + axis_dim : k;
+            dst = Y + ((size_t)o * (size_t)n_indices + (size_t)j) * (size_t)inner;
+            if (k < 0 || k >= axis_dim)
+                memset(dst, 0, (size_t)inner * sizeof(int32_t));
+            else
+                memcpy(dst, X + ((size_t)o * (size_t)axis_dim + (size_t)k) * (size_t)inner,
+                       (size_t)inner * sizeof(int32_t));
+        }
+}
+
+/* Where over integer branches; the condition is bool (int32_t, 0 or 1). */
+static inline void et_where_i32(int rank, const int *shape, const int32_t *Cond,
+                                const int *c_strides, const int32_t *X, const int *x_strides,
+                                const int32_t *Y, const int *y_strides, int32_t *Out)
+{
+    int n = et_numel_(rank, shape), i, o, d, inner, co, xo, yo;
+    int idx[ET_MAX_RANK] = {0};
+    if (n == 0)
+        return;
+    inner = shape[rank - 1];
+    for (o = 0; o < n; o += inner) {
+        for (d = 0, co = xo = yo = 0; d < rank - 1; ++d) {
+            co += idx[d] * c_strides[d];
+            xo += idx[d] * x_strides[d];
+            yo += idx[d] * y_strides[d];
+        }
+        for (i = 0; i < inner; ++i)
+            Out[o + i] = Cond[co + i * c_strides[rank - 1]] ? X[xo + i * x_strides[rank - 1]]
+                                                            : Y[yo + i * y_strides[rank - 1]];
+        for (d = rank - 2; d >= 0; --d) {
+            if (++idx[d] < shape[d])
+                break;
+            idx[d] = 0;
+        }
+    }
+}
+
+/* ---- broadcasting binary ops with an int32_t result ---- */
+
+/* Y = EXPR(a, b) over two broadcast operands of type T. */
+#define ET_DEFINE_BINARY_I_(name, T, EXPR)                                     \
+    static inline void name(int rank, const int *shape, const T *A,           \
+                            const int *a_strides, const T *B,                 \
+                            const int *b_strides, int32_t *Y)                 \
+    {                                                                          \
+        int n = et_numel_(rank, shape), i, o, inner, sa, sb;                   \
+        int idx[ET_MAX_RANK] = {0}, ao = 0, bo = 0;                            \
+        if (n == 0)                                                            \
+            return;                                                            \
+        inner = shape[rank - 1];                                               \
+        sa = a_strides[rank - 1];                                              \
+        sb = b_strides[rank - 1];                                              \
+        for (o = 0; o < n; o += inner) {                                       \
+            for (i = 0; i < inner; ++i) {                                      \
+                const T a = A[ao + i * sa], b = B[bo + i * sb];                \
+                Y[o + i] = (EXPR);                                             \
+            }                                                                  \
+            et_bcast_next_(rank, shape, idx, a_strides, &ao, b_strides, &bo);  \
+        }                                                                      \
+    }
+
+ET_DEFINE_BINARY_I_(et_add_i32, int32_t, et_wrap_i32_((uint32_t)a + (uint32_t)b))
+ET_DEFINE_BINARY_I_(et_sub_i32, int32_t, et_wrap_i32_((uint32_t)a - (uint32_t)b))
+ET_DEFINE_BINARY_I_(et_mul_i32, int32_t, et_wrap_i32_((uint32_t)a * (uint32_t)b))
+ET_DEFINE_BINARY_I_(et_and_i32, int32_t, a && b)
+ET_DEFINE_BINARY_I_(et_or_i32, int32_t, a || b)
+ET_DEFINE_BINARY_I_(et_xor_i32, int32_t, !a != !b)
+/* Comparisons give 0 or 1; any comparison with NaN is false, as in ONNX. */
+ET_DEFINE_BINARY_I_(et_equal_i32, int32_t, a == b)
+ET_DEFINE_BINARY_I_(et_less_i32, int32_t, a < b)
+ET_DEFINE_BINARY_I_(et_greater_i32, int32_t, a > b)
+ET_DEFINE_BINARY_I_(et_less_equal_i32, int32_t, a <= b)
+ET_DEFINE_BINARY_I_(et_greater_equal_i32, int32_t, a >= b)
+ET_DEFINE_BINARY_I_(et_equal_f32, float, a == b)
+ET_DEFINE_BINARY_I_(et_less_f32, float, a < b)
+ET_DEFINE_BINARY_I_(et_greater_f32, float, a > b)
+ET_DEFINE_BINARY_I_(et_less_equal_f32, float, a <= b)
+ET_DEFINE_BINARY_I_(et_greater_equal_f32, float, a >= b)
+
+#undef ET_DEFINE_BINARY_I_
+
+/* ---- unary ops ---- */
+
+static inline void et_neg_i32(int n, const int32_t *X, int32_t *Y)
+{
+    int i;
+    for (i = 0; i < n; ++i)
+        Y[i] = et_wrap_i32_(0u - (uint32_t)X[i]);
+}
+
+static inline void et_not_i32(int n, const int32_t *X, int32_t *Y)
+{
+    int i;
+    for (i = 0; i < n; ++i)
+        Y[i] = !X[i];
+}
+
+static inline void et_isnan_f32(int n, const float *X, int32_t *Y)
+{
+    int i;
+    for (i = 0; i < n; ++i)
+        Y[i] = X[i] != X[i];
+}
+
+static inline void et_isinf_f32(int n, int negative, int positive, const float *X, int32_t *Y)
+{
+    int i;
+    for (i = 0; i < n; ++i) {
+        uint32_t bits = et_f32_bits(X[i]);
+        Y[i] = (bits & 0x7fffffffu) == 0x7f800000u && ((bits >> 31) ? negative : positive);
+    }
+}
+
+/* ---- Cast between float, integer and bool ---- */
+
+/* Truncation toward zero, as ONNX says.  NaN and values outside int32's
+ * range, which ONNX leaves undefined, give INT32_MIN: x86's "integer
+ * indefinite", so the result is what NumPy and ONNX Runtime give on x86,
+ * on every target. */
+static inline void et_f32_to_i32(int n, const float *X, int32_t *Y)
+{
+    int i;
+    for (i = 0; i < n; ++i) {
+        float x = X[i];
+        Y[i] = x >= -2147483648.0f && x < 2147483648.0f ? (int32_t)x : (-2147483647 - 1);
+    }
+}
+
+/* Rounds to nearest, ties to even, beyond 2^24. */
+static inline void et_i32_to_f32(int n, const int32_t *X, float *Y)
+{
+    int i;
+    for (i = 0; i < n; ++i)
+        Y[i] = (float)X[i];
+}
+
+/* NaN is true, as any nonzero value. */
+static inline void et_f32_to_bool(int n, const float *X, int32_t *Y)
+{
+    int i;
+    for (i = 0; i < n; ++i)
+        Y[i] = X[i] != 0.0f;
+}
+
+static inline void et_i32_to_bool(int n, const int32_t *X, int32_t *Y)
+{
+    int i;
+    for (i = 0; i < n; ++i)
+        Y[i] = X[i] != 0;
+}
+
+/* ---- Range, CumSum, ArgMax / ArgMin ---- */
+
+/* Range's n values from start, one addition of delta at a time, as ONNX
+ * defines Range (a loop) and ONNX Runtime computes it. */
+static inline void et_range_f32(int n, float start, float delta, float *Y)
+{
+    int i;
+    float v = start;
+    for (i = 0; i < n; ++i, v += delta)
+        Y[i] = v;
+}
+
+/* CumSum along the middle axis of X viewed as [outer, dim, inner], each
+ * sum in order along the axis (from its end when reverse); exclusive sums
+ * leave out the element itself. */
+#define ET_DEFINE_CUMSUM_(name, T, ACC, ADD, OUT)                              \
+    static inline void name(int outer, int dim, int inner, int exclusive,     \
+                            int reverse, const T *X, T *Y)                    \
+    {                                                                          \
+        int o, j, i, k;                                                        \
+        for (o = 0; o < outer; ++o)                                            \
+            for (i = 0; i < inner; ++i) {                                      \
+                ACC sum = 0;                                                   \
+                for (j = 0; j < dim; ++j) {                                    \
+                    size_t at;                                                 \
+                    k = reverse ? dim - 1 - j : j;                             \
+                    at = ((size_t)o * (size_t)dim + (size_t)k) * (size_t)inner \
+                         + (size_t)i;                                          \
+                    if (exclusive) {                                           \
+                        T x = X[at];                                           \
+                        Y[at] = OUT(sum);                                      \
+                        sum = ADD(sum, x);                                     \
+                    } else {                                                   \
+                        sum = ADD(sum, X[at]);                                 \
+                        Y[at] = OUT(sum);                                      \
+                    }                                                          \
+                }                                                              \
+            }                                                                  \
+    }
+
+#define ET_ADD_F32_(s, x) ((s) + (x))
+#define ET_ADD_U32_(s, x) ((s) + (uint32_t)(x))
+#define ET_SAME_(s) (s)
+ET_DEFINE_CUMSUM_(et_cumsum_f32, float, float, ET_ADD_F32_, ET_SAME_)
+ET_DEFINE_CUMSUM_(et_cumsum_i32, int32_t, uint32_t, ET_ADD_U32_, et_wrap_i32_)
+#undef ET_ADD_F32_
+#undef ET_ADD_U32_
+#undef ET_SAME_
+#undef ET_DEFINE_CUMSUM_
+
+/* ArgMax / ArgMin along the middle axis of [outer, dim, inner]: the first
+ * extreme (the last with select_last).  NaN counts as the extreme, as in
+ * NumPy and torch. */
+#define ET_DEFINE_ARG_(name, T, CMP, ISNAN)                                    \
+    static inline void name(int outer, int dim, int inner, int select_last,   \
+                            const T *X, int32_t *Y)                           \
+    {                                                                          \
+        int o, j, i, best;                                                     \
+        for (o = 0; o < outer; ++o)                                            \
+            for (i = 0; i < inner; ++i) {                                      \
+                const T *x = X + (size_t)o * (size_t)dim * (size_t)inner       \
+                             + (size_t)i;                                      \
+                T b = x[0];                                                    \
+                best = 0;                                                      \
+                for (j = 1; j < dim; ++j) {                                    \
+                    T v = x[(size_t)j * (size_t)inner];                        \
+                    if (ISNAN(b) ? (select_last && ISNAN(v))                   \
+                                 : (ISNAN(v) || v CMP b                         \
+                                    || (select_last && v == b))) {             \
+                        b = v;                                                 \
+                        best = j;                                              \
+                    }                                                          \
+                }                                                              \
+                Y[(size_t)o * (size_t)inner + (size_t)i] = best;               \
+            }                                                                  \
+    }
+
+#define ET_ISNAN_F32_(v) ((v) != (v))
+#define ET_NEVER_NAN_(v) 0
+ET_DEFINE_ARG_(et_argmax_f32, float, >, ET_ISNAN_F32_)
+ET_DEFINE_ARG_(et_argmin_f32, float, <, ET_ISNAN_F32_)
+ET_DEFINE_ARG_(et_argmax_i32, int32_t, >, ET_NEVER_NAN_)
+ET_DEFINE_ARG_(et_argmin_i32, int32_t, <, ET_NEVER_NAN_)
+#undef ET_ISNAN_F32_
+#undef ET_NEVER_NAN_
+#undef ET_DEFINE_ARG_
+
+#endif /* ET_INTEGER_H */
