@@ -320,7 +320,8 @@ def _dtype_problem(node, value: Value, slot: int | None) -> str | None:
     use = f"produces {value.dtype} '{value.name}'" if slot is None else \
         f"reads {value.dtype} '{value.name}' at input {slot}"
     if value.dtype not in COMPUTED:
-        return f"node '{node.name}' ({node.op}) {use}; only float32, int32, int64 and bool tensors are computed at run time"
+        return (f"node '{node.name}' ({node.op}) {use}; only float32, int32, int64 and bool tensors are computed at "
+                "run time")
     if value.dtype != np.float32 and not spec.integer and slot not in spec.index_inputs:
         return f"node '{node.name}' ({node.op}) {use}; {node.op} computes float32 tensors only"
     return None
