@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 TARGET ?= host
 STEPS ?= 100
 
-.PHONY: demo test clean tools run federated personalize text bench-memory bench-speed
+.PHONY: demo test clean tools run federated personalize text bench-memory bench-speed bench-build
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -74,6 +74,11 @@ bench-memory: $(VENV)/.test $(ORT_VENV)/.installed
 bench-speed: $(VENV)/.test $(ORT_VENV)/.installed
 	@$(MAKE) -s -f targets/Makefile TARGET=cortex-m4 tools
 	$(BIN)/python bench/speed.py $(ARGS)
+
+# Build time of a big model: torchvision's resnet18 through generate_artifacts and the first
+# api.Module on one core, against a 10 s budget (bench/README.md).
+bench-build: $(VENV)/.test
+	$(BIN)/python bench/build_time.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) out build *.egg-info
