@@ -631,7 +631,7 @@ def _batched(models, trainers, batches, consts):
     the _batch_consts `consts`) written in n."""
     m = models[0]
     functions = ("infer",) if isinstance(m, InferenceC) else ("train", "eval", "infer")
-    for other, batch in zip(models[1:], batches[1:]):
+    for other in models[1:]:
         if (other.consts, other.int_consts, other.batch_consts) != (m.consts, m.int_consts, m.batch_consts):
             read = {a.value[0] for f in functions for s in getattr(m, f).stmts for a in s.args
                     if a.kind == "ptr" and isinstance(a.value, tuple)}
