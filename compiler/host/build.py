@@ -88,11 +88,12 @@ def run_compiler(cmd: list[str], what: str, **kwargs) -> subprocess.CompletedPro
         try:
             out, err = process.communicate(timeout=PROGRESS_AFTER)
         except subprocess.TimeoutExpired:
-            bar = _progress(f"compiling {what} with {os.path.basename(cmd[0])}")
+            description = f"compiling {what} with {os.path.basename(cmd[0])}"
+            bar = _progress(description)
             try:
                 while True:
                     if bar is not None:
-                        bar.set_postfix_str(f"{time.monotonic() - start:.0f} s")
+                        bar.set_description_str(f"{description}: {time.monotonic() - start:.0f} s")
                     try:
                         out, err = process.communicate(timeout=0.5)  # no output is lost between tries
                         break
@@ -109,7 +110,7 @@ def _progress(description: str):
     if sys.stderr.isatty():
         try:
             from tqdm import tqdm
-            return tqdm(desc=description, bar_format="{desc} {postfix}", leave=False, file=sys.stderr)
+            return tqdm(desc=description, bar_format="{desc}", leave=False, file=sys.stderr)
         except ImportError:
             pass
     print(f"edgetrain: {description} ...", file=sys.stderr, flush=True)
