@@ -152,7 +152,7 @@ def _fold_constants(proto):
         shapes = {v.name: _static_shape(v.type) for v in infos} | {i.name: tuple(i.dims) for i in proto.graph.initializer}
         _cast_like_to_cast(proto, {v.name: v.type.tensor_type.elem_type for v in infos}
                            | {i.name: i.data_type for i in proto.graph.initializer})
-        kept, folded = [], False
+        kept, folded = [], _split_sequences(proto, constants, shapes)
         for node in proto.graph.node:
             value = _evaluate(node, constants, shapes)
             if value is None:
@@ -178,6 +178,50 @@ def _cast_like_to_cast(proto, elem_types: dict[str, int]) -> None:
             cast = onnx.helper.make_node("Cast", [node.input[0]], list(node.output), name=node.name,
                                          to=elem_types[node.input[1]])
             proto.graph.node[index].CopyFrom(cast)
+
+
+def _split_sequences(proto, constants, shapes) -> bool:
+    """SplitToSequence read only by SequenceAt at constant positions (dynamo's torch.split and
+    chunk) is a Split whose outputs are those positions. Returns whether it rewrote any."""
+    rewrote = False
+    graph = proto.graph
+    readers: dict[str, list] = collections.defaultdict(list)
+    for node in graph.node:
+        for name in node.input:
+            readers[name].append(node)
+    for index, node in enumerate(list(graph.node)):
+        if node.op_type != "SplitToSequence" or shapes.get(node.input[0]) is None:
+            continue
+        attrs = {a.name: a.i for a in node.attribute}
+        axis, shape = attrs.get("axis", 0), shapes[node.input[0]]
+        axis %= len(shape)
+        split = constants.get(node.input[1]) if len(node.input) > 1 and node.input[1] else None
+        if (len(node.input) > 1 and node.input[1] and split is None) or (split is None and not attrs.get("keepdims", 1)):
+            continue  # sizes known only at run time, or keepdims=0 (each part squeezed): left as it is
+        if split is None:
+            sizes = [1] * shape[axis]
+        elif np.ndim(split) == 0:
+            chunk = int(split)
+            sizes = [chunk] * (shape[axis] // chunk) + ([shape[axis] % chunk] if shape[axis] % chunk else [])
+        else:
+            sizes = [int(v) for v in split]
+        users = readers[node.output[0]]
+        positions = [constants.get(u.input[1]) if u.op_type == "SequenceAt" else None for u in users]
+        if not users or any(p is None for p in positions):
+            continue
+        outputs = [f"{node.output[0]}__{i}" for i in range(len(sizes))]
+        for user, position in zip(users, positions):
+            at = int(position) % len(sizes)
+            outputs[at] = user.output[0]
+            graph.node.remove(user)
+        split_sizes = onnx.numpy_helper.from_array(np.array(sizes, np.int64), f"{node.output[0]}__sizes")
+        graph.initializer.append(split_sizes)
+        constants[split_sizes.name] = np.array(sizes, np.int64)
+        replacement = onnx.helper.make_node("Split", [node.input[0], split_sizes.name], outputs, name=node.name,
+                                            axis=axis)
+        graph.node[list(graph.node).index(node)].CopyFrom(replacement)
+        rewrote = True
+    return rewrote
 
 
 # Random ops draw new values at every training step, so they are never folded to constants.

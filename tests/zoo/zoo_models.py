@@ -43,17 +43,20 @@ def _tv():
 
 
 def _efficientnet():
+    _tv()
     from torchvision.models.efficientnet import EfficientNet, _efficientnet_conf
     settings, last = _efficientnet_conf("efficientnet_b0", width_mult=0.25, depth_mult=0.25)
     return EfficientNet(settings, dropout=0.2, stochastic_depth_prob=0.2, num_classes=CLASSES, last_channel=last)
 
 
 def _regnet():
+    _tv()
     from torchvision.models.regnet import BlockParams, RegNet
     return RegNet(BlockParams.from_init_params(depth=3, w_0=8, w_a=8.0, w_m=2.0, group_width=8), num_classes=CLASSES)
 
 
 def _convnext():
+    _tv()
     from torchvision.models.convnext import CNBlockConfig, ConvNeXt
     return ConvNeXt([CNBlockConfig(16, 32, 1), CNBlockConfig(32, None, 1)], stochastic_depth_prob=0.0,
                     num_classes=CLASSES)
@@ -102,7 +105,8 @@ ZOO: dict[str, ZooModel] = {
     "regnet": ZooModel(_regnet, "image"),
     "convnext": ZooModel(_convnext, "image"),
     "vit": ZooModel(_vit, "image"),
-    "alexnet": ZooModel(lambda: _tv().alexnet(num_classes=CLASSES, dropout=0.0), "image", image_size=64),
+    "mobilenet_v3_large": ZooModel(lambda: _tv().mobilenet_v3_large(num_classes=CLASSES, width_mult=0.25,
+                                                                    dropout=0.0), "image"),
     "googlenet": ZooModel(lambda: _tv().googlenet(num_classes=CLASSES, aux_logits=False, init_weights=True,
                                                   dropout=0.0), "image"),
     "densenet": ZooModel(lambda: _tv().densenet.DenseNet(growth_rate=8, block_config=(2, 2), num_init_features=16,
