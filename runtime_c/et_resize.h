@@ -37,49 +37,94 @@ static inline int et_pad_source(int o, int begin, int n, int mode)
     return i < n ? i : period - i;
 }
 
+/* The walk over a padded output in order: for each output element, the
+ * offset of the input element it copies, or -1 on a constant border. */
+struct et_pad_walk {
+    int rank, mode;
+    const int *in_shape, *out_shape, *begins;
+    int strides[ET_MAX_RANK], idx[ET_MAX_RANK], part[ET_MAX_RANK];
+};
+
+static inline void et_pad_walk_part_(struct et_pad_walk *w, int d)
+{
+    int s = et_pad_source(w->idx[d], w->begins[d], w->in_shape[d], w->mode);
+    w->part[d] = s < 0 ? -1 : s * w->strides[d];
+}
+
+/* Returns the number of output elements; *n_in gets the input's. */
+static inline int et_pad_walk_start_(struct et_pad_walk *w, int rank, const int *in_shape, const int *out_shape,
+                                     const int *begins, int mode, int *n_in)
+{
+    int d, n_out = 1;
+    w->rank = rank;
+    w->mode = mode;
+    w->in_shape = in_shape;
+    w->out_shape = out_shape;
+    w->begins = begins;
+    for (*n_in = 1, d = rank - 1; d >= 0; --d) {
+        w->strides[d] = *n_in;
+        w->idx[d] = 0;
+        *n_in *= in_shape[d];
+        n_out *= out_shape[d];
+    }
+    for (d = 0; d < rank; ++d)
+        et_pad_walk_part_(w, d);
+    return n_out;
+}
+
+static inline int et_pad_walk_source_(const struct et_pad_walk *w)
+{
+    int d, off = 0;
+    for (d = 0; d < w->rank; ++d) {
+        if (w->part[d] < 0)
+            return -1;
+        off += w->part[d];
+    }
+    return off;
+}
+
+static inline void et_pad_walk_next_(struct et_pad_walk *w)
+{
+    int d;
+    for (d = w->rank - 1; d >= 0; --d) {
+        if (++w->idx[d] >= w->out_shape[d])
+            w->idx[d] = 0;
+        et_pad_walk_part_(w, d);
+        if (w->idx[d] != 0)
+            break;
+    }
+}
+
 /* forward: Y = pad(X); backward: dX = sum of dY over the outputs reading
  * each input (the constant border gets no gradient). */
 static inline void et_pad_walk_f32(int rank, const int *in_shape, const int *out_shape, const int *begins,
                                    int mode, float value, const float *src, float *dst, int backward)
 {
-    int strides[ET_MAX_RANK] = {0}, idx[ET_MAX_RANK] = {0}, part[ET_MAX_RANK] = {0};
-    int d, n_in = 1, n_out = 1, o, off, s, outside;
-    for (d = rank - 1; d >= 0; --d) {
-        strides[d] = n_in;
-        n_in *= in_shape[d];
-        n_out *= out_shape[d];
-    }
+    struct et_pad_walk w;
+    int n_in, o, off, n_out = et_pad_walk_start_(&w, rank, in_shape, out_shape, begins, mode, &n_in);
     if (backward)
         for (o = 0; o < n_in; ++o)
             dst[o] = 0.0f;
-    if (n_out == 0)
-        return;
-    for (d = 0; d < rank; ++d) {
-        s = et_pad_source(0, begins[d], in_shape[d], mode);
-        part[d] = s < 0 ? -1 : s * strides[d];
-    }
-    for (o = 0; o < n_out; ++o) {
-        off = 0;
-        outside = 0;
-        for (d = 0; d < rank; ++d) {
-            if (part[d] < 0)
-                outside = 1;
-            off += part[d];
-        }
+    for (o = 0; o < n_out; ++o, et_pad_walk_next_(&w)) {
+        off = et_pad_walk_source_(&w);
         if (backward) {
-            if (!outside)
+            if (off >= 0)
                 dst[off] += src[o];
         } else {
-            dst[o] = outside ? value : src[off];
+            dst[o] = off < 0 ? value : src[off];
         }
-        for (d = rank - 1; d >= 0; --d) {
-            if (++idx[d] >= out_shape[d])
-                idx[d] = 0;
-            s = et_pad_source(idx[d], begins[d], in_shape[d], mode);
-            part[d] = s < 0 ? -1 : s * strides[d];
-            if (idx[d] != 0)
-                break;
-        }
+    }
+}
+
+/* Integer and bool tensors (labels shifted by a pad). */
+static inline void et_pad_i32(int rank, const int *in_shape, const int *out_shape, const int *begins, int mode,
+                              int32_t value, const int32_t *X, int32_t *Y)
+{
+    struct et_pad_walk w;
+    int n_in, o, off, n_out = et_pad_walk_start_(&w, rank, in_shape, out_shape, begins, mode, &n_in);
+    for (o = 0; o < n_out; ++o, et_pad_walk_next_(&w)) {
+        off = et_pad_walk_source_(&w);
+        Y[o] = off < 0 ? value : X[off];
     }
 }
 

@@ -6,6 +6,7 @@ import numpy as np
 
 from ..errors import EdgetrainError
 from ..ir import ET_DOMAIN
+from .integer import is_integer, typed
 from .registry import op
 
 PAD_MODES = {"constant": 0, "reflect": 1, "edge": 2, "wrap": 3}
@@ -58,13 +59,16 @@ def _along_axes(x, matrices, transpose=False):
 
 @op("Pad", const_inputs=(1, 2, 3))
 class Pad:
+    integer = True
+
     @staticmethod
     def kernel(k, node):
         x, y = node.inputs[0], node.outputs[0]
         begins, _ = _pads(k, node)
         inputs = tuple(node.inputs) + ("",) * 3
-        value = float(k.value_of(inputs[2]).ravel()[0]) if inputs[2] else 0.0
-        return [k.call("et_pad_f32", len(k.shape(x)), k.shape(x), k.shape(y), tuple(begins),
+        value = k.value_of(inputs[2]).ravel()[0] if inputs[2] else 0
+        value = int(value) if is_integer(k.graph, x) else float(value)
+        return [k.call(typed(k, "et_pad", x), len(k.shape(x)), k.shape(x), k.shape(y), tuple(begins),
                        PAD_MODES[_pad_mode(node)], value, x, y)]
 
     @staticmethod

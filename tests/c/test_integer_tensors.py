@@ -108,6 +108,10 @@ OPS = {
     "Squeeze-int32": OpCase("Squeeze", {"X": ints((1, 3, 1), dtype=np.int32), "axes": i64(0, 2)}, consts=("axes",)),
     "Unsqueeze-int64": OpCase("Unsqueeze", {"X": ints((3,)), "axes": i64(0, -1)}, consts=("axes",)),
     "Identity-int64": OpCase("Identity", {"X": ints((2, 3))}),
+    # HuggingFace's label shift: pad the labels with ignore_index, then slice
+    "Pad-int64-constant": OpCase("Pad", {"X": ints((2, 5)), "pads": i64(0, 0, 0, 1), "value": i64(-100)},
+                                 consts=("pads", "value")),
+    "Pad-bool-edge": OpCase("Pad", {"X": bools((2, 3)), "pads": i64(1, 0, 0, 2)}, {"mode": "edge"}, ("pads",)),
     "Slice-int64-negative-steps": OpCase("Slice", {"X": ints((4, 5)), "starts": i64(3, -1), "ends": i64(0, -6),
                                                    "axes": i64(0, 1), "steps": i64(-1, -2)},
                                          consts=("starts", "ends", "axes", "steps")),
