@@ -83,56 +83,61 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _note(message, category, *_args, **_kwargs) -> None:
-    print(f"edgetrain: {'note' if issubclass(category, ImportNote) else 'warning'}: {message}", file=sys.stderr)
-
-
 def main(argv=None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    warnings.showwarning = _note
+    # What the import noticed is said after a compile that succeeds; a failure says its one line.
     try:
-        if args.command == "compile":
-            plot = can_plot()
-            out = artifacts.generate_artifacts(
-                args.model, requires_grad=args.requires_grad, frozen_params=args.frozen,
-                loss=None if args.loss == "none" else LossType(args.loss), optimizer=OptimType(args.optimizer),
-                artifact_directory=args.output, batch_size=args.batch_size, dim_values=dict(args.dim),
-                untie=args.untie, frozen_bn=args.frozen_bn,
-                target=args.target,
-                learning_rate=args.lr, prefix=args.prefix, ignore_index=args.ignore_index, momentum=args.momentum,
-                nesterov=args.nesterov, weight_decay=args.weight_decay, max_grad_norm=args.max_grad_norm,
-                federated=args.federated, nominal_checkpoint=args.nominal_checkpoint,
-                fused_update=args.fused_update, update_policy=args.update_policy, ram_budget=args.ram_budget,
-                memory_plot=plot)
-            print((out / "report.txt").read_text(), end="")
-            trains = json.loads((out / "report.json").read_text())["import"]
-            print(f"trains {len(trains['trainable'])} parameter(s): {', '.join(trains['trainable'][:8])}"
-                  f"{', ...' if len(trains['trainable']) > 8 else ''}; {len(trains['frozen'])} frozen")
-            print(f"wrote {out}/: model.c model.h model_weights.h training_model.onnx eval_model.onnx "
-                  "optimizer_model.onnx checkpoint report.json report.txt"
-                  + (" memory.png" if plot else f" ({NO_MATPLOTLIB})"))
-        elif args.command == "report" and args.plot:
-            print(f"wrote {plot_directory(args.directory)}")
-        elif args.command == "report":
-            path = f"{args.directory}/report.{'json' if args.json else 'txt'}"
-            try:
-                text = open(path).read()
-            except OSError:
-                raise EdgetrainError(f"no report in {args.directory}; run `edgetrain compile` first") from None
-            print(json.dumps(json.loads(text), indent=2) if args.json else text, end="\n" if args.json else "")
-        elif args.command == "run":
-            from .firmware import run
-            print(run([(args.directory, args.data)], args.target, args.steps, args.lr), end="")
-        else:
-            from .demo import run_demo
-            run_demo(epochs=args.epochs, directory=args.output)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ImportNote)
+            _run(args)
     except EdgetrainError as exc:
         parser.exit(2, f"edgetrain: error: {getattr(exc, 'cli_message', exc)}\n")
     except Exception as exc:  # a bug of ours: still one line for the user, never a traceback
         parser.exit(2, f"edgetrain: error: {EdgetrainError(f'internal error ({type(exc).__name__}: {exc})')}; "
                        "please report it\n")
+    for warning in caught:
+        kind = "note" if issubclass(warning.category, ImportNote) else "warning"
+        print(f"edgetrain: {kind}: {EdgetrainError(str(warning.message))}", file=sys.stderr)
     return 0
+
+
+def _run(args) -> None:
+    if args.command == "compile":
+        plot = can_plot()
+        out = artifacts.generate_artifacts(
+            args.model, requires_grad=args.requires_grad, frozen_params=args.frozen,
+            loss=None if args.loss == "none" else LossType(args.loss), optimizer=OptimType(args.optimizer),
+            artifact_directory=args.output, batch_size=args.batch_size, dim_values=dict(args.dim),
+            untie=args.untie, frozen_bn=args.frozen_bn,
+            target=args.target,
+            learning_rate=args.lr, prefix=args.prefix, ignore_index=args.ignore_index, momentum=args.momentum,
+            nesterov=args.nesterov, weight_decay=args.weight_decay, max_grad_norm=args.max_grad_norm,
+            federated=args.federated, nominal_checkpoint=args.nominal_checkpoint,
+            fused_update=args.fused_update, update_policy=args.update_policy, ram_budget=args.ram_budget,
+            memory_plot=plot)
+        print((out / "report.txt").read_text(), end="")
+        trains = json.loads((out / "report.json").read_text())["import"]
+        print(f"trains {len(trains['trainable'])} parameter(s): {', '.join(trains['trainable'][:8])}"
+              f"{', ...' if len(trains['trainable']) > 8 else ''}; {len(trains['frozen'])} frozen")
+        print(f"wrote {out}/: model.c model.h model_weights.h training_model.onnx eval_model.onnx "
+              "optimizer_model.onnx checkpoint report.json report.txt"
+              + (" memory.png" if plot else f" ({NO_MATPLOTLIB})"))
+    elif args.command == "report" and args.plot:
+        print(f"wrote {plot_directory(args.directory)}")
+    elif args.command == "report":
+        path = f"{args.directory}/report.{'json' if args.json else 'txt'}"
+        try:
+            text = open(path).read()
+        except OSError:
+            raise EdgetrainError(f"no report in {args.directory}; run `edgetrain compile` first") from None
+        print(json.dumps(json.loads(text), indent=2) if args.json else text, end="\n" if args.json else "")
+    elif args.command == "run":
+        from .firmware import run
+        print(run([(args.directory, args.data)], args.target, args.steps, args.lr), end="")
+    else:
+        from .demo import run_demo
+        run_demo(epochs=args.epochs, directory=args.output)
 
 
 if __name__ == "__main__":
