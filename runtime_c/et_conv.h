@@ -922,24 +922,27 @@ static inline void et_conv_transpose_f32(int N, int C, int M, int G, const int *
  * read it. */
 #define ET_CONV_GRAD_TAPS_SHORT 64
 
-/* dW[m, q] (q = c * k_size + t) = sum over n, then output position j, in
- * that order from 0, of dY[n, m, j] * the input that j reads through tap
- * t of input channel c (et_conv_tap_inputs_, 0 outside X).  On SIMD hosts
- * tiles run along q: the inputs of a block of taps at a chunk of
- * positions are gathered into the scratch, a row per position, from a
- * zero-padded copy of each input plane where it fits.  Elsewhere
- * each tap's gathered run serves every output channel's sum, which waits
- * in dW between runs. */
+/* dW[m, q] (q = c * k_size + t) = the sum over n, in order from 0, of
+ * each plane's sum over output position j, in order from 0, of
+ * dY[n, m, j] * the input that j reads through tap t of input channel c
+ * (et_conv_tap_inputs_, 0 outside X).  A plane (P <= ET_CONV_GRAD_SHORT =
+ * ET_CONV_CHUNK positions) is one chunk.  On SIMD hosts tiles run along
+ * q: the inputs of a block of taps at the plane's positions are gathered
+ * into the scratch, a row per position, from a zero-padded copy of each
+ * input plane where it fits.  Elsewhere each tap's gathered run serves
+ * every output channel's sum. */
 static inline void et_conv_grad_w_short_f32_(int N, int C, int M, int G, const int *in, const int *out, const int *k,
                                              const int *s, const int *d, const int *p, const float *dY,
                                              const float *X, float *dW)
 {
     int Cg = C / G, Mg = M / G, in_size = et_conv_volume_(in), P = et_conv_volume_(out);
-    int k_size = et_conv_volume_(k), Q = Cg * k_size, g, n, m, q, c, i, j0, len, lo[3], dim[3], from[3], kt[3];
+    int k_size = et_conv_volume_(k), Q = Cg * k_size, g, n, m, q, c, i, lo[3], dim[3], kt[3];
+    static const int from[3] = {0, 0, 0};
     size_t plane = et_conv_margins_(in, out, k, s, d, p, 1, lo, dim);
     float col[ET_CONV_CHUNK];
 #if ET_VECTORS
-    int pointwise = et_conv_pointwise_(in, out, k, s, p), q0, width, rows, pad_c;
+    int pointwise = et_conv_pointwise_(in, out, k, s, p), q0, width, rows, pad_c, r;
+    float part[ET_TILE_ROWS * ET_CONV_GRAD_TAPS_SHORT];  /* a tile's sums over one plane */
     int padded = !pointwise && et_conv_fits_(plane + (size_t)ET_CONV_CHUNK * ET_CONV_GRAD_TAPS_SHORT);
     size_t at[ET_CONV_CHUNK], bt[ET_CONV_CHUNK];
     float buf[ET_CONV_SCRATCH > 0 ? ET_CONV_SCRATCH : 1], *xt = buf + (padded ? plane : 0);
@@ -951,35 +954,35 @@ static inline void et_conv_grad_w_short_f32_(int N, int C, int M, int G, const i
         for (g = 0; g < G; ++g)
             for (q0 = 0; q0 < Q; q0 += width) {
                 width = Q - q0 < ET_CONV_GRAD_TAPS_SHORT ? Q - q0 : ET_CONV_GRAD_TAPS_SHORT;
-                for (n = 0; n < N; ++n)
-                    for (j0 = 0; j0 < P; j0 += len) {
-                        len = P - j0 < ET_CONV_CHUNK ? P - j0 : ET_CONV_CHUNK;
-                        et_conv_position_(j0, out, from);
-                        for (q = q0, pad_c = -1; q < q0 + width; ++q) {
-                            const float *Xc, *run = col;
-                            c = q / k_size;
-                            Xc = X + ((size_t)n * (size_t)C + (size_t)(g * Cg + c)) * (size_t)in_size;
-                            if (pointwise)  /* the tap's inputs are the plane itself */
-                                run = Xc + j0;
-                            else {
-                                if (padded && c != pad_c)
-                                    et_conv_pad_(Xc, 1, (size_t)in_size, in, lo, dim, plane, buf);
-                                pad_c = c;
-                                et_conv_tap_(q % k_size, k, kt);
-                                et_conv_tap_inputs_(Xc, padded ? buf : NULL, lo, dim, kt, in, out, s, d, p, 1, j0,
-                                                    from, len, col);
-                            }
-                            for (i = 0; i < len; ++i)
-                                xt[(size_t)i * ET_CONV_GRAD_TAPS_SHORT + (size_t)(q - q0)] = run[i];
+                for (n = 0; n < N; ++n) {
+                    for (q = q0, pad_c = -1; q < q0 + width; ++q) {
+                        const float *Xc, *run = col;
+                        c = q / k_size;
+                        Xc = X + ((size_t)n * (size_t)C + (size_t)(g * Cg + c)) * (size_t)in_size;
+                        if (pointwise)  /* the tap's inputs are the plane itself */
+                            run = Xc;
+                        else {
+                            if (padded && c != pad_c)
+                                et_conv_pad_(Xc, 1, (size_t)in_size, in, lo, dim, plane, buf);
+                            pad_c = c;
+                            et_conv_tap_(q % k_size, k, kt);
+                            et_conv_tap_inputs_(Xc, padded ? buf : NULL, lo, dim, kt, in, out, s, d, p, 1, 0, from,
+                                                P, col);
                         }
-                        for (m = 0; m < Mg; m += rows) {
-                            rows = Mg - m < ET_TILE_ROWS ? Mg - m : ET_TILE_ROWS;
-                            et_tiles_f32_(rows, width, len, dY + ((size_t)n * (size_t)M + (size_t)(g * Mg + m)) *
-                                          (size_t)P + (size_t)j0, (size_t)P, at, xt, bt,
-                                          dW + (size_t)(g * Mg + m) * (size_t)Q + (size_t)q0, (size_t)Q,
-                                          n > 0 || j0 > 0);
-                        }
+                        for (i = 0; i < P; ++i)
+                            xt[(size_t)i * ET_CONV_GRAD_TAPS_SHORT + (size_t)(q - q0)] = run[i];
                     }
+                    for (m = 0; m < Mg; m += rows) {
+                        rows = Mg - m < ET_TILE_ROWS ? Mg - m : ET_TILE_ROWS;
+                        et_tiles_f32_(rows, width, P, dY + ((size_t)n * (size_t)M + (size_t)(g * Mg + m)) * (size_t)P,
+                                      (size_t)P, at, xt, bt, part, ET_CONV_GRAD_TAPS_SHORT, 0);
+                        for (r = 0; r < rows; ++r)
+                            for (i = 0; i < width; ++i) {
+                                float *w = dW + (size_t)(g * Mg + m + r) * (size_t)Q + (size_t)(q0 + i);
+                                *w = n > 0 ? *w + part[r * ET_CONV_GRAD_TAPS_SHORT + i] : part[r * ET_CONV_GRAD_TAPS_SHORT + i];
+                            }
+                    }
+                }
             }
         return;
     }
@@ -989,21 +992,30 @@ static inline void et_conv_grad_w_short_f32_(int N, int C, int M, int G, const i
         for (q = 0; q < Q; ++q) {
             c = q / k_size;
             et_conv_tap_(q % k_size, k, kt);
-            for (n = 0; n < N; ++n)
-                for (j0 = 0; j0 < P; j0 += len) {
-                    len = P - j0 < ET_CONV_CHUNK ? P - j0 : ET_CONV_CHUNK;
-                    et_conv_position_(j0, out, from);
-                    et_conv_tap_inputs_(X + ((size_t)n * (size_t)C + (size_t)(g * Cg + c)) * (size_t)in_size, NULL,
-                                        lo, dim, kt, in, out, s, d, p, 1, j0, from, len, col);
-                    for (m = 0; m < Mg; ++m) {
-                        const float *dy = dY + ((size_t)n * (size_t)M + (size_t)(g * Mg + m)) * (size_t)P + (size_t)j0;
-                        float *w = dW + (size_t)(g * Mg + m) * (size_t)Q + (size_t)q, sum = n > 0 || j0 > 0 ? *w : 0.0f;
-                        for (i = 0; i < len; ++i)
-                            sum += dy[i] * col[i];
-                        *w = sum;
-                    }
+            for (n = 0; n < N; ++n) {
+                et_conv_tap_inputs_(X + ((size_t)n * (size_t)C + (size_t)(g * Cg + c)) * (size_t)in_size, NULL,
+                                    lo, dim, kt, in, out, s, d, p, 1, 0, from, P, col);
+                for (m = 0; m < Mg; ++m) {
+                    const float *dy = dY + ((size_t)n * (size_t)M + (size_t)(g * Mg + m)) * (size_t)P;
+                    float *w = dW + (size_t)(g * Mg + m) * (size_t)Q + (size_t)q, sum = 0.0f;
+                    for (i = 0; i < P; ++i)
+                        sum += dy[i] * col[i];
+                    *w = n > 0 ? *w + sum : sum;
                 }
+            }
         }
+}
+
+/* The piece of a weight gradient's sums over one dY plane (a long sum,
+ * et_linalg.h) that starts at output position o, a piece's start: *rows
+ * whole rows of one slice, as many as ET_SUM_PIECE positions hold, or
+ * where rows are longer, the next ET_SUM_PIECE positions of one row; *len
+ * positions per row.  The piece is positions o .. o + *rows * *len - 1. */
+static inline void et_conv_piece_(int o, const int *out, int *rows, int *len)
+{
+    int left = out[1] - o / out[2] % out[1], ox = o % out[2];
+    *rows = out[2] > ET_SUM_PIECE ? 1 : ET_SUM_PIECE / out[2] < left ? ET_SUM_PIECE / out[2] : left;
+    *len = out[2] - ox < ET_SUM_PIECE ? out[2] - ox : ET_SUM_PIECE;
 }
 
 /* et_conv_grad_w_f32 for a depthwise convolution (one input and one output
@@ -1012,27 +1024,27 @@ static inline void et_conv_grad_w_short_f32_(int N, int C, int M, int G, const i
  * the scratch, so that each product of a tap at an output position is one
  * multiply-add across the channels, whatever the plane's shape or stride.
  * Every weight's lanes take the same products in the same order as
- * et_conv_grad_w_f32's (lane l: positions l, l + ET_LANES, ..., n
- * ascending), and the same totals.  Returns 0, having done nothing, where
- * the interleaved planes do not fit ET_CONV_SCRATCH. */
+ * et_conv_grad_w_f32's (within a piece, lane l: its positions l, l +
+ * ET_LANES, ...), and the same totals.  Returns 0, having done nothing,
+ * where the interleaved planes do not fit ET_CONV_SCRATCH. */
 static inline int et_conv_grad_w_depthwise_f32_(int N, int C, const int *in, const int *out, const int *k,
                                                 const int *s, const int *d, const int *p, const float *dY,
                                                 const float *X, float *dW)
 {
-    enum { V = ET_CONV_DEPTHWISE_CHANNELS };
+    enum { V = ET_CONV_DEPTHWISE_CHANNELS, LANES = ET_CONV_SCRATCH > 0 ? ET_CONV_DEPTHWISE_TAPS * ET_LANES * V : 1 };
     int in_size = et_conv_volume_(in), out_size = et_conv_volume_(out), k_size = et_conv_volume_(k);
     static const int ones[3] = {1, 1, 1};
-    int lo[3], dim[3], kt[3], n, c0, cb, c, t, l, o, oz, oy, ox;
+    int lo[3], dim[3], kt[3], from[3], n, c0, cb, c, t, l, o, o0, i, j, r, rows, len;
     size_t plane = et_conv_margins_(in, out, k, s, d, p, 1, lo, dim), tap[ET_CONV_DEPTHWISE_TAPS];
     float xp[ET_CONV_SCRATCH > 0 ? ET_CONV_SCRATCH : 1], *yp = xp + plane * V;
-    float lane[ET_CONV_SCRATCH > 0 ? ET_CONV_DEPTHWISE_TAPS * ET_LANES * V : 1];
+    /* At ((t * ET_LANES + l) * V + c: a piece's lanes, and the plane's. */
+    float lane[LANES], sum[LANES];
     if (!et_conv_fits_((plane + (size_t)out_size) * V) || k_size > ET_CONV_DEPTHWISE_TAPS)
         return 0;
     for (t = 0, kt[0] = kt[1] = kt[2] = 0; t < k_size; ++t, et_conv_next_tap_(kt, k))
         tap[t] = et_conv_tap_offset_(kt, d, p, lo, dim, 1, 0, plane);
     for (c0 = 0; c0 < C; c0 += cb) {
         cb = C - c0 < V ? C - c0 : V;
-        memset(lane, 0, (size_t)k_size * ET_LANES * V * sizeof *lane);
         memset(xp, 0, plane * V * sizeof *xp);  /* the margins stay 0 */
         for (c = cb; c < V; ++c)  /* the channels past C: zeros, whose sums are dropped */
             for (o = 0; o < out_size; ++o)
@@ -1045,17 +1057,22 @@ static inline int et_conv_grad_w_depthwise_f32_(int N, int C, const int *in, con
                 for (o = 0; o < out_size; ++o)
                     yp[(size_t)o * V + (size_t)c] = dYc[o];
             }
-            for (oz = 0, o = 0; oz < out[0]; ++oz)
-                for (oy = 0; oy < out[1]; ++oy)
-                    for (ox = 0; ox < out[2]; ++ox, ++o) {
-                        const float *y = yp + (size_t)o * V;
-                        const float *x = xp + (((size_t)oz * (size_t)s[0] * (size_t)dim[1] + (size_t)oy * (size_t)s[1]) *
-                                               (size_t)dim[2] + (size_t)ox * (size_t)s[2]) * V;
+            memset(sum, 0, (size_t)k_size * ET_LANES * V * sizeof *sum);
+            for (o0 = 0; o0 < out_size; o0 += rows * len) {
+                et_conv_piece_(o0, out, &rows, &len);
+                et_conv_position_(o0, out, from);
+                memset(lane, 0, (size_t)k_size * ET_LANES * V * sizeof *lane);
+                for (r = 0, j = 0; r < rows; ++r)
+                    for (i = 0; i < len; ++i, ++j) {  /* position j of the piece: lane j % ET_LANES */
+                        const float *y = yp + (size_t)(o0 + j) * V;
+                        const float *x = xp + (((size_t)from[0] * (size_t)s[0] * (size_t)dim[1] +
+                                                (size_t)(from[1] + r) * (size_t)s[1]) * (size_t)dim[2] +
+                                               (size_t)(from[2] + i) * (size_t)s[2]) * V;
 #if ET_VECTORS  /* one vector per tap: the same sums, whatever the optimizer makes of the loops */
                         et_v8_ yv, xv, acc;
                         memcpy(&yv, y, sizeof yv);
                         for (t = 0; t < k_size; ++t) {
-                            float *at = lane + ((size_t)t * ET_LANES + (size_t)(o % ET_LANES)) * V;
+                            float *at = lane + ((size_t)t * ET_LANES + (size_t)(j % ET_LANES)) * V;
                             memcpy(&acc, at, sizeof acc);
                             memcpy(&xv, x + tap[t] * V, sizeof xv);
                             acc += yv * xv;
@@ -1063,42 +1080,48 @@ static inline int et_conv_grad_w_depthwise_f32_(int N, int C, const int *in, con
                         }
 #else
                         for (t = 0; t < k_size; ++t) {
-                            float *acc = lane + ((size_t)t * ET_LANES + (size_t)(o % ET_LANES)) * V;
+                            float *acc = lane + ((size_t)t * ET_LANES + (size_t)(j % ET_LANES)) * V;
                             const float *xt = x + tap[t] * V;
                             for (c = 0; c < V; ++c)
                                 acc[c] += y[c] * xt[c];
                         }
 #endif
                     }
-        }
-        for (c = 0; c < cb; ++c)
-            for (t = 0; t < k_size; ++t) {
-                float total[ET_LANES];
-                for (l = 0; l < ET_LANES; ++l)
-                    total[l] = lane[((size_t)t * ET_LANES + (size_t)l) * V + (size_t)c];
-                dW[(size_t)(c0 + c) * (size_t)k_size + (size_t)t] = et_dot_total_f32_(total);
+                for (i = 0; i < k_size * ET_LANES * V; ++i)
+                    sum[i] += lane[i];
             }
+            for (c = 0; c < cb; ++c)
+                for (t = 0; t < k_size; ++t) {
+                    float total[ET_LANES], *w = dW + (size_t)(c0 + c) * (size_t)k_size + (size_t)t, plane_total;
+                    for (l = 0; l < ET_LANES; ++l)
+                        total[l] = sum[((size_t)t * ET_LANES + (size_t)l) * V + (size_t)c];
+                    plane_total = et_dot_total_f32_(total);
+                    *w = n > 0 ? *w + plane_total : plane_total;
+                }
+        }
     }
     return 1;
 }
 
 /* Conv's weight gradient: dW[m, c, kz, ky, kx] = sum over n, oz, oy, ox
  * of dY[n, m, o] * X[n, g*C/G + c, o*s + k*d - p], with Conv's geometry
- * (`in` is X's size, `out` is dY's): one dot product per weight, of each
- * dY plane (n ascending) with the tap's inputs (et_conv_tap_inputs_, 0
- * outside X), added into et_linalg.h's lanes by plane position (lane l
- * takes positions l, l + ET_LANES, ...).  ConvTranspose's weight gradient
- * is the same sum with the roles of X and dY swapped.  Up to
- * ET_CONV_GRAD_TAPS taps of one input channel (of several, for a pointwise
- * kernel) and ET_CONV_GRAD_ROWS output channels of a group run together,
- * so that each run of inputs and each dY row serves them all
- * (et_dot_tile_f32_).  With unit strides and rows of whole lane blocks the
- * runs are read in place from the padded plane, about ET_CONV_GRAD_RUN
- * positions (whole rows) per call; otherwise they are gathered in chunks
- * of ET_CONV_CHUNK.  Either way lane l takes the same products in the
- * same order.  Over output planes of at most ET_CONV_GRAD_SHORT positions
- * groups of ET_CONV_ROWS output channels or more sum in order instead,
- * without lanes (et_conv_grad_w_short_f32_). */
+ * (`in` is X's size, `out` is dY's), the tap's input 0 outside X
+ * (et_conv_tap_inputs_).  ConvTranspose's weight gradient is the same sum
+ * with the roles of X and dY swapped.  Each weight's sum is a long sum
+ * (et_linalg.h) in three levels: each piece of a dY plane
+ * (et_conv_piece_) in lanes, lane l taking the piece's positions l, l +
+ * ET_LANES, ... in order from 0; the plane's pieces added in order, lane
+ * by lane, from 0; the planes' lane totals (et_dot_total_f32_) added in
+ * order of n into dW.  Up to ET_CONV_GRAD_TAPS taps of one input channel
+ * (of several, for a pointwise kernel) and ET_CONV_GRAD_ROWS output
+ * channels of a group run together, so that each run of inputs and each
+ * dY row serves them all (et_dot_tile_f32_).  With unit strides and rows
+ * of whole lane blocks the runs are read in place from the padded plane,
+ * whole pieces of ET_CONV_GRAD_RUN positions or so per call; otherwise a
+ * piece's runs are gathered.  Either way lane l takes the same products
+ * in the same order.  Over output planes of at most ET_CONV_GRAD_SHORT
+ * positions groups of ET_CONV_ROWS output channels or more sum in order
+ * instead, without lanes (et_conv_grad_w_short_f32_). */
 #define ET_CONV_GRAD_ROWS (ET_VECTORS ? 64 : 16)  /* 16: 1 KB of lanes on a microcontroller's stack */
 #define ET_CONV_GRAD_RUN 256
 #define ET_CONV_GRAD_TAPS (ET_VECTORS ? 16 : ET_DOT_TAPS)
@@ -1110,12 +1133,12 @@ static inline void et_conv_grad_w_f32(int N, int C, int M, int G, const int *in,
 {
     int Cg = C / G, Mg = M / G, pointwise = et_conv_pointwise_(in, out, k, s, p);
     int in_size = et_conv_volume_(in), out_size = et_conv_volume_(out), k_size = et_conv_volume_(k);
-    int n, g, m0, m, q0, h, r, o0, len, rows, block, taps, lo[3], dim[3], from[3], kt[3];
+    int n, g, m0, m, q0, h, r, o0, len, rows, block, taps, per, segs, lo[3], dim[3], from[3], kt[3];
     size_t plane = et_conv_margins_(in, out, k, s, d, p, 1, lo, dim), xt[ET_CONV_GRAD_TAPS];
     int padded = !pointwise && et_conv_fits_(plane);
     /* Rows of whole lane blocks are read in place from the padded plane, runs of other shapes gathered. */
-    int direct = et_conv_direct_(s, padded) && out[2] % ET_LANES == 0, segs = 1;  /* rows per run */
-    float col[ET_CONV_GRAD_TAPS][ET_CONV_CHUNK], xp[ET_CONV_SCRATCH > 0 ? ET_CONV_SCRATCH : 1];
+    int direct = et_conv_direct_(s, padded) && out[2] % ET_LANES == 0;
+    float col[ET_CONV_GRAD_TAPS][ET_SUM_PIECE], xp[ET_CONV_SCRATCH > 0 ? ET_CONV_SCRATCH : 1];
     if (Mg >= ET_CONV_ROWS && out_size <= ET_CONV_GRAD_SHORT) {
         et_conv_grad_w_short_f32_(N, C, M, G, in, out, k, s, d, p, dY, X, dW);
         return;
@@ -1126,38 +1149,43 @@ static inline void et_conv_grad_w_f32(int N, int C, int M, int G, const int *in,
         for (m0 = g * Mg; m0 < (g + 1) * Mg; m0 += block) {
             block = (g + 1) * Mg - m0 < ET_CONV_GRAD_ROWS ? (g + 1) * Mg - m0 : ET_CONV_GRAD_ROWS;
             for (q0 = 0; q0 < Cg * k_size; q0 += taps) {
-                float lane[ET_CONV_GRAD_ROWS * ET_CONV_GRAD_TAPS * ET_LANES];
+                float lane[ET_CONV_GRAD_ROWS * ET_CONV_GRAD_TAPS * ET_LANES];  /* the plane's sums */
                 int c = q0 / k_size, end = pointwise ? Cg : (c + 1) * k_size;  /* taps of one plane */
                 taps = end - q0 < ET_CONV_GRAD_TAPS ? end - q0 : ET_CONV_GRAD_TAPS;
-                memset(lane, 0, (size_t)block * ET_CONV_GRAD_TAPS * ET_LANES * sizeof *lane);  /* the rows in use */
                 et_conv_tap_(q0 % k_size, k, kt);
                 for (h = 0; h < taps; ++h) {  /* where each tap's run starts: in X, the scratch or the gathered runs */
                     xt[h] = pointwise ? (size_t)h * (size_t)in_size
                                       : direct ? et_conv_tap_offset_(kt, d, p, lo, dim, 1, 0, plane)
-                                               : (size_t)h * ET_CONV_CHUNK;
+                                               : (size_t)h * ET_SUM_PIECE;
                     et_conv_next_tap_(kt, k);
                 }
                 for (n = 0; n < N; ++n) {
                     const float *Xc = X + ((size_t)n * (size_t)C + (size_t)g * (size_t)Cg + (size_t)c) * (size_t)in_size;
+                    memset(lane, 0, (size_t)block * ET_CONV_GRAD_TAPS * ET_LANES * sizeof *lane);  /* the rows in use */
                     if (padded)
                         et_conv_pad_(Xc, 1, (size_t)in_size, in, lo, dim, plane, xp);
                     for (o0 = 0; o0 < out_size; o0 += segs * len) {
                         /* A pointwise kernel's taps are whole planes of X, read in place. */
                         const float *x = pointwise ? Xc + o0 : col[0];
-                        len = direct ? out[2] : out_size - o0 < ET_CONV_CHUNK ? out_size - o0 : ET_CONV_CHUNK;
+                        et_conv_piece_(o0, out, &per, &len);
                         et_conv_position_(o0, out, from);
-                        if (direct) {  /* rows of one plane, ET_CONV_GRAD_RUN positions or so: dY stays in cache for every tap */
-                            segs = out[1] - from[1] < (ET_CONV_GRAD_RUN + len - 1) / len ? out[1] - from[1]
-                                                                                          : (ET_CONV_GRAD_RUN + len - 1) / len;
-                            x = xp + ((size_t)from[0] * (size_t)dim[1] + (size_t)from[1]) * (size_t)dim[2];
-                        } else if (!pointwise)
-                            for (h = 0, et_conv_tap_(q0 % k_size, k, kt); h < taps; ++h, et_conv_next_tap_(kt, k))
-                                et_conv_tap_inputs_(Xc, padded ? xp : NULL, lo, dim, kt, in, out, s, d, p, 1, o0, from,
-                                                    len, col[h]);
+                        segs = 1;
+                        if (direct) {  /* rows of one slice, ET_CONV_GRAD_RUN positions or so: dY stays in cache for every tap */
+                            int whole = len < out[2] ? 1 : per * (ET_CONV_GRAD_RUN / (per * len) > 1 ? ET_CONV_GRAD_RUN / (per * len) : 1);
+                            segs = out[1] - from[1] < whole ? out[1] - from[1] : whole;
+                            x = xp + ((size_t)from[0] * (size_t)dim[1] + (size_t)from[1]) * (size_t)dim[2] + (size_t)from[2];
+                        } else {  /* one run of the plane */
+                            len *= per;
+                            per = 1;
+                            if (!pointwise)
+                                for (h = 0, et_conv_tap_(q0 % k_size, k, kt); h < taps; ++h, et_conv_next_tap_(kt, k))
+                                    et_conv_tap_inputs_(Xc, padded ? xp : NULL, lo, dim, kt, in, out, s, d, p, 1, o0,
+                                                        from, len, col[h]);
+                        }
                         for (m = 0; m < block; m += rows) {
                             rows = block - m < ET_TILE_ROWS ? block - m : ET_TILE_ROWS;
                             for (h = 0; h < taps; h += ET_DOT_TAPS)
-                                et_dot_tile_f32_(rows, taps - h < ET_DOT_TAPS ? taps - h : ET_DOT_TAPS, segs, len,
+                                et_dot_tile_f32_(rows, taps - h < ET_DOT_TAPS ? taps - h : ET_DOT_TAPS, segs, per, len,
                                                  dY + ((size_t)n * (size_t)M + (size_t)(m0 + m)) * (size_t)out_size +
                                                  (size_t)o0, (size_t)out_size, (size_t)out[2], x, xt + h,
                                                  (size_t)dim[2],
@@ -1165,11 +1193,13 @@ static inline void et_conv_grad_w_f32(int N, int C, int M, int G, const int *in,
                                                  ET_CONV_GRAD_TAPS * ET_LANES);
                         }
                     }
+                    for (r = 0; r < block; ++r)
+                        for (h = 0; h < taps; ++h) {
+                            float *w = dW + ((size_t)(m0 + r) * (size_t)Cg) * (size_t)k_size + (size_t)(q0 + h);
+                            float total = et_dot_total_f32_(lane + ((size_t)r * ET_CONV_GRAD_TAPS + (size_t)h) * ET_LANES);
+                            *w = n > 0 ? *w + total : total;
+                        }
                 }
-                for (r = 0; r < block; ++r)
-                    for (h = 0; h < taps; ++h)
-                        dW[((size_t)(m0 + r) * (size_t)Cg) * (size_t)k_size + (size_t)(q0 + h)] =
-                            et_dot_total_f32_(lane + ((size_t)r * ET_CONV_GRAD_TAPS + (size_t)h) * ET_LANES);
             }
         }
 }

@@ -38,6 +38,98 @@ static inline float et_dot_total_f32_(const float *lane)
     return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
 }
 
+/* ---- Long sums ----
+ * A float sum taken in order rounds at the size of its running total, so
+ * its error grows with the count of values (7.7e-4 against float64 for a
+ * BatchNormalization gradient over 4608 values, where PyTorch's float32 is
+ * 1.1e-4).  Long sums here are blocked and pairwise, as PyTorch's and
+ * NumPy's are, in an order the C text fixes.  Values come in runs (a row,
+ * a plane); each run splits into pieces of ET_SUM_PIECE values from its
+ * start; within a piece, lane l adds values l, l + ET_LANES, ... in
+ * order, from 0; the pieces' lanes meet pairwise in a cascade
+ * (et_cascade_push_), and et_dot_total_f32_ adds up the lanes.  A sum
+ * from +0 is never -0, so its first addition is exact. */
+#define ET_SUM_PIECE 128
+#define ET_SUM_LEVELS 16  /* of a cascade: pairwise over 2^15 pieces, in order beyond */
+
+/* Adds `piece` (`width` values, overwritten) as piece number `count`
+ * (from 0) to a cascade whose level k (width values at level + k * width)
+ * holds the sum of 2^k pieces while bit k of count is set: merges carry
+ * upwards like a binary counter's, the older sum on the left.  The top
+ * level, once used, adds every carry that reaches it. */
+static inline void et_cascade_push_(float *level, int width, uint32_t count, float *piece)
+{
+    int k, i;
+    for (k = 0; k + 1 < ET_SUM_LEVELS && (count & 1u); ++k, count >>= 1)
+        for (i = 0; i < width; ++i)
+            piece[i] = level[k * width + i] + piece[i];
+    if (k + 1 == ET_SUM_LEVELS && count)
+        for (i = 0; i < width; ++i)
+            piece[i] = level[k * width + i] + piece[i];
+    memcpy(level + k * width, piece, (size_t)width * sizeof *piece);
+}
+
+/* total = the cascade's sum after `count` pieces: from 0, each level in
+ * use from the lowest up, added on the left. */
+static inline void et_cascade_total_(const float *level, int width, uint32_t count, float *total)
+{
+    int k, i;
+    for (i = 0; i < width; ++i)
+        total[i] = 0.0f;
+    for (k = 0; count && k < ET_SUM_LEVELS; ++k, count >>= 1)
+        if ((count & 1u) || k + 1 == ET_SUM_LEVELS)  /* the top level is in use once anything reaches it */
+            for (i = 0; i < width; ++i)
+                total[i] = level[k * width + i] + total[i];
+}
+
+/* A long sum in progress: its pieces so far and their cascade of lanes. */
+typedef struct {
+    uint32_t pieces;
+    float level[ET_SUM_LEVELS * ET_LANES];
+} et_sum_;
+
+static inline void et_sum_start_(et_sum_ *s)
+{
+    s->pieces = 0;
+}
+
+/* Adds a piece's lane sums (overwritten). */
+static inline void et_sum_piece_(et_sum_ *s, float *lane)
+{
+    et_cascade_push_(s->level, ET_LANES, s->pieces++, lane);
+}
+
+static inline float et_sum_total_(const et_sum_ *s)
+{
+    float lane[ET_LANES];
+    et_cascade_total_(s->level, ET_LANES, s->pieces, lane);
+    return et_dot_total_f32_(lane);
+}
+
+/* lane[j % ET_LANES] = the sum of x[j] over j < n, from 0: one piece. */
+static inline void et_sum_lanes_f32_(int n, const float *restrict x, float *restrict lane)
+{
+    int blocks = n / ET_LANES, i, l;
+    for (l = 0; l < ET_LANES; ++l)
+        lane[l] = 0.0f;
+    for (i = 0; i < blocks; ++i)
+        for (l = 0; l < ET_LANES; ++l)
+            lane[l] += x[i * ET_LANES + l];
+    for (i = blocks * ET_LANES; i < n; ++i)
+        lane[i % ET_LANES] += x[i];
+}
+
+/* Adds the run x[0..n) to s. */
+static inline void et_sum_run_f32_(et_sum_ *s, int n, const float *x)
+{
+    float lane[ET_LANES];
+    int i;
+    for (i = 0; i < n; i += ET_SUM_PIECE) {
+        et_sum_lanes_f32_(n - i < ET_SUM_PIECE ? n - i : ET_SUM_PIECE, x + i, lane);
+        et_sum_piece_(s, lane);
+    }
+}
+
 /* Register tiles.  Where GCC's vector extension maps onto IEEE SIMD units
  * (x86 SSE/AVX, AArch64), a tile's partial sums live in vector registers;
  * elsewhere the same sums run on scalars.  Each vector lane does exactly
@@ -305,132 +397,147 @@ static inline void et_tiles_f32_(int rows, int n, int K, const float *a, size_t 
 /* Taps of a weight-gradient tile (et_dot_tile_f32_). */
 #define ET_DOT_TAPS 2
 
-/* lane[r * lane_rs + t * ET_LANES + l] += the products y_r[i] * x_t[i] for
- * i < n with i % ET_LANES == l, in order of i, for each of `segs`
- * segments in turn: for rows r < rows <= ET_TILE_ROWS of y (`y_rs` apart)
- * and t < taps <= ET_DOT_TAPS of x (x_t = x + xt[t]); segment g reads y +
- * g * y_ss and x + g * x_ss.  That many dot products, each with its own
- * ET_LANES partial sums (as et_dot_lanes_f32_), share their loads. */
-static inline void et_dot_tile_f32_(int rows, int taps, int segs, int n, const float *restrict y, size_t y_rs,
-                                    size_t y_ss, const float *restrict x, const size_t *xt, size_t x_ss,
-                                    float *restrict lane, size_t lane_rs)
+/* lane[r * lane_rs + t * ET_LANES + l] += the lane sums of each piece (see
+ * Long sums) of the products y_r[i] * x_t[i], for rows r < rows <=
+ * ET_TILE_ROWS of y (`y_rs` apart) and taps t < taps <= ET_DOT_TAPS of x
+ * (x_t = x + xt[t]).  The products come from `segs` segments of n values
+ * (segment g reads y + g * y_ss and x + g * x_ss), `piece` segments to a
+ * piece (the last may have fewer); within a piece, lane l adds those with
+ * i % ET_LANES == l, segment by segment in order of i, from 0.  Several
+ * segments must be whole lane blocks (n % ET_LANES == 0).  That many dot
+ * products share their loads. */
+static inline void et_dot_tile_f32_(int rows, int taps, int segs, int piece, int n, const float *restrict y,
+                                    size_t y_rs, size_t y_ss, const float *restrict x, const size_t *xt,
+                                    size_t x_ss, float *restrict lane, size_t lane_rs)
 {
-    int i0, i, r, t, g;
-    if (segs > 1 && n % ET_LANES) {  /* a segment's tail goes before the next segment */
-        for (g = 0; g < segs; ++g)
-            et_dot_tile_f32_(rows, taps, 1, n, y + (size_t)g * y_ss, y_rs, 0, x + (size_t)g * x_ss, xt, 0, lane,
-                             lane_rs);
-        return;
-    }
+    float part[ET_TILE_ROWS * ET_DOT_TAPS * ET_LANES];  /* a piece's sums, at (r * taps + t) * ET_LANES + l */
+    int g0, g1, g, i0, i, r, t, l;
+    for (g0 = 0; g0 < segs; g0 = g1) {
+        g1 = segs - g0 < piece ? segs : g0 + piece;
 #if ET_VECTORS
-    i0 = 0;
-    if (rows == ET_TILE_ROWS && taps == ET_DOT_TAPS) {
-        et_v8_ c00, c01, c10, c11, c20, c21, c30, c31;
-        memcpy(&c00, lane, sizeof c00);
-        memcpy(&c01, lane + 8, sizeof c01);
-        memcpy(&c10, lane + lane_rs, sizeof c10);
-        memcpy(&c11, lane + lane_rs + 8, sizeof c11);
-        memcpy(&c20, lane + 2 * lane_rs, sizeof c20);
-        memcpy(&c21, lane + 2 * lane_rs + 8, sizeof c21);
-        memcpy(&c30, lane + 3 * lane_rs, sizeof c30);
-        memcpy(&c31, lane + 3 * lane_rs + 8, sizeof c31);
-        for (g = 0; g < segs; ++g) {
-            const float *yg = y + (size_t)g * y_ss, *x0g = x + xt[0] + (size_t)g * x_ss, *x1g = x + xt[1] + (size_t)g * x_ss;
-            for (i0 = 0; i0 + ET_LANES <= n; i0 += ET_LANES) {
-                et_v8_ x0, x1, y0, y1, y2, y3;
-                memcpy(&x0, x0g + i0, sizeof x0);
-                memcpy(&x1, x1g + i0, sizeof x1);
-                memcpy(&y0, yg + i0, sizeof y0);
-                memcpy(&y1, yg + y_rs + i0, sizeof y1);
-                memcpy(&y2, yg + 2 * y_rs + i0, sizeof y2);
-                memcpy(&y3, yg + 3 * y_rs + i0, sizeof y3);
-                ET_IN_REGISTER_(x0);
-                ET_IN_REGISTER_(x1);
-                ET_IN_REGISTER_(y0);
-                ET_IN_REGISTER_(y1);
-                ET_IN_REGISTER_(y2);
-                ET_IN_REGISTER_(y3);
-                c00 += y0 * x0;
-                c01 += y0 * x1;
-                c10 += y1 * x0;
-                c11 += y1 * x1;
-                c20 += y2 * x0;
-                c21 += y2 * x1;
-                c30 += y3 * x0;
-                c31 += y3 * x1;
+        i0 = 0;
+        if (rows == ET_TILE_ROWS && taps == ET_DOT_TAPS) {
+            et_v8_ c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0}, c30 = {0}, c31 = {0};
+            for (g = g0; g < g1; ++g) {
+                const float *yg = y + (size_t)g * y_ss, *x0g = x + xt[0] + (size_t)g * x_ss;
+                const float *x1g = x + xt[1] + (size_t)g * x_ss;
+                for (i0 = 0; i0 + ET_LANES <= n; i0 += ET_LANES) {
+                    et_v8_ x0, x1, y0, y1, y2, y3;
+                    memcpy(&x0, x0g + i0, sizeof x0);
+                    memcpy(&x1, x1g + i0, sizeof x1);
+                    memcpy(&y0, yg + i0, sizeof y0);
+                    memcpy(&y1, yg + y_rs + i0, sizeof y1);
+                    memcpy(&y2, yg + 2 * y_rs + i0, sizeof y2);
+                    memcpy(&y3, yg + 3 * y_rs + i0, sizeof y3);
+                    ET_IN_REGISTER_(x0);
+                    ET_IN_REGISTER_(x1);
+                    ET_IN_REGISTER_(y0);
+                    ET_IN_REGISTER_(y1);
+                    ET_IN_REGISTER_(y2);
+                    ET_IN_REGISTER_(y3);
+                    c00 += y0 * x0;
+                    c01 += y0 * x1;
+                    c10 += y1 * x0;
+                    c11 += y1 * x1;
+                    c20 += y2 * x0;
+                    c21 += y2 * x1;
+                    c30 += y3 * x0;
+                    c31 += y3 * x1;
+                }
             }
-        }
-        memcpy(lane, &c00, sizeof c00);
-        memcpy(lane + 8, &c01, sizeof c01);
-        memcpy(lane + lane_rs, &c10, sizeof c10);
-        memcpy(lane + lane_rs + 8, &c11, sizeof c11);
-        memcpy(lane + 2 * lane_rs, &c20, sizeof c20);
-        memcpy(lane + 2 * lane_rs + 8, &c21, sizeof c21);
-        memcpy(lane + 3 * lane_rs, &c30, sizeof c30);
-        memcpy(lane + 3 * lane_rs + 8, &c31, sizeof c31);
-    } else if (rows == ET_TILE_ROWS && taps == 1) {  /* four rows' sums side by side, not one chain */
-        et_v8_ c0, c1, c2, c3;
-        memcpy(&c0, lane, sizeof c0);
-        memcpy(&c1, lane + lane_rs, sizeof c1);
-        memcpy(&c2, lane + 2 * lane_rs, sizeof c2);
-        memcpy(&c3, lane + 3 * lane_rs, sizeof c3);
-        for (g = 0; g < segs; ++g) {
-            const float *yg = y + (size_t)g * y_ss, *xg = x + xt[0] + (size_t)g * x_ss;
-            for (i0 = 0; i0 + ET_LANES <= n; i0 += ET_LANES) {
-                et_v8_ xv, y0, y1, y2, y3;
-                memcpy(&xv, xg + i0, sizeof xv);
-                memcpy(&y0, yg + i0, sizeof y0);
-                memcpy(&y1, yg + y_rs + i0, sizeof y1);
-                memcpy(&y2, yg + 2 * y_rs + i0, sizeof y2);
-                memcpy(&y3, yg + 3 * y_rs + i0, sizeof y3);
-                ET_IN_REGISTER_(xv);
-                c0 += y0 * xv;
-                c1 += y1 * xv;
-                c2 += y2 * xv;
-                c3 += y3 * xv;
+            memcpy(part, &c00, sizeof c00);
+            memcpy(part + 8, &c01, sizeof c01);
+            memcpy(part + 16, &c10, sizeof c10);
+            memcpy(part + 24, &c11, sizeof c11);
+            memcpy(part + 32, &c20, sizeof c20);
+            memcpy(part + 40, &c21, sizeof c21);
+            memcpy(part + 48, &c30, sizeof c30);
+            memcpy(part + 56, &c31, sizeof c31);
+        } else if (rows == ET_TILE_ROWS && taps == 1) {  /* four rows' sums side by side, not one chain */
+            et_v8_ c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0};
+            for (g = g0; g < g1; ++g) {
+                const float *yg = y + (size_t)g * y_ss, *xg = x + xt[0] + (size_t)g * x_ss;
+                for (i0 = 0; i0 + ET_LANES <= n; i0 += ET_LANES) {
+                    et_v8_ xv, y0, y1, y2, y3;
+                    memcpy(&xv, xg + i0, sizeof xv);
+                    memcpy(&y0, yg + i0, sizeof y0);
+                    memcpy(&y1, yg + y_rs + i0, sizeof y1);
+                    memcpy(&y2, yg + 2 * y_rs + i0, sizeof y2);
+                    memcpy(&y3, yg + 3 * y_rs + i0, sizeof y3);
+                    ET_IN_REGISTER_(xv);
+                    c0 += y0 * xv;
+                    c1 += y1 * xv;
+                    c2 += y2 * xv;
+                    c3 += y3 * xv;
+                }
             }
-        }
-        memcpy(lane, &c0, sizeof c0);
-        memcpy(lane + lane_rs, &c1, sizeof c1);
-        memcpy(lane + 2 * lane_rs, &c2, sizeof c2);
-        memcpy(lane + 3 * lane_rs, &c3, sizeof c3);
-    } else
+            memcpy(part, &c0, sizeof c0);
+            memcpy(part + 8, &c1, sizeof c1);
+            memcpy(part + 16, &c2, sizeof c2);
+            memcpy(part + 24, &c3, sizeof c3);
+        } else
+            for (r = 0; r < rows; ++r)
+                for (t = 0; t < taps; ++t) {
+                    et_v8_ c = {0};
+                    for (g = g0; g < g1; ++g)
+                        for (i0 = 0; i0 + ET_LANES <= n; i0 += ET_LANES) {
+                            et_v8_ xv, yv;
+                            memcpy(&xv, x + xt[t] + (size_t)g * x_ss + i0, sizeof xv);
+                            memcpy(&yv, y + r * y_rs + (size_t)g * y_ss + i0, sizeof yv);
+                            c += yv * xv;
+                        }
+                    memcpy(part + (r * taps + t) * ET_LANES, &c, sizeof c);
+                }
+#else
+        /* A scalar FPU: the lanes in registers, two products each per pass, still one after the other. */
+        i0 = 0;
         for (r = 0; r < rows; ++r)
             for (t = 0; t < taps; ++t) {
-                et_v8_ c;
-                memcpy(&c, lane + r * lane_rs + t * ET_LANES, sizeof c);
-                for (g = 0; g < segs; ++g)
-                    for (i0 = 0; i0 + ET_LANES <= n; i0 += ET_LANES) {
-                        et_v8_ xv, yv;
-                        memcpy(&xv, x + xt[t] + (size_t)g * x_ss + i0, sizeof xv);
-                        memcpy(&yv, y + r * y_rs + (size_t)g * y_ss + i0, sizeof yv);
-                        c += yv * xv;
+                float *p = part + (r * taps + t) * ET_LANES;
+                float p0 = 0.0f, p1 = 0.0f, p2 = 0.0f, p3 = 0.0f, p4 = 0.0f, p5 = 0.0f, p6 = 0.0f, p7 = 0.0f;
+                for (g = g0; g < g1; ++g) {
+                    const float *a = y + r * y_rs + (size_t)g * y_ss, *b = x + xt[t] + (size_t)g * x_ss;
+                    for (i0 = 0; i0 + 2 * ET_LANES <= n; i0 += 2 * ET_LANES, a += 2 * ET_LANES, b += 2 * ET_LANES) {
+                        p0 = (p0 + a[0] * b[0]) + a[8] * b[8];
+                        p1 = (p1 + a[1] * b[1]) + a[9] * b[9];
+                        p2 = (p2 + a[2] * b[2]) + a[10] * b[10];
+                        p3 = (p3 + a[3] * b[3]) + a[11] * b[11];
+                        p4 = (p4 + a[4] * b[4]) + a[12] * b[12];
+                        p5 = (p5 + a[5] * b[5]) + a[13] * b[13];
+                        p6 = (p6 + a[6] * b[6]) + a[14] * b[14];
+                        p7 = (p7 + a[7] * b[7]) + a[15] * b[15];
                     }
-                memcpy(lane + r * lane_rs + t * ET_LANES, &c, sizeof c);
+                    if (i0 + ET_LANES <= n) {
+                        p0 += a[0] * b[0];
+                        p1 += a[1] * b[1];
+                        p2 += a[2] * b[2];
+                        p3 += a[3] * b[3];
+                        p4 += a[4] * b[4];
+                        p5 += a[5] * b[5];
+                        p6 += a[6] * b[6];
+                        p7 += a[7] * b[7];
+                        i0 += ET_LANES;
+                    }
+                }
+                p[0] = p0;
+                p[1] = p1;
+                p[2] = p2;
+                p[3] = p3;
+                p[4] = p4;
+                p[5] = p5;
+                p[6] = p6;
+                p[7] = p7;
             }
-    if (segs > 1)
-        return;  /* whole lane blocks only (above) */
-    for (r = 0; r < rows; ++r)
-        for (t = 0; t < taps; ++t) {
-            float *l = lane + r * lane_rs + t * ET_LANES;
-            for (i = i0; i < n; ++i)
-                l[i % ET_LANES] += y[r * y_rs + (size_t)i] * x[xt[t] + (size_t)i];
-        }
-#else
-    /* A scalar FPU: each lane takes two products per pass, still one after the other. */
-    for (r = 0; r < rows; ++r)
-        for (t = 0; t < taps; ++t) {
-            float *l = lane + r * lane_rs + t * ET_LANES;
-            for (g = 0; g < segs; ++g) {
-                const float *yr = y + r * y_rs + (size_t)g * y_ss, *xr = x + xt[t] + (size_t)g * x_ss;
-                for (i0 = 0; i0 + 2 * ET_LANES <= n; i0 += 2 * ET_LANES)
-                    for (i = 0; i < ET_LANES; ++i)
-                        l[i] = (l[i] + yr[i0 + i] * xr[i0 + i]) + yr[i0 + ET_LANES + i] * xr[i0 + ET_LANES + i];
-                for (i = i0; i < n; ++i)
-                    l[i % ET_LANES] += yr[i] * xr[i];
-            }
-        }
 #endif
+        for (r = 0; r < rows; ++r)
+            for (t = 0; t < taps; ++t) {
+                float *p = part + (r * taps + t) * ET_LANES, *sum = lane + r * lane_rs + t * ET_LANES;
+                for (i = i0; i < n; ++i)  /* a single segment's tail */
+                    p[i % ET_LANES] += y[r * y_rs + (size_t)i] * x[xt[t] + (size_t)i];
+                for (l = 0; l < ET_LANES; ++l)
+                    sum[l] += p[l];
+            }
+    }
 }
 
 /* Blocks of a matrix product: ET_GEMM_DEPTH rows of B by ET_GEMM_COLS

@@ -11,25 +11,85 @@
 #ifndef ET_NORM_H
 #define ET_NORM_H
 
+/* Every sum over a group is a long sum (et_linalg.h), each block a run.
+ * lane[j % ET_LANES] = the sum of (x[j] - m)^2 over j < n, from 0: one piece. */
+static inline void et_norm_lanes_sq_f32_(int n, const float *restrict x, float m, float *restrict lane)
+{
+    int blocks = n / ET_LANES, i, l;
+    float d;
+    for (l = 0; l < ET_LANES; ++l)
+        lane[l] = 0.0f;
+    for (i = 0; i < blocks; ++i)
+        for (l = 0; l < ET_LANES; ++l) {
+            d = x[i * ET_LANES + l] - m;
+            lane[l] += d * d;
+        }
+    for (i = blocks * ET_LANES; i < n; ++i) {
+        d = x[i] - m;
+        lane[i % ET_LANES] += d * d;
+    }
+}
+
+/* The same for the sums of dy[j] (into s) and dy[j] * (x[j] - m) (into sx). */
+static inline void et_norm_lanes_grad_f32_(int n, const float *restrict dy, const float *restrict x, float m,
+                                           float *restrict s, float *restrict sx)
+{
+    int blocks = n / ET_LANES, i, l;
+    for (l = 0; l < ET_LANES; ++l)
+        s[l] = sx[l] = 0.0f;
+    for (i = 0; i < blocks; ++i)
+        for (l = 0; l < ET_LANES; ++l) {
+            s[l] += dy[i * ET_LANES + l];
+            sx[l] += dy[i * ET_LANES + l] * (x[i * ET_LANES + l] - m);
+        }
+    for (i = blocks * ET_LANES; i < n; ++i) {
+        s[i % ET_LANES] += dy[i];
+        sx[i % ET_LANES] += dy[i] * (x[i] - m);
+    }
+}
+
 /* Mean and biased variance.  Two passes: summing squared deviations from
  * the mean avoids the cancellation of E[x^2] - E[x]^2 when |mean| >> std. */
 static inline void et_norm_moments_f32(int blocks, int inner, int stride, const float *X,
                                        float *mean, float *var)
 {
     int b, i;
-    float count = (float)blocks * (float)inner, sum = 0.0f, m, d;
+    float count = (float)blocks * (float)inner, m, lane[ET_LANES];
+    et_sum_ sum;
+    et_sum_start_(&sum);
     for (b = 0; b < blocks; ++b)
-        for (i = 0; i < inner; ++i)
-            sum += X[(size_t)b * (size_t)stride + (size_t)i];
-    m = sum / count;
-    sum = 0.0f;
+        et_sum_run_f32_(&sum, inner, X + (size_t)b * (size_t)stride);
+    m = et_sum_total_(&sum) / count;
+    et_sum_start_(&sum);
     for (b = 0; b < blocks; ++b)
-        for (i = 0; i < inner; ++i) {
-            d = X[(size_t)b * (size_t)stride + (size_t)i] - m;
-            sum += d * d;
+        for (i = 0; i < inner; i += ET_SUM_PIECE) {
+            et_norm_lanes_sq_f32_(inner - i < ET_SUM_PIECE ? inner - i : ET_SUM_PIECE,
+                                  X + (size_t)b * (size_t)stride + (size_t)i, m, lane);
+            et_sum_piece_(&sum, lane);
         }
     *mean = m;
-    *var = sum / count;
+    *var = et_sum_total_(&sum) / count;
+}
+
+/* *s = the sum of dY and *sx = that of dY * (X - mean) over one group. */
+static inline void et_norm_grad_sums_f32_(int blocks, int inner, int stride, const float *dY, const float *X,
+                                          float mean, float *s, float *sx)
+{
+    int b, i;
+    float lane_s[ET_LANES], lane_sx[ET_LANES];
+    et_sum_ sum_s, sum_sx;
+    et_sum_start_(&sum_s);
+    et_sum_start_(&sum_sx);
+    for (b = 0; b < blocks; ++b)
+        for (i = 0; i < inner; i += ET_SUM_PIECE) {
+            size_t at = (size_t)b * (size_t)stride + (size_t)i;
+            et_norm_lanes_grad_f32_(inner - i < ET_SUM_PIECE ? inner - i : ET_SUM_PIECE, dY + at, X + at, mean,
+                                    lane_s, lane_sx);
+            et_sum_piece_(&sum_s, lane_s);
+            et_sum_piece_(&sum_sx, lane_sx);
+        }
+    *s = et_sum_total_(&sum_s);
+    *sx = et_sum_total_(&sum_sx);
 }
 
 /* Y = (X - mean) * a + b over one group (a = scale / sqrt(var + eps)). */
@@ -55,13 +115,8 @@ static inline void et_norm_group_grad_f32(int blocks, int inner, int stride, con
 {
     int k, i;
     size_t at;
-    float count = (float)blocks * (float)inner, s = 0.0f, sx = 0.0f, mean_dy, proj, a;
-    for (k = 0; k < blocks; ++k)
-        for (i = 0; i < inner; ++i) {
-            at = (size_t)k * (size_t)stride + (size_t)i;
-            s += dY[at];
-            sx += dY[at] * (X[at] - mean);
-        }
+    float count = (float)blocks * (float)inner, s, sx, mean_dy, proj, a;
+    et_norm_grad_sums_f32_(blocks, inner, stride, dY, X, mean, &s, &sx);
     mean_dy = s / count;
     proj = sx * inv_std * inv_std / count;
     a = scale * inv_std;
@@ -140,21 +195,27 @@ static inline void et_batchnorm_inference_grad_f32(int n, int c, int inner, floa
                                                    const float *X, const float *scale, const float *mean,
                                                    const float *var, float *dX, float *dscale, float *dB)
 {
-    int ch, k, i;
+    int ch, k, i, j, len;
     size_t at;
-    float inv_std, a, s, sx;
+    float inv_std, a, s, sx, lane_s[ET_LANES], lane_sx[ET_LANES];
+    et_sum_ sum_s, sum_sx;
     for (ch = 0; ch < c; ++ch) {
         inv_std = 1.0f / sqrtf(var[ch] + epsilon);
         a = scale[ch] * inv_std;
-        s = 0.0f;
-        sx = 0.0f;
+        et_sum_start_(&sum_s);
+        et_sum_start_(&sum_sx);
         for (k = 0; k < n; ++k)
-            for (i = 0; i < inner; ++i) {
+            for (i = 0; i < inner; i += ET_SUM_PIECE) {  /* a piece's sums, and its dX while dY is at hand */
                 at = ((size_t)k * (size_t)c + (size_t)ch) * (size_t)inner + (size_t)i;
-                s += dY[at];
-                sx += dY[at] * (X[at] - mean[ch]);
-                dX[at] = dY[at] * a;
+                len = inner - i < ET_SUM_PIECE ? inner - i : ET_SUM_PIECE;
+                et_norm_lanes_grad_f32_(len, dY + at, X + at, mean[ch], lane_s, lane_sx);
+                et_sum_piece_(&sum_s, lane_s);
+                et_sum_piece_(&sum_sx, lane_sx);
+                for (j = 0; j < len; ++j)
+                    dX[at + (size_t)j] = dY[at + (size_t)j] * a;
             }
+        s = et_sum_total_(&sum_s);
+        sx = et_sum_total_(&sum_sx);
         dB[ch] = s;
         dscale[ch] = sx * inv_std;
     }

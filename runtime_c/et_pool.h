@@ -141,6 +141,9 @@ static inline float et_average_pool_count_(int count_include_pad, const int *in,
     return (float)count;
 }
 
+/* A window's sum: in order from 0 up to ET_SUM_PIECE values; beyond (a
+ * global pool over a large plane), a long sum (et_linalg.h) whose runs are
+ * the window's rows. */
 static inline void et_average_pool_f32(int NC, const int *in, const int *out, const int *k,
                                        const int *s, const int *d, const int *p,
                                        int count_include_pad, const float *X, float *Y)
@@ -149,16 +152,31 @@ static inline void et_average_pool_f32(int NC, const int *in, const int *out, co
     for (plane = 0; plane < NC; ++plane) {
         const float *x = X + (size_t)plane * (size_t)in_size;
         float *y = Y + (size_t)plane * (size_t)out_size;
-        int o[3] = {0, 0, 0}, start[3], lo[3], hi[3], j = 0, kz, ky, kx;
+        int o[3] = {0, 0, 0}, start[3], lo[3], hi[3], j = 0, kz, ky, kx, i;
         do {
-            float acc = 0.0f;
+            float acc = 0.0f, run[ET_SUM_PIECE];
+            et_sum_ sum;
+            int width, values;
             et_pool_window_(o, in, k, s, d, p, start, lo, hi);
+            width = hi[2] - lo[2];
+            values = (hi[0] - lo[0]) * (hi[1] - lo[1]) * width;
+            et_sum_start_(&sum);
             for (kz = lo[0]; kz < hi[0]; ++kz)
                 for (ky = lo[1]; ky < hi[1]; ++ky) {
                     int row = ((start[0] + kz * d[0]) * in[1] + start[1] + ky * d[1]) * in[2] + start[2];
-                    for (kx = lo[2]; kx < hi[2]; ++kx)
-                        acc += x[row + kx * d[2]];
+                    if (values <= ET_SUM_PIECE)
+                        for (kx = lo[2]; kx < hi[2]; ++kx)
+                            acc += x[row + kx * d[2]];
+                    else
+                        for (kx = lo[2]; kx < hi[2]; kx += ET_SUM_PIECE) {
+                            int len = hi[2] - kx < ET_SUM_PIECE ? hi[2] - kx : ET_SUM_PIECE;
+                            for (i = 0; i < len; ++i)
+                                run[i] = x[row + (kx + i) * d[2]];
+                            et_sum_run_f32_(&sum, len, run);
+                        }
                 }
+            if (values > ET_SUM_PIECE)
+                acc = et_sum_total_(&sum);
             y[j++] = acc / et_average_pool_count_(count_include_pad, in, k, s, d, p, o, lo, hi);
         } while (et_pool_next_(o, out));
     }

@@ -74,56 +74,87 @@ static inline int et_reduce_blocks_(int rank, const int *in_shape, const int *ou
     return 1;
 }
 
-/* Outputs whose sums run side by side in et_reduce_sum_f32: each sum is a
- * chain of dependent additions, and independent chains overlap. */
-#define ET_REDUCE_CHAINS 8
+/* Whether X, read in memory order, is [a][r][b] with the r axes summed and
+ * Y [a][b] (a bias gradient over a kept last axis, a middle axis summed). */
+static inline int et_reduce_columns_(int rank, const int *in_shape, const int *out_strides, int *a, int *r, int *b)
+{
+    int d, phase = 0;  /* in b, r, a */
+    *a = *r = *b = 1;
+    for (d = rank - 1; d >= 0; --d) {
+        if (in_shape[d] == 1)
+            continue;
+        if (out_strides[d] != 0 && phase == 0)
+            *b *= in_shape[d];
+        else if (out_strides[d] == 0 && phase < 2) {
+            phase = 1;
+            *r *= in_shape[d];
+        } else if (out_strides[d] != 0) {
+            phase = 2;
+            *a *= in_shape[d];
+        } else
+            return 0;
+    }
+    return 1;
+}
 
-/* Sums in input row-major order, so each output's summation order is
- * fixed; the mean's 1/count is applied once at the end, after summing,
- * as PyTorch does. */
+/* Columns summed side by side in et_reduce_sum_f32: a cascade of that many
+ * floats per level (2 KB) on the stack. */
+#define ET_REDUCE_COLUMNS 32
+
+/* Sums in a fixed order, the mean's 1/count applied once at the end, after
+ * summing, as PyTorch does.  Contiguous runs (a plane of a bias gradient)
+ * make each output a long sum (et_linalg.h); rows summed column by column
+ * take pieces of ET_SUM_PIECE rows, each column in order from 0, and
+ * the pieces meet in a cascade (et_cascade_push_); other patterns add in
+ * memory order. */
 static inline void et_reduce_sum_f32(int rank, const int *in_shape, const int *out_strides,
                                      float scale, const float *X, float *Y, int y_size)
 {
     int idx[ET_MAX_RANK] = {0};
-    int d, n = 1, o, i, inner, s, yo = 0, outer, mid, c, l;
-    for (i = 0; i < y_size; ++i)
-        Y[i] = 0.0f;
+    int d, n = 1, o, i, inner, s, yo = 0, outer, mid, c, r, j, a, rows, cols, width;
     for (d = 0; d < rank; ++d)
         n *= in_shape[d];
-    if (n > 0 && et_reduce_blocks_(rank, in_shape, out_strides, &outer, &mid, &inner)) {
-        /* Each output still adds its inputs in memory order. */
-        for (o = 0; o < outer; ++o)
-            if (inner == 1)  /* a kept last axis (a Gemm's bias gradient): rows add to Y as they are */
-                et_accumulate_f32(mid, X + (size_t)o * (size_t)mid, Y, 0);
-            else
-                for (c = 0; c < mid; c += ET_REDUCE_CHAINS) {
-                    const float *x = X + ((size_t)o * (size_t)mid + (size_t)c) * (size_t)inner;
-                    if (mid - c >= ET_REDUCE_CHAINS) {
-                        float sum[ET_REDUCE_CHAINS];
-                        for (l = 0; l < ET_REDUCE_CHAINS; ++l)
-                            sum[l] = Y[c + l];
-                        for (i = 0; i < inner; ++i)
-                            for (l = 0; l < ET_REDUCE_CHAINS; ++l)
-                                sum[l] += x[(size_t)l * (size_t)inner + (size_t)i];
-                        for (l = 0; l < ET_REDUCE_CHAINS; ++l)
-                            Y[c + l] = sum[l];
-                    } else
-                        for (l = 0; l < mid - c; ++l)
-                            for (i = 0; i < inner; ++i)
-                                Y[c + l] += x[(size_t)l * (size_t)inner + (size_t)i];
+    if (n > 0 && et_reduce_blocks_(rank, in_shape, out_strides, &outer, &mid, &inner) && inner > 1)
+        for (c = 0; c < mid; ++c) {
+            et_sum_ sum;
+            et_sum_start_(&sum);
+            for (o = 0; o < outer; ++o)
+                et_sum_run_f32_(&sum, inner, X + ((size_t)o * (size_t)mid + (size_t)c) * (size_t)inner);
+            Y[c] = et_sum_total_(&sum);
+        }
+    else if (n > 0 && et_reduce_columns_(rank, in_shape, out_strides, &a, &rows, &cols))
+        for (o = 0; o < a; ++o)
+            for (c = 0; c < cols; c += width) {
+                float level[ET_SUM_LEVELS * ET_REDUCE_COLUMNS], piece[ET_REDUCE_COLUMNS];
+                const float *x = X + (size_t)o * (size_t)rows * (size_t)cols + (size_t)c;
+                uint32_t pieces = 0;
+                width = cols - c < ET_REDUCE_COLUMNS ? cols - c : ET_REDUCE_COLUMNS;
+                for (r = 0; r < rows; r += ET_SUM_PIECE, ++pieces) {
+                    for (j = 0; j < width; ++j)
+                        piece[j] = 0.0f;
+                    for (i = r; i < rows && i < r + ET_SUM_PIECE; ++i)
+                        for (j = 0; j < width; ++j)
+                            piece[j] += x[(size_t)i * (size_t)cols + (size_t)j];
+                    et_cascade_push_(level, width, pieces, piece);
                 }
-    } else if (n > 0) {
-        inner = in_shape[rank - 1];
-        s = out_strides[rank - 1];
-        for (o = 0; o < n; o += inner) {
-            for (i = 0; i < inner; ++i)
-                Y[yo + i * s] += X[o + i];
-            for (d = rank - 2; d >= 0; --d) {
-                yo += out_strides[d];
-                if (++idx[d] < in_shape[d])
-                    break;
-                yo -= out_strides[d] * in_shape[d];
-                idx[d] = 0;
+                et_cascade_total_(level, width, pieces, Y + (size_t)o * (size_t)cols + (size_t)c);
+            }
+    else {
+        for (i = 0; i < y_size; ++i)
+            Y[i] = 0.0f;
+        if (n > 0) {
+            inner = in_shape[rank - 1];
+            s = out_strides[rank - 1];
+            for (o = 0; o < n; o += inner) {
+                for (i = 0; i < inner; ++i)
+                    Y[yo + i * s] += X[o + i];
+                for (d = rank - 2; d >= 0; --d) {
+                    yo += out_strides[d];
+                    if (++idx[d] < in_shape[d])
+                        break;
+                    yo -= out_strides[d] * in_shape[d];
+                    idx[d] = 0;
+                }
             }
         }
     }

@@ -439,13 +439,104 @@ def test_gemm(lib, trans_a, trans_b, M, N, K):
     assert np.array_equal(y, seq_gemm_ref(a, b, 1.0, 1.0, c.T, trans_b))
 
 
+# ---- long sums (et_linalg.h) ----
+
+SUM_PIECE, SUM_LEVELS = 128, 16  # et_linalg.h's ET_SUM_PIECE, ET_SUM_LEVELS
+
+
+def lanes_pairwise(lane):
+    """et_dot_total_f32_: the eight lanes' sum, pairwise in a fixed order."""
+    l = lane
+    return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]))
+
+
+def piece_lanes(values):
+    """Lane l of one piece: values l, l + 8, ... added in order, from 0 (in float32)."""
+    lane = np.zeros(LANES, np.float32)
+    values = np.asarray(values, np.float32)
+    for at in range(0, len(values), LANES):
+        block = values[at:at + LANES]
+        lane[:len(block)] += block
+    return lane
+
+
+def cascade(pieces):
+    """et_cascade_push_ / et_cascade_total_: level k holds 2^k pieces' sum while bit k of the count is
+    set, merges adding the older sum on the left (the top level, once used, takes every carry that
+    reaches it); the total adds the levels in use from the lowest up."""
+    levels = {}
+    for count, piece in enumerate(pieces):
+        k = 0
+        while k + 1 < SUM_LEVELS and count & 1:
+            piece, k, count = levels[k] + piece, k + 1, count >> 1
+        if k + 1 == SUM_LEVELS and count:  # the top level, in use: it goes on adding
+            piece = levels[k] + piece
+        levels[k] = piece
+    total = np.zeros_like(pieces[0]) if pieces else np.float32(0)
+    count = len(pieces)
+    for k in range(SUM_LEVELS):
+        if count & 1 or (count and k + 1 == SUM_LEVELS):
+            total = levels[k] + total
+        count >>= 1
+    return total
+
+
+def long_sum(runs):
+    """The long sum of et_linalg.h: each run in pieces of SUM_PIECE from its start, lanes within a
+    piece, the pieces' lanes through the cascade, then the lanes' pairwise total."""
+    pieces = [piece_lanes(run[i:i + SUM_PIECE]) for run in runs for i in range(0, len(run), SUM_PIECE)]
+    return lanes_pairwise(cascade(pieces)) if pieces else np.float32(0)
+
+
+def test_cascade_is_pairwise():
+    """Pieces 1, e, e, ... (e = 2^-24, half of 1's ulp): in order each e rounds away against 1; the
+    cascade adds them pairwise first: 16 pieces make ((1 + e) + 2e) + 4e + 8e = 1 + 14e (1 + e is a
+    tie, to even: 1), and 5 pieces ((1 + e) + 2e) + e = 1 + 4e (1 + 3e is a tie, to even)."""
+    e = 2.0 ** -24
+    pieces = [np.array([1.0 if i == 0 else e], np.float32) for i in range(16)]
+    assert cascade(pieces)[0] == np.float32(1 + 14 * e)
+    assert cascade(pieces[:5])[0] == np.float32(1 + 4 * e)
+    assert np.cumsum(np.array(pieces)[:, 0], dtype=np.float32)[-1] == 1
+
+
+def reduce_sum_ref(x, axes):
+    """et_reduce_sum_f32's order: [outer][kept][inner] with inner > 1 (a bias gradient): each output a
+    long sum over its runs of inner values; [a][rows][b] (kept, summed, kept): each column in pieces of
+    SUM_PIECE rows, in order from 0, the pieces through the cascade; anything else in memory order."""
+    shape = x.shape
+    kept = [d for d in range(len(shape)) if d not in axes]
+    out_shape = [shape[d] for d in kept]
+    last_kept = max((d for d in kept if shape[d] > 1), default=-1)
+    last_summed = max((d for d in axes if shape[d] > 1), default=-1)
+    size = lambda ds: int(np.prod([shape[d] for d in ds], dtype=np.int64))
+    sig = "".join("k" if d in kept else "r" for d in range(len(shape)) if shape[d] > 1)
+    if re.fullmatch(r"r*k*r+", sig):
+        inner = size([d for d in axes if d > last_kept])
+        groups = np.moveaxis(x, kept, range(len(kept))).reshape(size(kept), -1)
+        return np.array([long_sum(list(g.reshape(-1, inner))) for g in groups], np.float32).reshape(out_shape)
+    if re.fullmatch(r"k*r*k*", sig):
+        rows = size(axes)
+        blocks = x.reshape(-1, rows, size([d for d in kept if d > last_summed]))
+        return np.array([cascade([np.cumsum(blk[i:i + SUM_PIECE], axis=0, dtype=np.float32)[-1]
+                                  for i in range(0, rows, SUM_PIECE)]) for blk in blocks],
+                        np.float32).reshape(out_shape)
+    ref = np.zeros(out_shape, np.float32)
+    for idx in np.ndindex(*shape):
+        at = tuple(idx[d] for d in kept)
+        ref[at] = np.float32(ref[at] + x[idx])
+    return ref
+
+
 # ---- reductions ----
 
-# A bias gradient (N and the spatial axes summed: eight outputs side by side, then three), leading
-# axes, trailing axes, and two patterns that are neither (the odometer).
-@pytest.mark.parametrize("shape,axes", [((2, 11, 3, 5), (0, 2, 3)), ((6, 20), (0,)), ((4, 9, 7), (1, 2)),
-                                        ((3, 4, 5), (1,)), ((2, 3, 4, 5), (0, 2))])
-def test_reduce_sum_adds_in_memory_order(lib, shape, axes):
+# A bias gradient (N and the spatial axes summed) over short and over long planes (several pieces a
+# run), leading axes (over 300 rows: three pieces; 40 columns: a block of 32 and one of 8), trailing
+# axes, a middle axis, a pattern that is neither (memory order), and a sum of 2^16 + 8 pieces, whose
+# cascade fills its top level and goes on adding there.
+@pytest.mark.parametrize("shape,axes", [((2, 11, 3, 5), (0, 2, 3)), ((3, 5, 300), (0, 2)), ((6, 20), (0,)),
+                                        ((2, 300, 40), (1,)), ((4, 9, 7), (1, 2)), ((3, 4, 5), (1,)),
+                                        ((2, 3, 4, 5), (0, 2)), ((2 ** 23 + 1000,), (0,))])
+def test_reduce_sum_keeps_its_stated_order(lib, shape, axes):
     ffi, L = lib
     rng = np.random.default_rng(len(shape) + sum(axes))
     # Magnitudes over six decades, so that another order of the additions rounds differently.
@@ -455,10 +546,7 @@ def test_reduce_sum_adds_in_memory_order(lib, shape, axes):
     strides = [0] * len(shape)
     for d, stride in zip(kept, np.cumprod([1] + out_shape[:0:-1])[::-1]):
         strides[d] = int(stride)
-    ref = np.zeros(out_shape, np.float32)
-    for idx in np.ndindex(*shape):
-        at = tuple(idx[d] for d in kept)
-        ref[at] = np.float32(ref[at] + x[idx])
+    ref = reduce_sum_ref(x, axes)
     y = np.empty(out_shape, np.float32)
     L.t_reduce_sum(len(shape), ffi.new("int[]", list(shape)), ffi.new("int[]", strides), 0.5, fptr(ffi, x),
                    fptr(ffi, y), y.size)
@@ -467,22 +555,35 @@ def test_reduce_sum_adds_in_memory_order(lib, shape, axes):
 
 # ---- convolution ----
 
-def lanes_total(products_per_piece):
-    """float32 sum as et_dot_lanes_f32_ and et_dot_total_f32_ round it: within each piece (a plane),
-    product j goes to lane j % 8; the lanes then add pairwise."""
-    lane = np.zeros(LANES, np.float32)
-    for products in products_per_piece:
-        for j, v in enumerate(products):
-            lane[j % LANES] += v
-    return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]))
+def plane_pieces(oh, ow):
+    """et_conv_piece_ over an oh x ow plane: (start, end) of each piece of its flat positions, whole rows
+    as many as SUM_PIECE positions hold, or pieces of SUM_PIECE positions of rows that are longer."""
+    if ow > SUM_PIECE:
+        return [(r * ow + i, r * ow + min(ow, i + SUM_PIECE)) for r in range(oh) for i in range(0, ow, SUM_PIECE)]
+    rows = SUM_PIECE // ow
+    return [(r * ow, min(oh, r + rows) * ow) for r in range(0, oh, rows)]
 
 
-def in_order_total(products_per_piece):
-    """float32 sum of every product in order, from 0."""
-    total = np.float32(0)
-    for products in products_per_piece:
-        for v in products:
-            total = np.float32(total + v)
+def lanes_total(planes, ow):
+    """A weight's gradient as et_conv_grad_w_f32 sums it: each image's plane of products (flat, rows
+    of ow) in pieces, lanes within a piece from 0, the pieces' lanes added in order from 0, the lanes'
+    pairwise total; the planes' totals in order of n."""
+    total = None
+    for plane in planes:
+        lane = np.zeros(LANES, np.float32)
+        for start, end in plane_pieces(len(plane) // ow, ow):
+            lane = lane + piece_lanes(plane[start:end])
+        t = lanes_pairwise(lane)
+        total = t if total is None else total + t
+    return total
+
+
+def in_order_total(planes):
+    """Each plane's products in order from 0, the planes' sums in order of n."""
+    total = None
+    for plane in planes:
+        t = np.cumsum(np.asarray(plane, np.float32), dtype=np.float32)[-1]
+        total = t if total is None else total + t
     return total
 
 
@@ -492,15 +593,22 @@ def in_order_total(products_per_piece):
 # (a matrix product per image). Weight gradients over more than 64 positions (ET_CONV_GRAD_SHORT)
 # add their products in lanes; over fewer, with at least 4 output channels, in order. Then a
 # pointwise kernel over 15 positions with 19 input and 21 output channels (its products run along
-# channels), and 3x3 windows over 7x8 outputs and, with stride (1, 2), over 7x5.
+# channels), and 3x3 windows over 7x8 outputs and, with stride (1, 2), over 7x5. Then planes of
+# several pieces: 20x16 outputs (rows of whole lane blocks, read in place: two pieces of 8 rows to a
+# call, and a piece of 4), with stride (1, 2) 20x20 (pieces of 6 rows, gathered), pointwise over
+# 20x16, and rows longer than a piece: 4x136 (read in place: 128 + 8) and 3x150 (gathered: 128 + 22).
 @pytest.mark.parametrize("kernel,stride,pad,c,m,h,w", [(3, (1, 2), 1, 5, 6, 11, 7), (3, (1, 1), 1, 5, 6, 11, 7),
                                                        (1, (1, 1), 0, 5, 6, 11, 7), (1, (1, 1), 0, 19, 21, 3, 5),
-                                                       (3, (1, 1), 1, 5, 6, 7, 8), (3, (1, 2), 1, 5, 6, 7, 9)])
+                                                       (3, (1, 1), 1, 5, 6, 7, 8), (3, (1, 2), 1, 5, 6, 7, 9),
+                                                       (3, (1, 1), 1, 3, 5, 20, 16), (3, (1, 2), 1, 3, 5, 20, 40),
+                                                       (1, (1, 1), 0, 3, 5, 20, 16), (3, (1, 1), 1, 2, 5, 4, 136),
+                                                       (3, (1, 1), 1, 2, 5, 3, 150)])
 def test_conv_kernels_keep_their_stated_summation_order(lib, kernel, stride, pad, c, m, h, w):
     """Forward and input gradient: each output summed in float32 over its taps in (channel, ky, kx)
-    order, the bias last; weight gradient: lanes over each image's plane of products (0 where the
-    tap falls outside X), or with at least 4 output channels over at most 64 positions the products
-    in order. Bit for bit, so running output channels together changes no rounding."""
+    order, the bias last; weight gradient: each image's plane of products (0 where the tap falls outside
+    X) in pieces and lanes (lanes_total), or with at least 4 output channels over at most 64 positions
+    in order; the planes in order. Bit for bit, so running output channels together changes no
+    rounding."""
     ffi, L = lib
     rng = np.random.default_rng(7)
     n = 2
@@ -548,7 +656,7 @@ def test_conv_kernels_keep_their_stated_summation_order(lib, kernel, stride, pad
             plane = np.zeros((oh, ow), np.float32)
             plane[oy[:, None], ox] = x[i, ci][iy[:, None], ix] * dy[i, mi][oy[:, None], ox]
             pieces.append(plane.ravel())
-        dw_ref[mi, ci, ky, kx] = in_order_total(pieces) if m >= 4 and oh * ow <= 64 else lanes_total(pieces)
+        dw_ref[mi, ci, ky, kx] = in_order_total(pieces) if m >= 4 and oh * ow <= 64 else lanes_total(pieces, ow)
     dw = np.empty_like(dw_ref)
     L.t_conv_grad_w(n, c, m, 1, ints([1, h, w]), ints([1, oh, ow]), ints(k), ints(s), ints(d), ints(p),
                     fptr(ffi, dy), fptr(ffi, x), fptr(ffi, dw))
@@ -558,12 +666,14 @@ def test_conv_kernels_keep_their_stated_summation_order(lib, kernel, stride, pad
 
 # Depthwise convolutions: 11 channels (a block of 8 side by side, then 3), over rows shorter than a
 # lane block (5x7 outputs, and 3x3 with stride 2), and over 6x8 outputs (the long runs and, for the
-# weight gradient, rows of whole lane blocks read in place).
-@pytest.mark.parametrize("stride,h,w", [((1, 1), 5, 7), ((2, 2), 6, 6), ((1, 1), 6, 8)])
+# weight gradient, rows of whole lane blocks read in place); then planes of several pieces: 15x17
+# with stride 2 (channels side by side) and 12x24 (read in place).
+@pytest.mark.parametrize("stride,h,w", [((1, 1), 5, 7), ((2, 2), 6, 6), ((1, 1), 6, 8), ((2, 2), 30, 34),
+                                        ((1, 1), 12, 24)])
 def test_depthwise_kernels_keep_their_stated_summation_order(lib, stride, h, w):
     """Forward and input gradient: each output summed over its taps in (ky, kx) order, the bias last;
-    weight gradient: lanes over each image's plane of products (0 where the tap falls outside X), then
-    the pairwise total. Bit for bit, whichever way the channels run."""
+    weight gradient: each image's plane of products (0 where the tap falls outside X) in pieces and
+    lanes (lanes_total). Bit for bit, whichever way the channels run."""
     ffi, L = lib
     rng = np.random.default_rng(8)
     n, c, kernel, pad = 2, 11, 3, 1
@@ -606,7 +716,7 @@ def test_depthwise_kernels_keep_their_stated_summation_order(lib, stride, h, w):
             plane = np.zeros((oh, ow), np.float32)
             plane[oy[:, None], ox] = x[i, ci][iy[:, None], ix] * dy[i, ci][oy[:, None], ox]
             pieces.append(plane.ravel())
-        dw_ref[ci, 0, ky, kx] = lanes_total(pieces)
+        dw_ref[ci, 0, ky, kx] = lanes_total(pieces, ow)
     dw = np.empty_like(dw_ref)
     L.t_conv_grad_w(n, c, c, c, ints([1, h, w]), ints([1, oh, ow]), *geometry, fptr(ffi, dy), fptr(ffi, x),
                     fptr(ffi, dw))
