@@ -2,19 +2,16 @@
 training form, train through the generated C: one SGD step matches PyTorch, and 200 steps learn.
 
 The reference is PyTorch in float64 on the same weights and batch, so the figures measure the C's
-float32 error alone. A gradient is compared at the scale of its layer (the largest gradient of
-the module's parameters): some tensors' exact gradient is zero, and their float32 values are pure
-rounding - a Conv/Dense bias in front of a training-mode BatchNormalization (the mean subtraction
-removes it), and a BatchNormalization scale in front of a depthwise Conv and another
-BatchNormalization (with the initial shift 0, that output does not depend on the scale).
+float32 error alone. The loss, every gradient and every running statistic must be within
+max(1e-4 * max(1, max|ref|), 3 x PyTorch float32's own error on it), as in
+test_float32_accuracy.py.
 
 ReLU's derivative jumps at 0, and in MobileNet float32 rounding (errors of 1e-4 after 27 layers
-with BatchNormalization over 18 values per channel) leaves a few pre-activations of the batch on the
-other side of 0 than float64 puts them: one such flip, in the last block, moves every gradient below
-it by percents, for the C as it would for any float32 trainer with another summation order. So
-there the gradients checked are the classifier's, after the last ReLU; loss and every running
-statistic (continuous in the inputs) are checked as for the other models, and the depthwise and
-pointwise blocks' gradients are checked in the DS-CNN, which has the same layers.
+with BatchNormalization over 18 values per channel) can leave a pre-activation of the batch on the
+other side of 0 than float64 puts it: such a flip moves every gradient below it by percents. At
+this batch PyTorch's float32 flips one in the last block, so the bound is its flipped error there,
+which the C meets without flipping. test_float32_accuracy.py checks MobileNet's gradients on a batch
+that float32 rounding cannot flip.
 """
 
 import copy
@@ -26,7 +23,8 @@ import torch
 from edgetrain import api, artifacts
 from mlperf_tiny import MODELS, export_training
 
-TOL = 2e-4
+FLOOR = 1e-4
+TIMES_TORCH = 3
 # Batch 2 for the CNNs keeps them fast; the autoencoder's BatchNormalization over 4 samples is so
 # ill-conditioned that PyTorch's own float32 gradients are 3e-4 off float64, over 16 they are 3e-6.
 BATCH = {"kws": 2, "vww": 2, "ic": 2, "ad": 16}
@@ -57,35 +55,24 @@ def _loss(spec, output, target):
     return torch.nn.functional.cross_entropy(output, target)
 
 
-def _reference(net, spec, x, target):
-    """(loss, parameter gradients, BatchNorm buffers) of one training-mode step in float64."""
-    net = copy.deepcopy(net).double().train()
-    loss = _loss(spec, net(torch.from_numpy(x).double()), torch.from_numpy(target).double()
+def _reference(net, spec, x, target, dtype=torch.float64):
+    """{name: value} of one training-mode step in `dtype`: the loss, the parameter gradients
+    ("d name") and the BatchNorm buffers, as float64."""
+    net = copy.deepcopy(net).to(dtype).train()
+    loss = _loss(spec, net(torch.from_numpy(x).to(dtype)), torch.from_numpy(target).to(dtype)
                  if spec["classes"] is None else torch.from_numpy(target))
     loss.backward()
-    grads = {name: p.grad.numpy() for name, p in net.named_parameters()}
-    stats = {name: b.numpy() for name, b in net.named_buffers() if "running" in name}
-    return loss.item(), grads, stats
+    return {"loss": np.float64(loss.item()),
+            **{f"d {name}": p.grad.double().numpy() for name, p in net.named_parameters()},
+            **{name: b.double().numpy() for name, b in net.named_buffers() if "running" in name}}
 
 
-def _after_last_relu(net) -> set[str]:
-    """Names of the parameters of `net` (a Sequential) that no ReLU precedes."""
-    last = max(i for i, m in enumerate(net) if isinstance(m, torch.nn.ReLU))
-    return {f"{i}.{name}" for i, m in enumerate(net) if i > last for name, _ in m.named_parameters()}
-
-
-def _errors(got_loss, got, want_loss, want_grads, want_stats) -> dict:
-    """Max relative error per tensor: gradients at their layer's scale, statistics at their own."""
-    layer_scale = {}
-    for name, g in want_grads.items():
-        layer = name.rsplit(".", 1)[0]
-        layer_scale[layer] = max(layer_scale.get(layer, 0.0), float(np.abs(g).max()))
-    errors = {"loss": abs(float(got_loss) - want_loss) / abs(want_loss)}
-    for name, g in want_grads.items():
-        errors[f"d {name}"] = float(np.abs(got[name].grad - g).max()) / layer_scale[name.rsplit(".", 1)[0]]
-    for name, s in want_stats.items():
-        errors[name] = float(np.abs(got[name].data - s).max() / np.abs(s).max())
-    return errors
+def _errors(got: dict, exact: dict, rounded: dict) -> dict:
+    """{name: max|C - float64| / the bound}, the bound max(FLOOR * max(1, max|float64|),
+    TIMES_TORCH * max|torch float32 - float64|)."""
+    return {name: float(np.abs(got[name] - want).max()) / max(
+        FLOOR * max(1.0, float(np.abs(want).max())), TIMES_TORCH * float(np.abs(rounded[name] - want).max()))
+        for name, want in exact.items()}
 
 
 def test_one_step_matches_pytorch(compiled):
@@ -97,15 +84,15 @@ def test_one_step_matches_pytorch(compiled):
     module, _, state = _trainer(out)
     loss = module(x, target)
 
-    want_loss, want_grads, want_stats = _reference(net, spec, x, target)
-    if name == "vww":
-        want_grads = {k: v for k, v in want_grads.items() if k in _after_last_relu(net)}
-    errors = _errors(loss, state.parameters, want_loss, want_grads, want_stats)
+    exact = _reference(net, spec, x, target)
+    got = {name: np.float64(loss) if name == "loss" else state.parameters[name[2:]].grad if name.startswith("d ")
+           else state.parameters[name].data for name in exact}
+    errors = _errors(got, exact, _reference(net, spec, x, target, torch.float32))
     worst = max(errors, key=errors.get)
-    print(f"{name}: worst {worst} {errors[worst]:.2g}; loss {errors['loss']:.2g}")
-    assert len(errors) == 1 + len(want_grads) + 2 * sum(
+    print(f"{name}: worst {worst} {errors[worst]:.2g} of the bound; loss {errors['loss']:.2g}")
+    assert len(errors) == 1 + len(list(net.parameters())) + 2 * sum(
         isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in net.modules())
-    assert errors[worst] <= TOL, f"{worst}: max|C - torch| / scale = {errors[worst]:.3g}"
+    assert errors[worst] <= 1, f"{worst}: max|C - float64| is {errors[worst]:.3g} of the bound"
 
 
 def _task(spec, batch, steps=200, seed=0):
