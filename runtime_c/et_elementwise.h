@@ -372,9 +372,15 @@ ET_DEFINE_BINARY_(et_div_f32, /)
 
 #undef ET_DEFINE_BINARY_
 
-static inline void et_expand_f32(int rank, const int *shape, const float *X,
-                                 const int *x_strides, float *Y)
+/* Y[o] = X[x_strides . index(o)]: Expand, and Slice from its first element.
+ * Float and int32_t tensors (et_integer.h) share the walk: it moves 4-byte
+ * elements as bytes, which keeps every bit, and a copy of a constant 4
+ * bytes compiles to one load and one store, as a typed one does. */
+static inline void et_expand_b32_(int rank, const int *shape, const void *X,
+                                  const int *x_strides, void *Y)
 {
+    const unsigned char *x = (const unsigned char *)X;
+    unsigned char *y = (unsigned char *)Y;
     int n = et_numel_(rank, shape), i, o, inner, sx;
     int idx[ET_MAX_RANK] = {0}, xo = 0, unused = 0;
     if (n == 0)
@@ -383,9 +389,21 @@ static inline void et_expand_f32(int rank, const int *shape, const float *X,
     sx = x_strides[rank - 1];
     for (o = 0; o < n; o += inner) {
         for (i = 0; i < inner; ++i)
-            Y[o + i] = X[xo + i * sx];
+            memcpy(y + (ptrdiff_t)(o + i) * 4, x + (ptrdiff_t)(xo + i * sx) * 4, 4);
         et_bcast_next_(rank, shape, idx, x_strides, &xo, x_strides, &unused);
     }
+}
+
+static inline void et_expand_f32(int rank, const int *shape, const float *X,
+                                 const int *x_strides, float *Y)
+{
+    et_expand_b32_(rank, shape, X, x_strides, Y);
+}
+
+static inline void et_expand_i32(int rank, const int *shape, const int32_t *X,
+                                 const int *x_strides, int32_t *Y)
+{
+    et_expand_b32_(rank, shape, X, x_strides, Y);
 }
 
 /* ---- accumulation ---- */

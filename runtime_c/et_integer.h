@@ -18,29 +18,14 @@ static inline int32_t et_wrap_i32_(uint32_t u)
     return u <= 0x7fffffffu ? (int32_t)u : -(int32_t)(~u) - 1;
 }
 
-/* ---- moving elements: the float kernels' integer twins ---- */
+/* ---- moving elements: the float kernels' integer twins ----
+ * Expand and Pad have theirs beside the float kernel, which they share
+ * (et_elementwise.h, et_resize.h). */
 
 static inline void et_copy_i32(int n, const int32_t *X, int32_t *Y)
 {
     if (n > 0 && X != Y)
         memmove(Y, X, (size_t)n * sizeof(int32_t));
-}
-
-/* Y[o] = X[x_strides . index(o)]: Expand, and Slice from its first element. */
-static inline void et_expand_i32(int rank, const int *shape, const int32_t *X,
-                                 const int *x_strides, int32_t *Y)
-{
-    int n = et_numel_(rank, shape), i, o, inner, sx;
-    int idx[ET_MAX_RANK] = {0}, xo = 0, unused = 0;
-    if (n == 0)
-        return;
-    inner = shape[rank - 1];
-    sx = x_strides[rank - 1];
-    for (o = 0; o < n; o += inner) {
-        for (i = 0; i < inner; ++i)
-            Y[o + i] = X[xo + i * sx];
-        et_bcast_next_(rank, shape, idx, x_strides, &xo, x_strides, &unused);
-    }
 }
 
 /* Transpose: output axis d is input axis perm[d], read through strides. */
