@@ -372,6 +372,31 @@ ET_DEFINE_BINARY_(et_div_f32, /)
 
 #undef ET_DEFINE_BINARY_
 
+/* Y = EXPR(a, b), of type R, over two broadcast operands a and b of type T
+ * in one plain walk: Max and Min (et_indexing.h), and the comparisons,
+ * logic and integer arithmetic (et_integer.h), define their kernels with
+ * it.  Each element of Y is written after its own a and b are read. */
+#define ET_DEFINE_BROADCAST_(name, T, R, EXPR)                                 \
+    static inline void name(int rank, const int *shape, const T *A,           \
+                            const int *a_strides, const T *B,                 \
+                            const int *b_strides, R *Y)                       \
+    {                                                                          \
+        int n = et_numel_(rank, shape), i, o, inner, sa, sb;                   \
+        int idx[ET_MAX_RANK] = {0}, ao = 0, bo = 0;                            \
+        if (n == 0)                                                            \
+            return;                                                            \
+        inner = shape[rank - 1];                                               \
+        sa = a_strides[rank - 1];                                              \
+        sb = b_strides[rank - 1];                                              \
+        for (o = 0; o < n; o += inner) {                                       \
+            for (i = 0; i < inner; ++i) {                                      \
+                const T a = A[ao + i * sa], b = B[bo + i * sb];                \
+                Y[o + i] = (EXPR);                                             \
+            }                                                                  \
+            et_bcast_next_(rank, shape, idx, a_strides, &ao, b_strides, &bo);  \
+        }                                                                      \
+    }
+
 /* Y[o] = X[x_strides . index(o)]: Expand, and Slice from its first element.
  * Float and int32_t tensors (et_integer.h) share the walk: it moves 4-byte
  * elements as bytes, which keeps every bit, and a copy of a constant 4

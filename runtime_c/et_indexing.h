@@ -81,25 +81,41 @@ static inline int et_gather_index_(const int *const_indices, const int32_t *indi
 }
 
 /* ONNX Gather with X viewed as [outer, axis_dim, inner] and Y as
- * [outer, n_indices, inner].  An index out of range, which the callers rule
- * out beforehand, gives a row of zeros, so a missed check cannot read out of
- * bounds. */
+ * [outer, n_indices, inner], for float and int32_t tensors (et_integer.h)
+ * alike: rows of 4-byte elements move as bytes.  An index out of range,
+ * which the callers rule out beforehand, gives a row of zeros, so a missed
+ * check cannot read out of bounds. */
+static inline void et_gather_b32_(int outer, int axis_dim, int inner, int n_indices,
+                                  const int *const_indices, const int32_t *indices, const void *X,
+                                  void *Y)
+{
+    const unsigned char *x = (const unsigned char *)X;
+    unsigned char *dst;
+    size_t row = (size_t)inner * 4u;
+    int o, j, k;
+    for (o = 0; o < outer; ++o)
+        for (j = 0; j < n_indices; ++j) {
+            k = et_gather_index_(const_indices, indices, j, axis_dim);
+            dst = (unsigned char *)Y + ((size_t)o * (size_t)n_indices + (size_t)j) * row;
+            if (k < 0 || k >= axis_dim)
+                memset(dst, 0, row);
+            else
+                memcpy(dst, x + ((size_t)o * (size_t)axis_dim + (size_t)k) * row, row);
+        }
+}
+
 static inline void et_gather_f32(int outer, int axis_dim, int inner, int n_indices,
                                  const int *const_indices, const int32_t *indices, const float *X,
                                  float *Y)
 {
-    int o, j, k;
-    float *dst;
-    for (o = 0; o < outer; ++o)
-        for (j = 0; j < n_indices; ++j) {
-            k = et_gather_index_(const_indices, indices, j, axis_dim);
-            dst = Y + ((size_t)o * (size_t)n_indices + (size_t)j) * (size_t)inner;
-            if (k < 0 || k >= axis_dim)
-                memset(dst, 0, (size_t)inner * sizeof(float));
-            else
-                memcpy(dst, X + ((size_t)o * (size_t)axis_dim + (size_t)k) * (size_t)inner,
-                       (size_t)inner * sizeof(float));
-        }
+    et_gather_b32_(outer, axis_dim, inner, n_indices, const_indices, indices, X, Y);
+}
+
+static inline void et_gather_i32(int outer, int axis_dim, int inner, int n_indices,
+                                 const int *const_indices, const int32_t *indices, const int32_t *X,
+                                 int32_t *Y)
+{
+    et_gather_b32_(outer, axis_dim, inner, n_indices, const_indices, indices, X, Y);
 }
 
 /* Scatter-add of dY back to the gathered rows.  A repeated index sums its
@@ -139,65 +155,47 @@ static inline void et_trilu_f32(int batch, int rows, int cols, int k, int upper,
                 Y[at] = (upper ? c - r >= k : c - r <= k) ? X[at] : 0.0f;
 }
 
-/* Offset of row idx (all axes but the innermost) in an operand. */
-static inline int et_row_offset_(int rank, const int *idx, const int *strides)
-{
-    int d, off = 0;
-    for (d = 0; d < rank - 1; ++d)
-        off += idx[d] * strides[d];
-    return off;
-}
-
-/* ONNX Where with three broadcast operands.  The condition is bool, an
- * int32_t 0 or 1 like every bool tensor (et_integer.h). */
-static inline void et_where_f32(int rank, const int *shape, const int32_t *Cond,
-                                const int *c_strides, const float *X, const int *x_strides,
-                                const float *Y, const int *y_strides, float *Out)
-{
-    int n = et_numel_(rank, shape), i, o, d, inner, co, xo, yo;
-    int idx[ET_MAX_RANK] = {0};
-    if (n == 0)
-        return;
-    inner = shape[rank - 1];
-    for (o = 0; o < n; o += inner) {
-        co = et_row_offset_(rank, idx, c_strides);
-        xo = et_row_offset_(rank, idx, x_strides);
-        yo = et_row_offset_(rank, idx, y_strides);
-        for (i = 0; i < inner; ++i)
-            Out[o + i] = Cond[co + i * c_strides[rank - 1]] ? X[xo + i * x_strides[rank - 1]]
-                                                            : Y[yo + i * y_strides[rank - 1]];
-        for (d = rank - 2; d >= 0; --d) {
-            if (++idx[d] < shape[d])
-                break;
-            idx[d] = 0;
-        }
+/* ONNX Where with three broadcast operands, for float and int32_t tensors
+ * (et_integer.h) alike.  The condition is bool, an int32_t 0 or 1 like
+ * every bool tensor. */
+#define ET_DEFINE_WHERE_(name, T)                                              \
+    static inline void name(int rank, const int *shape, const int32_t *Cond,  \
+                            const int *c_strides, const T *X,                 \
+                            const int *x_strides, const T *Y,                 \
+                            const int *y_strides, T *Out)                     \
+    {                                                                          \
+        int n = et_numel_(rank, shape), i, o, d, inner, co, xo, yo;            \
+        int idx[ET_MAX_RANK] = {0};                                            \
+        if (n == 0)                                                            \
+            return;                                                            \
+        inner = shape[rank - 1];                                               \
+        for (o = 0; o < n; o += inner) {                                       \
+            for (d = 0, co = xo = yo = 0; d < rank - 1; ++d) {                 \
+                co += idx[d] * c_strides[d];                                   \
+                xo += idx[d] * x_strides[d];                                   \
+                yo += idx[d] * y_strides[d];                                   \
+            }                                                                  \
+            for (i = 0; i < inner; ++i)                                        \
+                Out[o + i] = Cond[co + i * c_strides[rank - 1]]                \
+                                 ? X[xo + i * x_strides[rank - 1]]             \
+                                 : Y[yo + i * y_strides[rank - 1]];            \
+            for (d = rank - 2; d >= 0; --d) {                                  \
+                if (++idx[d] < shape[d])                                       \
+                    break;                                                     \
+                idx[d] = 0;                                                    \
+            }                                                                  \
+        }                                                                      \
     }
-}
+
+ET_DEFINE_WHERE_(et_where_f32, float)
+ET_DEFINE_WHERE_(et_where_i32, int32_t)
+#undef ET_DEFINE_WHERE_
 
 /* Elementwise max / min of two broadcast operands; NaN in either operand
  * gives NaN, as torch.maximum does.  Y may alias A when A is contiguous
  * and full-size (each element is read before it is written), which is how
  * variadic Max folds its inputs into the output. */
-#define ET_DEFINE_SELECT_(name, CMP)                                           \
-    static inline void name(int rank, const int *shape, const float *A,       \
-                            const int *a_strides, const float *B,             \
-                            const int *b_strides, float *Y)                   \
-    {                                                                          \
-        int n = et_numel_(rank, shape), i, o, inner, sa, sb;                   \
-        int idx[ET_MAX_RANK] = {0}, ao = 0, bo = 0;                            \
-        if (n == 0)                                                            \
-            return;                                                            \
-        inner = shape[rank - 1];                                               \
-        sa = a_strides[rank - 1];                                              \
-        sb = b_strides[rank - 1];                                              \
-        for (o = 0; o < n; o += inner) {                                       \
-            for (i = 0; i < inner; ++i) {                                      \
-                float a = A[ao + i * sa], b = B[bo + i * sb];                  \
-                Y[o + i] = (a CMP b || a != a) ? a : b;                        \
-            }                                                                  \
-            et_bcast_next_(rank, shape, idx, a_strides, &ao, b_strides, &bo);  \
-        }                                                                      \
-    }
+#define ET_DEFINE_SELECT_(name, CMP) ET_DEFINE_BROADCAST_(name, float, float, (a CMP b || a != a) ? a : b)
 
 ET_DEFINE_SELECT_(et_max_f32, >)
 ET_DEFINE_SELECT_(et_min_f32, <)

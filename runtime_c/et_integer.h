@@ -19,8 +19,8 @@ static inline int32_t et_wrap_i32_(uint32_t u)
 }
 
 /* ---- moving elements: the float kernels' integer twins ----
- * Expand and Pad have theirs beside the float kernel, which they share
- * (et_elementwise.h, et_resize.h). */
+ * Expand, Gather, Where and Pad have theirs beside the float kernel, which
+ * they share (et_elementwise.h, et_indexing.h, et_resize.h). */
 
 static inline void et_copy_i32(int n, const int32_t *X, int32_t *Y)
 {
@@ -60,77 +60,10 @@ static inline void et_copy_block_i32(int outer, int inner, const int32_t *X, int
                (size_t)inner * sizeof(int32_t));
 }
 
-/* Gather as et_gather_f32: constant or run-time indices (exactly one
- * pointer given), checked by the caller; one out of range gives zeros. */
-static inline void et_gather_i32(int outer, int axis_dim, int inner, int n_indices,
-                                 const int *const_indices, const int32_t *indices, const int32_t *X,
-                                 int32_t *Y)
-{
-    int o, j, k;
-    int32_t *dst;
-    for (o = 0; o < outer; ++o)
-        for (j = 0; j < n_indices; ++j) {
-            k = const_indices ? const_indices[j] : (int)indices[j];
-            k = k < 0 ? k + axis_dim : k;
-            dst = Y + ((size_t)o * (size_t)n_indices + (size_t)j) * (size_t)inner;
-            if (k < 0 || k >= axis_dim)
-                memset(dst, 0, (size_t)inner * sizeof(int32_t));
-            else
-                memcpy(dst, X + ((size_t)o * (size_t)axis_dim + (size_t)k) * (size_t)inner,
-                       (size_t)inner * sizeof(int32_t));
-        }
-}
-
-/* Where over integer branches; the condition is bool (int32_t, 0 or 1). */
-static inline void et_where_i32(int rank, const int *shape, const int32_t *Cond,
-                                const int *c_strides, const int32_t *X, const int *x_strides,
-                                const int32_t *Y, const int *y_strides, int32_t *Out)
-{
-    int n = et_numel_(rank, shape), i, o, d, inner, co, xo, yo;
-    int idx[ET_MAX_RANK] = {0};
-    if (n == 0)
-        return;
-    inner = shape[rank - 1];
-    for (o = 0; o < n; o += inner) {
-        for (d = 0, co = xo = yo = 0; d < rank - 1; ++d) {
-            co += idx[d] * c_strides[d];
-            xo += idx[d] * x_strides[d];
-            yo += idx[d] * y_strides[d];
-        }
-        for (i = 0; i < inner; ++i)
-            Out[o + i] = Cond[co + i * c_strides[rank - 1]] ? X[xo + i * x_strides[rank - 1]]
-                                                            : Y[yo + i * y_strides[rank - 1]];
-        for (d = rank - 2; d >= 0; --d) {
-            if (++idx[d] < shape[d])
-                break;
-            idx[d] = 0;
-        }
-    }
-}
-
 /* ---- broadcasting binary ops with an int32_t result ---- */
 
-/* Y = EXPR(a, b) over two broadcast operands of type T. */
-#define ET_DEFINE_BINARY_I_(name, T, EXPR)                                     \
-    static inline void name(int rank, const int *shape, const T *A,           \
-                            const int *a_strides, const T *B,                 \
-                            const int *b_strides, int32_t *Y)                 \
-    {                                                                          \
-        int n = et_numel_(rank, shape), i, o, inner, sa, sb;                   \
-        int idx[ET_MAX_RANK] = {0}, ao = 0, bo = 0;                            \
-        if (n == 0)                                                            \
-            return;                                                            \
-        inner = shape[rank - 1];                                               \
-        sa = a_strides[rank - 1];                                              \
-        sb = b_strides[rank - 1];                                              \
-        for (o = 0; o < n; o += inner) {                                       \
-            for (i = 0; i < inner; ++i) {                                      \
-                const T a = A[ao + i * sa], b = B[bo + i * sb];                \
-                Y[o + i] = (EXPR);                                             \
-            }                                                                  \
-            et_bcast_next_(rank, shape, idx, a_strides, &ao, b_strides, &bo);  \
-        }                                                                      \
-    }
+/* Y = EXPR(a, b) over two broadcast operands of type T (et_elementwise.h). */
+#define ET_DEFINE_BINARY_I_(name, T, EXPR) ET_DEFINE_BROADCAST_(name, T, int32_t, EXPR)
 
 ET_DEFINE_BINARY_I_(et_add_i32, int32_t, et_wrap_i32_((uint32_t)a + (uint32_t)b))
 ET_DEFINE_BINARY_I_(et_sub_i32, int32_t, et_wrap_i32_((uint32_t)a - (uint32_t)b))

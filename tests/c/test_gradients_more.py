@@ -402,6 +402,8 @@ CASES += [
 SIGNATURE = re.compile(r"static inline\s+([\w ]+?[\s*])(et_\w+)\(([^)]*)\)\s*\{", re.S)
 SELECT = ("int rank, const int *shape, const float *A, const int *a_strides, const float *B, const int *b_strides, "
           "float *Y")
+WHERE = ("int rank, const int *shape, const int32_t *Cond, const int *c_strides, const {T} *X, const int *x_strides, "
+         "const {T} *Y, const int *y_strides, {T} *Out")
 
 
 def instantiate(source: str) -> str:
@@ -409,6 +411,8 @@ def instantiate(source: str) -> str:
     function is instantiated, as the generated trainers do."""
     sigs = [(ret.strip(), name, " ".join(params.split())) for ret, name, params in SIGNATURE.findall(source)]
     sigs += [("void", name, SELECT) for name in re.findall(r"ET_DEFINE_SELECT_\((et_\w+),", source)]
+    sigs += [("void", name, WHERE.format(T=t))
+             for name, t in re.findall(r"ET_DEFINE_WHERE_\((et_\w+), (\w+)\)", source)]
     out = []
     for ret, name, params in sigs:
         args = ", ".join(re.findall(r"(\w+)\s*(?:,|$)", params))
@@ -438,7 +442,7 @@ void t_expm1(int n, const float *x, float *y) { int i; for (i = 0; i < n; ++i) y
                  "-ffp-contract=off", "-O2", "-shared", "-fPIC"]
         result = subprocess.run(["gcc", *flags, str(src), "-o", str(so)], capture_output=True, text=True)
         assert result.returncode == 0, result.stderr
-        assert "use_et_max_f32" in src.read_text() and "use_et_gather_grad_f32" in src.read_text()
+        assert all(f"use_{k}" in src.read_text() for k in ("et_max_f32", "et_gather_grad_f32", "et_where_i32"))
         ffi = cffi.FFI()
         ffi.cdef("void t_erf(int, const float *, float *); void t_expm1(int, const float *, float *);")
         lib = ffi.dlopen(str(so))
