@@ -48,31 +48,15 @@ static inline float et_scatter_combine_(int reduction, float y, float u)
  * at x_strides . p (the data's strides, 0 on the indexed axis) plus
  * index[p] * axis_stride. */
 
-static inline void et_gather_elements_f32(int rank, const int *shape, const int *x_strides, int axis_stride,
-                                          int axis_dim, const int *const_indices, const int32_t *indices,
-                                          const float *X, float *Y)
-{
-    int n = et_numel_(rank, shape), o, i, k, inner, sx, xo = 0, unused = 0;
-    int idx[ET_MAX_RANK] = {0};
-    if (n == 0)
-        return;
-    inner = shape[rank - 1];
-    sx = x_strides[rank - 1];
-    for (o = 0; o < n; o += inner) {
-        for (i = 0; i < inner; ++i) {
-            k = et_scatter_index_(const_indices, indices, o + i, axis_dim);
-            Y[o + i] = k < 0 || k >= axis_dim ? 0.0f : X[xo + i * sx + k * axis_stride];
-        }
-        et_bcast_next_(rank, shape, idx, x_strides, &xo, x_strides, &unused);
-    }
-}
-
-/* Y, which holds the data on entry, combines update U[p] into the element
- * position p addresses; U = NULL scatters zeros (with ET_SCATTER_NONE:
- * the positions' gradient through an overwrite is 0). */
-static inline void et_scatter_elements_f32(int rank, const int *shape, const int *x_strides, int axis_stride,
-                                           int axis_dim, int reduction, const int *const_indices,
-                                           const int32_t *indices, const float *U, float *Y)
+/* The walk both share.  Gathering, Y[p] = X at the element position p
+ * addresses (0 when out of range); scattering, Y, which holds the data on
+ * entry, combines X[p] into that element (X = NULL: zeros; with
+ * ET_SCATTER_NONE, the positions' gradient through an overwrite is 0).
+ * The choice is made once a row, so the inner loops stay those of two
+ * kernels. */
+static inline void et_elements_walk_f32_(int rank, const int *shape, const int *x_strides, int axis_stride,
+                                         int axis_dim, int scatter, int reduction, const int *const_indices,
+                                         const int32_t *indices, const float *X, float *Y)
 {
     int n = et_numel_(rank, shape), o, i, k, inner, sx, xo = 0, unused = 0;
     int idx[ET_MAX_RANK] = {0};
@@ -82,15 +66,37 @@ static inline void et_scatter_elements_f32(int rank, const int *shape, const int
     inner = shape[rank - 1];
     sx = x_strides[rank - 1];
     for (o = 0; o < n; o += inner) {
-        for (i = 0; i < inner; ++i) {
-            k = et_scatter_index_(const_indices, indices, o + i, axis_dim);
-            if (k < 0 || k >= axis_dim)
-                continue;
-            y = Y + xo + i * sx + k * axis_stride;
-            *y = et_scatter_combine_(reduction, *y, U ? U[o + i] : 0.0f);
-        }
+        if (!scatter)
+            for (i = 0; i < inner; ++i) {
+                k = et_scatter_index_(const_indices, indices, o + i, axis_dim);
+                Y[o + i] = k < 0 || k >= axis_dim ? 0.0f : X[xo + i * sx + k * axis_stride];
+            }
+        else
+            for (i = 0; i < inner; ++i) {
+                k = et_scatter_index_(const_indices, indices, o + i, axis_dim);
+                if (k < 0 || k >= axis_dim)
+                    continue;
+                y = Y + xo + i * sx + k * axis_stride;
+                *y = et_scatter_combine_(reduction, *y, X ? X[o + i] : 0.0f);
+            }
         et_bcast_next_(rank, shape, idx, x_strides, &xo, x_strides, &unused);
     }
+}
+
+static inline void et_gather_elements_f32(int rank, const int *shape, const int *x_strides, int axis_stride,
+                                          int axis_dim, const int *const_indices, const int32_t *indices,
+                                          const float *X, float *Y)
+{
+    et_elements_walk_f32_(rank, shape, x_strides, axis_stride, axis_dim, 0, ET_SCATTER_NONE, const_indices,
+                          indices, X, Y);
+}
+
+static inline void et_scatter_elements_f32(int rank, const int *shape, const int *x_strides, int axis_stride,
+                                           int axis_dim, int reduction, const int *const_indices,
+                                           const int32_t *indices, const float *U, float *Y)
+{
+    et_elements_walk_f32_(rank, shape, x_strides, axis_stride, axis_dim, 1, reduction, const_indices, indices,
+                          U, Y);
 }
 
 /* ---- GatherND / ScatterND ----
