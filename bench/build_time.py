@@ -7,8 +7,9 @@ exporter, then times generate_artifacts (ONNX -> model.c and model_weights.h) an
 api.Module (the C compiler building the trainer, with an empty build cache), and prints the sizes of
 model.c and model_weights.h. Everything runs on one core (this process is pinned to one CPU, and the
 compiler inherits that; one BLAS/OpenMP thread). Each time is given as wall time and as CPU time
-(this process and the compilers it ran): on a busy machine, only the CPU time says what an idle core
-would take. The budget is 10 s in total.
+(this process and the compilers it ran), the latter split between the compilers and Python: on a
+busy machine, only the CPU time says what an idle core would take, and the load averages printed
+before and after say how busy it was. The budget is 10 s in total.
 """
 
 from __future__ import annotations
@@ -31,10 +32,15 @@ from tests.zoo.torchvision_shim import torchvision  # noqa: E402
 BUDGET_SECONDS = 10.0
 
 
-def clocks() -> tuple[float, float]:
-    """(wall, CPU) seconds, CPU counting this process and the compilers it ran."""
+def clocks() -> tuple[float, float, float]:
+    """(wall, CPU, compilers' CPU) seconds, CPU counting this process and the compilers it ran."""
     own, children = (resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
-    return time.perf_counter(), own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+    compilers = children.ru_utime + children.ru_stime
+    return time.perf_counter(), own.ru_utime + own.ru_stime + compilers, compilers
+
+
+def load() -> str:
+    return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def export(path: Path, batch_size: int) -> int:
@@ -60,6 +66,7 @@ def main() -> None:
         onnx_path = Path(tmp, "resnet18.onnx")
         parameters = export(onnx_path, args.batch_size)
         out = args.keep or Path(tmp, "out")
+        before = load()
         start = clocks()
         artifacts.generate_artifacts(str(onnx_path), artifact_directory=out, batch_size=args.batch_size,
                                      loss=artifacts.LossType.CrossEntropyLoss, optimizer=artifacts.OptimType.SGD)
@@ -69,11 +76,12 @@ def main() -> None:
         loaded = clocks()
         sizes = {name: (out / name).stat().st_size for name in ("model.c", "model_weights.h")
                  if (out / name).exists()}  # an edgetrain before model_weights.h has model.c alone
-    print(f"resnet18: {parameters / 1e6:.1f} M parameters, batch {args.batch_size}, one core")
-    print(f"  {'seconds':<20} {'wall':>6} {'CPU':>6}")
-    for label, (w0, c0), (w1, c1) in (("generate_artifacts", start, generated), ("first api.Module", generated, loaded),
-                                      ("total", start, loaded)):
-        print(f"  {label:<20} {w1 - w0:6.1f} {c1 - c0:6.1f}")
+    print(f"resnet18: {parameters / 1e6:.1f} M parameters, batch {args.batch_size}, one core; {before} before, "
+          f"{load()} after")
+    print(f"  {'seconds':<20} {'wall':>6} {'CPU':>6} {'of which compilers':>19}")
+    for label, (w0, c0, k0), (w1, c1, k1) in (("generate_artifacts", start, generated),
+                                              ("first api.Module", generated, loaded), ("total", start, loaded)):
+        print(f"  {label:<20} {w1 - w0:6.1f} {c1 - c0:6.1f} {k1 - k0:19.1f}")
     total = loaded[1] - start[1]
     print(f"  {'budget':<20} {BUDGET_SECONDS:13.1f}  ({'met' if total <= BUDGET_SECONDS else 'over'} in CPU time)")
     for name, size in sizes.items():

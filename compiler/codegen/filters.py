@@ -92,24 +92,26 @@ def c_bytes(data: bytes) -> str:
     return c_array(list(data), per_line=16, fmt=lambda b: f"0x{b:02x}")
 
 
-# How each byte is spelled inside a C string literal: letters and digits as themselves, every other
-# byte as a three-digit octal escape (never shorter: a digit after it would join it), so no quote,
-# backslash, question mark (trigraphs) or line break can form. Then three more pieces of text: the
-# splice (backslash-newline, which continues a literal on the next line), the quote, and nothing.
-# Each is NUL-padded to 4 bytes and read as a uint32: numpy looks all up at once, and one pass over
-# the result deletes the padding.
-_TEXT = np.array([bytes([b]) if bytes([b]).isalnum() else b"\\%03o" % b for b in range(256)]
-                 + [b"\\\n", b'"', b""], "S4").view(np.uint32)
-_SPLICE, _QUOTE, _NOTHING = 256, 257, 258
+# How each byte is spelled inside a C string literal: a character of C99's basic source character set
+# as itself, except the quote, the backslash and the question mark (so no trigraph can form); those
+# three and the control characters that have one take their two-character escape; every other byte a
+# three-digit octal escape (never shorter: a digit after it would join it). gcc's time goes by the
+# escapes it interprets more than by the characters it reads. Each spelling is NUL-padded to 4 bytes
+# and read as a uint32, so numpy spells a whole line at once and translate drops the padding.
+_ESCAPES = {7: b"\\a", 8: b"\\b", 9: b"\\t", 10: b"\\n", 11: b"\\v", 12: b"\\f", 13: b"\\r", 34: b'\\"', 63: b"\\?",
+            92: b"\\\\"}
+_BASIC = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789 !#%&'()*+,-./:;<=>[]^_{|}~")
+_SPELLING = np.array([_ESCAPES.get(b) or (bytes([b]) if b in _BASIC else b"\\%03o" % b) for b in range(256)],
+                     "S4").view(np.uint32)
 
 
-def c_float_bytes(values, per_line: int = 32) -> str:
-    r"""float32 values as one C string literal of their little-endian bytes, `per_line` bytes a line.
-    A compiler reads this several times faster than as many float literals (gcc: 3 s for 11 M
-    floats, not 45), and every value keeps its bits.
+def c_float_bytes(values, per_line: int = 4096) -> str:
+    r"""float32 values as one C string literal of their little-endian bytes, `per_line` bytes a line
+    (lines joined by backslash-newline). A compiler reads this several times faster than as many
+    float literals (gcc: 3 s for 11 M floats, not 45), and every value keeps its bits.
 
     >>> c_float_bytes([1.0, -2.5, 12.0])
-    '"\\000\\000\\200\\077\\000\\000\\040\\300\\000\\000\\100A"'
+    '"\\000\\000\\200\\?\\000\\000 \\300\\000\\000\\100A"'
     >>> print(c_float_bytes([0.0, 2.0, -0.0], per_line=8))
     "\000\000\000\000\000\000\000\100\
     \000\000\000\200"
@@ -117,17 +119,8 @@ def c_float_bytes(values, per_line: int = 32) -> str:
     '""'
     """
     data = np.ascontiguousarray(values, "<f4").reshape(-1).view(np.uint8)
-    full, rest = divmod(data.size, per_line)
-    lines = full + (rest > 0)
-    # What to write, as indices into _TEXT: the quote, each line's bytes and a splice but after the
-    # last line, the quote.
-    index = np.full(2 + lines * (per_line + 1), _NOTHING, np.uint16)
-    rows = index[1:-1].reshape(lines, per_line + 1)
-    rows[:full, :per_line] = data[:full * per_line].reshape(full, per_line)
-    rows[full:, :rest] = data[full * per_line:]
-    rows[:-1, per_line] = _SPLICE
-    index[0] = index[-1] = _QUOTE
-    return _TEXT[index].tobytes().translate(None, b"\0").decode("ascii")
+    lines = [_SPELLING[data[i:i + per_line]].tobytes().translate(None, b"\0") for i in range(0, data.size, per_line)]
+    return str(b"".join((b'"', b"\\\n".join(lines), b'"')), "ascii")
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.:()\[\], -]")

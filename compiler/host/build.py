@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import mmap
 import os
 import re
 import shutil
@@ -117,27 +118,36 @@ def _progress(description: str):
     return None
 
 
+def _hash_file(key, path: Path) -> None:
+    """key.update(the file's bytes), read through a memory map rather than into a Python buffer."""
+    with open(path, "rb") as file:
+        if os.fstat(file.fileno()).st_size:  # an empty file cannot be mapped
+            with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                key.update(data)
+
+
 def load_library(directory: str | os.PathLike, extra_flags: tuple[str, ...] = ()):
     """(ffi, lib) for the trainer generated in `directory`."""
     directory = Path(directory)
-    # Artifacts of earlier versions have their initial values in model.c, and no model_weights.h.
-    sources = {name: (directory / name).read_bytes() for name in SOURCES
-               if name != "model_weights.h" or (directory / name).exists()}
-    header = sources["model.h"].decode()
     cc = _compiler()
     native = _native_target(cc)
     flags = CFLAGS + (NATIVE if native else []) + build_mode_flags() + list(extra_flags) + ["-fPIC", "-shared"]
     flags += SANITIZE if os.environ.get("EDGETRAIN_SANITIZE") == "1" else []
-    key = hashlib.sha256("\0".join([cc, native, *flags]).encode())
-    for name, text in sources.items():
-        key.update(f"\0{name}\0{len(text)}\0".encode())
-        key.update(text)
-    library = cache_dir() / f"{key.hexdigest()[:24]}.so"
-    if not library.exists():
-        library.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=library.parent) as tmp:
-            for name, text in sources.items():
-                Path(tmp, name).write_bytes(text)
+    cache = cache_dir()
+    cache.mkdir(parents=True, exist_ok=True)
+    # The sources are copied by the kernel (resnet18's weights are 120 MB of text) and hashed from
+    # the copies, which are what gets compiled: a file rewritten meanwhile cannot reach the cache
+    # under the key of its other contents.
+    with tempfile.TemporaryDirectory(dir=cache) as tmp:
+        key = hashlib.sha256("\0".join([cc, native, *flags]).encode())
+        # Artifacts of earlier versions have their initial values in model.c, and no model_weights.h.
+        for name in (n for n in SOURCES if n != "model_weights.h" or (directory / n).exists()):
+            copy = shutil.copyfile(directory / name, Path(tmp, name))
+            key.update(f"\0{name}\0{copy.stat().st_size}\0".encode())
+            _hash_file(key, copy)
+        header = Path(tmp, "model.h").read_text()
+        library = cache / f"{key.hexdigest()[:24]}.so"
+        if not library.exists():
             built = Path(tmp, "model.so")
             result = run_compiler([cc, *flags, "-o", str(built), "model.c", "-lm"], f"{directory / 'model.c'}",
                                   cwd=tmp)

@@ -1,6 +1,7 @@
 import codecs
 import doctest
 import os
+import re
 import string
 import struct
 import subprocess
@@ -43,13 +44,18 @@ def every_byte() -> np.ndarray:
 
 @pytest.mark.parametrize("per_line", [1, 3, 32])
 def test_float_bytes_literal_holds_every_bit(per_line):
-    """Python reads octal escapes (up to three digits) and backslash-newline as C does: the literal
-    holds the floats' little-endian bytes, in letters, digits and escapes only, per_line bytes a line."""
+    """Python reads octal escapes (up to three digits), the simple escapes but \\? and backslash-newline
+    as C does: the literal holds the floats' little-endian bytes, per_line bytes a line, in C99's basic
+    source characters, every backslash starting one of those escapes and no quote or question mark
+    left bare (so no trigraph can form)."""
     values = np.concatenate([every_byte(), np.float32([0.0, -0.0, np.inf, -np.inf, 1e-45, 3.4e38, 0.1])])
     text = filters.c_float_bytes(values, per_line)
     assert text[0] == text[-1] == '"'
-    assert codecs.escape_decode(text[1:-1].encode())[0] == values.astype("<f4").tobytes()
-    assert set(text[1:-1]) <= set(string.ascii_letters + string.digits + "\\\n")
+    inner = text[1:-1]
+    # A bare ? never occurs, so each \? is the escape (Python leaves it as two characters).
+    assert codecs.escape_decode(inner.replace("\\?", "?").encode())[0] == values.astype("<f4").tobytes()
+    bare = re.sub(r'\\(?:[0-7]{3}|[abtnvfr"?\\]|\n)', "", inner)
+    assert set(bare) <= set(string.ascii_letters + string.digits + " !#%&'()*+,-./:;<=>[]^_{|}~")
     lines = text.split("\n")
     assert len(lines) == -(-values.size * 4 // per_line)
     assert all(len(line) <= 4 * per_line + 2 for line in lines)
