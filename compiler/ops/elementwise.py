@@ -5,8 +5,8 @@ import numpy as np
 from ..errors import EdgetrainError
 from ..ir import COUNTER, ET_DOMAIN, Node
 from ..ir.graph import frozen_attrs
-from .integer import is_integer
-from .registry import Counter, at_least_1d, broadcast_strides, merged_axes, op
+from .integer import broadcast_call, is_integer
+from .registry import Counter, op
 
 
 def _unary(name, fn, grad=None, domain="", integer=None):
@@ -182,11 +182,7 @@ def _binary(name, fn, grad, integer=None):
         def kernel(k, node):
             a, b = node.inputs
             y = node.outputs[0]
-            out = at_least_1d(k.shape(y))
-            shape, a_strides, b_strides = merged_axes(out, broadcast_strides(k.shape(a), out),
-                                                      broadcast_strides(k.shape(b), out))
-            kernel = integer if integer and is_integer(k.graph, y) else fn
-            return [k.call(kernel, len(shape), shape, a, a_strides, b, b_strides, y)]
+            return [broadcast_call(k, integer if integer and is_integer(k.graph, y) else fn, a, b, y)]
 
     Binary.grad = staticmethod(grad)
     Binary.integer = bool(integer)

@@ -21,6 +21,15 @@ def typed(k, stem: str, name: str) -> str:
     return f"{stem}_i32" if is_integer(k.graph, name) else f"{stem}_f32"
 
 
+def broadcast_call(k, fn: str, a: str, b: str, y: str):
+    """The call of `fn(rank, shape, A, a_strides, B, b_strides, Y)` over Y's shape, A and B
+    broadcast to it, with the axes they agree on merged."""
+    out = at_least_1d(k.shape(y))
+    shape, a_strides, b_strides = merged_axes(out, broadcast_strides(k.shape(a), out),
+                                              broadcast_strides(k.shape(b), out))
+    return k.call(fn, len(shape), shape, a, a_strides, b, b_strides, y)
+
+
 def _kind(graph, name: str) -> str:
     dtype = graph.values[name].dtype
     return "bool" if dtype == np.bool_ else ("int" if dtype.kind == "i" else "float")
@@ -61,12 +70,7 @@ def _broadcast(name, stem, by_input=True):
         @staticmethod
         def kernel(k, node):
             a, b = node.inputs
-            y = node.outputs[0]
-            out = at_least_1d(k.shape(y))
-            shape, a_strides, b_strides = merged_axes(out, broadcast_strides(k.shape(a), out),
-                                                      broadcast_strides(k.shape(b), out))
-            fn = typed(k, stem, a) if by_input else f"{stem}_i32"
-            return [k.call(fn, len(shape), shape, a, a_strides, b, b_strides, y)]
+            return [broadcast_call(k, typed(k, stem, a) if by_input else f"{stem}_i32", a, b, node.outputs[0])]
 
     op(name)(Broadcast)
 
