@@ -116,20 +116,47 @@ class Tile:
 # ---- Gather (gradient: scatter-add into the data). Indices are compile-time constants or
 # integer tensors known at run time (token ids, position ids), range-checked before use. ----
 
+def node_label(node) -> str:
+    return f"node '{node.name}' ({node.op})"
+
+
+def checked_indices(k, node, dims, name=None) -> tuple[list, tuple | None, str | None]:
+    """(range checks, constant indices, run-time indices) of the node's index input `name`
+    (default: input 1) addressing axes of extents `dims`: one extent for every index, or, for
+    ScatterND's tuples, one per column. Constants out of range are refused here."""
+    name = name or node.inputs[1]
+    dims = tuple(int(d) for d in dims)
+    if name not in k.graph.constants:
+        count = k.size(name)
+        check = (k.call("et_check_indices", count, name, dims[0], checked=True) if len(dims) == 1 else
+                 k.call("et_check_nd_indices", count // len(dims), len(dims), name, dims, checked=True))
+        return [check], None, name
+    values = k.value_of(name).astype(np.int64).reshape(-1, len(dims))
+    bad = (values < -np.array(dims)) | (values >= np.array(dims))
+    if bad.any():
+        row, col = np.argwhere(bad)[0]
+        raise EdgetrainError(f"{node_label(node)}: index {int(values[row, col])} out of range for an axis of "
+                             f"{dims[col]}")
+    return [], tuple(int(i) for i in values.ravel()), None
+
+
+def index_grad(grad_op: str, attr: str):
+    """The gradient rule of an op that reads its data (input 0) at indices (input 1): `grad_op`(dY,
+    indices) in our domain, with the node's `attr` and the data's shape; the indices get none."""
+
+    def grad(g, node, dy):
+        attrs = {attr: int(node.attr(attr, 0)), "shape": list(g.shape(node.inputs[0]))}
+        return [g.emit(grad_op, [dy[0], node.inputs[1]], attrs, domain=ET_DOMAIN), None]
+
+    return staticmethod(grad)
+
+
 def _gather_calls(k, node, data_shape, fn, *tensors):
     """Calls of `fn(outer, axis extent, inner, count, constant indices, run-time indices, *tensors)`
     with the data viewed as [outer, axis, inner]; run-time indices are range-checked first."""
     outer, dim, inner = split_axis(data_shape, int(node.attr("axis", 0)))
-    name = node.inputs[1]
-    if name not in k.graph.constants:
-        count = k.size(name)
-        return [k.call("et_check_indices", count, name, dim, checked=True),
-                k.call(fn, outer, dim, inner, count, None, name, *tensors)]
-    indices = k.value_of(name).astype(np.int64).ravel()
-    bad = indices[(indices < -dim) | (indices >= dim)]
-    if bad.size:
-        raise EdgetrainError(f"node '{node.name}' (Gather): index {int(bad[0])} out of range for an axis of {dim}")
-    return [k.call(fn, outer, dim, inner, len(indices), tuple(int(i) for i in indices), None, *tensors)]
+    checks, consts, runtime = checked_indices(k, node, (dim,))
+    return checks + [k.call(fn, outer, dim, inner, k.size(node.inputs[1]), consts, runtime, *tensors)]
 
 
 @op("Gather", index_inputs=(1,))
@@ -141,11 +168,7 @@ class Gather:
         x, y = node.inputs[0], node.outputs[0]
         return _gather_calls(k, node, k.shape(x), typed(k, "et_gather", x), x, y)
 
-    @staticmethod
-    def grad(g, node, dy):
-        dx = g.emit("GatherGrad", [dy[0], node.inputs[1]],
-                    {"axis": int(node.attr("axis", 0)), "shape": list(g.shape(node.inputs[0]))}, domain=ET_DOMAIN)
-        return [dx, None]
+    grad = index_grad("GatherGrad", "axis")
 
 
 @op("GatherGrad", domain=ET_DOMAIN)

@@ -8,40 +8,92 @@ import numpy as np
 from ..errors import EdgetrainError
 from ..ir import ET_DOMAIN
 from .elementwise import _f32
+from .indexing import checked_indices, index_grad, node_label
 from .integer import typed
 from .registry import contiguous_strides, op, split_axis
 
 REDUCTIONS = {"none": 0, "add": 1, "mul": 2, "max": 3, "min": 4}  # et_scatter.h's ET_SCATTER_*
 
 
-def _label(node) -> str:
-    return f"node '{node.name}' ({node.op})"
-
-
-def _indices(k, node, dims, name=None) -> tuple[list, tuple | None, str | None]:
-    """(range checks, constant indices, run-time indices) of the node's index input `name`
-    (default: input 1) addressing axes of extents `dims`: one extent for every index, or, for
-    ScatterND's tuples, one per column."""
-    name = name or node.inputs[1]
-    dims = tuple(int(d) for d in dims)
-    if name not in k.graph.constants:
-        count = k.size(name)
-        check = (k.call("et_check_indices", count, name, dims[0], checked=True) if len(dims) == 1 else
-                 k.call("et_check_nd_indices", count // len(dims), len(dims), name, dims, checked=True))
-        return [check], None, name
-    values = k.value_of(name).astype(np.int64).reshape(-1, len(dims))
-    bad = (values < -np.array(dims)) | (values >= np.array(dims))
-    if bad.any():
-        row, col = np.argwhere(bad)[0]
-        raise EdgetrainError(f"{_label(node)}: index {int(values[row, col])} out of range for an axis of {dims[col]}")
-    return [], tuple(int(i) for i in values.ravel()), None
-
-
 def _reduction(node) -> int:
     name = node.attr("reduction", "none")
     if name not in REDUCTIONS:
-        raise EdgetrainError(f"{_label(node)}: unknown reduction '{name}'")
+        raise EdgetrainError(f"{node_label(node)}: unknown reduction '{name}'")
     return REDUCTIONS[name]
+
+
+def _scatter_ops(family, call, fn, where, attr, update_grad):
+    """Register Scatter{family} (ONNX) and two ops of our domain that serve the gradients of the
+    family, each kernel `fn` run through `call`: Scatter{family}Grad and Gather{family}Grad.
+    `attr` names the attribute that goes with the indices (None: none); `where(indices, shape,
+    **attributes)` gives the NumPy index arrays of what the indices point at, in the indices'
+    shape, for the references; `update_grad` is the (op, domain) that gathers the updates'
+    gradient from dY."""
+
+    def scatter(k, node, start, reduction, updates):
+        """Y = `start` (zeros when None), then `updates` (zeros when None) combined into it."""
+        y = node.outputs[0]
+        first = (k.call("et_fill_f32", k.size(y), 0.0, y) if start is None else
+                 k.call("et_copy_f32", k.size(y), start, y))
+        return [first] + call(k, node, k.shape(y), fn, reduction, updates, y)
+
+    @op(f"Scatter{family}", index_inputs=(1,))
+    class Scatter:
+        @staticmethod
+        def kernel(k, node):
+            data, _, updates = node.inputs
+            return scatter(k, node, data, _reduction(node), updates)
+
+        @staticmethod
+        def grad(g, node, dy):
+            reduction, indices = node.attr("reduction", "none"), node.inputs[1]
+            if reduction not in ("none", "add"):
+                raise EdgetrainError(f"{node_label(node)}: no gradient for reduction '{reduction}' "
+                                     "(only 'none' and 'add')")
+            attrs = {attr: int(node.attr(attr, 0))} if attr else {}
+            # An overwritten element's gradient is 0; an added-to one passes dY through.
+            ddata = (g.emit(f"Scatter{family}Grad", [dy[0], indices], attrs, domain=ET_DOMAIN)
+                     if reduction == "none" else dy[0]) if g.needs(0) else None
+            gather, domain = update_grad
+            dupdates = g.emit(gather, [dy[0], indices], attrs, domain=domain) if g.needs(2) else None
+            return [ddata, None, dupdates]
+
+    @op(f"Scatter{family}Grad", domain=ET_DOMAIN)
+    class ScatterGrad:
+        """(dY, indices) -> dY with what the indices point at zeroed."""
+
+        @staticmethod
+        def kernel(k, node):
+            return scatter(k, node, node.inputs[0], REDUCTIONS["none"], None)
+
+        @staticmethod
+        def shape(graph, node):
+            return [graph.shape(node.inputs[0])]
+
+        @staticmethod
+        def reference(dy, indices, **attrs):
+            dx = dy.copy()
+            dx[where(indices, dy.shape, **attrs)] = 0
+            return (dx,)
+
+    @op(f"Gather{family}Grad", domain=ET_DOMAIN)
+    class GatherGrad:
+        """(dY, indices) -> dX of the data's `shape`: zeros plus dY added where the indices point
+        (repeated indices sum their parts of dY in order)."""
+
+        @staticmethod
+        def kernel(k, node):
+            return scatter(k, node, None, REDUCTIONS["add"], node.inputs[0])
+
+        @staticmethod
+        def shape(graph, node):
+            return [tuple(node.attr("shape"))]
+
+        @staticmethod
+        def reference(dy, indices, shape, **attrs):
+            dx = np.zeros(shape, np.float32)
+            np.add.at(dx, where(indices, shape, **attrs), dy)
+            return (dx,)
 
 
 # ---- GatherElements / ScatterElements: one index per element, along `axis` ----
@@ -53,7 +105,7 @@ def _elements_walk(k, node, data_shape):
     axis = int(node.attr("axis", 0)) % len(data_shape)
     if len(index_shape) != len(data_shape) or any(i > d for a, (i, d) in enumerate(zip(index_shape, data_shape))
                                                   if a != axis):
-        raise EdgetrainError(f"{_label(node)}: indices of shape {tuple(index_shape)} do not fit data of shape "
+        raise EdgetrainError(f"{node_label(node)}: indices of shape {tuple(index_shape)} do not fit data of shape "
                              f"{tuple(data_shape)} along axis {axis}")
     strides = contiguous_strides(data_shape)
     return index_shape, tuple(0 if a == axis else s for a, s in enumerate(strides)), strides[axis], data_shape[axis]
@@ -63,11 +115,11 @@ def _elements_call(k, node, data_shape, fn, *args):
     """The range checks, then `fn(rank, index shape, walk strides, axis stride, axis extent, *args[:-2],
     constant indices, run-time indices, *args[-2:])`."""
     shape, walk, axis_stride, dim = _elements_walk(k, node, data_shape)
-    checks, consts, runtime = _indices(k, node, (dim,))
+    checks, consts, runtime = checked_indices(k, node, (dim,))
     return checks + [k.call(fn, len(shape), shape, walk, axis_stride, dim, *args[:-2], consts, runtime, *args[-2:])]
 
 
-def _positions(indices, axis, shape):
+def _positions(indices, shape, axis=0):
     """NumPy index arrays of the elements each index addresses (for the references)."""
     axis = axis % len(shape)
     where = list(np.indices(indices.shape))
@@ -82,76 +134,10 @@ class GatherElements:
         x, y = node.inputs[0], node.outputs[0]
         return _elements_call(k, node, k.shape(x), "et_gather_elements_f32", x, y)
 
-    @staticmethod
-    def grad(g, node, dy):
-        return [g.emit("GatherElementsGrad", [dy[0], node.inputs[1]],
-                       {"axis": int(node.attr("axis", 0)), "shape": list(g.shape(node.inputs[0]))}, domain=ET_DOMAIN),
-                None]
+    grad = index_grad("GatherElementsGrad", "axis")
 
 
-@op("GatherElementsGrad", domain=ET_DOMAIN)
-class GatherElementsGrad:
-    """(dY, indices) -> dX of the data's `shape`: zeros plus each dY element added where its index
-    points (repeated indices sum their elements in order)."""
-
-    @staticmethod
-    def kernel(k, node):
-        dy, dx = node.inputs[0], node.outputs[0]
-        return [k.call("et_fill_f32", k.size(dx), 0.0, dx)] + _elements_call(
-            k, node, k.shape(dx), "et_scatter_elements_f32", REDUCTIONS["add"], dy, dx)
-
-    @staticmethod
-    def shape(graph, node):
-        return [tuple(node.attr("shape"))]
-
-    @staticmethod
-    def reference(dy, indices, axis, shape):
-        dx = np.zeros(shape, np.float32)
-        np.add.at(dx, _positions(indices, axis, shape), dy)
-        return (dx,)
-
-
-@op("ScatterElements", index_inputs=(1,))
-class ScatterElements:
-    @staticmethod
-    def kernel(k, node):
-        data, _, updates = node.inputs
-        y = node.outputs[0]
-        return [k.call("et_copy_f32", k.size(y), data, y)] + _elements_call(
-            k, node, k.shape(data), "et_scatter_elements_f32", _reduction(node), updates, y)
-
-    @staticmethod
-    def grad(g, node, dy):
-        reduction, axis = node.attr("reduction", "none"), int(node.attr("axis", 0))
-        if reduction not in ("none", "add"):
-            raise EdgetrainError(f"{_label(node)}: no gradient for reduction '{reduction}' (only 'none' and 'add')")
-        indices = node.inputs[1]
-        # An overwritten element's gradient is 0; an added-to one passes dY through.
-        ddata = (g.emit("ScatterElementsGrad", [dy[0], indices], {"axis": axis}, domain=ET_DOMAIN)
-                 if reduction == "none" else dy[0]) if g.needs(0) else None
-        dupdates = g.emit("GatherElements", [dy[0], indices], {"axis": axis}) if g.needs(2) else None
-        return [ddata, None, dupdates]
-
-
-@op("ScatterElementsGrad", domain=ET_DOMAIN)
-class ScatterElementsGrad:
-    """(dY, indices) -> dY with the elements the indices point at zeroed."""
-
-    @staticmethod
-    def kernel(k, node):
-        dy, dx = node.inputs[0], node.outputs[0]
-        return [k.call("et_copy_f32", k.size(dx), dy, dx)] + _elements_call(
-            k, node, k.shape(dx), "et_scatter_elements_f32", REDUCTIONS["none"], None, dx)
-
-    @staticmethod
-    def shape(graph, node):
-        return [graph.shape(node.inputs[0])]
-
-    @staticmethod
-    def reference(dy, indices, axis):
-        dx = dy.copy()
-        dx[_positions(indices, axis, dy.shape)] = 0
-        return (dx,)
+_scatter_ops("Elements", _elements_call, "et_scatter_elements_f32", _positions, "axis", ("GatherElements", ""))
 
 
 # ---- GatherND / ScatterND: each index tuple (the indices' last axis) selects a slice of the data,
@@ -163,7 +149,7 @@ def _nd_view(k, node, data_shape):
     index_shape = k.shape(node.inputs[1])
     batch, depth = int(node.attr("batch_dims", 0)), index_shape[-1]
     if tuple(index_shape[:batch]) != tuple(data_shape[:batch]) or not 1 <= depth <= len(data_shape) - batch:
-        raise EdgetrainError(f"{_label(node)}: index tuples of shape {tuple(index_shape)} for data of shape "
+        raise EdgetrainError(f"{node_label(node)}: index tuples of shape {tuple(index_shape)} for data of shape "
                              f"{tuple(data_shape)} with batch_dims {batch}")
     axes = data_shape[batch:]
     count = int(np.prod(index_shape[:-1], dtype=np.int64))
@@ -176,18 +162,16 @@ def _nd_call(k, node, data_shape, fn, *args):
     """The range checks, then `fn(count, per batch, depth, dims, strides, inner, *args[:-2], constant
     indices, run-time indices, *args[-2:])`."""
     count, per_batch, depth, dims, strides, inner = _nd_view(k, node, data_shape)
-    checks, consts, runtime = _indices(k, node, dims)
+    checks, consts, runtime = checked_indices(k, node, dims)
     return checks + [k.call(fn, count, per_batch, depth, dims, strides, inner, *args[:-2], consts, runtime,
                             *args[-2:])]
 
 
-def _tuples(indices, shape, batch_dims=0):
-    """The index tuples, wrapped, as NumPy index tuples with their batch coordinates first (for the
-    references)."""
-    rows = indices.reshape(-1, indices.shape[-1])
-    batches = np.ndindex(*indices.shape[:-1])
-    return [tuple(b[:batch_dims]) + tuple(int(i) % d for i, d in zip(row, shape[batch_dims:]))
-            for b, row in zip(batches, rows)]
+def _nd_positions(indices, shape, batch_dims=0):
+    """NumPy index arrays of the slices the index tuples (the indices' last axis) select, wrapped,
+    batch coordinates first, in the tuples' shape (for the references)."""
+    batch = list(np.indices(indices.shape[:-1]))[:batch_dims]
+    return tuple(batch + [np.mod(indices[..., j], shape[batch_dims + j]) for j in range(indices.shape[-1])])
 
 
 @op("GatherND", index_inputs=(1,))
@@ -199,56 +183,7 @@ class GatherND:
         x, y = node.inputs[0], node.outputs[0]
         return _nd_call(k, node, k.shape(x), typed(k, "et_gather_nd", x), x, y)
 
-    @staticmethod
-    def grad(g, node, dy):
-        dx = g.emit("GatherNDGrad", [dy[0], node.inputs[1]], {"batch_dims": int(node.attr("batch_dims", 0)),
-                                                             "shape": list(g.shape(node.inputs[0]))},
-                    domain=ET_DOMAIN)
-        return [dx, None]
-
-
-@op("GatherNDGrad", domain=ET_DOMAIN)
-class GatherNDGrad:
-    """(dY, indices) -> dX of the data's `shape`: zeros plus each slice of dY added where its tuple
-    points (repeated tuples sum their slices in order)."""
-
-    @staticmethod
-    def kernel(k, node):
-        dy, dx = node.inputs[0], node.outputs[0]
-        return [k.call("et_fill_f32", k.size(dx), 0.0, dx)] + _nd_call(
-            k, node, k.shape(dx), "et_scatter_nd_f32", REDUCTIONS["add"], dy, dx)
-
-    @staticmethod
-    def shape(graph, node):
-        return [tuple(node.attr("shape"))]
-
-    @staticmethod
-    def reference(dy, indices, batch_dims, shape):
-        dx = np.zeros(shape, np.float32)
-        slices = dy.reshape((-1,) + tuple(shape[batch_dims + indices.shape[-1]:]))
-        for t, s in zip(_tuples(indices, shape, batch_dims), slices):
-            dx[t] += s
-        return (dx,)
-
-
-@op("ScatterND", index_inputs=(1,))
-class ScatterND:
-    @staticmethod
-    def kernel(k, node):
-        data, _, updates = node.inputs
-        y = node.outputs[0]
-        return [k.call("et_copy_f32", k.size(y), data, y)] + _nd_call(
-            k, node, k.shape(data), "et_scatter_nd_f32", _reduction(node), updates, y)
-
-    @staticmethod
-    def grad(g, node, dy):
-        reduction, indices = node.attr("reduction", "none"), node.inputs[1]
-        if reduction not in ("none", "add"):
-            raise EdgetrainError(f"{_label(node)}: no gradient for reduction '{reduction}' (only 'none' and 'add')")
-        ddata = (g.emit("ScatterNDGrad", [dy[0], indices], domain=ET_DOMAIN)
-                 if reduction == "none" else dy[0]) if g.needs(0) else None
-        dupdates = g.emit("GatherNDSlices", [dy[0], indices], domain=ET_DOMAIN) if g.needs(2) else None
-        return [ddata, None, dupdates]
+    grad = index_grad("GatherNDGrad", "batch_dims")
 
 
 @op("GatherNDSlices", domain=ET_DOMAIN)
@@ -265,30 +200,10 @@ class GatherNDSlices:
 
     @staticmethod
     def reference(x, indices):
-        slices = [x[t] for t in _tuples(indices, x.shape)]
-        return _f32(np.reshape(slices, indices.shape[:-1] + x.shape[indices.shape[-1]:]))
+        return _f32(x[_nd_positions(indices, x.shape)])
 
 
-@op("ScatterNDGrad", domain=ET_DOMAIN)
-class ScatterNDGrad:
-    """(dY, indices) -> dY with the slices the index tuples select zeroed."""
-
-    @staticmethod
-    def kernel(k, node):
-        dy, dx = node.inputs[0], node.outputs[0]
-        return [k.call("et_copy_f32", k.size(dx), dy, dx)] + _nd_call(
-            k, node, k.shape(dx), "et_scatter_nd_f32", REDUCTIONS["none"], None, dx)
-
-    @staticmethod
-    def shape(graph, node):
-        return [graph.shape(node.inputs[0])]
-
-    @staticmethod
-    def reference(dy, indices):
-        dx = dy.copy()
-        for t in _tuples(indices, dy.shape):
-            dx[t] = 0
-        return (dx,)
+_scatter_ops("ND", _nd_call, "et_scatter_nd_f32", _nd_positions, None, ("GatherNDSlices", ET_DOMAIN))
 
 
 # ---- TopK with a constant K, on float or integer data; its int64 indices are int32_t in the C, as
@@ -299,7 +214,7 @@ def _topk_args(k, node, x, count) -> tuple[int, ...]:
     outer, n, inner = split_axis(k.shape(x), int(node.attr("axis", -1)))
     count = int(np.asarray(k.value_of(count)).ravel()[0])
     if not 1 <= count <= n:
-        raise EdgetrainError(f"{_label(node)}: K = {count} for an axis of {n}")
+        raise EdgetrainError(f"{node_label(node)}: K = {count} for an axis of {n}")
     return outer, n, inner, count, int(node.attr("largest", 1))
 
 
