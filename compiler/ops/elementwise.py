@@ -6,6 +6,7 @@ from ..errors import EdgetrainError
 from ..ir import COUNTER, ET_DOMAIN, Node
 from ..ir.graph import frozen_attrs
 from .integer import broadcast_call, is_integer
+from .random import _bits, _unit
 from .registry import Counter, op
 
 
@@ -204,18 +205,9 @@ _binary("Div", "et_div_f32", lambda g, node, dy: [
 
 
 def _dropout_mask(shape, ratio, seed, counter):
-    """NumPy twin of et_dropout_f32's counter-based RNG, so the ONNX reference draws the same masks."""
-    def fmix32(h):
-        h = h ^ (h >> np.uint32(16))
-        h = h * np.uint32(0x85EBCA6B)
-        h = h ^ (h >> np.uint32(13))
-        h = h * np.uint32(0xC2B2AE35)
-        return h ^ (h >> np.uint32(16))
-
-    with np.errstate(over="ignore"):
-        i = np.arange(int(np.prod(shape)), dtype=np.uint32)
-        h = fmix32(np.uint32(seed) ^ fmix32(np.uint32(counter) ^ fmix32(i)))
-    u = (h >> np.uint32(8)).astype(np.float32) * np.float32(1.0 / 16777216.0)
+    """NumPy twin of et_dropout_f32, whose bits are those of the random ops (random.py), so the
+    ONNX reference draws the same masks."""
+    u = _unit(_bits(shape, seed, counter))
     scale = np.float32(1.0) / (np.float32(1.0) - np.float32(ratio))
     return np.where(u >= np.float32(ratio), scale, np.float32(0)).reshape(shape).astype(np.float32)
 

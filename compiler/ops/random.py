@@ -137,41 +137,32 @@ class Bernoulli:
         return Node("Identity", node.inputs, node.outputs, name=node.name)
 
 
-@op("RandomUniformTraining", domain=ET_DOMAIN)
-class RandomUniformTraining:
-    """(counter) -> low + (high - low) * u, u uniform on [0, 1)."""
+def _draw_op(name, fn, params, value):
+    """Register our op `name`: (counter) -> values of the node's `shape`, value(a, b, bits) for the
+    node's attributes `params` = (a, b) and each element's bits; kernel fn(n, a, b, seed, counter, Y)."""
 
-    @staticmethod
-    def kernel(k, node):
-        return [k.call("et_random_uniform_f32", k.size(node.outputs[0]), float(node.attr("low")),
-                       float(node.attr("high")), int(node.attr("seed")), Counter(), node.outputs[0])]
+    class Draw:
+        @staticmethod
+        def kernel(k, node):
+            a, b = (float(node.attr(p)) for p in params)
+            return [k.call(fn, k.size(node.outputs[0]), a, b, int(node.attr("seed")), Counter(), node.outputs[0])]
 
-    @staticmethod
-    def shape(graph, node):
-        return [tuple(node.attr("shape"))]
+        @staticmethod
+        def shape(graph, node):
+            return [tuple(node.attr("shape"))]
 
-    @staticmethod
-    def reference(counter, shape, low, high, seed):
-        span = np.float32(high) - np.float32(low)
-        return (np.float32(low) + span * _unit(_bits(shape, seed, counter))).reshape(shape),
+        @staticmethod
+        def reference(counter, shape, seed, **attrs):
+            return value(*(np.float32(attrs[p]) for p in params), _bits(shape, seed, counter)).reshape(shape),
+
+    op(name, domain=ET_DOMAIN)(Draw)
 
 
-@op("RandomNormalTraining", domain=ET_DOMAIN)
-class RandomNormalTraining:
-    """(counter) -> mean + scale * z, z standard normal."""
-
-    @staticmethod
-    def kernel(k, node):
-        return [k.call("et_random_normal_f32", k.size(node.outputs[0]), float(node.attr("mean")),
-                       float(node.attr("scale")), int(node.attr("seed")), Counter(), node.outputs[0])]
-
-    @staticmethod
-    def shape(graph, node):
-        return [tuple(node.attr("shape"))]
-
-    @staticmethod
-    def reference(counter, shape, mean, scale, seed):
-        return (np.float32(mean) + np.float32(scale) * _normal(_bits(shape, seed, counter))).reshape(shape),
+# low + (high - low) * u, u uniform on [0, 1); mean + scale * z, z standard normal
+_draw_op("RandomUniformTraining", "et_random_uniform_f32", ("low", "high"),
+         lambda low, high, h: low + (high - low) * _unit(h))
+_draw_op("RandomNormalTraining", "et_random_normal_f32", ("mean", "scale"),
+         lambda mean, scale, h: mean + scale * _normal(h))
 
 
 @op("BernoulliTraining", domain=ET_DOMAIN)
