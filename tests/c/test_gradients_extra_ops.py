@@ -11,7 +11,6 @@ seeded by the case id, so every case is deterministic.
 from __future__ import annotations
 
 import math
-import subprocess
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +20,7 @@ import pytest
 import torch
 from onnx import helper, numpy_helper
 
-from test_gradients_more import ExportCase, OpCase, check_graph_gradients, fixed, i64, normal
+from test_gradients_more import ExportCase, OpCase, check_graph_gradients, fixed, float_library, i64, normal, ulps
 
 F = torch.nn.functional
 RUNTIME = Path(__file__).resolve().parents[2] / "runtime_c"
@@ -144,22 +143,9 @@ class SinCosAccuracy:
     where the result is smallest and the argument reduction is hardest."""
 
     def run(self, tmp_path, seed: int) -> float:
-        cffi = pytest.importorskip("cffi")
-        src = tmp_path / "trig.c"
-        src.write_text("\n".join((RUNTIME / h).read_text() for h in ("et_common.h", "et_math.h")) + """
-void t_sin(int n, const float *x, float *y);
-void t_cos(int n, const float *x, float *y);
-void t_sin(int n, const float *x, float *y) { int i; for (i = 0; i < n; ++i) y[i] = et_sinf(x[i]); }
-void t_cos(int n, const float *x, float *y) { int i; for (i = 0; i < n; ++i) y[i] = et_cosf(x[i]); }
-""")
-        so = tmp_path / "libtrig.so"
-        flags = ["-std=c99", "-Wall", "-Wextra", "-Wshadow", "-Wdouble-promotion", "-Wmissing-prototypes", "-Werror",
-                 "-pedantic", "-ffp-contract=off", "-O2", "-shared", "-fPIC"]
-        result = subprocess.run(["gcc", *flags, str(src), "-o", str(so)], capture_output=True, text=True)
-        assert result.returncode == 0, result.stderr
-        ffi = cffi.FFI()
-        ffi.cdef("void t_sin(int, const float *, float *); void t_cos(int, const float *, float *);")
-        lib = ffi.dlopen(str(so))
+        loop = "int i; for (i = 0; i < n; ++i) y[i] = {}(x[i]);"
+        fns = float_library(tmp_path, "\n".join((RUNTIME / h).read_text() for h in ("et_common.h", "et_math.h")),
+                            {"t_sin": loop.format("et_sinf"), "t_cos": loop.format("et_cosf")})
 
         rng = np.random.default_rng(seed)
         k = np.arange(1, 63662, dtype=np.float64)
@@ -171,19 +157,12 @@ void t_cos(int n, const float *x, float *y) { int i; for (i = 0; i < n; ++i) y[i
                            ).astype(np.float32)
         x = np.concatenate([x, -x])
         worst = 0.0
-        for fn, ref in ((lib.t_sin, np.sin), (lib.t_cos, np.cos)):
-            got = np.empty_like(x)
-            fn(len(x), ffi.cast("float *", x.ctypes.data), ffi.cast("float *", got.ctypes.data))
-            want = ref(x.astype(np.float64))
-            ulp = np.spacing(np.abs(want.astype(np.float32))).astype(np.float64)
-            err = np.abs(got.astype(np.float64) - want) / ulp
-            assert err.max() <= 1.0, f"{fn}: {err.max():.3f} ulp at x = {x[err.argmax()]!r}"
+        for name, ref in (("t_sin", np.sin), ("t_cos", np.cos)):
+            err = ulps(fns[name](x), ref(x.astype(np.float64)))
+            assert err.max() <= 1.0, f"{name}: {err.max():.3f} ulp at x = {x[err.argmax()]!r}"
             worst = max(worst, float(err.max()))
         specials = np.array([0.0, -0.0, np.inf, -np.inf, np.nan], np.float32)
-        got = {}
-        for name, fn in (("sin", lib.t_sin), ("cos", lib.t_cos)):
-            got[name] = np.empty_like(specials)
-            fn(len(specials), ffi.cast("float *", specials.ctypes.data), ffi.cast("float *", got[name].ctypes.data))
+        got = {name: fns[f"t_{name}"](specials) for name in ("sin", "cos")}
         assert got["sin"][0] == 0 and not np.signbit(got["sin"][0]) and np.signbit(got["sin"][1])
         assert list(got["cos"][:2]) == [1, 1] and np.isnan(got["sin"][2:]).all() and np.isnan(got["cos"][2:]).all()
         print(f"worst {worst:.3f} ulp")

@@ -421,6 +421,38 @@ def instantiate(source: str) -> str:
     return "\n".join(out)
 
 
+def float_library(tmp_path, source: str, bodies: dict[str, str]) -> dict[str, Callable]:
+    """`source` and one `void name(int n, const float *x, float *y) { body }` per entry of `bodies`,
+    built under the strictest flags: {name: a function of a float32 array}."""
+    cffi = pytest.importorskip("cffi")
+    sig = "void {}(int n, const float *x, float *y)"
+    prototypes = "".join(sig.format(name) + ";\n" for name in bodies)
+    src, so = tmp_path / "functions.c", tmp_path / "libfunctions.so"
+    src.write_text(source + "\n" + prototypes + "".join(sig.format(n) + " { " + b + " }\n" for n, b in bodies.items()))
+    flags = ["-std=c99", "-Wall", "-Wextra", "-Wshadow", "-Wdouble-promotion", "-Wmissing-prototypes", "-Werror",
+             "-pedantic", "-ffp-contract=off", "-O2", "-shared", "-fPIC"]
+    result = subprocess.run(["gcc", *flags, str(src), "-o", str(so)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    ffi = cffi.FFI()
+    ffi.cdef(prototypes)
+    lib = ffi.dlopen(str(so))
+
+    def wrap(fn):
+        def call(x):
+            x = np.ascontiguousarray(x, np.float32)
+            y = np.empty_like(x)
+            fn(len(x), ffi.cast("float *", x.ctypes.data), ffi.cast("float *", y.ctypes.data))
+            return y
+        return call
+
+    return {name: wrap(getattr(lib, name)) for name in bodies}
+
+
+def ulps(got, want) -> np.ndarray:
+    """|got - want| in units in the last place of want rounded to float32 (want in float64)."""
+    return np.abs(got.astype(np.float64) - want) / np.spacing(np.abs(want.astype(np.float32))).astype(np.float64)
+
+
 @dataclass
 class ErfAccuracy:
     """Compile the runtime with every function of et_activations.h and et_indexing.h instantiated,
@@ -428,24 +460,14 @@ class ErfAccuracy:
     dense sample of floats."""
 
     def run(self, tmp_path, seed: int) -> float:
-        cffi = pytest.importorskip("cffi")
         base = ["et_common.h", "et_math.h", "et_elementwise.h", "et_linalg.h", "et_shape.h", "et_softmax.h",
                 "et_loss.h", "et_optim.h"]
         ours = "\n".join((RUNTIME / h).read_text() for h in ("et_activations.h", "et_indexing.h"))
-        src = tmp_path / "erf.c"
-        src.write_text("\n".join((RUNTIME / h).read_text() for h in base) + ours + instantiate(ours) + """
-void t_erf(int n, const float *x, float *y) { et_erf_f32(n, x, y); }
-void t_expm1(int n, const float *x, float *y) { int i; for (i = 0; i < n; ++i) y[i] = et_expm1f(x[i]); }
-""")
-        so = tmp_path / "liberf.so"
-        flags = ["-std=c99", "-Wall", "-Wextra", "-Wshadow", "-Wdouble-promotion", "-Werror", "-pedantic",
-                 "-ffp-contract=off", "-O2", "-shared", "-fPIC"]
-        result = subprocess.run(["gcc", *flags, str(src), "-o", str(so)], capture_output=True, text=True)
-        assert result.returncode == 0, result.stderr
-        assert all(f"use_{k}" in src.read_text() for k in ("et_max_f32", "et_gather_grad_f32", "et_where_i32"))
-        ffi = cffi.FFI()
-        ffi.cdef("void t_erf(int, const float *, float *); void t_expm1(int, const float *, float *);")
-        lib = ffi.dlopen(str(so))
+        callers = instantiate(ours)
+        assert all(f"use_{k}" in callers for k in ("et_max_f32", "et_gather_grad_f32", "et_where_i32"))
+        fns = float_library(tmp_path, "\n".join((RUNTIME / h).read_text() for h in base) + ours + callers,
+                            {"t_erf": "et_erf_f32(n, x, y);",
+                             "t_expm1": "int i; for (i = 0; i < n; ++i) y[i] = et_expm1f(x[i]);"})
 
         rng = np.random.default_rng(seed)
         # Every region of the approximation, its boundaries, tiny and huge magnitudes, and specials.
@@ -454,19 +476,12 @@ void t_expm1(int n, const float *x, float *y) { int i; for (i = 0; i < n; ++i) y
                             [0.84375, 1.25, 4.0, 3.9192059, 3.919206, 1e-30, 1e-45, 20.0, 1e30]]).astype(np.float32)
         x = np.concatenate([x, -x])
         worst = 0.0
-        for fn, ref in ((lib.t_erf, math.erf), (lib.t_expm1, math.expm1)):
-            sample = x if fn is lib.t_erf else x[np.abs(x) < 80]
-            got = np.empty_like(sample)
-            fn(len(sample), ffi.cast("float *", sample.ctypes.data), ffi.cast("float *", got.ctypes.data))
-            want = np.array([ref(float(v)) for v in sample])
-            ulp = np.spacing(np.abs(want.astype(np.float32))).astype(np.float64)
-            err = np.abs(got.astype(np.float64) - want) / ulp
-            bound = 1.1 if fn is lib.t_erf else 1.7  # measured on every float: 1.05 and 1.6
-            assert err.max() <= bound, f"{fn}: {err.max():.3f} ulp at x = {sample[err.argmax()]!r}"
+        for name, ref, sample, bound in (("t_erf", math.erf, x, 1.1),  # measured on every float: 1.05 and 1.6
+                                         ("t_expm1", math.expm1, x[np.abs(x) < 80], 1.7)):
+            err = ulps(fns[name](sample), np.array([ref(float(v)) for v in sample]))
+            assert err.max() <= bound, f"{name}: {err.max():.3f} ulp at x = {sample[err.argmax()]!r}"
             worst = max(worst, float(err.max()))
-        specials = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0], np.float32)
-        got = np.empty_like(specials)
-        lib.t_erf(5, ffi.cast("float *", specials.ctypes.data), ffi.cast("float *", got.ctypes.data))
+        got = fns["t_erf"](np.array([np.inf, -np.inf, np.nan, 0.0, -0.0], np.float32))
         assert got[0] == 1 and got[1] == -1 and np.isnan(got[2]) and got[3] == 0 and np.signbit(got[4])
         print(f"worst {worst:.3f} ulp")
         return 0.0
