@@ -55,6 +55,11 @@ class Function:
     lower_bound: int
     blocks: tuple[Block, ...]  # the arena's allocations, for the memory report
 
+    @property
+    def int_views(self) -> bool:
+        """Whether a statement reads or writes the arena as int32_t (integer and bool tensors)."""
+        return any(a.base == "et_arena.i" for stmt in self.stmts for a in stmt.args)
+
 
 class Floats:
     """Initial values, as one read-only float32 array (a tuple of a model's millions of Python floats
@@ -144,6 +149,11 @@ class ModelC:
     @property
     def arena_floats(self) -> int:
         return max(self.train.arena_floats, self.eval.arena_floats, self.infer.arena_floats)
+
+    @property
+    def int_arena(self) -> bool:
+        return (self.train.int_views or self.eval.int_views or self.infer.int_views
+                or any(a.base == "et_arena.i" for a in self.infer_outputs))
 
 
 class _Storage:
@@ -457,6 +467,10 @@ class InferenceC:
     @property
     def arena_floats(self) -> int:
         return self.infer.arena_floats
+
+    @property
+    def int_arena(self) -> bool:
+        return self.infer.int_views or any(a.base == "et_arena.i" for a in self.infer_outputs)
 
 
 def build_inference(trainer: Trainer, prefix: str, batch_consts: dict[str, Affine | int] | None = None) -> InferenceC:
