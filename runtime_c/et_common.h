@@ -31,6 +31,18 @@ enum et_status {
  * compiler rejects graphs with tensors of higher rank. */
 #define ET_MAX_RANK 8
 
+/* `static ET_NOINLINE` in place of `static inline` keeps a kernel that is
+ * large and called from many places out of line: gcc -O2 specializing a
+ * copy at each call site is a good part of a big model's build time, for
+ * no step time (bench/README.md, build time).  It replaces inline, which
+ * GCC refuses to combine with noinline; unused keeps an uncalled kernel as
+ * quiet as an uncalled static inline one.  Other compilers inline it. */
+#if defined(__GNUC__)
+#define ET_NOINLINE __attribute__((noinline, unused))
+#else
+#define ET_NOINLINE inline
+#endif
+
 /* memcpy is the only type pun that is defined behaviour in C99. */
 static inline uint32_t et_f32_bits(float x)
 {

@@ -130,7 +130,7 @@ static inline void et_norm_group_grad_f32(int blocks, int inner, int stride, con
 }
 
 /* Inference form: normalizes with the given (running or constant) statistics. */
-static inline void et_batchnorm_f32(int n, int c, int inner, float epsilon, const float *X,
+static ET_NOINLINE void et_batchnorm_f32(int n, int c, int inner, float epsilon, const float *X,
                                     const float *scale, const float *B, const float *mean,
                                     const float *var, float *Y)
 {
@@ -148,7 +148,7 @@ static inline void et_batchnorm_f32(int n, int c, int inner, float epsilon, cons
  * NULL running inputs/outputs: statistics not tracked.  saved_mean and
  * saved_inv_std = 1 / sqrt(var + eps) are kept for the gradient (NULL:
  * no gradient follows). */
-static inline void et_batchnorm_train_f32(int n, int c, int inner, float epsilon, float momentum,
+static ET_NOINLINE void et_batchnorm_train_f32(int n, int c, int inner, float epsilon, float momentum,
                                           const float *X, const float *scale, const float *B,
                                           const float *running_mean, const float *running_var,
                                           float *Y, float *running_mean_out, float *running_var_out,
@@ -173,7 +173,7 @@ static inline void et_batchnorm_train_f32(int n, int c, int inner, float epsilon
 }
 
 /* Gradient of the training form: flows through the batch statistics. */
-static inline void et_batchnorm_grad_f32(int n, int c, int inner, const float *dY, const float *X,
+static ET_NOINLINE void et_batchnorm_grad_f32(int n, int c, int inner, const float *dY, const float *X,
                                          const float *scale, const float *saved_mean,
                                          const float *saved_inv_std, float *dX, float *dscale, float *dB)
 {
@@ -191,7 +191,7 @@ static inline void et_batchnorm_grad_f32(int n, int c, int inner, const float *d
 
 /* Gradient of the inference form: the statistics are constants, so
  * dX = dY * scale / sqrt(var + eps). */
-static inline void et_batchnorm_inference_grad_f32(int n, int c, int inner, float epsilon, const float *dY,
+static ET_NOINLINE void et_batchnorm_inference_grad_f32(int n, int c, int inner, float epsilon, const float *dY,
                                                    const float *X, const float *scale, const float *mean,
                                                    const float *var, float *dX, float *dscale, float *dB)
 {
