@@ -49,8 +49,10 @@ class TinyGPT(torch.nn.Module):
 
 
 def export(model: TinyGPT, batch: int, context: int, path: Path) -> Path:
-    """ONNX (TorchScript exporter, opset 17) with the token ids as an int64 input of fixed shape."""
+    """ONNX (TorchScript exporter, opset 17) with the token ids as an int64 input of fixed shape.
+    Constants stay unfolded, so every parameter keeps its state_dict name (folding would turn the
+    position rows the model slices into an exporter constant, which edgetrain freezes by default)."""
     ids = torch.zeros(batch, context, dtype=torch.int64)
     torch.onnx.export(model, (ids,), str(path), input_names=["ids"], output_names=["logits"], opset_version=17,
-                      dynamo=False)
+                      dynamo=False, do_constant_folding=False)
     return path
