@@ -972,15 +972,15 @@ static inline void et_conv_grad_w_short_f32_(int N, int C, int M, int G, const i
                         for (i = 0; i < P; ++i)
                             xt[(size_t)i * ET_CONV_GRAD_TAPS_SHORT + (size_t)(q - q0)] = run[i];
                     }
-                    for (m = 0; m < Mg; m += rows) {
+                    for (m = 0; m < Mg; m += rows) {  /* the first plane's sums straight into dW, the others' added */
+                        float *w = dW + (size_t)(g * Mg + m) * (size_t)Q + (size_t)q0;
                         rows = Mg - m < ET_TILE_ROWS ? Mg - m : ET_TILE_ROWS;
                         et_tiles_f32_(rows, width, P, dY + ((size_t)n * (size_t)M + (size_t)(g * Mg + m)) * (size_t)P,
-                                      (size_t)P, at, xt, bt, part, ET_CONV_GRAD_TAPS_SHORT, 0);
-                        for (r = 0; r < rows; ++r)
-                            for (i = 0; i < width; ++i) {
-                                float *w = dW + (size_t)(g * Mg + m + r) * (size_t)Q + (size_t)(q0 + i);
-                                *w = n > 0 ? *w + part[r * ET_CONV_GRAD_TAPS_SHORT + i] : part[r * ET_CONV_GRAD_TAPS_SHORT + i];
-                            }
+                                      (size_t)P, at, xt, bt, n > 0 ? part : w,
+                                      n > 0 ? (size_t)ET_CONV_GRAD_TAPS_SHORT : (size_t)Q, 0);
+                        for (r = 0; r < rows && n > 0; ++r)
+                            for (i = 0; i < width; ++i)
+                                w[(size_t)r * (size_t)Q + (size_t)i] += part[r * ET_CONV_GRAD_TAPS_SHORT + i];
                     }
                 }
             }
@@ -1103,6 +1103,41 @@ static inline int et_conv_grad_w_depthwise_f32_(int N, int C, const int *in, con
     return 1;
 }
 
+/* w[h] = (add ? w[h] : 0) + et_dot_total_f32_ of lanes h (ET_LANES floats
+ * each, one after the other) for h < taps: with vectors, eight totals at
+ * once (ET_DOT_TOTALS8_), the same additions. */
+static inline void et_conv_plane_totals_(int taps, const float *lane, int add, float *w)
+{
+    int h = 0;
+#if ET_VECTORS
+    for (; h + 8 <= taps; h += 8) {
+        const float *at = lane + (size_t)h * ET_LANES;
+        et_v8_ c0, c1, c2, c3, c4, c5, c6, c7, t;
+        float total[8];
+        memcpy(&c0, at, sizeof c0);
+        memcpy(&c1, at + 8, sizeof c1);
+        memcpy(&c2, at + 16, sizeof c2);
+        memcpy(&c3, at + 24, sizeof c3);
+        memcpy(&c4, at + 32, sizeof c4);
+        memcpy(&c5, at + 40, sizeof c5);
+        memcpy(&c6, at + 48, sizeof c6);
+        memcpy(&c7, at + 56, sizeof c7);
+        ET_DOT_TOTALS8_(c0, c1, c2, c3, c4, c5, c6, c7, total);
+        memcpy(&t, total, sizeof t);
+        if (add) {
+            et_v8_ old;
+            memcpy(&old, w + h, sizeof old);
+            t = old + t;
+        }
+        memcpy(w + h, &t, sizeof t);
+    }
+#endif
+    for (; h < taps; ++h) {
+        float total = et_dot_total_f32_(lane + (size_t)h * ET_LANES);
+        w[h] = add ? w[h] + total : total;
+    }
+}
+
 /* Conv's weight gradient: dW[m, c, kz, ky, kx] = sum over n, oz, oy, ox
  * of dY[n, m, o] * X[n, g*C/G + c, o*s + k*d - p], with Conv's geometry
  * (`in` is X's size, `out` is dY's), the tap's input 0 outside X
@@ -1161,7 +1196,6 @@ static inline void et_conv_grad_w_f32(int N, int C, int M, int G, const int *in,
                 }
                 for (n = 0; n < N; ++n) {
                     const float *Xc = X + ((size_t)n * (size_t)C + (size_t)g * (size_t)Cg + (size_t)c) * (size_t)in_size;
-                    memset(lane, 0, (size_t)block * ET_CONV_GRAD_TAPS * ET_LANES * sizeof *lane);  /* the rows in use */
                     if (padded)
                         et_conv_pad_(Xc, 1, (size_t)in_size, in, lo, dim, plane, xp);
                     for (o0 = 0; o0 < out_size; o0 += segs * len) {
@@ -1185,20 +1219,17 @@ static inline void et_conv_grad_w_f32(int N, int C, int M, int G, const int *in,
                         for (m = 0; m < block; m += rows) {
                             rows = block - m < ET_TILE_ROWS ? block - m : ET_TILE_ROWS;
                             for (h = 0; h < taps; h += ET_DOT_TAPS)
-                                et_dot_tile_f32_(rows, taps - h < ET_DOT_TAPS ? taps - h : ET_DOT_TAPS, segs, per, len,
-                                                 dY + ((size_t)n * (size_t)M + (size_t)(m0 + m)) * (size_t)out_size +
+                                et_dot_tile_f32_(rows, taps - h < ET_DOT_TAPS ? taps - h : ET_DOT_TAPS, segs, per, o0 == 0,
+                                                 len, dY + ((size_t)n * (size_t)M + (size_t)(m0 + m)) * (size_t)out_size +
                                                  (size_t)o0, (size_t)out_size, (size_t)out[2], x, xt + h,
                                                  (size_t)dim[2],
                                                  lane + ((size_t)m * ET_CONV_GRAD_TAPS + (size_t)h) * ET_LANES,
                                                  ET_CONV_GRAD_TAPS * ET_LANES);
                         }
                     }
-                    for (r = 0; r < block; ++r)
-                        for (h = 0; h < taps; ++h) {
-                            float *w = dW + ((size_t)(m0 + r) * (size_t)Cg) * (size_t)k_size + (size_t)(q0 + h);
-                            float total = et_dot_total_f32_(lane + ((size_t)r * ET_CONV_GRAD_TAPS + (size_t)h) * ET_LANES);
-                            *w = n > 0 ? *w + total : total;
-                        }
+                    for (r = 0; r < block; ++r)  /* each plane's totals, into dW */
+                        et_conv_plane_totals_(taps, lane + (size_t)r * ET_CONV_GRAD_TAPS * ET_LANES, n > 0,
+                                              dW + (size_t)(m0 + r) * (size_t)Cg * (size_t)k_size + (size_t)q0);
                 }
             }
         }

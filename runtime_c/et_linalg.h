@@ -397,25 +397,40 @@ static inline void et_tiles_f32_(int rows, int n, int K, const float *a, size_t 
 /* Taps of a weight-gradient tile (et_dot_tile_f32_). */
 #define ET_DOT_TAPS 2
 
+#if ET_VECTORS
+/* *dst (ET_LANES floats) = v, where `fresh`, else *dst + v. */
+#define ET_LANES_ADD_(dst, v, fresh)               \
+    do {                                           \
+        et_v8_ s_ = (v);                           \
+        if (!(fresh)) {                            \
+            et_v8_ d_;                             \
+            memcpy(&d_, (dst), sizeof d_);         \
+            s_ = d_ + s_;                          \
+        }                                          \
+        memcpy((dst), &s_, sizeof s_);             \
+    } while (0)
+#endif
+
 /* lane[r * lane_rs + t * ET_LANES + l] += the lane sums of each piece (see
  * Long sums) of the products y_r[i] * x_t[i], for rows r < rows <=
  * ET_TILE_ROWS of y (`y_rs` apart) and taps t < taps <= ET_DOT_TAPS of x
  * (x_t = x + xt[t]).  The products come from `segs` segments of n values
  * (segment g reads y + g * y_ss and x + g * x_ss), `piece` segments to a
  * piece (the last may have fewer); within a piece, lane l adds those with
- * i % ET_LANES == l, segment by segment in order of i, from 0.  Several
- * segments must be whole lane blocks (n % ET_LANES == 0).  That many dot
- * products share their loads. */
-static inline void et_dot_tile_f32_(int rows, int taps, int segs, int piece, int n, const float *restrict y,
-                                    size_t y_rs, size_t y_ss, const float *restrict x, const size_t *xt,
-                                    size_t x_ss, float *restrict lane, size_t lane_rs)
+ * i % ET_LANES == l, segment by segment in order of i, from 0.  Where
+ * `fresh`, the first piece's sums replace the lanes' values instead (the
+ * same as adding them to 0: a sum from 0 is never -0).  Several segments
+ * must be whole lane blocks (n % ET_LANES == 0).  That many dot products
+ * share their loads. */
+static inline void et_dot_tile_f32_(int rows, int taps, int segs, int piece, int fresh, int n,
+                                    const float *restrict y, size_t y_rs, size_t y_ss, const float *restrict x,
+                                    const size_t *xt, size_t x_ss, float *restrict lane, size_t lane_rs)
 {
-    float part[ET_TILE_ROWS * ET_DOT_TAPS * ET_LANES];  /* a piece's sums, at (r * taps + t) * ET_LANES + l */
-    int g0, g1, g, i0, i, r, t, l;
-    for (g0 = 0; g0 < segs; g0 = g1) {
+    float part[ET_TILE_ROWS * ET_DOT_TAPS * ET_LANES];  /* a piece's sums with a tail: (r * taps + t) * ET_LANES + l */
+    int g0, g1, g, i0 = 0, i, r, t, l, tail = n % ET_LANES != 0;
+    for (g0 = 0; g0 < segs; g0 = g1, fresh = 0) {
         g1 = segs - g0 < piece ? segs : g0 + piece;
 #if ET_VECTORS
-        i0 = 0;
         if (rows == ET_TILE_ROWS && taps == ET_DOT_TAPS) {
             et_v8_ c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0}, c30 = {0}, c31 = {0};
             for (g = g0; g < g1; ++g) {
@@ -445,14 +460,25 @@ static inline void et_dot_tile_f32_(int rows, int taps, int segs, int piece, int
                     c31 += y3 * x1;
                 }
             }
-            memcpy(part, &c00, sizeof c00);
-            memcpy(part + 8, &c01, sizeof c01);
-            memcpy(part + 16, &c10, sizeof c10);
-            memcpy(part + 24, &c11, sizeof c11);
-            memcpy(part + 32, &c20, sizeof c20);
-            memcpy(part + 40, &c21, sizeof c21);
-            memcpy(part + 48, &c30, sizeof c30);
-            memcpy(part + 56, &c31, sizeof c31);
+            if (tail) {
+                memcpy(part, &c00, sizeof c00);
+                memcpy(part + 8, &c01, sizeof c01);
+                memcpy(part + 16, &c10, sizeof c10);
+                memcpy(part + 24, &c11, sizeof c11);
+                memcpy(part + 32, &c20, sizeof c20);
+                memcpy(part + 40, &c21, sizeof c21);
+                memcpy(part + 48, &c30, sizeof c30);
+                memcpy(part + 56, &c31, sizeof c31);
+            } else {
+                ET_LANES_ADD_(lane, c00, fresh);
+                ET_LANES_ADD_(lane + 8, c01, fresh);
+                ET_LANES_ADD_(lane + lane_rs, c10, fresh);
+                ET_LANES_ADD_(lane + lane_rs + 8, c11, fresh);
+                ET_LANES_ADD_(lane + 2 * lane_rs, c20, fresh);
+                ET_LANES_ADD_(lane + 2 * lane_rs + 8, c21, fresh);
+                ET_LANES_ADD_(lane + 3 * lane_rs, c30, fresh);
+                ET_LANES_ADD_(lane + 3 * lane_rs + 8, c31, fresh);
+            }
         } else if (rows == ET_TILE_ROWS && taps == 1) {  /* four rows' sums side by side, not one chain */
             et_v8_ c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0};
             for (g = g0; g < g1; ++g) {
@@ -471,10 +497,17 @@ static inline void et_dot_tile_f32_(int rows, int taps, int segs, int piece, int
                     c3 += y3 * xv;
                 }
             }
-            memcpy(part, &c0, sizeof c0);
-            memcpy(part + 8, &c1, sizeof c1);
-            memcpy(part + 16, &c2, sizeof c2);
-            memcpy(part + 24, &c3, sizeof c3);
+            if (tail) {
+                memcpy(part, &c0, sizeof c0);
+                memcpy(part + 8, &c1, sizeof c1);
+                memcpy(part + 16, &c2, sizeof c2);
+                memcpy(part + 24, &c3, sizeof c3);
+            } else {
+                ET_LANES_ADD_(lane, c0, fresh);
+                ET_LANES_ADD_(lane + lane_rs, c1, fresh);
+                ET_LANES_ADD_(lane + 2 * lane_rs, c2, fresh);
+                ET_LANES_ADD_(lane + 3 * lane_rs, c3, fresh);
+            }
         } else
             for (r = 0; r < rows; ++r)
                 for (t = 0; t < taps; ++t) {
@@ -486,11 +519,14 @@ static inline void et_dot_tile_f32_(int rows, int taps, int segs, int piece, int
                             memcpy(&yv, y + r * y_rs + (size_t)g * y_ss + i0, sizeof yv);
                             c += yv * xv;
                         }
-                    memcpy(part + (r * taps + t) * ET_LANES, &c, sizeof c);
+                    if (tail)
+                        memcpy(part + (r * taps + t) * ET_LANES, &c, sizeof c);
+                    else
+                        ET_LANES_ADD_(lane + r * lane_rs + t * ET_LANES, c, fresh);
                 }
 #else
         /* A scalar FPU: the lanes in registers, two products each per pass, still one after the other. */
-        i0 = 0;
+        tail = 1;  /* the sums go through part */
         for (r = 0; r < rows; ++r)
             for (t = 0; t < taps; ++t) {
                 float *p = part + (r * taps + t) * ET_LANES;
@@ -529,14 +565,18 @@ static inline void et_dot_tile_f32_(int rows, int taps, int segs, int piece, int
                 p[7] = p7;
             }
 #endif
-        for (r = 0; r < rows; ++r)
-            for (t = 0; t < taps; ++t) {
-                float *p = part + (r * taps + t) * ET_LANES, *sum = lane + r * lane_rs + t * ET_LANES;
-                for (i = i0; i < n; ++i)  /* a single segment's tail */
-                    p[i % ET_LANES] += y[r * y_rs + (size_t)i] * x[xt[t] + (size_t)i];
-                for (l = 0; l < ET_LANES; ++l)
-                    sum[l] += p[l];
-            }
+        if (tail)
+            for (r = 0; r < rows; ++r)
+                for (t = 0; t < taps; ++t) {
+                    float *p = part + (r * taps + t) * ET_LANES, *sum = lane + r * lane_rs + t * ET_LANES;
+                    for (i = i0; i < n; ++i)  /* a single segment's tail */
+                        p[i % ET_LANES] += y[r * y_rs + (size_t)i] * x[xt[t] + (size_t)i];
+                    if (fresh)
+                        memcpy(sum, p, ET_LANES * sizeof *sum);
+                    else
+                        for (l = 0; l < ET_LANES; ++l)
+                            sum[l] += p[l];
+                }
     }
 }
 
