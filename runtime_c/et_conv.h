@@ -93,8 +93,8 @@ static inline int et_conv_pointwise_(const int *in, const int *out, const int *k
 
 /* Output positions of one plane that the kernels gather a tap's inputs
  * for at a time: long enough for whole vector runs however short the rows,
- * small enough to sit on any stack; a multiple of ET_LANES so that a lane
- * of the weight gradient always holds the same plane positions. */
+ * small enough to sit on any stack.  (Weight gradients gather a piece of
+ * their sums at a time, et_conv_piece_.) */
 #define ET_CONV_CHUNK 64
 
 /* Where output position o reads along one axis through a tap of offset
