@@ -71,7 +71,7 @@ def _module_path(node) -> str | None:
         names = [s for s in ast.literal_eval(scopes) if s]
     except (ValueError, SyntaxError):
         return None
-    modules = [s for s in names[:-1]]  # the last scope is the aten call itself
+    modules = names[:-1]  # the last scope is the aten call itself
     return modules[-1] if modules else None
 
 
