@@ -100,11 +100,8 @@ def _fix_dims(proto, dim_values: dict[str, int]) -> None:
 
 def _fix_batch(proto, batch_size):
     """Pin symbolic leading dimensions to batch_size; any other symbolic dimension is an error."""
-    initializers = {i.name for i in proto.graph.initializer}
     dynamic = []
-    for value in proto.graph.input:
-        if value.name in initializers:
-            continue
+    for value in _data_inputs(proto):
         for axis, dim in enumerate(value.type.tensor_type.shape.dim):
             if dim.HasField("dim_value") and dim.dim_value > 0:
                 continue
@@ -189,7 +186,7 @@ def _split_sequences(proto, constants, shapes) -> bool:
     for node in graph.node:
         for name in node.input:
             readers[name].append(node)
-    for index, node in enumerate(list(graph.node)):
+    for node in list(graph.node):
         if node.op_type != "SplitToSequence" or shapes.get(node.input[0]) is None:
             continue
         attrs = {a.name: a.i for a in node.attribute}
