@@ -76,6 +76,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--data", required=True, help=".npz with x and y; their first axis indexes batches")
     run.add_argument("--steps", type=int, required=True, help="training steps (train, optimizer step, reset)")
     run.add_argument("--lr", type=float, help="learning rate (default: the compiled one)")
+    run.add_argument("--flash", metavar="FILE",
+                     help="two checkpoint slots in FILE (made if missing): resume from the newest intact one")
+    run.add_argument("--save-every", type=int, default=0, metavar="K",
+                     help="with --flash: save a checkpoint (with optimizer state) every K steps")
 
     demo = sub.add_parser("demo", help="train a digits classifier through the generated C")
     demo.add_argument("--epochs", type=int, default=10)
@@ -134,7 +138,8 @@ def _run(args) -> None:
         print(json.dumps(json.loads(text), indent=2) if args.json else text, end="\n" if args.json else "")
     elif args.command == "run":
         from .firmware import run
-        print(run([(args.directory, args.data)], args.target, args.steps, args.lr), end="")
+        print(run([(args.directory, args.data)], args.target, args.steps, args.lr, flash=args.flash,
+                  save_every=args.save_every), end="")
     else:
         from .demo import run_demo
         run_demo(epochs=args.epochs, directory=args.output)

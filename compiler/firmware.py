@@ -93,21 +93,50 @@ def harness_model(directory, data) -> HarnessModel:
                         trainable=trainable)
 
 
-def render_harness(models: list[HarnessModel], steps: int, lr: float | None) -> str:
+def render_harness(models: list[HarnessModel], steps: int, lr: float | None, flash: bytes | None = None,
+                   save_every: int = 0) -> str:
     env = _environment()
     env.globals.update(c_float=c_float, c_int=c_int)
-    return env.get_template("harness.c.j2").render(models=models, steps=steps, lr=lr)
+    return env.get_template("harness.c.j2").render(models=models, steps=steps, lr=lr, flash=flash,
+                                                   cut=flash and flash + b".cut", save_every=save_every)
 
 
-def run(models: list[tuple[os.PathLike, object]], target: str, steps: int, lr: float | None = None,
-        build=None, timeout: float = 300) -> str:
-    """Build one firmware training every (artifact directory, data) pair in turn for `steps` steps,
-    run it on `target`, and return what it printed. Lines carry the model's prefix when there are
-    several models."""
+@dataclass(frozen=True)
+class Firmware:
+    """A harness built for a target by build_firmware, which `run` starts as often as wanted."""
+    directory: Path
+    target: str
+    prefixes: tuple[str, ...]
+
+    def run(self, timeout: float = 300, cwd=None) -> subprocess.CompletedProcess | None:
+        """Runs the firmware in `cwd` (default: its build directory), which relative flash paths are
+        relative to; None when it did not finish within `timeout` seconds."""
+        try:
+            result = targets.make(f"TARGET={self.target}", f"BUILD={self.directory.resolve()}",
+                                  f"MODELS={' '.join(self.prefixes)}", f"RUN_TIMEOUT={timeout:g}", "run",
+                                  cwd=cwd or self.directory, timeout=timeout + 120)
+        except subprocess.TimeoutExpired:
+            return None
+        return None if "Error 124" in result.stderr else result  # 124: timeout(1) stopped the emulator
+
+
+def build_firmware(models: list[tuple[os.PathLike, object]], target: str, steps: int, lr: float | None = None,
+                   build=None, flash=None, save_every: int = 0) -> Firmware:
+    """Build one firmware that trains every (artifact directory, data) pair in turn for `steps` steps.
+    With `flash` (a file path, relative to where the firmware runs), the first model resumes from the
+    newest checkpoint in the file's two slots and saves one every `save_every` steps."""
     if not 0 <= steps < 2**32:
         raise EdgetrainError(f"steps must be in [0, 2**32), got {steps}")
     if lr is not None and not (np.isfinite(lr) and lr >= 0):
         raise EdgetrainError(f"learning rate must be finite and non-negative, got {lr}")
+    if not 0 <= save_every < 2**32:
+        raise EdgetrainError(f"the steps between saves must be in [0, 2**32), got {save_every}")
+    if save_every and flash is None:
+        raise EdgetrainError(f"saving every {save_every} steps needs a flash file (--flash)")
+    if flash is not None and not os.fsencode(flash):
+        raise EdgetrainError("the flash file needs a name")
+    if flash is not None and len(models) != 1:
+        raise EdgetrainError(f"a flash file holds the checkpoints of one model, got {len(models)} models")
     spec = targets.load(target)
     spec.require()
     harness = [harness_model(d, data) for d, data in models]
@@ -123,15 +152,26 @@ def run(models: list[tuple[os.PathLike, object]], target: str, steps: int, lr: f
         for name in SOURCES:
             if (Path(directory) / name).exists():  # artifacts of earlier versions have no model_weights.h
                 shutil.copy(Path(directory) / name, build / m.prefix / name)
-    (build / "harness.c").write_text(render_harness(harness, steps, lr))
-    try:
-        result = targets.make(f"TARGET={target}", "BUILD=.", f"MODELS={' '.join(prefixes)}",
-                              f"RUN_TIMEOUT={timeout:g}", "run", cwd=build, timeout=timeout + 120)
-    except subprocess.TimeoutExpired:
-        result = None
-    if result is None or "Error 124" in result.stderr:  # 124: timeout(1) stopped the emulator
+    flash = None if flash is None else os.fsencode(flash)
+    (build / "harness.c").write_bytes(render_harness(harness, steps, lr, flash, save_every).encode())
+    result = targets.make(f"TARGET={target}", "BUILD=.", f"MODELS={' '.join(prefixes)}", "firmware", cwd=build)
+    if result.returncode != 0:
+        raise EdgetrainError(f"building the firmware for {target} failed:\n"
+                             f"{(result.stdout + result.stderr).strip()[-3000:]}")
+    return Firmware(build, target, tuple(prefixes))
+
+
+def run(models: list[tuple[os.PathLike, object]], target: str, steps: int, lr: float | None = None,
+        build=None, timeout: float = 300, flash=None, save_every: int = 0) -> str:
+    """Build one firmware training every (artifact directory, data) pair in turn for `steps` steps,
+    run it on `target`, and return what it printed. Lines carry the model's prefix when there are
+    several models. `flash` and `save_every`: as build_firmware's, the path taken from here."""
+    flash = None if flash is None else os.path.abspath(flash)
+    firmware = build_firmware(models, target, steps, lr, build, flash, save_every)
+    result = firmware.run(timeout)
+    if result is None:
         raise EdgetrainError(f"the firmware did not finish on {target} within {timeout:g} s")
     if result.returncode != 0:
-        raise EdgetrainError(f"building or running the firmware for {target} failed:\n"
+        raise EdgetrainError(f"running the firmware on {target} failed:\n"
                              f"{(result.stdout + result.stderr).strip()[-3000:]}")
     return result.stdout

@@ -23,7 +23,9 @@ enum et_status {
     ET_NON_FINITE = 2,
     ET_CORRUPT_CHECKPOINT = 3,
     ET_WRONG_MODEL = 4,
-    ET_BUFFER_TOO_SMALL = 5
+    ET_BUFFER_TOO_SMALL = 5,
+    ET_NO_CHECKPOINT = 6,
+    ET_FLASH_ERROR = 7
 };
 #endif
 
