@@ -3,7 +3,8 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-# Training on a target: `make TARGET=cortex-m4 ARTIFACTS=out DATA=data.npz [STEPS=100] [LR=0.01] run`
+# Training on a target: `make TARGET=cortex-m4 ARTIFACTS=out DATA=data.npz [STEPS=100] [LR=0.01]
+# [FLASH=flash.bin SAVE_EVERY=10] run` (FLASH: checkpoints in a file-backed flash, resumed from at start)
 # builds the trainer in ARTIFACTS with a harness through targets/Makefile (which includes
 # targets/$(TARGET).mk) and runs it, emulated unless TARGET is host. `make TARGET=... tools` installs
 # the target's Debian packages, or says which to install.
@@ -53,7 +54,7 @@ tools:
 
 run: $(VENV)/.demo tools
 	$(if $(and $(ARTIFACTS),$(DATA)),,$(error run needs ARTIFACTS=<edgetrain compile output> and DATA=<.npz with x, y>))
-	$(BIN)/edgetrain run $(ARTIFACTS) --target $(TARGET) --data $(DATA) --steps $(STEPS)$(if $(LR), --lr $(LR))
+	$(BIN)/edgetrain run $(ARTIFACTS) --target $(TARGET) --data $(DATA) --steps $(STEPS)$(if $(LR), --lr $(LR))$(if $(FLASH), --flash $(FLASH))$(if $(SAVE_EVERY), --save-every $(SAVE_EVERY))
 
 # ONNX Runtime training 1.19.2, the benchmarks' reference, gets its own venv: its wheel provides the
 # `onnxruntime` module too and would shadow the inference package of .venv.

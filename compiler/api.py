@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,7 @@ import onnx
 from . import checkpoint
 from .checkpoint import CheckpointError
 from .export import merge_parameter_blob
+from .files import write_artifact, write_atomic
 from .host import load_library
 
 __all__ = ["CheckpointError", "CheckpointState", "LinearLRScheduler", "Module", "NonFiniteError", "Optimizer",
@@ -93,7 +95,13 @@ class CheckpointState:
 
     @staticmethod
     def save_checkpoint(state: "CheckpointState", path: str | os.PathLike, include_optimizer_state: bool = False) -> None:
-        Path(path).write_bytes(checkpoint.encode(state._snapshot(include_optimizer_state)))
+        """Written durably (edgetrain.files.write_atomic): a crash, a kill or a full disk during the save
+        leaves the previous checkpoint at `path`, whole."""
+        data = checkpoint.encode(state._snapshot(include_optimizer_state))
+        try:
+            write_atomic(path, data)
+        except OSError as exc:
+            raise CheckpointError(f"cannot save checkpoint {path}: {exc.strerror or exc}") from None
 
     def _snapshot(self, include_optimizer_state: bool) -> checkpoint.CheckpointData:
         if self._module is not None:
@@ -159,6 +167,11 @@ class Module:
         meta = {p.key: p.value for p in model.metadata_props}
         self._prefix = meta["edgetrain.prefix"]
         self._ffi, self._lib = load_library(self._dir)
+        # The trainer's state is one static arena, and cffi releases the GIL during a C call: two threads'
+        # calls at once would share it. Every C call holds this lock (the Optimizer's too). It is
+        # reentrant, so a caller can hold it over several calls (`with module.lock:` around a step,
+        # optimizer step and reset) to make them one step that no other thread's call splits.
+        self.lock = threading.RLock()
         # Looked up once: at batch 1, a step's Python costs about as much as its C.
         self._functions = {name[len(self._prefix) + 1:]: getattr(self._lib, name) for name in dir(self._lib)
                            if name.startswith(f"{self._prefix}_")}
@@ -196,7 +209,8 @@ class Module:
                 self._ffi.typeof("float[]" if dtype == np.float32 else "int32_t[]"), info.name in batched)
 
     def _lib_call(self, name: str, *args):
-        return self._functions[name](*args)
+        with self.lock:
+            return self._functions[name](*args)
 
     def _view(self, base, offset: int, shape) -> np.ndarray:
         size = int(np.prod(shape, dtype=np.int64))
@@ -240,13 +254,15 @@ class Module:
         if n == 1 and self.training and self._small_batch:
             raise ValueError(self._small_batch)
         step = "train_step" if self.training else "eval_step"
-        status = self._lib_call(step, n, *args, self._loss_arg)
+        with self.lock:  # the loss buffer is shared too: read it before another call writes it
+            status = self._lib_call(step, n, *args, self._loss_arg)
+            loss = self._loss[()]
         if status == BAD_ARGUMENT:
             raise ValueError(f"{step}: an input is out of range for the model (class labels must lie in "
                              "[0, number of classes) or equal ignore_index; indices must lie in [-n, n) for an "
                              "axis of n)")
         _check(status, step)
-        return self._loss[()]
+        return loss
 
     def infer(self, *inputs) -> list[np.ndarray]:
         """The model's outputs for `inputs` (a batch of any size from 1 to the batch_size, as in
@@ -299,7 +315,7 @@ class Module:
         """Write a forward-only ONNX model with the current weights and buffers, merged from the C's
         export blob exactly as a device's blob is (edgetrain.export.merge_parameter_blob)."""
         model = merge_parameter_blob(self._eval_model_uri, self.export_parameters(), graph_output_names)
-        onnx.save(model, os.fspath(inference_model_uri))
+        write_artifact(Path(inference_model_uri), model.SerializeToString())
 
     def export_parameters(self) -> bytes:
         """The C's export blob: trainable parameters and buffers in the checkpoint format."""

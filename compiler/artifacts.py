@@ -14,6 +14,7 @@ from . import checkpoint
 from .codegen import render
 from .codegen.emit import Affine, build, build_inference, compile_batched
 from .errors import EdgetrainError, ImportNote
+from .files import write_artifact
 from . import targets
 from .frontend import load_model
 from .frontend.validate import check_prefix, check_ram
@@ -113,17 +114,16 @@ def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=LossT
     check_ram(static_ram_bytes(model_c))
     sources = render(model_c)
 
-    out = Path(artifact_directory)
-    out.mkdir(parents=True, exist_ok=True)
+    out = _output_directory(artifact_directory)
     for name, text in sources.items():
-        (out / name).write_text(text)
+        write_artifact(out / name, text)
     for name, proto in _onnx_models(trainer, prefix, model_c, probes[id(model_c)], model).items():
-        onnx.save(proto, os.fspath(out / name))
-    (out / "checkpoint").write_bytes(checkpoint.encode(initial_checkpoint(trainer)))
+        write_artifact(out / name, proto.SerializeToString())
+    write_artifact(out / "checkpoint", checkpoint.encode(initial_checkpoint(trainer)))
     if nominal_checkpoint:
         nominal = initial_checkpoint(trainer)
         nominal.optimizer_state, nominal.contents = None, checkpoint.NOMINAL
-        (out / "checkpoint.nominal").write_bytes(checkpoint.encode(nominal))
+        write_artifact(out / "checkpoint.nominal", checkpoint.encode(nominal))
     report = memory_report(trainer, model_c)
     report["import"] = {"trainable": trainer.trainable, "frozen": trainer.frozen, "notes": notes}
     # A target's compiler measures flash and RAM (targets/<name>.mk); None, the library default,
@@ -143,10 +143,18 @@ def generate_inference(model, artifact_directory="out", batch_size=None, *, pref
                                     lambda t, consts: build_inference(t, prefix, consts), _max_batch(batch_size))
     check_ram(4 * (model_c.arena_floats + len(model_c.buffer_init)))
     sources = render(model_c)
-    out = Path(artifact_directory)
-    out.mkdir(parents=True, exist_ok=True)
+    out = _output_directory(artifact_directory)
     for name, text in sources.items():
-        (out / name).write_text(text)
+        write_artifact(out / name, text)
+    return out
+
+
+def _output_directory(artifact_directory) -> Path:
+    out = Path(artifact_directory)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise EdgetrainError(f"cannot create the artifact directory {out}: {exc.strerror}") from None
     return out
 
 

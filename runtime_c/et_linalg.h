@@ -411,6 +411,27 @@ static inline void et_tiles_f32_(int rows, int n, int K, const float *a, size_t 
     } while (0)
 #endif
 
+/* The end of et_dot_tile_f32_'s piece whose sums went to `part`: the
+ * products from i0 on of a single segment join their lanes, then the
+ * piece's lane sums go to `lane`. */
+static inline void et_dot_tail_f32_(int rows, int taps, int i0, int n, int fresh, float *restrict part,
+                                    const float *restrict y, size_t y_rs, const float *restrict x, const size_t *xt,
+                                    float *restrict lane, size_t lane_rs)
+{
+    int i, r, t, l;
+    for (r = 0; r < rows; ++r)
+        for (t = 0; t < taps; ++t) {
+            float *p = part + (r * taps + t) * ET_LANES, *sum = lane + r * lane_rs + t * ET_LANES;
+            for (i = i0; i < n; ++i)
+                p[i % ET_LANES] += y[r * y_rs + (size_t)i] * x[xt[t] + (size_t)i];
+            if (fresh)
+                memcpy(sum, p, ET_LANES * sizeof *sum);
+            else
+                for (l = 0; l < ET_LANES; ++l)
+                    sum[l] += p[l];
+        }
+}
+
 /* lane[r * lane_rs + t * ET_LANES + l] += the lane sums of each piece (see
  * Long sums) of the products y_r[i] * x_t[i], for rows r < rows <=
  * ET_TILE_ROWS of y (`y_rs` apart) and taps t < taps <= ET_DOT_TAPS of x
@@ -427,7 +448,10 @@ static inline void et_dot_tile_f32_(int rows, int taps, int segs, int piece, int
                                     const size_t *xt, size_t x_ss, float *restrict lane, size_t lane_rs)
 {
     float part[ET_TILE_ROWS * ET_DOT_TAPS * ET_LANES];  /* a piece's sums with a tail: (r * taps + t) * ET_LANES + l */
-    int g0, g1, g, i0 = 0, i, r, t, l, tail = n % ET_LANES != 0;
+    int g0, g1, g, i0 = 0, r, t;
+#if ET_VECTORS
+    const int tail = n % ET_LANES != 0;
+#endif
     for (g0 = 0; g0 < segs; g0 = g1, fresh = 0) {
         g1 = segs - g0 < piece ? segs : g0 + piece;
 #if ET_VECTORS
@@ -524,9 +548,11 @@ static inline void et_dot_tile_f32_(int rows, int taps, int segs, int piece, int
                     else
                         ET_LANES_ADD_(lane + r * lane_rs + t * ET_LANES, c, fresh);
                 }
+        if (tail)
+            et_dot_tail_f32_(rows, taps, i0, n, fresh, part, y, y_rs, x, xt, lane, lane_rs);
 #else
-        /* A scalar FPU: the lanes in registers, two products each per pass, still one after the other. */
-        tail = 1;  /* the sums go through part */
+        /* A scalar FPU: the lanes in registers, two products each per pass, still one after the other;
+           the sums go through part. */
         for (r = 0; r < rows; ++r)
             for (t = 0; t < taps; ++t) {
                 float *p = part + (r * taps + t) * ET_LANES;
@@ -564,19 +590,8 @@ static inline void et_dot_tile_f32_(int rows, int taps, int segs, int piece, int
                 p[6] = p6;
                 p[7] = p7;
             }
+        et_dot_tail_f32_(rows, taps, i0, n, fresh, part, y, y_rs, x, xt, lane, lane_rs);
 #endif
-        if (tail)
-            for (r = 0; r < rows; ++r)
-                for (t = 0; t < taps; ++t) {
-                    float *p = part + (r * taps + t) * ET_LANES, *sum = lane + r * lane_rs + t * ET_LANES;
-                    for (i = i0; i < n; ++i)  /* a single segment's tail */
-                        p[i % ET_LANES] += y[r * y_rs + (size_t)i] * x[xt[t] + (size_t)i];
-                    if (fresh)
-                        memcpy(sum, p, ET_LANES * sizeof *sum);
-                    else
-                        for (l = 0; l < ET_LANES; ++l)
-                            sum[l] += p[l];
-                }
     }
 }
 

@@ -14,3 +14,19 @@ def _build_cache(tmp_path_factory):
     mp.setenv("EDGETRAIN_CACHE", str(tmp_path_factory.mktemp("edgetrain-cache")))
     yield
     mp.undo()
+
+
+@pytest.fixture
+def figure(record_property):
+    """figure(text): a measured figure the test prints at the end of the run, even under -q and from
+    pytest-xdist's workers (it travels in the test's report)."""
+    return lambda text: record_property("figure", text)
+
+
+def pytest_terminal_summary(terminalreporter):
+    lines = [f"{report.nodeid.split('::')[-1]}: {value}" for report in terminalreporter.stats.get("passed", [])
+             for key, value in report.user_properties if key == "figure"]
+    if lines:
+        terminalreporter.section("figures")
+        for line in lines:
+            terminalreporter.write_line(line)

@@ -150,18 +150,46 @@ def load_library(directory: str | os.PathLike, extra_flags: tuple[str, ...] = ()
             key.update(f"\0{name}\0{copy.stat().st_size}\0".encode())
             _hash_file(key, copy)
         header = Path(tmp, "model.h").read_text()
-        library = cache / f"{key.hexdigest()[:24]}.so"
-        if not library.exists():
-            built = Path(tmp, "model.so")
-            result = run_compiler([cc, *flags, "-o", str(built), "model.c", "-lm"], f"{directory / 'model.c'}",
+        entry = cache / f"{key.hexdigest()[:24]}.so"
+        library = _cached(entry, key.digest())
+        if library is None:
+            result = run_compiler([cc, *flags, "-o", "model.so", "model.c", "-lm"], f"{directory / 'model.c'}",
                                   cwd=tmp)
             if result.returncode != 0:
                 raise EdgetrainError(f"compiling the generated C failed: {result.stderr.strip()[:2000]}")
-            os.replace(built, library)  # atomic: concurrent builds of the same model agree
+            library = Path(tmp, "model.so").read_bytes()
+            Path(tmp, "entry").write_bytes(library + _seal(key.digest(), library))
+            os.replace(Path(tmp, "entry"), entry)  # atomic: concurrent builds of the same model agree
     ffi = cffi.FFI()
     ffi.cdef(declarations(header))
     # The trainer's state is static in the library, and dlopen shares one instance per path:
-    # load a private copy so every caller gets a trainer of its own.
+    # load a private copy so every caller gets a trainer of its own. The copy is written from the
+    # bytes just checked, so nothing changed in the cache since can reach dlopen.
     with tempfile.TemporaryDirectory() as tmp:
-        private = shutil.copy(library, Path(tmp, "model.so"))
+        private = Path(tmp, "model.so")
+        private.write_bytes(library)
         return ffi, ffi.dlopen(str(private))
+
+
+# A cache entry is the shared library followed by a seal: SHA-256 of (its key, the library), then this
+# tag. dlopen never sees an entry unchecked: a truncated one (a crash, a full disk) would die with
+# SIGBUS when mapped, an altered one would run other code than the model's.
+SEAL_TAG = b"edgetrain cache entry 1\n"
+SEAL_SIZE = hashlib.sha256().digest_size + len(SEAL_TAG)
+
+
+def _seal(key: bytes, library: bytes) -> bytes:
+    digest = hashlib.sha256(key)
+    digest.update(library)
+    return digest.digest() + SEAL_TAG
+
+
+def _cached(entry: Path, key: bytes) -> bytes | None:
+    """The library stored at `entry` under `key`, or None (to build it again) where the entry is
+    missing, truncated, altered or another key's."""
+    try:
+        data = entry.read_bytes()
+    except OSError:
+        return None
+    library = data[:-SEAL_SIZE]
+    return library if len(data) > SEAL_SIZE and data[-SEAL_SIZE:] == _seal(key, library) else None

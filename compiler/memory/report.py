@@ -4,12 +4,14 @@ liveness lower bound, the labelled arena blocks, and a plot of arena occupancy o
 from __future__ import annotations
 
 import importlib.util
+import io
 import json
 from dataclasses import asdict
 from pathlib import Path
 
 from .. import targets
 from ..errors import EdgetrainError
+from ..files import write_artifact
 from .planner import KINDS
 from .policy import static_ram_bytes
 
@@ -115,8 +117,8 @@ def write_report(report: dict, directory: Path, with_plot: bool) -> None:
     """report.json and report.txt, and the occupancy plot if asked for. The plot is opt-in in the
     Python API because drawing it costs more than compiling a small model (matplotlib's import
     alone takes seconds), and every figure it shows is in report.json."""
-    (directory / "report.json").write_text(json.dumps(report, indent=2) + "\n")
-    (directory / "report.txt").write_text(format_report(report))
+    write_artifact(directory / "report.json", json.dumps(report, indent=2) + "\n")
+    write_artifact(directory / "report.txt", format_report(report))
     if with_plot:
         plot(report, directory / PLOT)
     else:
@@ -151,7 +153,9 @@ def plot(report: dict, path: Path) -> Path:
     ax.set_ylabel("arena offset (bytes)")
     ax.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
-    fig.savefig(path, dpi=100)
+    image = io.BytesIO()
+    fig.savefig(image, format="png", dpi=100)
+    write_artifact(path, image.getvalue())
     return path
 
 
