@@ -81,6 +81,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--save-every", type=int, default=0, metavar="K",
                      help="with --flash: save a checkpoint (with optimizer state) every K steps")
 
+    package = sub.add_parser("package", help="write the trainer as a library to drop into a firmware build: "
+                             "a CMake static library or an Arduino library with an example sketch")
+    package.add_argument("directory", help="artifact directory (edgetrain compile -o)")
+    package.add_argument("--format", required=True, metavar="{cmake,arduino}", help="the kind of library")
+    package.add_argument("-o", "--output", help="package directory (default: DIRECTORY/FORMAT)")
+
     demo = sub.add_parser("demo", help="train a digits classifier through the generated C")
     demo.add_argument("--epochs", type=int, default=10)
     demo.add_argument("--output", default="out/demo", help="artifact directory")
@@ -140,6 +146,9 @@ def _run(args) -> None:
         from .firmware import run
         print(run([(args.directory, args.data)], args.target, args.steps, args.lr, flash=args.flash,
                   save_every=args.save_every), end="")
+    elif args.command == "package":
+        from .package import package
+        print(f"wrote {package(args.directory, args.output, args.format)}/")
     else:
         from .demo import run_demo
         run_demo(epochs=args.epochs, directory=args.output)
