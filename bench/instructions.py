@@ -1,11 +1,12 @@
-"""Instructions per training step on a Cortex-M4, counted deterministically by QEMU.
+"""Instructions per training step on a Cortex-M4 (or a RISC-V target), counted deterministically by QEMU.
 
-    python bench/instructions.py [--models kws,vww,ic,ad] [--steps 1]
+    python bench/instructions.py [--models kws,vww,ic,ad] [--steps 1] [--target cortex-m4]
 
-speed.py counts them too (batch-1 cases); this runs the count alone. Each model (batch 1, the graph
-and SGD step of speed.py) is built for cortex-m4 with count.c as its harness and run on QEMU's MPS2
-AN386 board with `-icount shift=0`: the count is the same on every run and every machine, for the
-same compiler. A step is a training step, an optimizer step and a gradient reset.
+speed.py counts them too (batch-1 cases, cortex-m4); this runs the count alone. Each model (batch 1,
+the graph and SGD step of speed.py) is built for the target with count.c as its harness and run on
+QEMU's board (MPS2 AN386 for cortex-m4, virt for riscv32 and riscv32-hf) with `-icount shift=0`: the
+count is the same on every run and every machine, for the same compiler. A step is a training step,
+an optimizer step and a gradient reset.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ from edgetrain import targets
 
 BENCH = Path(__file__).resolve().parent
 TARGET = "cortex-m4"
+# Where count.c can read an instruction count: QEMU's system emulators under -icount (the user-mode
+# ones, which run the Linux targets, have no -icount).
+COUNTABLE = ("cortex-m3", "cortex-m4", "riscv32", "riscv32-hf")
 ICOUNT = "-icount shift=0,align=off,sleep=off"  # 1 instruction = 1 ns of virtual time, no idling
 RUN_TIMEOUT = 1800  # seconds: counting slows QEMU down, and VWW runs hundreds of millions of instructions
 
@@ -31,10 +35,10 @@ def c_array(values: np.ndarray, c_type: str, name: str) -> str:
     return f"static const {c_type} {name}[{values.size}] = {{{text}}};\n"
 
 
-def firmware(data: Path, ours: Path, steps: int) -> Path:
-    """The directory where targets/Makefile builds the trainer generated in `ours` with count.c as
-    its harness, training on the batch in `data` (x.npy, y.npy) for `steps` counted steps."""
-    build = ours / TARGET
+def firmware(data: Path, ours: Path, steps: int, target: str = TARGET) -> Path:
+    """The directory where targets/Makefile builds the trainer generated in `ours` for `target` with
+    count.c as its harness, training on the batch in `data` (x.npy, y.npy) for `steps` counted steps."""
+    build = ours / target
     (build / "model").mkdir(parents=True, exist_ok=True)
     for name in ("model.c", "model.h", "model_weights.h"):
         if (ours / name).exists():  # the starting point's revision may put its weights in model.c
@@ -48,11 +52,11 @@ def firmware(data: Path, ours: Path, steps: int) -> Path:
     return build
 
 
-def count(data: Path, ours: Path, steps: int = 1) -> int:
-    """Instructions per step of the trainer generated in `ours`, on the batch in `data`."""
-    targets.load(TARGET).require()
-    build = firmware(data, ours, steps)
-    result = targets.make(f"TARGET={TARGET}", "BUILD=.", "MODELS=model", f"QEMU_FLAGS={ICOUNT}",
+def count(data: Path, ours: Path, steps: int = 1, target: str = TARGET) -> int:
+    """Instructions per step on `target` of the trainer generated in `ours`, on the batch in `data`."""
+    targets.load(target).require()
+    build = firmware(data, ours, steps, target)
+    result = targets.make(f"TARGET={target}", "BUILD=.", "MODELS=model", f"QEMU_FLAGS={ICOUNT}",
                           f"RUN_TIMEOUT={RUN_TIMEOUT}", "run", cwd=build)
     if result.returncode != 0 or "instructions per step" not in result.stdout:
         raise RuntimeError(f"counting instructions in {ours} failed:\n{(result.stdout + result.stderr)[-3000:]}")
@@ -65,15 +69,16 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", default="kws,vww,ic,ad")
     parser.add_argument("--steps", type=int, default=1, help="steps counted (after one uncounted step)")
+    parser.add_argument("--target", default=TARGET, choices=COUNTABLE)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="edgetrain-instructions-") as tmp:
         cases = [Case(name, 1, Path(tmp) / name) for name in args.models.split(",")]
         for case in cases:
             case.prepare()
         _prepare(sys.executable, "edgetrain-generate", [case.ours("c") for case in cases])
-        print(f"| model (batch 1) | instructions per step on {TARGET} |\n|---|---|")
+        print(f"| model (batch 1) | instructions per step on {args.target} |\n|---|---|")
         for case in cases:
-            print(f"| {case.name} | {count(case.directory, case.ours('c'), args.steps):,} |", flush=True)
+            print(f"| {case.name} | {count(case.directory, case.ours('c'), args.steps, args.target):,} |", flush=True)
 
 
 if __name__ == "__main__":

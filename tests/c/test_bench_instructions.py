@@ -1,0 +1,49 @@
+"""bench/instructions.py on RISC-V: count.c reads minstret, which QEMU drives from its instruction
+clock under -icount, so the count per step must agree with QEMU's trace of every instruction the
+firmware executes. riscv32-hf, for the trace's length (soft float runs 18 times as many)."""
+
+import importlib.util
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgetrain import artifacts, targets
+from models import mlp
+
+BENCH = Path(__file__).parents[2] / "bench"
+TARGET = "riscv32-hf"
+
+
+def bench_instructions():
+    spec = importlib.util.spec_from_file_location("bench_instructions", BENCH / "instructions.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def executed_instructions(build: Path) -> int:
+    """Every instruction the firmware in `build` executes, from QEMU's trace with one instruction
+    per translation block (independent of minstret)."""
+    trace = targets.make(f"TARGET={TARGET}", "BUILD=.", "MODELS=model", "run",
+                         "QEMU_FLAGS=-singlestep -d exec,nochain -D /dev/stdout", cwd=build)
+    assert trace.returncode == 0, trace.stderr
+    return trace.stdout.count("\nTrace ") + trace.stdout.startswith("Trace ")
+
+
+def test_minstret_count_agrees_with_a_trace(tmp_path, figure):
+    missing = targets.load(TARGET).missing()
+    if missing:
+        (pytest.fail if os.environ.get("CI") else pytest.skip)(f"{TARGET} tools missing: {missing}")
+    instructions = bench_instructions()
+    ours = artifacts.generate_artifacts(mlp(batch=1), artifact_directory=tmp_path / "mlp")
+    rng = np.random.default_rng(0)
+    np.save(tmp_path / "x.npy", rng.standard_normal((1, 8), dtype=np.float32))
+    np.save(tmp_path / "y.npy", np.array([2]))
+    counted = instructions.count(tmp_path, ours, 1, TARGET)
+    traced = [executed_instructions(instructions.firmware(tmp_path, ours, steps, TARGET)) for steps in (1, 2)]
+    figure(f"{counted:,} instructions per step of the MLP on {TARGET}, {traced[1] - traced[0]:,} traced")
+    # The second firmware runs one step more; printing the figure costs the same to a few instructions.
+    assert abs((traced[1] - traced[0]) - counted) < 1e-3 * counted
+    assert counted > 1000
