@@ -10,11 +10,10 @@ LDFLAGS := --oslib=semihost -nostartfiles -T $(TARGETS_DIR)riscv-virt/riscv-virt
            -Wl,--gc-sections
 LDLIBS := -lm
 BOARD_SOURCES := $(TARGETS_DIR)riscv-virt/startup.c
-# picolibc writes stdout a character at a time (SYS_WRITEC) to QEMU's semihosting console, which is
-# stderr unless given a character device: here the emulator's stdout. The board starts the program
-# at the start of RAM (-bios none). QEMU_FLAGS: more emulator options, e.g. `-icount shift=0`.
+# The board starts the program at the start of RAM (-bios none); startup.c's stdout is the emulator's.
+# QEMU_FLAGS: more emulator options, e.g. `-icount shift=0` to count instructions (bench/instructions.py).
 RUN := qemu-system-riscv32 -M virt -bios none -nographic -monitor none -serial none $(QEMU_FLAGS) \
-       -chardev stdio,id=console -semihosting-config enable=on,target=native,chardev=console -kernel
+       -semihosting-config enable=on,target=native -kernel
 NEEDS := riscv64-unknown-elf-gcc:gcc-riscv64-unknown-elf \
          /usr/lib/picolibc/riscv64-unknown-elf/picolibc.specs:picolibc-riscv64-unknown-elf \
          qemu-system-riscv32:qemu-system-misc

@@ -1,8 +1,11 @@
-/* Start and trap handling for QEMU's RISC-V virt board, in machine mode with -bios none: a stack,
- * copying initialized data (and the thread-local block picolibc's errno lives in) to RAM, clearing
- * .bss, the FPU switched on where there is one, then main() and exit() through picolibc's
+/* Start, console and trap handling for QEMU's RISC-V virt board, in machine mode with -bios none:
+ * a stack, copying initialized data (and the thread-local block picolibc's errno lives in) to RAM,
+ * clearing .bss, the FPU switched on where there is one, then main() and exit() through picolibc's
  * semihosting (which ends QEMU with the program's status). */
+#include <semihost.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -33,6 +36,43 @@ __attribute__((aligned(4))) void board_trap(void)
     _exit(70);
 }
 
+/* picolibc's stdio leaves stdin, stdout and stderr to the program. Ours write lines through
+ * semihosting to ":tt" opened for writing, which the emulator sends to its stdout, as newlib's
+ * rdimon does on the MPS2 boards (picolibc's own console writes a character at a time to QEMU's
+ * semihosting console, which is QEMU's stderr, or a character device that, on a terminal, makes
+ * the emulator take the terminal). A line at a time: one trap into the emulator per line. */
+static char console_line[128];
+static size_t console_used;
+static int console_handle = -1;
+
+static int console_flush(FILE *stream)
+{
+    size_t used = console_used;
+    (void)stream;
+    console_used = 0;
+    if (used == 0) return 0;
+    if (console_handle < 0) console_handle = sys_semihost_open(":tt", SH_OPEN_W);
+    return console_handle >= 0 && sys_semihost_write(console_handle, console_line, used) == 0 ? 0 : EOF;
+}
+
+static int console_put(char c, FILE *stream)
+{
+    console_line[console_used++] = c;
+    if ((c == '\n' || console_used == sizeof console_line) && console_flush(stream) != 0) return EOF;
+    return (unsigned char)c;
+}
+
+static FILE console = FDEV_SETUP_STREAM(console_put, NULL, console_flush, _FDEV_SETUP_WRITE);
+FILE *const stdin = &console;
+FILE *const stdout = &console;
+FILE *const stderr = &console;
+
+/* Registered with atexit(): what is left of the last line goes out before the emulator ends. */
+static void console_close(void)
+{
+    console_flush(&console);
+}
+
 static void copy_words(uint32_t *dst, const uint32_t *end, const uint32_t *src)
 {
     while (dst < end) *dst++ = *src++;
@@ -51,5 +91,6 @@ void board_start(void)
     /* mstatus.FS = Initial: float instructions trap while it is Off (its reset value). */
     __asm__ volatile(CSR_INSTRUCTION("csrs mstatus, %0") : : "r"(1u << 13));
 #endif
+    atexit(console_close);
     exit(main());
 }
