@@ -25,8 +25,8 @@ def bench_instructions():
 
 def executed_instructions(build: Path) -> int:
     """Every instruction the firmware in `build` executes, from QEMU's trace with one instruction
-    per translation block (independent of minstret). The trace goes to a file of its own: picolibc
-    writes stdout a character at a time, which would land inside the trace's lines."""
+    per translation block (independent of minstret). The trace goes to a file of its own: on the
+    emulator's stdout, the firmware's output would land inside the trace's lines."""
     run = targets.make(f"TARGET={TARGET}", "BUILD=.", "MODELS=model", "run",
                        "QEMU_FLAGS=-singlestep -d exec,nochain -D trace.log", cwd=build)
     assert run.returncode == 0, run.stderr
