@@ -20,6 +20,10 @@ from .errors import EdgetrainError
 from .host.build import SOURCES
 
 
+# Targets whose C library has no files: wasm32's (targets/wasm32) only prints.
+NO_FILES = frozenset({"wasm32"})
+
+
 @dataclass(frozen=True)
 class HarnessModel:
     prefix: str
@@ -135,6 +139,8 @@ def build_firmware(models: list[tuple[os.PathLike, object]], target: str, steps:
         raise EdgetrainError(f"saving every {save_every} steps needs a flash file (--flash)")
     if flash is not None and not os.fsencode(flash):
         raise EdgetrainError("the flash file needs a name")
+    if flash is not None and target in NO_FILES:
+        raise EdgetrainError(f"target {target} has no files for the flash slots (--flash)")
     if flash is not None and len(models) != 1:
         raise EdgetrainError(f"a flash file holds the checkpoints of one model, got {len(models)} models")
     spec = targets.load(target)
@@ -147,18 +153,27 @@ def build_firmware(models: list[tuple[os.PathLike, object]], target: str, steps:
         raise EdgetrainError(f"models linked into one firmware need distinct prefixes, got {', '.join(prefixes)} "
                              "(`edgetrain compile --prefix`)")
     build = Path(build or Path(models[0][0]) / "build" / target)
-    for (directory, _), m in zip(models, harness):
-        (build / m.prefix).mkdir(parents=True, exist_ok=True)
+    flash = None if flash is None else os.fsencode(flash)
+    make_firmware([(d, m.prefix) for (d, _), m in zip(models, harness)], target, build,
+                  render_harness(harness, steps, lr, flash, save_every))
+    return Firmware(build, target, tuple(prefixes))
+
+
+def make_firmware(trainers: list[tuple[os.PathLike, str]], target: str, build: Path, harness: str) -> Path:
+    """Build `harness` (C text) with the trainers (artifact directory, prefix) for `target` in
+    `build` through targets/Makefile; returns the program."""
+    for directory, prefix in trainers:
+        (build / prefix).mkdir(parents=True, exist_ok=True)
         for name in SOURCES:
             if (Path(directory) / name).exists():  # artifacts of earlier versions have no model_weights.h
-                shutil.copy(Path(directory) / name, build / m.prefix / name)
-    flash = None if flash is None else os.fsencode(flash)
-    (build / "harness.c").write_bytes(render_harness(harness, steps, lr, flash, save_every).encode())
-    result = targets.make(f"TARGET={target}", "BUILD=.", f"MODELS={' '.join(prefixes)}", "firmware", cwd=build)
+                shutil.copy(Path(directory) / name, build / prefix / name)
+    (build / "harness.c").write_bytes(harness.encode())
+    result = targets.make(f"TARGET={target}", "BUILD=.", f"MODELS={' '.join(p for _, p in trainers)}", "firmware",
+                          cwd=build)
     if result.returncode != 0:
         raise EdgetrainError(f"building the firmware for {target} failed:\n"
                              f"{(result.stdout + result.stderr).strip()[-3000:]}")
-    return Firmware(build, target, tuple(prefixes))
+    return build / "firmware.elf"
 
 
 def run(models: list[tuple[os.PathLike, object]], target: str, steps: int, lr: float | None = None,

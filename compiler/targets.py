@@ -87,6 +87,8 @@ def measure(target: Target, model_c: Path) -> dict:
         _tool([target.cc, *target.cflags, "-c", str(model_c), "-o", str(obj)], target, f"{model_c} for {target.name}")
         text, data, bss = (int(n) for n in _tool([target.size, "-B", str(obj)], target).splitlines()[1].split()[:3])
         symbols = _symbol_sizes(_tool([target.nm, "-S", str(obj)], target))
+        if obj.read_bytes()[:4] == b"\0asm":
+            text, data, bss, symbols = _wasm_sizes(text, obj.read_bytes())
     weights, arena = symbols.get(_CONSTANT_WEIGHTS, 0), symbols.get(_ARENA, 0)
     return {
         "size_tool": target.size,
@@ -132,6 +134,19 @@ def _tool(cmd: list[str], target: Target, compiling: str | None = None) -> str:
     if result.returncode != 0:
         raise EdgetrainError(f"{cmd[0]} failed for target {target.name}: {result.stderr.strip()[:2000]}")
     return result.stdout
+
+
+def _wasm_sizes(code: int, module: bytes) -> tuple[int, int, int, dict[str, int]]:
+    """(text, data, bss, symbol sizes) of a wasm object as size -B and nm -S give them for ELF: llvm-size
+    counts the code as text but every data segment as data, and llvm-nm gives data no sizes; the
+    segments (one per variable under -fdata-sections) tell read-only data, which goes with the text,
+    initialized data and zeroed data apart."""
+    from .wasm import data_segments
+    segments = data_segments(module)
+    kinds = {kind: sum(n for name, n in segments.items() if name.startswith(f".{kind}."))
+             for kind in ("rodata", "data", "bss")}
+    return (code + kinds["rodata"], kinds["data"], kinds["bss"],
+            {name.split(".", 2)[2]: n for name, n in segments.items()})
 
 
 def _symbol_sizes(nm_output: str) -> dict[str, int]:
