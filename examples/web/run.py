@@ -10,7 +10,7 @@ checkpoint to download and the fine-tuning's delta sent to a small aggregator: t
 2. serve(): the page and its files, and POST /delta: the aggregator, which reports each delta and
    the average of those received.
 
-Run: python examples/web/run.py [--port 8000]   (or `make web`), then open http://localhost:8000.
+Run: python examples/web/run.py [--port 8000]   (or `make web`), then open http://127.0.0.1:8000.
 Needs the demo extra and the wasm32 target's packages (`make TARGET=wasm32 tools`).
 """
 
@@ -28,7 +28,7 @@ import onnx
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
-from edgetrain import artifacts, wasm
+from edgetrain import api, artifacts, wasm
 from edgetrain.demo import LEARNING_RATE, build_mlp
 
 HERE = Path(__file__).parent
@@ -62,8 +62,10 @@ def prepare(out: Path = HERE / "build") -> Path:
     for name, array in (("train_x", x_train), ("train_y", y_train), ("test_x", x_test), ("test_y", y_test)):
         (out / f"{name}.bin").write_bytes(array.astype(array.dtype.newbyteorder("<")).tobytes())
     np.savez(out / "digits.npz", x=x_train, y=y_train)
+    state = api.CheckpointState.load_checkpoint(directory / "checkpoint")
+    trainable = sum(p.data.size for p in state.parameters.values() if p.requires_grad)
     (out / "digits.json").write_text(json.dumps({"batches": len(x_train), "batchSize": BATCH, "pixels": 64,
-                                                 "classes": 10, "tests": len(y_test)}))
+                                                 "classes": 10, "trainable": trainable}))
     for name in PAGE:
         shutil.copy(HERE / name, out / name)
     shutil.copy(wasm.javascript(), out / "edgetrain.js")
@@ -80,12 +82,11 @@ class Handler(SimpleHTTPRequestHandler):
         if self.path != "/delta":
             return self.send_error(404, "the aggregator takes POST /delta")
         body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        if not body or len(body) % 4:
+        if len(body) % 4:
             return self.send_error(400, "a delta is float32 values")
-        delta = np.frombuffer(body, "<f4")
-        received = self.server.deltas
-        if received and received[0].size != delta.size:
-            return self.send_error(400, f"expected {received[0].size} values, got {delta.size}")
+        delta, received = np.frombuffer(body, "<f4"), self.server.deltas
+        if delta.size != self.server.trainable:
+            return self.send_error(400, f"expected {self.server.trainable} values, got {delta.size}")
         received.append(delta)
         report = {"values": delta.size, "changed": int(np.count_nonzero(delta)),
                   "norm": float(np.linalg.norm(delta)), "deltas": len(received),
@@ -104,7 +105,8 @@ class Handler(SimpleHTTPRequestHandler):
 def server(directory: Path, port: int = 8000) -> ThreadingHTTPServer:
     """Serves `directory` (from prepare) on localhost:`port` (0: any free port) once started."""
     httpd = ThreadingHTTPServer(("127.0.0.1", port), partial(Handler, directory=str(directory)))
-    httpd.deltas = []
+    httpd.deltas = []  # what the clients sent, in turn
+    httpd.trainable = json.loads((directory / "digits.json").read_text())["trainable"]
     return httpd
 
 
@@ -114,7 +116,7 @@ def main() -> None:
     port = parser.parse_args().port
     directory = prepare()
     size = (directory / "model.wasm").stat().st_size
-    print(f"built {directory}/model.wasm ({size:,} bytes); open http://localhost:{port} (Ctrl-C stops)")
+    print(f"built {directory}/model.wasm ({size:,} bytes); open http://127.0.0.1:{port} (Ctrl-C stops)")
     with server(directory, port) as httpd:
         try:
             httpd.serve_forever()
