@@ -11,7 +11,7 @@ BIN := $(VENV)/bin
 TARGET ?= host
 STEPS ?= 100
 
-.PHONY: demo test clean tools run federated personalize text bench-memory bench-speed bench-build
+.PHONY: demo test clean tools run federated personalize text web bench-memory bench-speed bench-build
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,8 +33,10 @@ $(VENV)/.test: pyproject.toml | $(BIN)/python
 demo: $(VENV)/.demo
 	$(BIN)/edgetrain demo
 
+# One pytest worker per core (pytest-xdist), each taking whole test files, so a file's compiled
+# fixtures are built once.
 test: $(VENV)/.test
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --dist loadfile
 
 # Flower on loopback: a SuperLink and 5 SuperNodes whose clients are generated C trainers.
 # STRATEGY=fedadam, or fedavg,fedadam for both in turn.
@@ -44,6 +46,13 @@ federated: $(VENV)/.federated
 
 personalize: $(VENV)/.demo
 	$(BIN)/python examples/personalization/run.py
+
+# The digits classifier trained in the browser through WebAssembly (examples/web): builds the
+# trainer for wasm32 and serves the page on http://127.0.0.1:$(PORT).
+PORT ?= 8000
+web: $(VENV)/.demo
+	@$(MAKE) -s -f targets/Makefile TARGET=wasm32 tools
+	$(BIN)/python examples/web/run.py --port $(PORT)
 
 # A character-level transformer pre-trained in PyTorch (hence the test extra), fine-tuned in C.
 text: $(VENV)/.test
