@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 import warnings
+from pathlib import Path
 
 from . import artifacts
 from .errors import EdgetrainError, ImportNote
@@ -87,6 +88,16 @@ def _parser() -> argparse.ArgumentParser:
     package.add_argument("--format", required=True, metavar="{cmake,arduino}", help="the kind of library")
     package.add_argument("-o", "--output", help="package directory (default: DIRECTORY/FORMAT)")
 
+    imports = sub.add_parser("import-ort-checkpoint", help="convert an ONNX Runtime training checkpoint (its "
+                             "parameters, AdamW moments, step, learning rate and properties) into an edgetrain "
+                             "checkpoint of a compiled trainer, matching tensors by name")
+    imports.add_argument("input", help="ONNX Runtime checkpoint (CheckpointState.save_checkpoint; its .data file "
+                         "beside it if it has one)")
+    imports.add_argument("output", help="edgetrain checkpoint to write")
+    imports.add_argument("--artifacts", required=True, metavar="DIR",
+                         help="artifact directory of the trainer (edgetrain compile -o); its checkpoint gives the "
+                         "tensors, shapes and optimizer")
+
     demo = sub.add_parser("demo", help="train a digits classifier through the generated C")
     demo.add_argument("--epochs", type=int, default=10)
     demo.add_argument("--output", default="out/demo", help="artifact directory")
@@ -149,9 +160,32 @@ def _run(args) -> None:
     elif args.command == "package":
         from .package import package
         print(f"wrote {package(args.directory, args.output, args.format)}/")
+    elif args.command == "import-ort-checkpoint":
+        print(_import_ort_checkpoint(args.input, args.output, args.artifacts))
     else:
         from .demo import run_demo
         run_demo(epochs=args.epochs, directory=args.output)
+
+
+def _import_ort_checkpoint(source: str, target: str, directory: str) -> str:
+    from . import checkpoint, ort_checkpoint
+    from .files import write_artifact
+
+    try:
+        foreign = ort_checkpoint.load(source)
+        template_path = Path(directory) / "checkpoint"
+        try:
+            template = checkpoint.decode(template_path.read_bytes())
+        except OSError as exc:
+            raise EdgetrainError(f"no trainer checkpoint in {directory} ({exc.strerror}); run `edgetrain compile` "
+                                 "first") from None
+        data = ort_checkpoint.to_edgetrain(foreign, template)
+    except checkpoint.CheckpointError as exc:
+        raise EdgetrainError(str(exc)) from None
+    write_artifact(Path(target), checkpoint.encode(data))
+    moments = "with its optimizer state" if data.optimizer_state else "without optimizer state"
+    return (f"wrote {target}: {len(data.names)} tensor(s) {moments}, step {data.step}, learning rate "
+            f"{data.learning_rate:g}, {len(data.properties)} propert{'y' if len(data.properties) == 1 else 'ies'}")
 
 
 if __name__ == "__main__":
