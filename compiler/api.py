@@ -19,7 +19,7 @@ from .files import write_artifact, write_atomic
 from .host import load_library
 
 __all__ = ["CheckpointError", "CheckpointState", "LinearLRScheduler", "Module", "NonFiniteError", "Optimizer",
-           "Parameter", "merge_parameter_blob"]
+           "OrtValue", "Parameter", "Parameters", "Properties", "merge_parameter_blob"]
 
 OK, BAD_ARGUMENT, NON_FINITE, CORRUPT_CHECKPOINT, WRONG_MODEL, BUFFER_TOO_SMALL = range(6)
 
@@ -42,47 +42,214 @@ def _check(status: int, what: str) -> None:
     raise ValueError(f"{what}: invalid argument (status {status})")
 
 
-class Parameter:
-    """A named parameter. Once a Module is bound, `data` and `grad` are live views of the
-    trainer's memory; frozen parameters are compiled in and read-only."""
+class _Shape(tuple):
+    """A shape that reads as numpy's tuple and, called, as ONNX Runtime's OrtValue.shape() list."""
 
-    def __init__(self, name: str, data: np.ndarray, requires_grad: bool, grad: np.ndarray | None = None):
-        self.name, self._data, self.requires_grad, self.grad = name, data, requires_grad, grad
+    def __call__(self) -> list[int]:
+        return list(self)
+
+
+class OrtValue(np.ndarray):
+    """ONNX Runtime's OrtValue for CPU tensors: an ndarray (so code written for edgetrain's arrays
+    keeps working) with OrtValue's methods. `shape` is both numpy's tuple and ORT's shape()."""
+
+    @staticmethod
+    def ortvalue_from_numpy(numpy_obj, device_type: str = "cpu", device_id: int = 0) -> "OrtValue":
+        _cpu_only(device_type)
+        return np.asarray(numpy_obj).view(OrtValue)  # shares the array's memory, as ORT's does
+
+    @staticmethod
+    def ortvalue_from_shape_and_type(shape, element_type, device_type: str = "cpu", device_id: int = 0) -> "OrtValue":
+        _cpu_only(device_type)
+        return np.zeros(shape, element_type).view(OrtValue)
+
+    @property
+    def shape(self) -> _Shape:
+        return _Shape(np.ndarray.shape.__get__(self))
+
+    @shape.setter
+    def shape(self, value) -> None:
+        np.ndarray.shape.__set__(self, value)
+
+    def numpy(self) -> np.ndarray:
+        return self.view(np.ndarray).copy()
+
+    def data_type(self) -> str:
+        name = onnx.TensorProto.DataType.Name(onnx.helper.np_dtype_to_tensor_dtype(self.dtype))
+        return f"tensor({name.lower()})"
+
+    def element_type(self) -> type:
+        return self.dtype.type
+
+    def device_name(self) -> str:
+        return "cpu"
+
+    def has_value(self) -> bool:
+        return True
+
+    def is_tensor(self) -> bool:
+        return True
+
+    def is_sparse_tensor(self) -> bool:
+        return False
+
+    def is_tensor_sequence(self) -> bool:
+        return False
+
+    def data_ptr(self) -> int:
+        return self.ctypes.data
+
+    def update_inplace(self, np_arr) -> None:
+        self[...] = np_arr
+
+
+def _cpu_only(device: str) -> None:
+    if str(device).split(":")[0].lower() != "cpu":
+        raise ValueError(f"device {device!r}: the host trainer runs on the CPU")
+
+
+def _as_array(value) -> np.ndarray:
+    """An ndarray from an ndarray, edgetrain's OrtValue or ONNX Runtime's own OrtValue (its .numpy())."""
+    if isinstance(value, np.ndarray):
+        return value.view(np.ndarray) if isinstance(value, OrtValue) else value
+    if callable(getattr(value, "numpy", None)):
+        return np.asarray(value.numpy())
+    return np.asarray(value)
+
+
+# ONNX Runtime's messages for a nominal checkpoint's state used before its parameters are loaded.
+NOT_LOADED = "Please load the parameter states first"
+NOT_ALL_LOADED = "Please load all the parameter states first"
+MODEL_NOT_LOADED = "Please load the model parameters first."
+
+
+class Parameter:
+    """A named parameter or buffer. Once a Module is bound, `data` and `grad` are live views of the
+    trainer's memory; frozen parameters are compiled in and read-only. `grad` is None for frozen
+    parameters and buffers (and in a fused-update build, which keeps no gradients)."""
+
+    def __init__(self, name: str, data: np.ndarray, requires_grad: bool, grad: np.ndarray | None = None,
+                 state: "CheckpointState | None" = None):
+        self.name, self._data, self.requires_grad, self._grad, self._state = name, data, requires_grad, grad, state
+
+    def _check_loaded(self, message: str) -> None:
+        if self._state is not None and self._state.is_nominal:
+            raise RuntimeError(message)
 
     @property
     def data(self) -> np.ndarray:
+        self._check_loaded(NOT_LOADED)
         return self._data
 
     @data.setter
     def data(self, value) -> None:
-        value = np.asarray(value, dtype=np.float32)
+        self._check_loaded(NOT_ALL_LOADED)
+        value = np.asarray(_as_array(value), dtype=np.float32)
         if value.shape != self._data.shape:
             raise ValueError(f"parameter {self.name!r} expects shape {self._data.shape}, got {value.shape}")
         if not self._data.flags.writeable:
             raise ValueError(f"parameter {self.name!r} is frozen and compiled into the trainer")
         self._data[...] = value
 
+    @property
+    def grad(self) -> np.ndarray | None:
+        self._check_loaded(NOT_LOADED)
+        return self._grad
+
+    @grad.setter
+    def grad(self, value) -> None:
+        self._grad = value
+
     def __repr__(self) -> str:
-        return f"Parameter({self.name!r}, shape={self._data.shape}, requires_grad={self.requires_grad})"
+        return f"Parameter(name={self.name}, shape={self._data.shape}, requires_grad={self.requires_grad})"
+
+
+class Parameters:
+    """The checkpoint's parameters and buffers by name, with ONNX Runtime's semantics: iterating
+    yields (name, Parameter) pairs, `parameters[name] = array` sets the values, len() counts every
+    tensor of the state (trainable, frozen and buffers, as a PyTorch state_dict does). keys(),
+    values() and items() are there too, as for a dict."""
+
+    def __init__(self, state: "CheckpointState", entries: dict[str, Parameter]):
+        self._state, self._entries = state, entries
+
+    def __getitem__(self, name: str) -> Parameter:
+        if name not in self._entries:
+            raise KeyError(f"Parameter {name} not found.")
+        if self._state.is_nominal:
+            raise RuntimeError(NOT_LOADED)
+        return self._entries[name]
+
+    def __setitem__(self, name: str, value) -> None:
+        if name not in self._entries:
+            raise KeyError(f"Parameter {name} not found.")
+        if self._state.is_nominal:
+            raise RuntimeError(NOT_ALL_LOADED)
+        self._entries[name].data = value
+
+    def __contains__(self, name) -> bool:
+        return name in self._entries
+
+    def __iter__(self):
+        return iter(list(self._entries.items()))
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def keys(self):
+        return self._entries.keys()
+
+    def values(self):
+        return self._entries.values()
+
+    def items(self):
+        return self._entries.items()
+
+    def get(self, name: str, default=None):
+        return self[name] if name in self else default
+
+    def __repr__(self) -> str:
+        return f"Parameters({list(self._entries)})"
+
+
+class Properties(dict):
+    """User properties (int, float or str), saved in the checkpoint. A dict, except that iterating
+    yields (name, value) pairs, as ONNX Runtime's Properties does."""
+
+    def __setitem__(self, name: str, value) -> None:
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise TypeError(f"property {name!r} must be int, float or str, not {type(value).__name__}")
+        super().__setitem__(name, value)
+
+    def __iter__(self):
+        return iter(list(self.items()))
 
 
 class CheckpointState:
     """Parameters, optimizer state and user properties, saved in edgetrain's checkpoint format.
 
-    A nominal checkpoint (`is_nominal`) has the parameter table only: its parameters read as zeros
-    until a Module is bound, which keeps the weights compiled into the trainer (real ones can follow
-    through Module.copy_buffer_to_parameters or a full checkpoint)."""
+    A nominal checkpoint (`is_nominal`) has the parameter table only. As in ONNX Runtime, its
+    parameters cannot be read or set, and a Module bound to it neither trains, evaluates nor gives
+    its parameters, until real ones arrive through Module.copy_buffer_to_parameters (the frozen
+    parameters and buffers are compiled into the trainer).
+
+    load_checkpoint also reads ONNX Runtime's checkpoint files (edgetrain.ort_checkpoint): a Module
+    then maps them by name onto its own trainer (Module.__init__)."""
 
     def __init__(self, data: checkpoint.CheckpointData):
-        self._data = data
         self._module: Module | None = None
         self.is_nominal = bool(data.contents & checkpoint.NOMINAL)
-        self.properties: dict = dict(data.properties)
-        self.parameters: dict[str, Parameter] = {}
+        self.properties = Properties(data.properties)
+        self._adopt(data)
+
+    def _adopt(self, data: checkpoint.CheckpointData) -> None:
+        self._data = data
+        entries = {}
         for name, kind, array in zip(data.names, data.kinds, data.arrays):
             view = np.array(array, dtype=np.float32)
             view.flags.writeable = kind != checkpoint.FROZEN
-            self.parameters[name] = Parameter(name, view, kind == checkpoint.TRAINABLE)
+            entries[name] = Parameter(name, view, kind == checkpoint.TRAINABLE, state=self)
+        self.parameters = Parameters(self, entries)
         self._kinds = dict(zip(data.names, data.kinds))
 
     @staticmethod
@@ -91,6 +258,9 @@ class CheckpointState:
             raw = Path(path).read_bytes()
         except OSError as exc:
             raise CheckpointError(f"cannot read checkpoint {path}: {exc.strerror}") from None
+        foreign = _ort_checkpoint()
+        if foreign is not None and foreign.is_ort_checkpoint(raw):
+            return CheckpointState(foreign.read(raw))
         return CheckpointState(checkpoint.decode(raw))
 
     @staticmethod
@@ -104,12 +274,12 @@ class CheckpointState:
             raise CheckpointError(f"cannot save checkpoint {path}: {exc.strerror or exc}") from None
 
     def _snapshot(self, include_optimizer_state: bool) -> checkpoint.CheckpointData:
-        if self._module is not None:
+        if self._module is not None and not self.is_nominal:
             data = checkpoint.decode(self._module._save(include_optimizer_state))
         else:
             data = self._data
             for array, param in zip(data.arrays, self.parameters.values()):
-                array[...] = param.data
+                array[...] = param._data
             if not include_optimizer_state:
                 data = checkpoint.CheckpointData(**{**data.__dict__, "optimizer_state": None})
         data.properties = dict(self.properties)
@@ -117,29 +287,77 @@ class CheckpointState:
 
     def _bind(self, module: "Module") -> None:
         offsets = {checkpoint.TRAINABLE: 0, checkpoint.BUFFER: 0}
+        params = self.parameters.values()
         if not self._data.stored(checkpoint.FROZEN):  # the trainer has the values this state lacks
-            everything, at = module.get_contiguous_parameters(), 0
-            for param in self.parameters.values():
+            everything, at = module._contiguous(trainable_only=False), 0
+            for param in params:
                 if self._kinds[param.name] == checkpoint.BUFFER:
                     continue
                 if self._kinds[param.name] == checkpoint.FROZEN:
-                    param._data = everything[at:at + param.data.size].reshape(param.data.shape)
+                    param._data = everything[at:at + param._data.size].reshape(param._data.shape)
                     param._data.flags.writeable = False
-                at += param.data.size
-        for param in self.parameters.values():
+                at += param._data.size
+        grads = module._lib_call("trainable_grad")  # NULL for a fused update: no gradient buffers
+        for param in params:
             kind = self._kinds[param.name]
             if kind == checkpoint.FROZEN:
                 continue  # compiled into the trainer: the loaded values are the live ones
-            shape, offset = param.data.shape, offsets[kind]
+            shape, offset = param._data.shape, offsets[kind]
             if kind == checkpoint.TRAINABLE:
                 param._data = module._view(module._lib_call("trainable_data"), offset, shape)
-                grads = module._lib_call("trainable_grad")  # NULL for a fused update: no gradient buffers
-                param.grad = None if grads == module._ffi.NULL else module._view(grads, offset, shape)
+                param._grad = None if grads == module._ffi.NULL else module._view(grads, offset, shape)
+                if param._grad is not None:
+                    # Before the first step the gradients read as zeros (ONNX Runtime's); the C
+                    # resets them itself at that step (the load left et_grad_reset set), so this
+                    # only clears what an earlier Module of the same library left there.
+                    param._grad[...] = 0
             else:
                 param._data = module._view(module._lib_call("buffer_data"), offset, shape)
-            offsets[kind] += param.data.size
+            offsets[kind] += param._data.size
         self._module = module
-        self.is_nominal = False
+
+
+def _ort_checkpoint():
+    """edgetrain.ort_checkpoint, which reads ONNX Runtime's checkpoint files, or None without it."""
+    try:
+        from . import ort_checkpoint
+    except ImportError:
+        return None
+    return ort_checkpoint
+
+
+def _map_foreign(foreign: checkpoint.CheckpointData, own: checkpoint.CheckpointData) -> checkpoint.CheckpointData:
+    """`foreign` (another trainer's checkpoint, e.g. ONNX Runtime's: no fingerprint, its own order)
+    as this trainer's checkpoint `own`: every tensor by name and shape, the optimizer state where
+    its slots match this optimizer's, the step, learning rate and properties."""
+    values = dict(zip(foreign.names, foreign.arrays))
+    arrays = []
+    for name, kind, array in zip(own.names, own.kinds, own.arrays):
+        if name not in values:
+            raise CheckpointError(f"the checkpoint has no tensor {name!r}, which this trainer needs")
+        value = np.asarray(values[name], dtype=np.float32)
+        if value.shape != array.shape:
+            raise CheckpointError(f"the checkpoint's {name!r} has shape {value.shape}; this trainer's has "
+                                  f"shape {array.shape}")
+        if kind == checkpoint.FROZEN and not np.array_equal(value, array):
+            raise CheckpointError(f"the checkpoint's {name!r} differs from the frozen value compiled into this "
+                                  "trainer (generate the artifacts from the checkpoint's weights)")
+        arrays.append(value)
+    state, step = None, 0
+    theirs = [n for n, k in zip(foreign.names, foreign.kinds) if k == checkpoint.TRAINABLE]
+    ours = [n for n, k in zip(own.names, own.kinds) if k == checkpoint.TRAINABLE]
+    slots = len(own.optimizer_state or [])
+    if foreign.optimizer_state and len(foreign.optimizer_state) == slots and set(ours) <= set(theirs):
+        at = {n: i for i, n in enumerate(theirs)}
+        state = [[np.asarray(slot[at[n]], np.float32) for n in ours] for slot in foreign.optimizer_state]
+        if any(s.shape != values[n].shape for row in state for s, n in zip(row, ours)):
+            raise CheckpointError("the checkpoint's optimizer state does not match its parameters' shapes")
+    if state is not None or not slots:
+        step = int(foreign.step)  # fresh moments start the step count afresh too (bias correction)
+    return checkpoint.CheckpointData(
+        fingerprint=own.fingerprint, names=list(own.names), kinds=list(own.kinds), arrays=arrays,
+        optimizer_state=state, step=step, learning_rate=float(foreign.learning_rate or own.learning_rate),
+        properties=dict(foreign.properties))
 
 
 def _as_c_dtype(name: str, dtype: np.dtype, value: np.ndarray) -> np.ndarray:
@@ -158,9 +376,10 @@ def _as_c_dtype(name: str, dtype: np.dtype, value: np.ndarray) -> np.ndarray:
 class Module:
     """The trainer generated next to `train_model_uri`, with `state` loaded into it."""
 
-    def __init__(self, train_model_uri, state: CheckpointState, eval_model_uri=None, device: str = "cpu"):
-        if device != "cpu":
-            raise ValueError(f"device {device!r}: the host trainer runs on the CPU")
+    def __init__(self, train_model_uri, state: CheckpointState, eval_model_uri=None, device: str = "cpu",
+                 session_options=None):
+        """session_options: accepted for ONNX Runtime's signature; there is no session to configure."""
+        _cpu_only(device)
         self._dir = Path(train_model_uri).parent
         self._eval_model_uri = Path(eval_model_uri) if eval_model_uri else self._dir / "eval_model.onnx"
         model = onnx.load(os.fspath(train_model_uri), load_external_data=False)
@@ -188,12 +407,23 @@ class Module:
         labels = [self._spec(infos[meta["edgetrain.labels"]], batched)] if meta.get("edgetrain.labels") else []
         self._step_inputs = self._inputs + labels  # what a training or evaluation step takes
         self._outputs = [(name, tuple(shape), name in batched) for name, shape in json.loads(meta["edgetrain.outputs"])]
+        # additional_output_names: outputs train_step and eval_step return after the loss.
+        names = [name for name, _, _ in self._outputs]
+        self._extra = [names.index(n) for n in json.loads(meta.get("edgetrain.additional_outputs", "[]"))]
+        self._names = {"inputs": [s[0] for s in self._step_inputs],
+                       "outputs": [o.name for o in model.graph.output][:1 + len(self._extra)]}
         # infer writes integer and bool outputs as int32; they are returned in the model's dtype.
         self._output_dtypes = [np.dtype(d) for d in json.loads(meta.get("edgetrain.output_dtypes", "null"))
                                or ["float32"] * len(self._outputs)]
         self._loss = np.empty((), np.float32)  # written by each step, read before the next
         self._loss_arg = self._ffi.from_buffer("float[]", self._loss)
         _check(self._lib_call("init"), "init")
+        if state._data.fingerprint is None:  # another trainer's checkpoint (ONNX Runtime's): by name
+            own = self._dir / meta.get("edgetrain.checkpoint", "checkpoint")
+            try:
+                state._adopt(_map_foreign(state._data, checkpoint.decode(own.read_bytes())))
+            except OSError as exc:
+                raise CheckpointError(f"cannot read this trainer's own checkpoint {own}: {exc.strerror}") from None
         raw = checkpoint.encode(state._snapshot(include_optimizer_state=True))
         _check(self._lib_call("load_checkpoint", raw, len(raw)), "loading the checkpoint state")
         state._bind(self)
@@ -234,7 +464,7 @@ class Module:
         if len(args) != len(specs):
             names = ", ".join(s[0] for s in specs)
             raise ValueError(f"expected {len(specs)} arrays ({names}), got {len(args)}")
-        arrays = [np.asarray(a) for a in args]
+        arrays = [_as_array(a) for a in args]
         rows = [(spec[0], a.shape[0] if a.ndim else 0) for spec, a in zip(specs, arrays) if spec[4]]
         n = rows[0][1] if rows else self._max_batch
         for name, count in rows:
@@ -246,32 +476,68 @@ class Module:
                              "(the batch_size it was compiled with)")
         return n, [self._arg(spec, a, n) for spec, a in zip(specs, arrays)]
 
-    def __call__(self, *inputs) -> np.float32:
+    def __call__(self, *inputs):
         """Train mode: forward and backward, accumulating gradients. Eval mode: the loss only. The
         batch is the inputs' first axis: any from 1 to the batch_size the trainer was compiled with,
-        each giving the loss and gradients a trainer compiled for that batch would."""
+        each giving the loss and gradients a trainer compiled for that batch would.
+
+        Returns the loss (np.float32), or, with additional_output_names, a tuple of the loss and
+        those outputs. Inputs may be OrtValues (edgetrain's or ONNX Runtime's); given only those,
+        the results are OrtValues, as ONNX Runtime returns them."""
+        self._require_parameters()
+        ort_values = bool(inputs) and not any(isinstance(a, np.ndarray) and not isinstance(a, OrtValue)
+                                              for a in inputs)
         n, args = self._data_args(inputs, self._step_inputs)
         if n == 1 and self.training and self._small_batch:
             raise ValueError(self._small_batch)
         step = "train_step" if self.training else "eval_step"
+        outs = self._output_arrays(n, self._extra)
         with self.lock:  # the loss buffer is shared too: read it before another call writes it
-            status = self._lib_call(step, n, *args, self._loss_arg)
+            status = self._lib_call(step, n, *args, self._loss_arg, *self._output_args(outs))
             loss = self._loss[()]
         if status == BAD_ARGUMENT:
             raise ValueError(f"{step}: an input is out of range for the model (class labels must lie in "
                              "[0, number of classes) or equal ignore_index; indices must lie in [-n, n) for an "
                              "axis of n)")
         _check(status, step)
-        return loss
+        results = [loss] + [o.astype(self._output_dtypes[i], copy=False) for o, i in zip(outs, self._extra)]
+        if ort_values:
+            results = [OrtValue.ortvalue_from_numpy(np.asarray(r)) for r in results]
+        return results[0] if len(results) == 1 else tuple(results)
+
+    def _output_arrays(self, n: int, which) -> list[np.ndarray]:
+        """Arrays for the outputs `which` (indices into the model's outputs) at a batch of n, in the
+        C's types (integer and bool outputs as int32)."""
+        arrays = []
+        for i in which:
+            _, shape, batched = self._outputs[i]
+            c_type = np.float32 if self._output_dtypes[i] == np.float32 else np.int32
+            arrays.append(np.empty((n,) + shape[1:] if batched else shape, c_type))
+        return arrays
+
+    def _output_args(self, arrays) -> list:
+        return [self._ffi.from_buffer("float[]" if a.dtype == np.float32 else "int32_t[]", a) for a in arrays]
+
+    def input_names(self) -> list[str]:
+        """The inputs a step takes, in order: the model's data inputs, then the loss's labels (the
+        training model's first graph inputs, as in ONNX Runtime)."""
+        return list(self._names["inputs"])
+
+    def output_names(self) -> list[str]:
+        """What a step returns: the loss, then the additional_output_names."""
+        return list(self._names["outputs"])
+
+    def _require_parameters(self) -> None:
+        if self.state.is_nominal:
+            raise RuntimeError(MODEL_NOT_LOADED)
 
     def infer(self, *inputs) -> list[np.ndarray]:
         """The model's outputs for `inputs` (a batch of any size from 1 to the batch_size, as in
         __call__), computed by the generated C (dropout off)."""
+        self._require_parameters()
         n, args = self._data_args(inputs, self._inputs)
-        outs = [np.empty((n,) + shape[1:] if batched else shape, np.float32 if dtype == np.float32 else np.int32)
-                for (_, shape, batched), dtype in zip(self._outputs, self._output_dtypes)]
-        status = self._lib_call("infer", n, *args, *[self._ffi.from_buffer("float[]" if o.dtype == np.float32
-                                                                        else "int32_t[]", o) for o in outs])
+        outs = self._output_arrays(n, range(len(self._outputs)))
+        status = self._lib_call("infer", n, *args, *self._output_args(outs))
         if status == BAD_ARGUMENT:
             raise ValueError("infer: an index input is out of range for the model (indices must lie in [-n, n) "
                              "for an axis of n)")
@@ -293,14 +559,22 @@ class Module:
         _check(self._lib_call("parameters_size", int(trainable_only), count), "parameters_size")
         return int(count[0])
 
-    def get_contiguous_parameters(self, trainable_only: bool = False) -> np.ndarray:
+    def get_contiguous_parameters(self, trainable_only: bool = False) -> OrtValue:
+        """The trainable (and, unless trainable_only, frozen) parameters in one float32 OrtValue."""
+        self._require_parameters()
+        return self._contiguous(trainable_only).view(OrtValue)
+
+    def _contiguous(self, trainable_only: bool) -> np.ndarray:
         out = np.empty(self.get_parameters_size(trainable_only), np.float32)
         _check(self._lib_call("copy_parameters_to_buffer", self._ffi.from_buffer("float[]", out), out.size,
                               int(trainable_only)), "copy_parameters_to_buffer")
         return out
 
     def copy_buffer_to_parameters(self, buffer, trainable_only: bool = False) -> None:
-        buffer = np.ascontiguousarray(buffer)
+        """Set the parameters from a buffer laid out as get_contiguous_parameters' (an ndarray or
+        an OrtValue). Frozen parameters are compiled in: the buffer must repeat their values.
+        This completes a nominal checkpoint's state, as in ONNX Runtime."""
+        buffer = np.ascontiguousarray(_as_array(buffer))
         expected = self.get_parameters_size(trainable_only)
         if buffer.dtype != np.float32 or buffer.ndim != 1 or buffer.size != expected:
             raise ValueError(f"copy_buffer_to_parameters expects a 1-D float32 buffer of {expected} values, "
@@ -310,6 +584,7 @@ class Module:
         if status == BAD_ARGUMENT:
             raise ValueError("copy_buffer_to_parameters: the buffer changes frozen parameters, which are compiled in")
         _check(status, "copy_buffer_to_parameters")
+        self.state.is_nominal = False
 
     def export_model_for_inferencing(self, inference_model_uri, graph_output_names) -> None:
         """Write a forward-only ONNX model with the current weights and buffers, merged from the C's
@@ -380,6 +655,7 @@ class Optimizer:
         Raises ValueError when there are none: no training-mode call of the module succeeded since it
         was created, its checkpoint was loaded or lazy_reset_grad() ran (ONNX Runtime would silently
         reapply the previous gradients). Eval-mode calls compute no gradients."""
+        self._module._require_parameters()
         status = self._module._lib_call("optimizer_step")
         if status == BAD_ARGUMENT:
             raise ValueError("Optimizer.step(): no gradients since lazy_reset_grad() or since the module was "
@@ -404,7 +680,9 @@ class Optimizer:
 
 class LinearLRScheduler:
     """ONNX Runtime's LinearLRScheduler: warm up linearly to `initial_lr`, then decay linearly to 0
-    at `total_step_count`, driven by the optimizer's step count."""
+    at `total_step_count`, driven by the optimizer's step count. As in ONNX Runtime, the learning
+    rate is set at construction to initial_lr times the factor at the current step (0 at step 0
+    with a warm-up)."""
 
     def __init__(self, optimizer: Optimizer, warmup_step_count: int, total_step_count: int, initial_lr: float):
         self._optimizer = optimizer
@@ -412,7 +690,7 @@ class LinearLRScheduler:
         if self.warmup < 0 or self.total < 0:
             raise ValueError(f"step counts must be >= 0, got warmup_step_count={self.warmup}, "
                              f"total_step_count={self.total}")
-        optimizer.set_learning_rate(self.initial_lr)
+        self.step()
 
     def factor(self, step: int) -> float:
         if step < self.warmup:

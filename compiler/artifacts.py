@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import warnings
 from pathlib import Path
 
@@ -36,12 +37,26 @@ DEFAULT_MAX_BATCH = 32
 
 def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=LossType.CrossEntropyLoss,
                        optimizer=OptimType.AdamW, artifact_directory="out", batch_size=None, target=None, *,
+                       prefix=None, ort_format=False, custom_op_library=None, additional_output_names=None,
+                       nominal_checkpoint=False, loss_input_names=None, c_prefix=None,
                        dim_values=None, untie=False, frozen_bn=False,
-                       learning_rate=1e-3, prefix="model", ignore_index=None, class_weights=None,
+                       learning_rate=1e-3, ignore_index=None, class_weights=None,
                        momentum=0.0, nesterov=False, weight_decay=0.0, max_grad_norm=None, federated=False,
-                       nominal_checkpoint=False, fused_update=False, update_policy=None, ram_budget=None,
+                       fused_update=False, update_policy=None, ram_budget=None,
                        memory_plot=False) -> Path:
     """Compile the forward ONNX `model` into a trainer. Returns the artifact directory.
+
+    ONNX Runtime's arguments: requires_grad / frozen_params (frozen_params may name any initializer,
+    buffers and constants included); loss, a LossType, None (the model's output is the loss) or an
+    edgetrain.onnxblock.Block; loss_input_names, the model output(s) the loss takes;
+    additional_output_names, model outputs the training and evaluation steps return after the
+    loss; nominal_checkpoint, also write `nominal_checkpoint` (the parameter table without
+    values); prefix, a prefix of the artifact files' names (training_model.onnx, eval_model.onnx,
+    optimizer_model.onnx, checkpoint, nominal_checkpoint). ort_format and custom_op_library are
+    refused: edgetrain writes no ORT-format models and compiles every op from its own kernels.
+    c_prefix: the prefix of the generated C functions (default "model"), so several trainers link
+    into one program. prefix used to mean that: a C identifier not ending in "_" given as prefix
+    without c_prefix is still taken so, with a DeprecationWarning, for this release.
 
     batch_size: the most samples one step takes (default DEFAULT_MAX_BATCH, 32): the trainer runs
     any batch from 1 to it, each exactly as a trainer compiled for that batch would, in memory
@@ -56,8 +71,7 @@ def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=LossT
     and listed in report.json with the parameters that train.
 
     federated: the C keeps a reference copy of the trainable parameters (one more copy of them in
-    RAM) for set_reference / get_delta / apply_update. nominal_checkpoint: also write
-    `checkpoint.nominal`, the parameter table without values, for shipping an app without weights.
+    RAM) for set_reference / get_delta / apply_update.
 
     fused_update: each training step applies the optimizer to each parameter as soon as its
     gradient is final, so no gradient buffers exist (gradients do not accumulate across calls, and
@@ -67,6 +81,11 @@ def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=LossT
     recomputation) are tried in turn, and the compile fails naming the smallest one reached.
     memory_plot: also draw memory.png, the arena occupancy over train_step's schedule (needs
     matplotlib; off by default because drawing costs more than compiling a small model)."""
+    _refuse_ort_only(ort_format, custom_op_library)
+    file_prefix, prefix = _prefixes(prefix, c_prefix)
+    if loss is not None and not isinstance(loss, (LossType, str)):
+        model, loss = _with_loss_block(model, loss, loss_input_names), None
+        loss_input_names = None  # the block's model has the loss as its one output
     if target is not None and target not in TARGETS:
         raise EdgetrainError(f"unknown target {target!r}; known targets: {', '.join(TARGETS)}")
     optimizer = OptimType(optimizer.value if isinstance(optimizer, OptimType) else optimizer)
@@ -102,7 +121,8 @@ def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=LossT
             names = requires_grad if update_policy is None else policy_parameters(graph, update_policy)
             return build_trainer(graph, loss=loss, optimizer=spec, requires_grad=names, frozen_params=frozen_params,
                                  ignore_index=ignore_index, class_weights=class_weights, recompute=plan.recompute,
-                                 keep_every=plan.keep_every)
+                                 keep_every=plan.keep_every, loss_input_names=loss_input_names,
+                                 additional_output_names=additional_output_names)
 
         trainer, model_c, probe = compile_batched(
             trainer_at, lambda t, consts: build(t, prefix, federated, plan.fused_update, consts), max_batch)
@@ -114,16 +134,17 @@ def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=LossT
     check_ram(static_ram_bytes(model_c))
     sources = render(model_c)
 
-    out = _output_directory(artifact_directory)
+    out = _output_directory(Path.cwd() if artifact_directory is None else artifact_directory)
     for name, text in sources.items():
         write_artifact(out / name, text)
-    for name, proto in _onnx_models(trainer, prefix, model_c, probes[id(model_c)], model).items():
-        write_artifact(out / name, proto.SerializeToString())
-    write_artifact(out / "checkpoint", checkpoint.encode(initial_checkpoint(trainer)))
-    if nominal_checkpoint:
+    models = _onnx_models(trainer, prefix, model_c, probes[id(model_c)], model, file_prefix)
+    for name, proto in models.items():
+        write_artifact(out / f"{file_prefix}{name}", proto.SerializeToString())
+    write_artifact(out / f"{file_prefix}checkpoint", checkpoint.encode(initial_checkpoint(trainer)))
+    if nominal_checkpoint:  # ONNX Runtime's name for it
         nominal = initial_checkpoint(trainer)
         nominal.optimizer_state, nominal.contents = None, checkpoint.NOMINAL
-        write_artifact(out / "checkpoint.nominal", checkpoint.encode(nominal))
+        write_artifact(out / f"{file_prefix}nominal_checkpoint", checkpoint.encode(nominal))
     report = memory_report(trainer, model_c)
     report["import"] = {"trainable": trainer.trainable, "frozen": trainer.frozen, "notes": notes}
     # A target's compiler measures flash and RAM (targets/<name>.mk); None, the library default,
@@ -131,6 +152,50 @@ def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=LossT
     report = targets.add_sizes(report, target, out / "model.c")
     write_report(report, out, memory_plot)
     return out
+
+
+# A prefix taken in its old meaning (the C prefix) when c_prefix is not given: ONNX Runtime's
+# file-name prefixes end in a separator ("mnist_"), C prefixes rarely do.
+_OLD_PREFIX = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?<!_)")
+
+
+def _prefixes(prefix, c_prefix) -> tuple[str, str]:
+    """(the artifact files' name prefix, the C functions' prefix)."""
+    if c_prefix is None and isinstance(prefix, str) and _OLD_PREFIX.fullmatch(prefix):
+        warnings.warn(f"prefix={prefix!r} as the C function prefix is deprecated: pass c_prefix={prefix!r}; "
+                      "prefix is ONNX Runtime's artifact file-name prefix from the next release",
+                      DeprecationWarning, stacklevel=3)
+        prefix, c_prefix = "", prefix
+    file_prefix = "" if prefix is None else str(prefix)
+    if any(c in file_prefix for c in "/\\\0"):
+        raise EdgetrainError(f"prefix {file_prefix!r}: a file-name prefix cannot hold a path separator or NUL")
+    c_prefix = "model" if c_prefix is None else c_prefix
+    check_prefix(c_prefix)
+    return file_prefix, c_prefix
+
+
+def _refuse_ort_only(ort_format, custom_op_library) -> None:
+    if ort_format:
+        raise EdgetrainError("ort_format=True: edgetrain writes ONNX models and a C trainer, not ONNX Runtime's "
+                             "ORT format; leave ort_format False")
+    if custom_op_library is not None:
+        raise EdgetrainError("custom_op_library: edgetrain compiles every op into C from its own kernels and "
+                             "cannot load a custom op library; the model must use standard ONNX ops")
+
+
+def _with_loss_block(model, block, loss_input_names) -> onnx.ModelProto:
+    """`model` with the loss `block` (an edgetrain.onnxblock.Block) appended: its one output is the
+    scalar loss, its extra inputs the loss's targets."""
+    try:
+        from . import onnxblock
+    except ImportError:
+        onnxblock = None
+    if onnxblock is None or not isinstance(block, onnxblock.Block):
+        raise EdgetrainError(f"loss must be a LossType, its name, None or an edgetrain.onnxblock.Block, "
+                             f"got {type(block).__name__}")
+    proto = model if isinstance(model, onnx.ModelProto) else onnx.load(os.fspath(model))
+    names = list(loss_input_names) if loss_input_names else [o.name for o in proto.graph.output]
+    return onnxblock.with_loss(block, proto, names)
 
 
 def generate_inference(model, artifact_directory="out", batch_size=None, *, prefix="model",
@@ -238,7 +303,8 @@ def _any_batch(proto: onnx.ModelProto, trainer: Trainer, probe: Trainer, axes: d
                     dim.dim_param = axes.get(value.name, axes[first])
 
 
-def _onnx_models(trainer: Trainer, prefix: str, model_c, probe: Trainer | None, model) -> dict[str, onnx.ModelProto]:
+def _onnx_models(trainer: Trainer, prefix: str, model_c, probe: Trainer | None, model,
+                 file_prefix: str = "") -> dict[str, onnx.ModelProto]:
     g = trainer.graph
     frozen = {p: g.params[p] for p in trainer.frozen}
     data = g.inputs + ([trainer.labels] if trainer.labels else [])
@@ -247,17 +313,20 @@ def _onnx_models(trainer: Trainer, prefix: str, model_c, probe: Trainer | None, 
     renames = {trainer.grads[p]: f"{p}_grad" for p in trainer.trainable if trainer.grads[p]}
     renames |= {value: f"{buffer}_updated" for buffer, value in trainer.state_updates.items()}
     training = to_onnx(g, trainer.train_nodes, data + counter + trainer.trainable + trainer.buffers,
-                       [trainer.loss] + grads + list(trainer.state_updates.values()), frozen, "training", renames)
+                       [trainer.loss, *trainer.extra_outputs] + grads + list(trainer.state_updates.values()), frozen,
+                       "training", renames)
     meta = {"edgetrain.prefix": prefix, "edgetrain.fingerprint": f"{trainer.fingerprint():016x}",
             "edgetrain.inputs": json.dumps(g.inputs),
             "edgetrain.labels": trainer.labels or "", "edgetrain.optimizer": trainer.optimizer.kind.value,
             "edgetrain.outputs": json.dumps([[n, list(g.shape(n))] for n in g.outputs]),
-            "edgetrain.output_dtypes": json.dumps([str(g.values[n].dtype) for n in g.outputs])}
+            "edgetrain.output_dtypes": json.dumps([str(g.values[n].dtype) for n in g.outputs]),
+            "edgetrain.additional_outputs": json.dumps(list(trainer.extra_outputs)),
+            "edgetrain.checkpoint": f"{file_prefix}checkpoint"}
     batch = _batch_meta(trainer, model_c, model)
     meta["edgetrain.batch"] = json.dumps(batch)
     onnx.helper.set_model_props(training, meta)
-    evaluation = to_onnx(g, trainer.eval_nodes, data + trainer.trainable + trainer.buffers, [trainer.loss], frozen,
-                         "eval")
+    evaluation = to_onnx(g, trainer.eval_nodes, data + trainer.trainable + trainer.buffers,
+                         [trainer.loss, *trainer.extra_outputs], frozen, "eval")
     if probe is not None and batch["axes"]:
         _any_batch(evaluation, trainer, probe, batch["axes"])
     onnx.helper.set_model_props(evaluation, meta)

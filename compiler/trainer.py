@@ -29,6 +29,7 @@ class Trainer:
     optimizer: OptimizerSpec
     state_updates: dict[str, str]  # buffer -> its new value after a training step
     backward_start: int = 0  # train_nodes[backward_start:] are the backward pass
+    extra_outputs: tuple[str, ...] = ()  # model outputs train_step and eval_step return after the loss
 
     @property
     def params(self) -> list[str]:
@@ -61,12 +62,19 @@ class Trainer:
 
 
 def _resolve_params(graph: Graph, requires_grad, frozen_params) -> tuple[list[str], list[str]]:
-    named = list(requires_grad or []) + list(frozen_params or [])
-    unknown = [n for n in named if n not in graph.params]
+    """(trainable, frozen) parameters. frozen_params may name any initializer of the model, as ONNX
+    Runtime users write it (every one they do not train): a buffer named there stays a buffer and
+    is updated as its op says (BatchNormalization's running statistics), a constant stays one."""
+    initializers = set(graph.params) | set(graph.buffers) | set(graph.constants)
+    unknown = [n for n in list(requires_grad or []) + list(frozen_params or []) if n not in initializers]
     if unknown:
         raise EdgetrainError("unknown initializer name(s) in requires_grad/frozen_params: " +
                              ", ".join(repr(n) for n in unknown) +
                              f"; trainable float initializers are: {', '.join(graph.params) or 'none'}")
+    not_trainable = [n for n in requires_grad or [] if n not in graph.params]
+    if not_trainable:
+        raise EdgetrainError("requires_grad names initializer(s) that cannot train: " +
+                             ", ".join(f"{n!r} ({_why_not_trainable(graph, n)})" for n in not_trainable))
     frozen = set(frozen_params or [])
     if requires_grad is None:
         default = default_trainable(graph.nodes, graph.params)
@@ -77,6 +85,37 @@ def _resolve_params(graph: Graph, requires_grad, frozen_params) -> tuple[list[st
             raise EdgetrainError(f"parameter(s) both trainable and frozen: {', '.join(sorted(overlap))}")
         trainable = [p for p in graph.params if p in set(requires_grad)]
     return trainable, [p for p in graph.params if p not in trainable]
+
+
+def _why_not_trainable(graph: Graph, name: str) -> str:
+    if name in graph.buffers:
+        return "a buffer such as BatchNormalization's running statistics, which training updates by its op's rule"
+    return "a constant the model reads, not a float parameter"
+
+
+def _model_outputs(graph: Graph, names, what: str) -> list[str]:
+    names = list(names or [])
+    unknown = [n for n in names if n not in graph.outputs]
+    if unknown:
+        raise EdgetrainError(f"{what} must name outputs of the model; {', '.join(map(repr, unknown))} "
+                             f"{'is' if len(unknown) == 1 else 'are'} not (its outputs: {', '.join(graph.outputs)})")
+    return names
+
+
+def _append_loss(graph: Graph, loss, loss_input_names, **options) -> tuple[str, str | None]:
+    """The loss on the model output loss_input_names names (default: the first), as append_loss
+    places it on the first output."""
+    names = _model_outputs(graph, loss_input_names, "loss_input_names")
+    if len(names) > 1:
+        raise EdgetrainError(f"loss_input_names: a built-in loss (or loss=None) takes one model output, got "
+                             f"{len(names)}; write a loss with edgetrain.onnxblock to combine several")
+    outputs = list(graph.outputs)
+    if names:
+        graph.outputs = names + [n for n in outputs if n != names[0]]
+    try:
+        return append_loss(graph, loss, **options)
+    finally:
+        graph.outputs = outputs
 
 
 def _live(nodes: list[Node], wanted: list[str]) -> list[Node]:
@@ -110,29 +149,35 @@ def _state_updates(nodes: list[Node]) -> dict[str, str]:
 
 def build_trainer(graph: Graph, *, loss: LossType | None, optimizer: OptimizerSpec, requires_grad=None,
                   frozen_params=None, ignore_index=None, class_weights=None, recompute=False,
-                  keep_every=0) -> Trainer:
+                  keep_every=0, loss_input_names=None, additional_output_names=None) -> Trainer:
     """recompute: forward activations the backward pass reads are computed again there
     (edgetrain.memory.recompute: cheap ones, or with keep_every=K all but every K-th), trading
-    time for RAM."""
+    time for RAM. loss_input_names: the model output the loss is on (default: the first).
+    additional_output_names: model outputs the training and evaluation steps return too."""
     trainable, frozen = _resolve_params(graph, requires_grad, frozen_params)
     if not trainable:
         raise EdgetrainError("nothing to train: no trainable float initializers "
                              "(artifacts.generate_inference compiles a model for inference only)")
+    extra = _model_outputs(graph, additional_output_names, "additional_output_names")
     model_nodes = list(graph.nodes)
-    loss_value, labels = append_loss(graph, loss, ignore_index=ignore_index, class_weights=class_weights)
+    loss_value, labels = _append_loss(graph, loss, loss_input_names, ignore_index=ignore_index,
+                                      class_weights=class_weights)
+    if loss_value in extra:
+        raise EdgetrainError(f"additional_output_names: {loss_value!r} is the loss, which every step returns first")
     loss_nodes = graph.nodes[len(model_nodes):]
     training = _variants(graph, model_nodes, training=True)
     updates = _state_updates(training)
-    graph.nodes = _live(training + loss_nodes, [loss_value] + list(updates.values()))
+    graph.nodes = _live(training + loss_nodes, [loss_value] + extra + list(updates.values()))
     grads, backward_start = differentiate(graph, loss_value, trainable)
     train_nodes = (recompute_cheap(graph, graph.nodes, backward_start, keep_every) if recompute
                    else graph.nodes)
     inference = _variants(graph, model_nodes, training=False)
     graph.nodes = inference
-    return Trainer(graph=graph, train_nodes=train_nodes, eval_nodes=_live(inference + loss_nodes, [loss_value]),
+    return Trainer(graph=graph, train_nodes=train_nodes,
+                   eval_nodes=_live(inference + loss_nodes, [loss_value] + extra),
                    infer_nodes=_live(inference, graph.outputs), loss=loss_value, labels=labels,
                    trainable=trainable, frozen=frozen, grads=grads, optimizer=optimizer, state_updates=updates,
-                   backward_start=backward_start)
+                   backward_start=backward_start, extra_outputs=tuple(extra))
 
 
 def inference_only(graph: Graph) -> Trainer:

@@ -145,6 +145,11 @@ class ModelC:
     fixed_batch: str | None = None  # why they run max_batch alone; None when they run any
     batch_consts: tuple[Affine, ...] = ()  # et_batch_consts, computed from n at each call
     small_batch: str | None = None  # why train_step refuses a batch of 1 (BatchNorm over one value)
+    # additional_output_names: indices into the outputs that train_step and eval_step also write,
+    # and where each step leaves them
+    extra_outputs: tuple[int, ...] = ()
+    train_extra: tuple[Arg, ...] = ()
+    eval_extra: tuple[Arg, ...] = ()
 
     @property
     def arena_floats(self) -> int:
@@ -403,10 +408,11 @@ def build(trainer: Trainer, prefix: str, federated: bool = False, fused_update: 
                                     + [f for node in outer.values() for f in node.inputs]
                                     + list(trainer.state_updates.values()))
     train_nodes = [node for node in trainer.train_nodes if node not in outer.values()]
-    train, train_at = _lower(trainer, storage, train_nodes, [trainer.loss] + kept,
+    extra = list(trainer.extra_outputs)
+    train, train_at = _lower(trainer, storage, train_nodes, [trainer.loss] + extra + kept,
                              _fused_updates(trainer, storage, train_nodes, outer) if fused_update else None,
                              trainer.backward_start)
-    evaluate, eval_at = _lower(trainer, storage, trainer.eval_nodes, [trainer.loss])
+    evaluate, eval_at = _lower(trainer, storage, trainer.eval_nodes, [trainer.loss] + extra)
     infer, infer_at = _lower(trainer, storage, trainer.infer_nodes, list(g.outputs))
 
     grads = []
@@ -444,6 +450,8 @@ def build(trainer: Trainer, prefix: str, federated: bool = False, fused_update: 
         fingerprint=trainer.fingerprint(), table=table, header_bytes=HEADER.size,
         trainable_floats=storage.trainable_floats, frozen_floats=storage.frozen_floats, federated=bool(federated),
         fused_update=bool(fused_update), batch_consts=tuple(storage.batch_values),
+        extra_outputs=tuple(g.outputs.index(n) for n in extra), train_extra=tuple(train_at[n] for n in extra),
+        eval_extra=tuple(eval_at[n] for n in extra),
     )
 
 

@@ -181,7 +181,7 @@ def test_generated_c_is_strict_c99_without_heap_or_stdio(out, tmp_path):
 def test_two_prefixed_models_link_into_one_program(tmp_path):
     for prefix, sizes in (("alpha", (8, 16, 3)), ("beta", (8, 4, 2))):
         artifacts.generate_artifacts(mlp(sizes=sizes), artifact_directory=tmp_path / prefix, batch_size=2,
-                                     prefix=prefix)
+                                     c_prefix=prefix)
     (tmp_path / "main.c").write_text(
         "int alpha_init(void);\nint beta_init(void);\n"
         "int main(void) { return alpha_init() + beta_init(); }\n")

@@ -134,4 +134,4 @@ def test_bad_module_arguments(out):
 @pytest.mark.parametrize("prefix", ["my model", "1st", "x" * 42, "a;b", ""])
 def test_bad_prefix(tmp_path, prefix):
     with pytest.raises(EdgetrainError, match="not a C identifier"):
-        artifacts.generate_artifacts(mlp(), artifact_directory=tmp_path, batch_size=BATCH, prefix=prefix)
+        artifacts.generate_artifacts(mlp(), artifact_directory=tmp_path, batch_size=BATCH, c_prefix=prefix)

@@ -72,7 +72,7 @@ def test_round_trip_continues_bit_identically(out, tmp_path, direction, with_sta
         c_load(resumed, raw)
     else:
         loaded = api.CheckpointState.load_checkpoint(tmp_path / "c")
-        assert list(loaded.parameters) == list(saved)
+        assert list(loaded.parameters.keys()) == list(saved)
         for name, param in loaded.parameters.items():
             np.testing.assert_array_equal(param.data, saved[name])
         _, resumed, resumed_opt = fresh(out, loaded)
@@ -95,27 +95,36 @@ def test_properties_survive_both_writers(out, tmp_path):
     assert reread.properties == {"epoch": 3, "loss": 0.125, "user": "ünïcode"}
 
 
-def test_nominal_checkpoint_has_shapes_only_and_keeps_the_compiled_weights(out, tmp_path):
-    nominal_bytes = (out / "checkpoint.nominal").read_bytes()
+def test_nominal_checkpoint_has_shapes_only_and_trains_once_given_weights(out, tmp_path):
+    nominal_bytes = (out / "nominal_checkpoint").read_bytes()
     full = api.CheckpointState.load_checkpoint(out / "checkpoint")
     assert len(nominal_bytes) < len((out / "checkpoint").read_bytes())
-    nominal = api.CheckpointState.load_checkpoint(out / "checkpoint.nominal")
+    nominal = api.CheckpointState.load_checkpoint(out / "nominal_checkpoint")
     assert nominal.is_nominal and not full.is_nominal
-    for name, param in nominal.parameters.items():
-        assert param.data.shape == full.parameters[name].data.shape and not param.data.any()
+    assert [name for name, _ in nominal.parameters] == [name for name, _ in full.parameters]
+    for name, param in nominal.parameters:
         assert param.requires_grad == full.parameters[name].requires_grad
+        with pytest.raises(RuntimeError, match="Please load the parameter states first"):
+            param.data
     api.CheckpointState.save_checkpoint(nominal, tmp_path / "again")  # unbound: still nominal
     assert (tmp_path / "again").read_bytes() == nominal_bytes
 
+    # As in ONNX Runtime, a module bound to it refuses to run until real weights arrive: through a
+    # parameter buffer (then it trains as the full checkpoint does), or a full checkpoint into the C.
     _, module, opt = fresh(out, nominal)
-    assert not nominal.is_nominal  # bound: the parameters are the trainer's live ones
-    for name, param in nominal.parameters.items():
+    assert nominal.is_nominal
+    with pytest.raises(RuntimeError, match="Please load the model parameters first."):
+        module(*[np.zeros((BATCH, 8), np.float32), np.zeros(BATCH, np.int64)])
+    api.CheckpointState.save_checkpoint(nominal, tmp_path / "bound")  # bound, not loaded: still nominal
+    assert (tmp_path / "bound").read_bytes() == nominal_bytes
+    module.copy_buffer_to_parameters(fresh(out)[1].get_contiguous_parameters())
+    assert not nominal.is_nominal
+    for name, param in nominal.parameters:
         np.testing.assert_array_equal(param.data, full.parameters[name].data)
     expected = train(*fresh(out)[1:], STEPS, seed=0)
     assert train(module, opt, STEPS, seed=0)[0] == expected[0]
 
-    # Real weights arrive later: through a parameter buffer, or a full checkpoint into the C.
-    _, later, _ = fresh(out, api.CheckpointState.load_checkpoint(out / "checkpoint.nominal"))
+    _, later, _ = fresh(out, api.CheckpointState.load_checkpoint(out / "nominal_checkpoint"))
     later.copy_buffer_to_parameters(expected[1])
     np.testing.assert_array_equal(later.get_contiguous_parameters(), expected[1])
     _, trained, _ = fresh(out)
@@ -126,7 +135,7 @@ def test_nominal_checkpoint_has_shapes_only_and_keeps_the_compiled_weights(out, 
     # A nominal checkpoint still names its model: the C refuses another model's.
     other = artifacts.generate_artifacts(mlp(seed=7), artifact_directory=tmp_path / "other", batch_size=BATCH,
                                          nominal_checkpoint=True)
-    raw = (other / "checkpoint.nominal").read_bytes()
+    raw = (other / "nominal_checkpoint").read_bytes()
     assert module._lib_call("load_checkpoint", raw, len(raw)) == api.WRONG_MODEL
 
 
@@ -154,7 +163,7 @@ def test_export_blob_is_a_checkpoint_without_frozen_values(out, tmp_path):
 def test_unknown_contents_flags_are_refused_on_both_sides(out, tmp_path, contents):
     _, module, _ = fresh(out)
     before = module._save(True)
-    raw = bytearray((out / "checkpoint.nominal").read_bytes())
+    raw = bytearray((out / "nominal_checkpoint").read_bytes())
     raw[6:8] = contents.to_bytes(2, "little")
     raw[-4:] = zlib.crc32(bytes(raw[:-4])).to_bytes(4, "little")
     with pytest.raises(api.CheckpointError, match="contents"):

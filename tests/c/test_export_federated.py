@@ -109,7 +109,7 @@ def test_merge_refuses_another_models_blob_and_nominal_checkpoints(out, tmp_path
     with pytest.raises(api.CheckpointError, match="another model"):
         merge_parameter_blob(out, (other / "checkpoint").read_bytes())
     with pytest.raises(api.CheckpointError, match="nominal"):
-        merge_parameter_blob(other, other / "checkpoint.nominal")
+        merge_parameter_blob(other, other / "nominal_checkpoint")
 
 
 def test_delta_and_update_follow_their_definition_bit_for_bit(out):

@@ -75,8 +75,9 @@ def test_adamw_trajectory(tmp_path, wd):
 def test_adamw_with_linear_schedule(tmp_path):
     w0, grads, lrs, w = run(tmp_path, artifacts.OptimType.AdamW, 0.05, schedule=(10, STEPS))
     factors = [s / 10 if s < 10 else max(0.0, (STEPS - s) / (STEPS - 10)) for s in range(STEPS)]
-    # The scheduler starts at initial_lr and then follows the optimizer's step count (ORT semantics).
-    assert np.allclose(lrs, [0.05] + [0.05 * f for f in factors[1:]], rtol=1e-6)
+    # The scheduler sets initial_lr times the factor at the optimizer's step count, from its
+    # construction on: 0 at step 0 while warming up (ORT semantics).
+    assert np.allclose(lrs, [0.05 * f for f in factors], rtol=1e-6)
     assert_close(w, adamw(w0, grads, 0.05, 0.0, lrs))
 
 

@@ -161,7 +161,7 @@ def test_two_models_link_into_one_firmware(tmp_path):
         directory = tmp_path / prefix
         loss = artifacts.LossType.CrossEntropyLoss if prefix == "kws" else artifacts.LossType.MSELoss
         artifacts.generate_artifacts(mlp(batch=2, sizes=sizes, seed=seed), artifact_directory=directory, loss=loss,
-                                     prefix=prefix)
+                                     c_prefix=prefix)
         data = make_data((2, sizes[0]), seed=seed)
         if prefix == "anomaly":  # an autoencoder: float targets
             data["y"] = data["x"] * 0.5
