@@ -55,7 +55,7 @@ EXPECTED_FAILURES = {
             r"custom_op_library|custom_op_test\.onnx"),
         "test_string_inputs": (
             "string tensors: the generated C has no string type, so a model with a STRING input is refused",
-            r"(?i)string"),
+            r"(?i)input 'input' has dtype (string|object)"),  # numpy's dtype of ONNX STRING is object
     },
     ONNXBLOCK: {
         **{f"test_loss_composition[{block}]": (_CUDA, _TORCH_CUDA) for block in (

@@ -72,7 +72,6 @@ def _summary(name: str, report: dict) -> str:
 def test_ort_training_tests_pass_against_edgetrain(file_name, tmp_path, figure):
     report = _run(_ort_tests_dir() / file_name, tmp_path)
     summary = _summary(file_name, report)
-    print("\n" + summary)
     figure(summary.replace("\n", "\n    "))
     outcomes = Counter(test["outcome"] for test in report["tests"])
     assert outcomes["failed"] == 0, f"unexpected failures:\n{summary}\n{report['output'][-6000:]}"
