@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from ort_shim import EXPECTED_FAILURES, NOT_RUN, ONNXBLOCK, PY_BINDINGS
+from ort_expected import EXPECTED_FAILURES, NOT_RUN, ONNXBLOCK, PY_BINDINGS
 
 HERE = Path(__file__).parent
 HOW = ("set EDGETRAIN_ORT_TESTS to a folder holding ONNX Runtime v1.19.2's "
