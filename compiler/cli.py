@@ -50,7 +50,8 @@ def _parser() -> argparse.ArgumentParser:
     compile_.add_argument("--ignore-index", type=int, help="CrossEntropyLoss label to ignore")
     compile_.add_argument("--target", default="host", choices=artifacts.TARGETS,
                           help="measure flash and RAM with this target's compiler (targets/<name>.mk)")
-    compile_.add_argument("--prefix", default="model", help="C symbol prefix, to link several models together")
+    compile_.add_argument("--c-prefix", "--prefix", dest="c_prefix", default="model",
+                          help="C symbol prefix, to link several models together (--prefix is its former name)")
     compile_.add_argument("--federated", action="store_true",
                           help="add set_reference/get_delta/apply_update (one more copy of the trainable parameters)")
     compile_.add_argument("--fused-update", action="store_true",
@@ -62,7 +63,7 @@ def _parser() -> argparse.ArgumentParser:
     compile_.add_argument("--ram-budget", type=int, metavar="BYTES",
                           help="fit the trainer's RAM in BYTES, with fused update and recomputation if needed")
     compile_.add_argument("--nominal-checkpoint", action="store_true",
-                          help="also write checkpoint.nominal: the parameter table without values")
+                          help="also write nominal_checkpoint: the parameter table without values")
 
     report = sub.add_parser("report", help="print the memory report of an artifact directory")
     report.add_argument("directory")
@@ -132,7 +133,7 @@ def _run(args) -> None:
             artifact_directory=args.output, batch_size=args.batch_size, dim_values=dict(args.dim),
             untie=args.untie, frozen_bn=args.frozen_bn,
             target=args.target,
-            learning_rate=args.lr, prefix=args.prefix, ignore_index=args.ignore_index, momentum=args.momentum,
+            learning_rate=args.lr, c_prefix=args.c_prefix, ignore_index=args.ignore_index, momentum=args.momentum,
             nesterov=args.nesterov, weight_decay=args.weight_decay, max_grad_norm=args.max_grad_norm,
             federated=args.federated, nominal_checkpoint=args.nominal_checkpoint,
             fused_update=args.fused_update, update_policy=args.update_policy, ram_budget=args.ram_budget,

@@ -151,7 +151,7 @@ def build_firmware(models: list[tuple[os.PathLike, object]], target: str, steps:
     prefixes = [m.prefix for m in harness]
     if len(set(prefixes)) != len(prefixes):
         raise EdgetrainError(f"models linked into one firmware need distinct prefixes, got {', '.join(prefixes)} "
-                             "(`edgetrain compile --prefix`)")
+                             "(`edgetrain compile --c-prefix`)")
     build = Path(build or Path(models[0][0]) / "build" / target)
     flash = None if flash is None else os.fsencode(flash)
     make_firmware([(d, m.prefix) for (d, _), m in zip(models, harness)], target, build,
