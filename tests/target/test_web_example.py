@@ -1,6 +1,6 @@
 """The web example (examples/web, `make web`) in headless Chromium through Playwright: the page trains
 the digits classifier to at least 90 % held-out accuracy, printing the very losses and parameter hash
-that `edgetrain run` prints on the host for the same batches; its checkpoint loads on the host; a
+that `edgetrain run` prints on the host and on cortex-m4 for the same batches; its checkpoint loads on the host; a
 digit drawn on the pad fine-tunes the model, whose delta reaches the example's aggregator. Skips
 name what is missing (chromium, playwright, the wasm32 target's packages); under CI they fail."""
 
@@ -72,6 +72,10 @@ def test_the_page_trains_as_the_host_does(browser, site, tmp_path, figure):
 
     host = firmware.run([(directory / "artifacts", directory / "digits.npz")], "host", steps, timeout=120)
     assert log == host.splitlines() and steps == EPOCHS * 44
+    need("cortex-m4")  # and on a microcontroller, emulated: the same lines again
+    cortex_m4 = firmware.run([(directory / "artifacts", directory / "digits.npz")], "cortex-m4", steps,
+                             build=tmp_path / "cortex-m4", timeout=300)
+    assert log == cortex_m4.splitlines()
     assert accuracy >= 0.9
 
     with page.expect_download() as download:  # the trained model, in the host's checkpoint format
