@@ -150,6 +150,10 @@ def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=LossT
     # A target's compiler measures flash and RAM (targets/<name>.mk); None, the library default,
     # spares the compile and reports the planner's host figures.
     report = targets.add_sizes(report, target, out / "model.c")
+    if target == "wasm32" and not file_prefix:  # the tools find artifacts under their plain names
+        from .wasm import build_module  # the module edgetrain.js loads: trainer, description, C library
+
+        report["wasm_module_bytes"] = build_module(out).stat().st_size
     write_report(report, out, memory_plot)
     return out
 

@@ -123,6 +123,8 @@ def format_sizes(report: dict, width: int) -> list[str]:
             ("  initial values of RAM data", b["initial_values"]), ("  total flash", report["flash_bytes"]),
             ("  arena", b["arena"]), ("  state (parameters, gradients, ...)", b["state"]),
             ("  total RAM", report["ram_bytes"])]
+    if "wasm_module_bytes" in report:
+        rows.append(("  WebAssembly module", report["wasm_module_bytes"]))
     width = max(width, *(len(label) for label, _ in rows))
     return [f"measured for {report['target']} by {report['size_tool']}:"] + [
         f"{label:<{width}}  {value:>12,} B" for label, value in rows]

@@ -105,6 +105,8 @@ def test_module_description_and_size_report(tmp_path):
     assert report["size_breakdown"]["code"] + report["size_breakdown"]["constant_weights"] == \
         text + sum(n for s, n in segments.items() if s.startswith(".rodata."))
     assert report["size_breakdown"]["arena"] == segments[".bss.et_arena"] == report["arena_bytes"]
+    module = (directory / "model.wasm").read_bytes()  # what edgetrain.js loads, built with the report
+    assert module[:4] == b"\0asm" and report["wasm_module_bytes"] == len(module) > text
     with pytest.raises(EdgetrainError, match="not a WebAssembly module"):
         wasm.data_segments(b"\x7fELF")
 
