@@ -125,8 +125,9 @@ MODEL_NOT_LOADED = "Please load the model parameters first."
 
 class Parameter:
     """A named parameter or buffer. Once a Module is bound, `data` and `grad` are live views of the
-    trainer's memory; frozen parameters are compiled in and read-only. `grad` is None for frozen
-    parameters and buffers (and in a fused-update build, which keeps no gradients)."""
+    trainer's memory, frozen parameters' data too: the host's build keeps them writable (a device's
+    compiles them into flash). `grad` is None for frozen parameters and buffers (and in a
+    fused-update build, which keeps no gradients)."""
 
     def __init__(self, name: str, data: np.ndarray, requires_grad: bool, grad: np.ndarray | None = None,
                  state: "CheckpointState | None" = None):
@@ -247,7 +248,6 @@ class CheckpointState:
         entries = {}
         for name, kind, array in zip(data.names, data.kinds, data.arrays):
             view = np.array(array, dtype=np.float32)
-            view.flags.writeable = kind != checkpoint.FROZEN
             entries[name] = Parameter(name, view, kind == checkpoint.TRAINABLE, state=self)
         self.parameters = Parameters(self, entries)
         self._kinds = dict(zip(data.names, data.kinds))
@@ -286,9 +286,12 @@ class CheckpointState:
         return data
 
     def _bind(self, module: "Module") -> None:
-        offsets = {checkpoint.TRAINABLE: 0, checkpoint.BUFFER: 0}
+        offsets = {checkpoint.TRAINABLE: 0, checkpoint.BUFFER: 0, checkpoint.FROZEN: 0}
         params = self.parameters.values()
-        if not self._data.stored(checkpoint.FROZEN):  # the trainer has the values this state lacks
+        # NULL where the library keeps the frozen parameters in flash (a build without
+        # ET_FROZEN_WRITABLE): they are then read-only copies of the trainer's values.
+        frozen = module._lib_call("frozen_data") if "frozen_data" in module._functions else module._ffi.NULL
+        if frozen == module._ffi.NULL and not self._data.stored(checkpoint.FROZEN):  # values this state lacks
             everything, at = module._contiguous(trainable_only=False), 0
             for param in params:
                 if self._kinds[param.name] == checkpoint.BUFFER:
@@ -300,10 +303,13 @@ class CheckpointState:
         grads = module._lib_call("trainable_grad")  # NULL for a fused update: no gradient buffers
         for param in params:
             kind = self._kinds[param.name]
-            if kind == checkpoint.FROZEN:
-                continue  # compiled into the trainer: the loaded values are the live ones
             shape, offset = param._data.shape, offsets[kind]
-            if kind == checkpoint.TRAINABLE:
+            if kind == checkpoint.FROZEN:
+                if frozen == module._ffi.NULL:
+                    param._data.flags.writeable = False  # the loaded values are the compiled ones
+                else:
+                    param._data = module._view(frozen, offset, shape)
+            elif kind == checkpoint.TRAINABLE:
                 param._data = module._view(module._lib_call("trainable_data"), offset, shape)
                 param._grad = None if grads == module._ffi.NULL else module._view(grads, offset, shape)
                 if param._grad is not None:
@@ -572,8 +578,9 @@ class Module:
 
     def copy_buffer_to_parameters(self, buffer, trainable_only: bool = False) -> None:
         """Set the parameters from a buffer laid out as get_contiguous_parameters' (an ndarray or
-        an OrtValue). Frozen parameters are compiled in: the buffer must repeat their values.
-        This completes a nominal checkpoint's state, as in ONNX Runtime."""
+        an OrtValue), the frozen ones too unless trainable_only (where the library keeps them in
+        flash, the buffer must repeat their values). This completes a nominal checkpoint's state,
+        as in ONNX Runtime."""
         buffer = np.ascontiguousarray(_as_array(buffer))
         expected = self.get_parameters_size(trainable_only)
         if buffer.dtype != np.float32 or buffer.ndim != 1 or buffer.size != expected:

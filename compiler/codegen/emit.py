@@ -85,7 +85,7 @@ class Floats:
 
 @dataclass(frozen=True)
 class ParamInfo:
-    kind: int  # checkpoint kind: 0 frozen (et_consts), 1 trainable (et_params), 2 buffer (et_buffers)
+    kind: int  # checkpoint kind: 0 frozen (et_frozen), 1 trainable (et_params), 2 buffer (et_buffers)
     offset: int
     size: int
     name: str  # for comments only
@@ -127,7 +127,7 @@ class ModelC:
     params: tuple[ParamInfo, ...]
     param_init: Floats
     buffer_init: Floats
-    consts: Floats
+    consts: Floats  # what stays in flash: the frozen parameters (frozen_floats), then the constants
     int_consts: tuple[int, ...]  # integer and bool constants read at run time
     state_slots: int
     optimizer: str
@@ -155,6 +155,16 @@ class ModelC:
     def arena_floats(self) -> int:
         return max(self.train.arena_floats, self.eval.arena_floats, self.infer.arena_floats)
 
+    # The frozen parameters have an array of their own (et_frozen), which a build defining
+    # ET_FROZEN_WRITABLE keeps in RAM so they can be set; the constants' array stays in flash.
+    @property
+    def frozen_init(self) -> np.ndarray:
+        return self.consts.array[:self.frozen_floats]
+
+    @property
+    def const_init(self) -> np.ndarray:
+        return self.consts.array[self.frozen_floats:]
+
     @property
     def int_arena(self) -> bool:
         return (self.train.int_views or self.eval.int_views or self.infer.int_views
@@ -164,7 +174,10 @@ class ModelC:
 class _Storage:
     """Where every tensor lives: caller buffers, parameters, compiled constants or the arena."""
 
-    def __init__(self, trainer: Trainer, batch_consts: dict[str, Affine | int] | None = None):
+    def __init__(self, trainer: Trainer, batch_consts: dict[str, Affine | int] | None = None,
+                 frozen_array: bool = True):
+        """frozen_array: the frozen parameters go to et_frozen (a trainer's, see ModelC.frozen_init);
+        otherwise to et_consts with the constants (an inference C, where nothing is ever set)."""
         g = trainer.graph
         self.trainer = trainer
         self.fixed: dict[str, Arg] = {name: Arg("ptr", f"x{i}") for i, name in enumerate(g.inputs)}
@@ -186,13 +199,16 @@ class _Storage:
             offset += g.values[name].size
         self.consts: list[np.ndarray] = []
         self.const_floats = 0
+        self.frozen_floats = 0  # the floats of self.consts that are in et_frozen
         for name in trainer.frozen:
             self._add_const(name, g.params[name])
-        self.frozen_floats = self.const_floats
+        if frozen_array:  # the constants' offsets then start past them, at et_consts[0]
+            self.fixed.update((name, replace(self.fixed[name], base="et_frozen")) for name in trainer.frozen)
+            self.frozen_floats = self.const_floats
         self.int_consts: list[int] = []  # integer and bool constants read at run time, as int32_t
 
     def _add_const(self, name, array):
-        self.fixed[name] = Arg("ptr", "et_consts", self.const_floats)
+        self.fixed[name] = Arg("ptr", "et_consts", self.const_floats - self.frozen_floats)
         self.consts.append(np.asarray(array, np.float32).ravel())
         self.const_floats += int(np.asarray(array).size)
 
@@ -483,7 +499,7 @@ class InferenceC:
 
 def build_inference(trainer: Trainer, prefix: str, batch_consts: dict[str, Affine | int] | None = None) -> InferenceC:
     g = trainer.graph
-    storage = _Storage(trainer, batch_consts)
+    storage = _Storage(trainer, batch_consts, frozen_array=False)
     infer, infer_at = _lower(trainer, storage, trainer.infer_nodes, list(g.outputs))
     return InferenceC(
         prefix=prefix,

@@ -41,6 +41,10 @@ BUILD_MODES = {"reproducible": [], "fast": ["-O3", "-ffp-contract=fast", "-fasso
 SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-g",
             "-O0"]  # instrumentation catches as much at -O0, and compiles ten times faster than at -O2
 
+# Every Python use of a trainer goes through load_library, which keeps frozen parameters in RAM so
+# api.Parameter.data can set them (ONNX Runtime's semantics); target builds keep them in flash.
+FROZEN_WRITABLE = ["-DET_FROZEN_WRITABLE"]
+
 
 # The generated C: model.c includes model.h and model_weights.h, the initial values (codegen writes these).
 SOURCES = ("model.c", "model.h", "model_weights.h")
@@ -135,7 +139,8 @@ def load_library(directory: str | os.PathLike, extra_flags: tuple[str, ...] = ()
     directory = Path(directory)
     cc = _compiler()
     native = _native_target(cc)
-    flags = CFLAGS + (NATIVE if native else []) + build_mode_flags() + list(extra_flags) + ["-fPIC", "-shared"]
+    flags = [*CFLAGS, *FROZEN_WRITABLE, *(NATIVE if native else []), *build_mode_flags(), *extra_flags,
+             "-fPIC", "-shared"]
     flags += SANITIZE if os.environ.get("EDGETRAIN_SANITIZE") == "1" else []
     cache = cache_dir()
     cache.mkdir(parents=True, exist_ok=True)

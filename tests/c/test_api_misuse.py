@@ -120,8 +120,8 @@ def test_bad_parameter_buffers_and_views(bound):
             module.copy_buffer_to_parameters(bad)
     with pytest.raises(ValueError, match="expects shape"):
         state.parameters["fc0.weight"].data = np.zeros((8, 16), np.float32)
-    with pytest.raises(ValueError, match="frozen"):
-        state.parameters["fc0.bias"].data = np.zeros(16, np.float32)
+    with pytest.raises(ValueError, match="expects shape"):  # a frozen parameter, which the host can set
+        state.parameters["fc0.bias"].data = np.zeros(15, np.float32)
     assert module._save(True) == before
 
 

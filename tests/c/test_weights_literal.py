@@ -1,5 +1,6 @@
 """model_weights.h through the C compiler: the arrays hold exactly the floats' bits, the frozen ones
-are read-only data (flash on a microcontroller), the parameters and buffers writable, the strict
+are read-only data (flash on a microcontroller) unless the build defines ET_FROZEN_WRITABLE, the
+constants always, the parameters and buffers writable, the strict
 build is clean even past C99's 4095-character string limit, and a big-endian target is refused."""
 
 import shutil
@@ -24,7 +25,7 @@ int main(void)
     et_params[0] = et_params[0];
     et_buffers[0] = et_buffers[0];
     return fwrite(et_params, sizeof et_params, 1, stdout) != 1 || fwrite(et_buffers, sizeof et_buffers, 1, stdout) != 1
-        || fwrite(et_consts, sizeof et_consts, 1, stdout) != 1;
+        || fwrite(et_frozen, sizeof et_frozen, 1, stdout) != 1 || fwrite(et_consts, sizeof et_consts, 1, stdout) != 1;
 }
 """
 
@@ -36,25 +37,30 @@ def every_byte() -> np.ndarray:
     return np.stack([np.roll(bytes_, 67 * k) for k in range(4)], axis=1).reshape(-1).view("<f4")
 
 
-def weights(tmp_path, params, buffers, consts, trainer=True):
-    m = SimpleNamespace(param_init=Floats([params]), buffer_init=Floats([buffers]), consts=Floats([consts]))
+def weights(tmp_path, params, buffers, consts, trainer=True, frozen=np.float32([4.0])):
+    m = SimpleNamespace(param_init=Floats([params]), buffer_init=Floats([buffers]), consts=Floats([consts]),
+                        frozen_init=frozen, const_init=consts)
     (tmp_path / "model_weights.h").write_text(_environment().get_template("weights.h.j2").render(m=m, trainer=trainer))
     (tmp_path / "main.c").write_text(MAIN)
 
 
-def test_arrays_hold_every_bit_and_frozen_ones_are_read_only(tmp_path):
+@pytest.mark.parametrize("writable", [False, True], ids=["target", "host"])
+def test_arrays_hold_every_bit_and_frozen_ones_are_read_only(tmp_path, writable):
     rng = np.random.default_rng(0)
     params = np.concatenate([every_byte(), rng.normal(size=3000).astype(np.float32)])  # > 4095 characters
     buffers = np.float32([1.0, -0.0, np.inf])
+    frozen = every_byte()[::3]
     consts = np.concatenate([every_byte()[::-1], np.float32([np.nan])])
-    weights(tmp_path, params, buffers, consts)
+    weights(tmp_path, params, buffers, consts, frozen=frozen)
     exe = tmp_path / "main"
-    subprocess.run([*STRICT, "-O2", str(tmp_path / "main.c"), "-o", str(exe)], check=True)
+    subprocess.run([*STRICT, "-O2", *(["-DET_FROZEN_WRITABLE"] if writable else []), str(tmp_path / "main.c"),
+                    "-o", str(exe)], check=True)
     out = subprocess.run([str(exe)], capture_output=True, check=True).stdout
-    assert out == b"".join(a.astype("<f4").tobytes() for a in (params, buffers, consts))
+    assert out == b"".join(a.astype("<f4").tobytes() for a in (params, buffers, frozen, consts))
     symbols = dict(line.split()[::-1][:2] for line in subprocess.run(
         ["nm", str(exe)], capture_output=True, text=True, check=True).stdout.splitlines() if len(line.split()) == 3)
     assert symbols["et_consts"] in "rR" and symbols["et_params"] in "dD" and symbols["et_buffers"] in "dD"
+    assert symbols["et_frozen"] in ("dD" if writable else "rR")
 
 
 def test_inference_arrays_are_all_read_only(tmp_path):
