@@ -69,7 +69,7 @@ def load(name: str) -> Target:
 
 
 # Storage symbols of the generated C (templates/model.c.j2).
-_CONSTANT_WEIGHTS, _ARENA = "et_consts", "et_arena"
+_CONSTANT_WEIGHTS, _ARENA = ("et_frozen", "et_consts"), "et_arena"
 
 
 def measure(target: Target, model_c: Path) -> dict:
@@ -89,7 +89,7 @@ def measure(target: Target, model_c: Path) -> dict:
         symbols = _symbol_sizes(_tool([target.nm, "-S", str(obj)], target))
         if obj.read_bytes()[:4] == b"\0asm":
             text, data, bss, symbols = _wasm_sizes(text, obj.read_bytes())
-    weights, arena = symbols.get(_CONSTANT_WEIGHTS, 0), symbols.get(_ARENA, 0)
+    weights, arena = sum(symbols.get(s, 0) for s in _CONSTANT_WEIGHTS), symbols.get(_ARENA, 0)
     return {
         "size_tool": target.size,
         "flash_bytes": text + data,
