@@ -24,9 +24,46 @@ def figure(record_property):
 
 
 def pytest_terminal_summary(terminalreporter):
-    lines = [f"{report.nodeid.split('::')[-1]}: {value}" for report in terminalreporter.stats.get("passed", [])
-             for key, value in report.user_properties if key == "figure"]
+    """What the run measured, printed even under -q. It is gathered from the tests' reports, the only
+    thing pytest-xdist's workers send back, so the hook lives here: the controller reads this conftest
+    but not those of the test directories, which only the workers collect."""
+    reports = [r for rs in terminalreporter.stats.values() for r in rs if getattr(r, "when", None) == "call"]
+    _figures(terminalreporter, reports)
+    _zoo(terminalreporter, reports)
+    _conformance(terminalreporter, reports)
+
+
+def _properties(reports, name: str) -> list:
+    return [(report, value) for report in reports for key, value in report.user_properties if key == name]
+
+
+def _figures(terminalreporter, reports) -> None:
+    lines = [f"{report.nodeid.split('::')[-1]}: {value}" for report, value in _properties(reports, "figure")
+             if report.passed]
     if lines:
         terminalreporter.section("figures")
         for line in lines:
             terminalreporter.write_line(line)
+
+
+def _zoo(terminalreporter, reports) -> None:
+    """The zoo's table: model x exporter -> result, as tests/zoo recorded it."""
+    results = {(value[0], value[1]): value[2] for _, value in _properties(reports, "zoo")}
+    if not results:
+        return
+    terminalreporter.section("model zoo")
+    for (model, exporter), result in sorted(results.items()):
+        terminalreporter.write_line(f"{model:20s} {exporter:12s} {result}")
+    ok = sum(r.startswith("ok") for r in results.values())
+    terminalreporter.write_line(f"{ok}/{len(results)} (model, exporter) pairs train and match PyTorch")
+
+
+def _conformance(terminalreporter, reports) -> None:
+    ran = [r for r in reports if "::test_case_matches_onnx[" in r.nodeid]
+    if ran:
+        from conformance.cases import CASES
+
+        excluded = sum(len(cases.excluded) for cases in CASES.values())
+        collected = sum(len(cases.listed) for cases in CASES.values())
+        terminalreporter.write_line(f"ONNX backend node tests: {sum(r.passed for r in ran)} passed of {collected} "
+                                    f"collected for supported ops, {excluded} excluded")

@@ -56,7 +56,7 @@ def run_lines(fw: firmware.Firmware, directory, cut: int | None) -> tuple[int, l
     return result.returncode, result.stdout.splitlines()
 
 
-def test_a_power_cut_anywhere_in_a_save_resumes_from_the_last_complete_checkpoint(tmp_path):
+def test_a_power_cut_anywhere_in_a_save_resumes_from_the_last_complete_checkpoint(tmp_path, figure):
     need(TARGET)
     start = time.monotonic()
     directory = artifacts.generate_artifacts(mlp(batch=2, sizes=(4, 6, 3)), artifact_directory=tmp_path / "mlp")
@@ -96,7 +96,7 @@ def test_a_power_cut_anywhere_in_a_save_resumes_from_the_last_complete_checkpoin
     figures = {"runs": RUNS, "checkpoint bytes": checkpoint, "cuts": dict(collections.Counter(kinds)),
                "resumed from step": dict(sorted(collections.Counter(resumed).items())),
                "seconds": round(time.monotonic() - start, 1)}
-    print(figures)
+    figure(str(figures))
     assert set(resumed) == {0, *saved[:-1]}  # every save was the last complete one in some run
 
 
