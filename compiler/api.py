@@ -491,8 +491,9 @@ class Module:
         those outputs. Inputs may be OrtValues (edgetrain's or ONNX Runtime's); given only those,
         the results are OrtValues, as ONNX Runtime returns them."""
         self._require_parameters()
-        ort_values = bool(inputs) and not any(isinstance(a, np.ndarray) and not isinstance(a, OrtValue)
-                                              for a in inputs)
+        # OrtValues in give OrtValues out, of the inputs' own class (edgetrain's, or ONNX Runtime's).
+        kind = type(inputs[0]) if inputs else None
+        ort_values = hasattr(kind, "ortvalue_from_numpy") and all(isinstance(a, kind) for a in inputs)
         n, args = self._data_args(inputs, self._step_inputs)
         if n == 1 and self.training and self._small_batch:
             raise ValueError(self._small_batch)
@@ -508,7 +509,7 @@ class Module:
         _check(status, step)
         results = [loss] + [o.astype(self._output_dtypes[i], copy=False) for o, i in zip(outs, self._extra)]
         if ort_values:
-            results = [OrtValue.ortvalue_from_numpy(np.asarray(r)) for r in results]
+            results = [kind.ortvalue_from_numpy(np.asarray(r)) for r in results]
         return results[0] if len(results) == 1 else tuple(results)
 
     def _output_arrays(self, n: int, which) -> list[np.ndarray]:
