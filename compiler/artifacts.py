@@ -86,24 +86,13 @@ def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=LossT
     if loss is not None and not isinstance(loss, (LossType, str)):
         model, loss = _with_loss_block(model, loss, loss_input_names), None
         loss_input_names = None  # the block's model has the loss as its one output
-    if target is not None and target not in TARGETS:
-        raise EdgetrainError(f"unknown target {target!r}; known targets: {', '.join(TARGETS)}")
-    optimizer = OptimType(optimizer.value if isinstance(optimizer, OptimType) else optimizer)
     if loss is not None:
         loss = LossType(loss.value if isinstance(loss, LossType) else loss)
+    optimizer = OptimType(optimizer.value if isinstance(optimizer, OptimType) else optimizer)
     spec = OptimizerSpec(kind=optimizer, lr=float(learning_rate), weight_decay=float(weight_decay),
                          momentum=float(momentum), nesterov=bool(nesterov),
                          max_grad_norm=None if max_grad_norm is None else float(max_grad_norm))
-    if nesterov and optimizer is OptimType.SGD and momentum <= 0:
-        raise EdgetrainError("nesterov needs a positive momentum")
-    check_prefix(prefix)
-    if update_policy is not None and requires_grad is not None:
-        raise EdgetrainError("give requires_grad or update_policy, not both")
-    if memory_plot and not can_plot():
-        raise EdgetrainError(NO_MATPLOTLIB)
-    if fused_update and max_grad_norm is not None:
-        raise EdgetrainError("fused_update cannot clip by global norm (max_grad_norm): the norm needs every "
-                             "gradient before the first update")
+    _check_options(spec, target, requires_grad, update_policy, fused_update, memory_plot)
 
     max_batch = _max_batch(batch_size)
     notes: list[str] = []
@@ -140,11 +129,7 @@ def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=LossT
     models = _onnx_models(trainer, prefix, model_c, probes[id(model_c)], model, file_prefix)
     for name, proto in models.items():
         write_artifact(out / f"{file_prefix}{name}", proto.SerializeToString())
-    write_artifact(out / f"{file_prefix}checkpoint", checkpoint.encode(initial_checkpoint(trainer)))
-    if nominal_checkpoint:  # ONNX Runtime's name for it
-        nominal = initial_checkpoint(trainer)
-        nominal.optimizer_state, nominal.contents = None, checkpoint.NOMINAL
-        write_artifact(out / f"{file_prefix}nominal_checkpoint", checkpoint.encode(nominal))
+    _write_checkpoints(trainer, out, file_prefix, nominal_checkpoint)
     report = memory_report(trainer, model_c)
     report["import"] = {"trainable": trainer.trainable, "frozen": trainer.frozen, "notes": notes}
     # A target's compiler measures flash and RAM (targets/<name>.mk); None, the library default,
@@ -156,6 +141,30 @@ def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=LossT
         report["wasm_module_bytes"] = build_module(out).stat().st_size
     write_report(report, out, memory_plot)
     return out
+
+
+def _check_options(spec: OptimizerSpec, target, requires_grad, update_policy, fused_update, memory_plot) -> None:
+    """generate_artifacts' arguments that cannot go together, or are unknown."""
+    if target is not None and target not in TARGETS:
+        raise EdgetrainError(f"unknown target {target!r}; known targets: {', '.join(TARGETS)}")
+    if spec.nesterov and spec.kind is OptimType.SGD and spec.momentum <= 0:
+        raise EdgetrainError("nesterov needs a positive momentum")
+    if update_policy is not None and requires_grad is not None:
+        raise EdgetrainError("give requires_grad or update_policy, not both")
+    if memory_plot and not can_plot():
+        raise EdgetrainError(NO_MATPLOTLIB)
+    if fused_update and spec.max_grad_norm is not None:
+        raise EdgetrainError("fused_update cannot clip by global norm (max_grad_norm): the norm needs every "
+                             "gradient before the first update")
+
+
+def _write_checkpoints(trainer: Trainer, out: Path, file_prefix: str, nominal_checkpoint: bool) -> None:
+    """The initial checkpoint, and the nominal one (ONNX Runtime's name: the table without values)."""
+    write_artifact(out / f"{file_prefix}checkpoint", checkpoint.encode(initial_checkpoint(trainer)))
+    if nominal_checkpoint:
+        nominal = initial_checkpoint(trainer)
+        nominal.optimizer_state, nominal.contents = None, checkpoint.NOMINAL
+        write_artifact(out / f"{file_prefix}nominal_checkpoint", checkpoint.encode(nominal))
 
 
 # A prefix taken in its old meaning (the C prefix) when c_prefix is not given: ONNX Runtime's

@@ -21,10 +21,7 @@ def _dim(text: str) -> tuple[str, int]:
     return name, int(size)
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="edgetrain", description="Compile a forward ONNX model into a C99 trainer.")
-    sub = parser.add_subparsers(dest="command", required=True)
-
+def _add_compile(sub) -> None:
     compile_ = sub.add_parser("compile", help="write training artifacts (C trainer, ONNX graphs, checkpoint, memory "
                               "report, and memory.png when matplotlib is installed)")
     compile_.add_argument("model", help="forward ONNX model")
@@ -64,6 +61,13 @@ def _parser() -> argparse.ArgumentParser:
                           help="fit the trainer's RAM in BYTES, with fused update and recomputation if needed")
     compile_.add_argument("--nominal-checkpoint", action="store_true",
                           help="also write nominal_checkpoint: the parameter table without values")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="edgetrain", description="Compile a forward ONNX model into a C99 trainer.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    _add_compile(sub)
 
     report = sub.add_parser("report", help="print the memory report of an artifact directory")
     report.add_argument("directory")
