@@ -332,40 +332,6 @@ def _ort_checkpoint():
     return ort_checkpoint
 
 
-def _map_foreign(foreign: checkpoint.CheckpointData, own: checkpoint.CheckpointData) -> checkpoint.CheckpointData:
-    """`foreign` (another trainer's checkpoint, e.g. ONNX Runtime's: no fingerprint, its own order)
-    as this trainer's checkpoint `own`: every tensor by name and shape, the optimizer state where
-    its slots match this optimizer's, the step, learning rate and properties."""
-    values = dict(zip(foreign.names, foreign.arrays))
-    arrays = []
-    for name, kind, array in zip(own.names, own.kinds, own.arrays):
-        if name not in values:
-            raise CheckpointError(f"the checkpoint has no tensor {name!r}, which this trainer needs")
-        value = np.asarray(values[name], dtype=np.float32)
-        if value.shape != array.shape:
-            raise CheckpointError(f"the checkpoint's {name!r} has shape {value.shape}; this trainer's has "
-                                  f"shape {array.shape}")
-        if kind == checkpoint.FROZEN and not np.array_equal(value, array):
-            raise CheckpointError(f"the checkpoint's {name!r} differs from the frozen value compiled into this "
-                                  "trainer (generate the artifacts from the checkpoint's weights)")
-        arrays.append(value)
-    state, step = None, 0
-    theirs = [n for n, k in zip(foreign.names, foreign.kinds) if k == checkpoint.TRAINABLE]
-    ours = [n for n, k in zip(own.names, own.kinds) if k == checkpoint.TRAINABLE]
-    slots = len(own.optimizer_state or [])
-    if foreign.optimizer_state and len(foreign.optimizer_state) == slots and set(ours) <= set(theirs):
-        at = {n: i for i, n in enumerate(theirs)}
-        state = [[np.asarray(slot[at[n]], np.float32) for n in ours] for slot in foreign.optimizer_state]
-        if any(s.shape != values[n].shape for row in state for s, n in zip(row, ours)):
-            raise CheckpointError("the checkpoint's optimizer state does not match its parameters' shapes")
-    if state is not None or not slots:
-        step = int(foreign.step)  # fresh moments start the step count afresh too (bias correction)
-    return checkpoint.CheckpointData(
-        fingerprint=own.fingerprint, names=list(own.names), kinds=list(own.kinds), arrays=arrays,
-        optimizer_state=state, step=step, learning_rate=float(foreign.learning_rate or own.learning_rate),
-        properties=dict(foreign.properties))
-
-
 def _as_c_dtype(name: str, dtype: np.dtype, value: np.ndarray) -> np.ndarray:
     """`value` in `dtype`, the one input `name` takes in C, where the conversion loses nothing:
     integers (class labels, indices, masks; int64 most often) and bools to int32."""
@@ -427,7 +393,7 @@ class Module:
         if state._data.fingerprint is None:  # another trainer's checkpoint (ONNX Runtime's): by name
             own = self._dir / meta.get("edgetrain.checkpoint", "checkpoint")
             try:
-                state._adopt(_map_foreign(state._data, checkpoint.decode(own.read_bytes())))
+                state._adopt(checkpoint.adopt(state._data, checkpoint.decode(own.read_bytes())))
             except OSError as exc:
                 raise CheckpointError(f"cannot read this trainer's own checkpoint {own}: {exc.strerror}") from None
         raw = checkpoint.encode(state._snapshot(include_optimizer_state=True))

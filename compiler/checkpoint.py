@@ -184,3 +184,54 @@ def _decode(data: bytes) -> CheckpointData:
         raise CheckpointError("checkpoint has trailing bytes")
     return CheckpointData(fingerprint, names, kinds, arrays, state, step, counter, lr, properties, contents)
 
+
+
+def adopt(foreign: CheckpointData, template: CheckpointData) -> CheckpointData:
+    """`foreign` (another trainer's checkpoint, e.g. ONNX Runtime's: no fingerprint, its own order) as
+    the checkpoint of the trainer whose own is `template`: the template's table, order and
+    fingerprint, every tensor's value taken by name, the optimizer state when both have the same
+    slots for every trainable parameter (else none: the trainer starts it, and the step count, afresh),
+    the step, learning rate and properties. A frozen value must equal the one compiled into the trainer."""
+    values = dict(zip(foreign.names, foreign.arrays))
+    missing = [n for n in template.names if n not in values]
+    if missing:
+        raise CheckpointError(f"the checkpoint lacks {_listed(missing)}, which the trainer needs")
+    misshaped = [f"{n!r} {values[n].shape} (the trainer's {a.shape})"
+                 for n, a in zip(template.names, template.arrays) if values[n].shape != a.shape]
+    if misshaped:
+        raise CheckpointError(f"the checkpoint's shapes differ: {', '.join(misshaped)}")
+    if foreign.contents & NOMINAL:
+        return CheckpointData(template.fingerprint, list(template.names), list(template.kinds),
+                              [np.zeros_like(a) for a in template.arrays], contents=NOMINAL,
+                              learning_rate=foreign.learning_rate or template.learning_rate,
+                              properties=dict(foreign.properties))
+    changed = [n for n, k, a in zip(template.names, template.kinds, template.arrays)
+               if k == FROZEN and template.stored(FROZEN) and not np.array_equal(values[n], a)]
+    if changed:
+        raise CheckpointError(f"the checkpoint's {_listed(changed)} differ from the frozen values compiled into "
+                              "the trainer (compile it from the model with the checkpoint's weights)")
+    state = _moments(foreign, template, values)
+    step = foreign.step if state is not None or not template.optimizer_state else 0
+    return CheckpointData(template.fingerprint, list(template.names), list(template.kinds),
+                          [np.array(values[n], np.float32) for n in template.names], state, int(step), 0,
+                          float(foreign.learning_rate or template.learning_rate), dict(foreign.properties))
+
+
+def _moments(foreign: CheckpointData, template: CheckpointData, values) -> list | None:
+    """The foreign optimizer state in the template's order of trainable parameters, or None where its
+    slots are not the template's."""
+    ours = [n for n, k in zip(template.names, template.kinds) if k == TRAINABLE]
+    theirs = {n: i for i, n in enumerate(n for n, k in zip(foreign.names, foreign.kinds) if k == TRAINABLE)}
+    if not foreign.optimizer_state or len(foreign.optimizer_state) != len(template.optimizer_state or []):
+        return None
+    if any(n not in theirs for n in ours):
+        return None
+    state = [[np.array(slot[theirs[n]], np.float32) for n in ours] for slot in foreign.optimizer_state]
+    if any(s.shape != values[n].shape for row in state for s, n in zip(row, ours)):
+        raise CheckpointError("the checkpoint's optimizer state does not match its parameters' shapes")
+    return state
+
+
+def _listed(names: list[str]) -> str:
+    shown = ", ".join(repr(n) for n in names[:8])
+    return f"{shown}{f' and {len(names) - 8} more' if len(names) > 8 else ''}"

@@ -184,7 +184,7 @@ def _import_ort_checkpoint(source: str, target: str, directory: str) -> str:
         except OSError as exc:
             raise EdgetrainError(f"no trainer checkpoint in {directory} ({exc.strerror}); run `edgetrain compile` "
                                  "first") from None
-        data = ort_checkpoint.to_edgetrain(foreign, template)
+        data = checkpoint.adopt(foreign, template)
     except checkpoint.CheckpointError as exc:
         raise EdgetrainError(str(exc)) from None
     write_artifact(Path(target), checkpoint.encode(data))

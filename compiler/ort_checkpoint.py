@@ -1,5 +1,5 @@
 """ONNX Runtime training checkpoints (the flatbuffers file `CheckpointState.save_checkpoint` writes in
-ORT 1.19), read into edgetrain's CheckpointData, and mapped by name onto an edgetrain trainer.
+ORT 1.19), read into edgetrain's CheckpointData (which checkpoint.adopt maps by name onto a trainer).
 
 The file follows ORT's public schema (ort_training_checkpoint.fbs, with the Tensor table of ort.fbs).
 It is read field slot by field slot through the flatbuffers package's Table API, every offset checked
@@ -272,50 +272,3 @@ def _properties(bag: _Table | None, N) -> dict:
         for prop in bag.tables(slot):
             properties[prop.string(0)] = read_value(prop)
     return properties
-
-
-def to_edgetrain(foreign: CheckpointData, template: CheckpointData) -> CheckpointData:
-    """`foreign` (read()'s result) as the edgetrain trainer's checkpoint `template` (the `checkpoint`
-    of its artifact directory): the template's table, order and fingerprint, every tensor's value taken
-    by name from `foreign`, the optimizer moments when both have the same slots for every trainable
-    parameter (else none: the trainer starts them, and the step count, afresh), the step, learning
-    rate and properties. A frozen value must equal the one compiled into the trainer."""
-    values = dict(zip(foreign.names, foreign.arrays))
-    missing = [n for n in template.names if n not in values]
-    if missing:
-        raise CheckpointError(f"the ORT checkpoint lacks {_listed(missing)}, which the edgetrain trainer needs")
-    misshaped = [f"{n!r} {values[n].shape} (the trainer's {a.shape})"
-                 for n, a in zip(template.names, template.arrays) if values[n].shape != a.shape]
-    if misshaped:
-        raise CheckpointError(f"the ORT checkpoint's shapes differ: {', '.join(misshaped)}")
-    if foreign.contents & NOMINAL:
-        return CheckpointData(template.fingerprint, list(template.names), list(template.kinds),
-                              [np.zeros_like(a) for a in template.arrays], contents=NOMINAL,
-                              learning_rate=foreign.learning_rate or template.learning_rate,
-                              properties=dict(foreign.properties))
-    changed = [n for n, k, a in zip(template.names, template.kinds, template.arrays)
-               if k == FROZEN and template.stored(FROZEN) and not np.array_equal(values[n], a)]
-    if changed:
-        raise CheckpointError(f"the ORT checkpoint's {_listed(changed)} differ from the frozen values compiled "
-                              "into the trainer (compile it from the model with the checkpoint's weights)")
-    state = _moments(foreign, template, values)
-    slots = len(template.optimizer_state or [])
-    step = foreign.step if state is not None or not slots else 0
-    return CheckpointData(template.fingerprint, list(template.names), list(template.kinds),
-                          [np.array(values[n], np.float32) for n in template.names], state, step, 0,
-                          foreign.learning_rate or template.learning_rate, dict(foreign.properties))
-
-
-def _moments(foreign: CheckpointData, template: CheckpointData, values) -> list | None:
-    ours = [n for n, k in zip(template.names, template.kinds) if k == TRAINABLE]
-    theirs = {n: i for i, n in enumerate(n for n, k in zip(foreign.names, foreign.kinds) if k == TRAINABLE)}
-    if not foreign.optimizer_state or len(foreign.optimizer_state) != len(template.optimizer_state or []):
-        return None
-    if any(n not in theirs for n in ours):
-        return None
-    return [[np.array(slot[theirs[n]], np.float32) for n in ours] for slot in foreign.optimizer_state]
-
-
-def _listed(names: list[str]) -> str:
-    shown = ", ".join(repr(n) for n in names[:8])
-    return f"{shown}{f' and {len(names) - 8} more' if len(names) > 8 else ''}"
