@@ -129,9 +129,13 @@ def two_models(tmp_path_factory):
     return first, second
 
 
-def _train(directory: Path, steps: int = 3) -> np.ndarray:
+def _module(directory: Path):
     module = api.Module(directory / "training_model.onnx", api.CheckpointState.load_checkpoint(directory / "checkpoint"))
-    optimizer = api.Optimizer(directory / "optimizer_model.onnx", module)
+    return module, api.Optimizer(directory / "optimizer_model.onnx", module)
+
+
+def _train(directory: Path, steps: int = 3) -> np.ndarray:
+    module, optimizer = _module(directory)
     rng = np.random.default_rng(0)
     for _ in range(steps):
         module(rng.normal(size=(BATCH, 8)).astype(np.float32), rng.integers(0, 3, BATCH))
@@ -211,11 +215,6 @@ def test_processes_building_one_model_at_once_all_succeed(two_models, tmp_path, 
 def _batches(seed: int, count: int):
     rng = np.random.default_rng(seed)
     return [(rng.normal(size=(BATCH, 8)).astype(np.float32), rng.integers(0, 3, BATCH)) for _ in range(count)]
-
-
-def _module(directory: Path):
-    module = api.Module(directory / "training_model.onnx", api.CheckpointState.load_checkpoint(directory / "checkpoint"))
-    return module, api.Optimizer(directory / "optimizer_model.onnx", module)
 
 
 THREADS, STEPS = 8, 40
