@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -14,7 +16,7 @@ import onnx
 from . import checkpoint
 from .codegen import render
 from .codegen.emit import Affine, build, build_inference, compile_batched
-from .errors import EdgetrainError, ImportNote
+from .errors import DynamicShapeError, EdgetrainError, ImportNote
 from .files import write_artifact
 from . import targets
 from .frontend import load_model
@@ -43,7 +45,7 @@ def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=LossT
                        learning_rate=1e-3, ignore_index=None, class_weights=None,
                        momentum=0.0, nesterov=False, weight_decay=0.0, max_grad_norm=None, federated=False,
                        fused_update=False, update_policy=None, ram_budget=None,
-                       memory_plot=False) -> Path:
+                       memory_plot=False, defer_free_dims=True) -> Path:
     """Compile the forward ONNX `model` into a trainer. Returns the artifact directory.
 
     ONNX Runtime's arguments: requires_grad / frozen_params (frozen_params may name any initializer,
@@ -65,7 +67,12 @@ def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=LossT
     only, and says why (model.h, and the error for another batch).
 
     dim_values: fixes symbolic input dimensions other than the batch, by name ({"seq": 128}) or as
-    {"input_ids:1": 128}. untie: a parameter the export shares between layers becomes one copy per
+    {"input_ids:1": 128}. A dimension an operator ties to a weight's size (a Gemm's features) is
+    fixed to it, with an ImportNote. One that nothing fixes is free: with defer_free_dims (the
+    default) and no target, the ONNX artifacts and checkpoint are written without C, and the host's
+    Module compiles the trainer at the shapes of its first call, and again when they change (each
+    build cached); a device needs dim_values. Likewise, with batch_size left to its default, a
+    Module given a larger batch compiles for it and carries its state over. untie: a parameter the export shares between layers becomes one copy per
     layer. frozen_bn: accept BatchNormalization that torch's exporter folded or wrote in inference
     form as frozen. What the import found (ties, restored batch norms) is warned as ImportNote, once,
     and listed in report.json with the parameters that train.
@@ -98,11 +105,11 @@ def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=LossT
     notes: list[str] = []
     probes = {}  # id(ModelC) -> the trainer at another batch, for the ONNX models' batch axis
 
-    def compile_(plan: Plan):
+    def compile_(plan: Plan, dims: dict):
         def trainer_at(batch: int) -> Trainer:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", ImportNote)
-                graph = load_model(model, batch, dim_values, untie=untie, frozen_bn=frozen_bn)
+                graph = load_model(model, batch, dims, untie=untie, frozen_bn=frozen_bn)
             for warning in caught:
                 if issubclass(warning.category, ImportNote) and str(warning.message) not in notes:
                     notes.append(str(warning.message))
@@ -118,20 +125,56 @@ def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=LossT
         probes[id(model_c)] = probe
         return trainer, model_c
 
-    trainer, model_c = meet_budget(compile_, Plan(bool(fused_update)), ram_budget,
-                                   can_fuse=max_grad_norm is None)
+    def compile_at(dims: dict):
+        return meet_budget(lambda plan: compile_(plan, dims), Plan(bool(fused_update)), ram_budget,
+                           can_fuse=max_grad_norm is None)
+
+    try:
+        free: dict[str, str] = {}
+        trainer, model_c = compile_at(dict(dim_values or {}))
+    except DynamicShapeError as exc:
+        if not defer_free_dims or target is not None:
+            raise
+        # Built at a stand-in size for the ONNX artifacts and checkpoint, which do not depend on it.
+        free = {f"{name}:{axis}": param for name, axis, param in exc.dims}
+        try:
+            trainer, model_c = compile_at({**(dim_values or {}), **dict.fromkeys(free, STAND_IN)})
+        except EdgetrainError:
+            raise exc from None
+        warnings.warn(ImportNote(f"{', '.join(f'{k} ({v})' if v else k for k, v in free.items())}: nothing fixes "
+                                 "these input dimensions, so no C is written; the host's Module compiles the "
+                                 "trainer at its first call's shapes (a device needs dim_values)"), stacklevel=2)
     check_ram(static_ram_bytes(model_c))
-    sources = render(model_c)
 
     out = _output_directory(Path.cwd() if artifact_directory is None else artifact_directory)
-    for name, text in sources.items():
-        write_artifact(out / name, text)
+    if not free:
+        for name, text in render(model_c).items():
+            write_artifact(out / name, text)
     models = _onnx_models(trainer, prefix, model_c, probes[id(model_c)], model, file_prefix)
+    growable = batch_size is None and not model_c.fixed_batch
+    if free or growable:
+        recipe = {"source": f"{file_prefix}source_model.onnx", "free_dims": free, "batch_grows": growable,
+                  "c_prefix": prefix,
+                  "dim_values": dict(dim_values or {}), "options": dict(
+                      requires_grad=requires_grad, frozen_params=frozen_params, update_policy=update_policy,
+                      loss=None if loss is None else loss.value, loss_input_names=loss_input_names,
+                      additional_output_names=additional_output_names, optimizer=optimizer.value,
+                      learning_rate=learning_rate, ignore_index=ignore_index, momentum=momentum, nesterov=nesterov,
+                      weight_decay=weight_decay, max_grad_norm=max_grad_norm, federated=federated,
+                      fused_update=fused_update, ram_budget=ram_budget, untie=untie, frozen_bn=frozen_bn,
+                      class_weights=None if class_weights is None else np.asarray(class_weights).tolist())}
+        write_artifact(out / recipe["source"], _proto(model).SerializeToString())
+        for proto in (models["training_model.onnx"], models["eval_model.onnx"]):
+            _free_axes(proto, free)
+            onnx.helper.set_model_props(proto, {**{p.key: p.value for p in proto.metadata_props},
+                                                "edgetrain.recipe": json.dumps(recipe)})
     for name, proto in models.items():
         write_artifact(out / f"{file_prefix}{name}", proto.SerializeToString())
     _write_checkpoints(trainer, out, file_prefix, nominal_checkpoint)
     report = memory_report(trainer, model_c)
     report["import"] = {"trainable": trainer.trainable, "frozen": trainer.frozen, "notes": notes}
+    if free:
+        report["free_dims"] = free  # the memory figures are those of the stand-in size
     # A target's compiler measures flash and RAM (targets/<name>.mk); None, the library default,
     # spares the compile and reports the planner's host figures.
     report = targets.add_sizes(report, target, out / "model.c")
@@ -140,6 +183,50 @@ def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=LossT
 
         report["wasm_module_bytes"] = build_module(out).stat().st_size
     write_report(report, out, memory_plot)
+    return out
+
+
+# The size a free input dimension takes while the ONNX artifacts and checkpoint are built.
+STAND_IN = 1
+
+
+def _proto(model) -> onnx.ModelProto:
+    return model if isinstance(model, onnx.ModelProto) else onnx.load(os.fspath(model))
+
+
+def _free_axes(proto: onnx.ModelProto, free: dict[str, str]) -> None:
+    """Give the free input dimensions their symbolic names back in an artifact model's inputs."""
+    for value in proto.graph.input:
+        for axis, dim in enumerate(value.type.tensor_type.shape.dim):
+            key = f"{value.name}:{axis}"
+            if key in free:
+                dim.Clear()
+                if free[key]:
+                    dim.dim_param = free[key]
+
+
+def specialize(directory: Path, recipe: dict, max_batch: int, dims: dict[str, int]) -> Path:
+    """The artifacts of the trainer `directory`'s recipe compiles at batches up to max_batch with
+    the free dimensions `dims`: generated once into the build cache, then found there."""
+    from .host.build import cache_dir
+
+    source = Path(directory) / recipe["source"]
+    key = hashlib.sha256(source.read_bytes())
+    key.update(json.dumps([recipe, max_batch, sorted(dims.items())], sort_keys=True).encode())
+    out = cache_dir() / "specialized" / key.hexdigest()[:24]
+    if not (out / "training_model.onnx").exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ImportNote)  # said when the artifacts were generated
+                generate_artifacts(source, artifact_directory=tmp, batch_size=max_batch, c_prefix=recipe["c_prefix"],
+                                   dim_values={**recipe["dim_values"], **dims}, **recipe["options"])
+            try:
+                os.replace(tmp, out)  # atomic: a concurrent specialization of the same shapes agrees
+            except OSError:
+                if not (out / "training_model.onnx").exists():
+                    raise
+            Path(tmp).mkdir(exist_ok=True)  # for the context manager's cleanup
     return out
 
 

@@ -141,7 +141,7 @@ def _run(args) -> None:
             nesterov=args.nesterov, weight_decay=args.weight_decay, max_grad_norm=args.max_grad_norm,
             federated=args.federated, nominal_checkpoint=args.nominal_checkpoint,
             fused_update=args.fused_update, update_policy=args.update_policy, ram_budget=args.ram_budget,
-            memory_plot=plot)
+            memory_plot=plot, defer_free_dims=False)  # the command line's job is the C
         print((out / "report.txt").read_text(), end="")
         trains = json.loads((out / "report.json").read_text())["import"]
         print(f"trains {len(trains['trainable'])} parameter(s): {', '.join(trains['trainable'][:8])}"

@@ -18,7 +18,7 @@ from ..errors import DynamicShapeError, EdgetrainError
 from ..ir import Graph, Node, Value
 from ..ir.graph import frozen_attrs
 from ..ops import lookup
-from . import imports
+from . import dims, imports
 from .validate import check_model, check_tensor_size, read_model
 
 MIN_OPSET = 13
@@ -39,6 +39,7 @@ def load_model(model: str | os.PathLike | onnx.ModelProto, batch_size: int | Non
     imports.tied_parameters(proto, {i.name for i in proto.graph.initializer if i.data_type == onnx.TensorProto.FLOAT},
                             untie)
     _fix_dims(proto, dim_values or {})
+    dims.tie_to_constants(proto, _data_inputs(proto))
     _fix_batch(proto, batch_size)
     proto, constants = _fold_constants(proto)
     graph = _to_ir(proto, constants)

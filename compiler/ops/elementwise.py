@@ -1,5 +1,7 @@
 """Elementwise ops: activations, arithmetic with NumPy broadcasting, Clip, Pow, Dropout."""
 
+import dataclasses
+
 import numpy as np
 
 from ..errors import EdgetrainError
@@ -255,7 +257,9 @@ class OnnxDropout:
     @staticmethod
     def variant(graph, node, index, training):
         if not training:
-            return node
+            # Without its training_mode input an ONNX Dropout is the identity, so the eval and
+            # inference models (which ONNX Runtime may run) never drop, whatever the export said.
+            return dataclasses.replace(node, inputs=tuple(node.inputs[:2]) + ("",) * (len(node.inputs) > 2))
         ratio, mode = (tuple(node.inputs) + ("", ""))[1:3]
         ratio = float(graph.constants[ratio].reshape(())) if ratio else 0.5
         if mode and not bool(graph.constants[mode].reshape(())):

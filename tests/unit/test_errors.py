@@ -40,7 +40,7 @@ CASES = {
         {}, ["unsupported ops", "com.example.FusedThing", "'fused'"]),
     "dynamic non-batch axis": (lambda: model_with(
         [helper.make_node("Relu", ["x"], ["y"])], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, "T"])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, "T"])]), {"batch_size": 2},
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, "T"])]), {"batch_size": 2, "defer_free_dims": False},
         ["dynamic shape", "'x' axis 1 (T)"]),
     "int8 input": (lambda: model_with(
         [helper.make_node("Cast", ["x"], ["xf"], to=TensorProto.FLOAT), helper.make_node("Mul", ["xf", "w"], ["y"])],
@@ -94,7 +94,9 @@ def test_unfixed_dimension_names_every_fix_in_the_interfaces_spelling(tmp_path):
                        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, "T"])],
                        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, "T"])])
     with pytest.raises(EdgetrainError, match=re.escape("dim_values={'T': SIZE} or dim_values={'x:1': SIZE}")):
-        artifacts.generate_artifacts(model, artifact_directory=tmp_path, batch_size=2)
+        artifacts.generate_artifacts(model, artifact_directory=tmp_path, batch_size=2, defer_free_dims=False)
+    with pytest.raises(EdgetrainError, match=re.escape("dim_values={'T': SIZE}")):  # a device's sizes are needed
+        artifacts.generate_artifacts(model, artifact_directory=tmp_path, batch_size=2, target="cortex-m4")
     onnx.save(model, tmp_path / "m.onnx")
     result = cli("compile", tmp_path / "m.onnx", "-o", tmp_path / "out", "--batch-size", 2)
     assert "--dim T=SIZE or --dim x:1=SIZE" in result.stderr and "dim_values" not in result.stderr
