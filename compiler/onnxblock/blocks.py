@@ -21,9 +21,12 @@ __all__ = ["Abs", "Add", "Block", "Cast", "Clip", "Constant", "Div", "InputLike"
 class Block(ABC):
     """A piece of model. Subclasses implement `build(*input_names)`, which changes `self.base` (the
     current base model) and returns the name(s) of its result; calling the block runs build and
-    checks that the model is still valid ONNX. Subclasses need not call Block.__init__."""
+    checks that the model is still valid ONNX. Subclasses need not call Block.__init__.
 
-    def __init__(self):
+    temp_file_name: ONNX Runtime's file for checking models over 2 GB; accepted so its callers run
+    unchanged, and unused: the checker here takes a model of any size from memory."""
+
+    def __init__(self, temp_file_name: str = "temp.onnx"):
         self.base = None
 
     @abstractmethod

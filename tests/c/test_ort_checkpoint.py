@@ -4,7 +4,6 @@ its checkpoint; edgetrain loads it and must hold ORT's parameters bit for bit an
 next losses."""
 
 import json
-import os
 import random
 import subprocess
 import sys
@@ -17,9 +16,8 @@ import pytest
 
 from edgetrain import api, artifacts, checkpoint, cli, ort_checkpoint
 from models import mlp
+from ort_venv import ort_python
 
-ROOT = Path(__file__).resolve().parents[2]
-ORT_PYTHON = ROOT / "bench" / ".venv-ort" / "bin" / "python"
 BATCH, TRAINED, RESUMED, LR = 4, 3, 2, 0.05
 FROZEN = ["fc0.bias"]
 
@@ -75,18 +73,10 @@ print(json.dumps({"continued": continued, "resumed_lr": optimizer.get_learning_r
 """
 
 
-def _ort_python() -> Path:
-    if not ORT_PYTHON.exists():
-        if not os.environ.get("CI"):
-            pytest.skip("ONNX Runtime training 1.19.2 is not installed: make bench/.venv-ort/.installed")
-        subprocess.run(["make", "bench/.venv-ort/.installed"], cwd=ROOT, check=True, capture_output=True)
-    return ORT_PYTHON
-
-
 @pytest.fixture(scope="module")
 def ort(tmp_path_factory):
     """ORT's run: its directory (checkpoints, parameters.npz, batches.npz, model.onnx) and losses."""
-    python = _ort_python()
+    python = ort_python()
     out = tmp_path_factory.mktemp("ort-checkpoint")
     onnx.save(mlp(), out / "model.onnx")
     rng = np.random.default_rng(7)
