@@ -155,9 +155,6 @@ def build_trainer(graph: Graph, *, loss: LossType | None, optimizer: OptimizerSp
     time for RAM. loss_input_names: the model output the loss is on (default: the first).
     additional_output_names: model outputs the training and evaluation steps return too."""
     trainable, frozen = _resolve_params(graph, requires_grad, frozen_params)
-    if not trainable:
-        raise EdgetrainError("nothing to train: no trainable float initializers "
-                             "(artifacts.generate_inference compiles a model for inference only)")
     extra = _model_outputs(graph, additional_output_names, "additional_output_names")
     model_nodes = list(graph.nodes)
     loss_value, labels = _append_loss(graph, loss, loss_input_names, ignore_index=ignore_index,

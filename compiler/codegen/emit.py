@@ -56,9 +56,10 @@ class Function:
     blocks: tuple[Block, ...]  # the arena's allocations, for the memory report
 
     @property
-    def int_views(self) -> bool:
-        """Whether a statement reads or writes the arena as int32_t (integer and bool tensors)."""
-        return any(a.base == "et_arena.i" for stmt in self.stmts for a in stmt.args)
+    def arena_views(self) -> frozenset[str]:
+        """The arena's members its statements read or write (_ARENA_VIEWS): et_arena.i for integer
+        and bool tensors, et_arena.u for bit masks."""
+        return frozenset(a.base for stmt in self.stmts for a in stmt.args if a.base.startswith("et_arena."))
 
 
 class Floats:
@@ -166,9 +167,10 @@ class ModelC:
         return self.consts.array[self.frozen_floats:]
 
     @property
-    def int_arena(self) -> bool:
-        return (self.train.int_views or self.eval.int_views or self.infer.int_views
-                or any(a.base == "et_arena.i" for a in self.infer_outputs))
+    def arena_views(self) -> frozenset[str]:
+        """The arena members the C uses; the union declares those alone (cppcheck flags the others)."""
+        outputs = self.infer_outputs + self.train_extra + self.eval_extra
+        return self.train.arena_views | self.eval.arena_views | self.infer.arena_views | {a.base for a in outputs}
 
 
 class _Storage:
@@ -493,8 +495,8 @@ class InferenceC:
         return self.infer.arena_floats
 
     @property
-    def int_arena(self) -> bool:
-        return self.infer.int_views or any(a.base == "et_arena.i" for a in self.infer_outputs)
+    def arena_views(self) -> frozenset[str]:
+        return self.infer.arena_views | {a.base for a in self.infer_outputs}
 
 
 def build_inference(trainer: Trainer, prefix: str, batch_consts: dict[str, Affine | int] | None = None) -> InferenceC:
