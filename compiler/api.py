@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+from onnx import numpy_helper
 
 from . import checkpoint
 from .artifacts import STAND_IN, specialize
@@ -354,7 +355,8 @@ class Module:
         """session_options: accepted for ONNX Runtime's signature; there is no session to configure."""
         _cpu_only(device)
         self._dir = Path(train_model_uri).parent
-        self._eval_model_uri = Path(eval_model_uri) if eval_model_uri else self._dir / "eval_model.onnx"
+        sibling = Path(train_model_uri).name.replace("training_model", "eval_model")  # its file prefix kept
+        self._eval_model_uri = Path(eval_model_uri) if eval_model_uri else self._dir / sibling
         model = onnx.load(os.fspath(train_model_uri), load_external_data=False)
         meta = {p.key: p.value for p in model.metadata_props}
         # The trainer's state is one static arena, and cffi releases the GIL during a C call: two threads'
@@ -393,6 +395,8 @@ class Module:
         meta = {p.key: p.value for p in model.metadata_props}
         self._prefix = meta["edgetrain.prefix"]
         self._ffi, self._lib = load_library(path.parent)
+        # The eval model exported from: the one given, unless this build is a recompile for other sizes.
+        self._eval_model_in_use = self._eval_model_uri if path.parent == self._dir else path.parent / "eval_model.onnx"
         # Looked up once: at batch 1, a step's Python costs about as much as its C.
         self._functions = {name[len(self._prefix) + 1:]: getattr(self._lib, name) for name in dir(self._lib)
                            if name.startswith(f"{self._prefix}_")}
@@ -610,7 +614,12 @@ class Module:
     def export_model_for_inferencing(self, inference_model_uri, graph_output_names) -> None:
         """Write a forward-only ONNX model with the current weights and buffers, merged from the C's
         export blob exactly as a device's blob is (edgetrain.export.merge_parameter_blob)."""
-        model = merge_parameter_blob(self._eval_model_uri, self.export_parameters(), graph_output_names)
+        evaluation = onnx.load(os.fspath(self._eval_model_in_use))
+        # The host keeps frozen parameters writable: export the values they have now.
+        for tensor in evaluation.graph.initializer:
+            if self.state._kinds.get(tensor.name) == checkpoint.FROZEN:
+                tensor.CopyFrom(numpy_helper.from_array(self.state.parameters[tensor.name]._data, tensor.name))
+        model = merge_parameter_blob(evaluation, self.export_parameters(), graph_output_names)
         write_artifact(Path(inference_model_uri), model.SerializeToString())
 
     def export_parameters(self) -> bytes:

@@ -195,7 +195,13 @@ def _proto(model) -> onnx.ModelProto:
 
 
 def _free_axes(proto: onnx.ModelProto, free: dict[str, str]) -> None:
-    """Give the free input dimensions their symbolic names back in an artifact model's inputs."""
+    """Give the free input dimensions their symbolic names back in an artifact model's inputs; the
+    shapes recorded inside, those of the stand-in size, are dropped."""
+    if not free:
+        return
+    del proto.graph.value_info[:]
+    for value in proto.graph.output:
+        value.type.tensor_type.ClearField("shape")
     for value in proto.graph.input:
         for axis, dim in enumerate(value.type.tensor_type.shape.dim):
             key = f"{value.name}:{axis}"

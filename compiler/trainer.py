@@ -46,13 +46,14 @@ class Trainer:
         return [(p, int(p in self.trainable)) for p in self.params] + [(b, 2) for b in self.buffers]
 
     def fingerprint(self) -> int:
-        """Identifies the compiled model: structure, shapes, frozen weights and optimizer layout. The
-        forward and loss nodes stand for the structure: the backward pass follows from them and the
-        trainable set, so builds that differ only in their memory plan share checkpoints."""
+        """Identifies the compiled model: structure, parameter shapes, frozen weights and optimizer
+        layout. The forward and loss nodes stand for the structure: the backward pass follows from
+        them and the trainable set, so builds that differ only in their memory plan share
+        checkpoints. The activations' shapes are left out: builds for another batch or input size
+        (the host's Module compiles them as its inputs need) share checkpoints too."""
         h = hashlib.sha256()
         for node in self.train_nodes[:self.backward_start]:
-            h.update(repr((node.op, node.domain, [self.graph.values[n].shape if n in self.graph.values else ()
-                                                   for n in node.inputs], sorted(node.attrs.items(), key=str))).encode())
+            h.update(repr((node.op, node.domain, len(node.inputs), sorted(node.attrs.items(), key=str))).encode())
         for name, kind in self.checkpoint_entries:
             h.update(repr((name, kind, self.graph.shape(name))).encode())
             if name in self.frozen:

@@ -121,6 +121,23 @@ def test_parameters_mapping_as_onnx_runtime(out):
     assert state.parameters["fc0.weight"].grad is None
 
 
+def test_exported_inference_model_holds_frozen_values_set_on_the_host(out, tmp_path):
+    """The host keeps frozen parameters writable; the exported model must hold the values they have
+    now, as the C computes with them, not those compiled in."""
+    state, module, _ = fresh(out)
+    pt = TorchMLP(mlp())
+    new = np.linspace(-1, 1, 16 * 8, dtype=np.float32).reshape(16, 8)
+    state.parameters["fc0.weight"] = new
+    with torch.no_grad():
+        pt.fc0.weight.copy_(torch.from_numpy(new))
+    module.export_model_for_inferencing(tmp_path / "infer.onnx", ["logits"])
+    x, _ = batch(2)
+    session = onnxruntime.InferenceSession(tmp_path / "infer.onnx", providers=["CPUExecutionProvider"])
+    expected = pt(torch.from_numpy(x)).detach().numpy()
+    np.testing.assert_allclose(session.run(None, {"x": x})[0], expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(module.infer(x)[0], expected, rtol=1e-5, atol=1e-6)
+
+
 def test_nominal_checkpoint_refuses_use_until_loaded(out):
     nominal, module, opt = fresh(out, "nominal_checkpoint")
     x, y = batch(2)

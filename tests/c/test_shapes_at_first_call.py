@@ -15,6 +15,7 @@ import warnings
 
 import numpy as np
 import onnx
+import onnxruntime
 import pytest
 import torch
 
@@ -148,8 +149,12 @@ def test_free_image_sizes_compile_at_each_calls_shapes(tmp_path):
                                                        data(2, 2, 3, 8, 8)])
     model.eval()
     x, _ = data(3, 3, 3, 5, 7)
-    np.testing.assert_allclose(model.infer(x)[0], reference(torch.from_numpy(x)).detach().numpy(), rtol=1e-5,
-                               atol=1e-6)
+    expected = reference(torch.from_numpy(x)).detach().numpy()
+    np.testing.assert_allclose(model.infer(x)[0], expected, rtol=1e-5, atol=1e-6)
+    # The inference model exported is the build in use, with the trained weights, run by onnxruntime.
+    model.export_model_for_inferencing(tmp_path / "inference.onnx", ["output-0"])
+    session = onnxruntime.InferenceSession(tmp_path / "inference.onnx", providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(session.run(None, {"input-0": x})[0], expected, rtol=1e-5, atol=1e-6)
 
 
 def test_free_dimensions_still_need_sizes_for_a_device(tmp_path):
