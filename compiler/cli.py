@@ -144,8 +144,12 @@ def _run(args) -> None:
             memory_plot=plot, defer_free_dims=False)  # the command line's job is the C
         print((out / "report.txt").read_text(), end="")
         trains = json.loads((out / "report.json").read_text())["import"]
-        print(f"trains {len(trains['trainable'])} parameter(s): {', '.join(trains['trainable'][:8])}"
-              f"{', ...' if len(trains['trainable']) > 8 else ''}; {len(trains['frozen'])} frozen")
+        if trains["trainable"]:
+            print(f"trains {len(trains['trainable'])} parameter(s): {', '.join(trains['trainable'][:8])}"
+                  f"{', ...' if len(trains['trainable']) > 8 else ''}; {len(trains['frozen'])} frozen")
+        else:
+            print(f"trains nothing (no trainable parameter: a step computes the loss and updates the buffers); "
+                  f"{len(trains['frozen'])} frozen")
         print(f"wrote {out}/: model.c model.h model_weights.h training_model.onnx eval_model.onnx "
               "optimizer_model.onnx checkpoint report.json report.txt"
               + (" memory.png" if plot else f" ({NO_MATPLOTLIB})"))

@@ -115,7 +115,7 @@ def test_dim_values_fix_dimensions_by_name_and_by_input_axis(tmp_path):
     # parameter its trainer trains nothing, as ONNX Runtime's would; it still computes the loss.
     result = cli("compile", tmp_path / "m.onnx", "-o", tmp_path / "c", "--loss", "none", "--dim", "T=3", "--dim", "x:2=5")
     assert result.returncode == 0, result.stderr
-    assert "trains 0 parameter(s)" in result.stdout
+    assert "trains nothing" in result.stdout
     assert "et_params" not in (tmp_path / "c" / "model_weights.h").read_text()
 
 
