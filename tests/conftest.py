@@ -1,10 +1,37 @@
-import sys
+"""The suite's tiers, its build cache, and the figures a run prints.
+
+pyproject.toml puts the repository (for `examples.models`) and tests/ (for the shared helpers:
+gradcheck, models) on sys.path. Every test gets the marker of its tier from its directory, so
+`pytest -m unit` runs the tier that needs neither torch nor a cross compiler, and `-m "not slow"`
+leaves out the tests that take minutes."""
+
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))  # shared helpers: gradcheck, models
-sys.path.insert(1, str(Path(__file__).parent.parent / "examples" / "models"))  # reference models: mlperf_tiny
+TESTS = Path(__file__).resolve().parent
+
+# tests/<directory> -> tier. A new directory must be given one here (collection fails until it is).
+TIERS = {"unit": "unit", "c": "c", "target": "target", "zoo": "zoo", "sanitize": "sanitize",
+         "fuzz": "sanitize",  # libFuzzer under ASan and UBSan, like the sanitizer tier
+         "durable": "c", "conformance": "c", "ort_compat": "c"}  # host and generated C on this machine
+
+# Tests measured at over 20 s on the 2-core CI machine (file, test name without parameters).
+SLOW = {
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        path = Path(item.path).resolve()
+        if not path.is_relative_to(TESTS):
+            continue
+        folder = path.relative_to(TESTS).parts[0]
+        if folder not in TIERS:
+            raise pytest.UsageError(f"tests/{folder}: no tier; add it to TIERS in tests/conftest.py")
+        item.add_marker(TIERS[folder])
+        if (path.relative_to(TESTS).as_posix(), item.originalname) in SLOW:
+            item.add_marker("slow")
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -13,7 +13,11 @@ from sklearn.model_selection import train_test_split
 from torch import nn
 
 from edgetrain import api, artifacts
-from mlperf_tiny import export_training
+
+try:
+    from .mlperf_tiny import export_training
+except ImportError:  # run as a script: python examples/models/digits_cnn.py
+    from mlperf_tiny import export_training
 
 BATCH = 32
 

@@ -1,7 +1,11 @@
 """Real data: the digits CNN example (examples/models/digits_cnn.py) trained by the generated C
 classifies held-out scikit-learn digits (measured: 0.989)."""
 
-from digits_cnn import train_and_score
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("sklearn")
+from examples.models.digits_cnn import train_and_score  # noqa: E402
 
 
 def test_digits_cnn_reaches_97_percent_held_out(tmp_path):

@@ -11,15 +11,16 @@ import warnings
 
 import numpy as np
 import onnx
-import onnxruntime
 import pytest
-import torch
 from onnx import TensorProto, helper, numpy_helper
-from torch import nn
 
 from edgetrain import api, artifacts
 from edgetrain.host import load_library
 from models import mlp, weighted_sum
+
+torch = pytest.importorskip("torch")
+onnxruntime = pytest.importorskip("onnxruntime")
+nn = torch.nn
 
 MAX = 8
 BAD_ARGUMENT = 1

@@ -6,12 +6,13 @@ import subprocess
 
 import numpy as np
 import onnx
-import onnxruntime
 import pytest
 
 from edgetrain import api, artifacts
 from edgetrain.export import merge_parameter_blob
 from models import mlp, mlp_bn
+
+onnxruntime = pytest.importorskip("onnxruntime")
 
 BATCH = 8
 STRICT = ["gcc", "-std=c99", "-Wall", "-Wextra", "-Wshadow", "-Wdouble-promotion", "-Werror", "-pedantic",

@@ -26,11 +26,13 @@ import itertools
 
 import numpy as np
 import pytest
-import torch
-from torch import nn
 
 from edgetrain import api, artifacts
-from mlperf_tiny import MODELS, export_training
+
+torch = pytest.importorskip("torch")
+from examples.models.mlperf_tiny import MODELS, export_training  # noqa: E402
+
+nn = torch.nn
 
 BATCH = 2
 TIMES_TORCH = 3

@@ -18,7 +18,6 @@ from typing import Callable
 import numpy as np
 import onnx
 import pytest
-import torch
 from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
 
@@ -26,6 +25,8 @@ from edgetrain import api, artifacts
 from edgetrain.ops import reference_ops
 from edgetrain.errors import EdgetrainError
 from gradcheck import TOL, assert_close, build_op_model, check_op_gradients, compile_module
+
+torch = pytest.importorskip("torch")
 
 F = torch.nn.functional
 CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}

@@ -17,10 +17,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from onnx import helper, numpy_helper
 
 from test_gradients_more import ExportCase, OpCase, check_graph_gradients, fixed, float_library, i64, normal, ulps
+
+torch = pytest.importorskip("torch")
 
 F = torch.nn.functional
 RUNTIME = Path(__file__).resolve().parents[2] / "runtime_c"

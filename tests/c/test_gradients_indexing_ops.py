@@ -18,9 +18,7 @@ from typing import Callable
 
 import numpy as np
 import onnx
-import onnxruntime
 import pytest
-import torch
 from onnx import TensorProto, helper, numpy_helper
 
 from edgetrain import artifacts
@@ -30,6 +28,9 @@ from edgetrain.host import load_library
 from edgetrain.ops import KernelCtx, lookup
 
 from gradcheck import assert_close, check_op_gradients, compile_module
+
+torch = pytest.importorskip("torch")
+onnxruntime = pytest.importorskip("onnxruntime")
 
 
 def i64(*rows) -> np.ndarray:

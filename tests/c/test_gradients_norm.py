@@ -18,7 +18,6 @@ from typing import Callable
 import numpy as np
 import onnx
 import pytest
-import torch
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
@@ -26,6 +25,8 @@ from edgetrain import api, artifacts
 from edgetrain.errors import EdgetrainError
 from edgetrain.ops import REGISTRY, reference_ops
 from gradcheck import assert_close, build_op_model, compile_module
+
+torch = pytest.importorskip("torch")
 
 F = torch.nn.functional
 

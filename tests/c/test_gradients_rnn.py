@@ -15,15 +15,16 @@ from dataclasses import dataclass
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
-import torch
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
 from edgetrain.errors import EdgetrainError
 from edgetrain.ops import reference_ops
 from gradcheck import assert_close, build_op_model, check_op_gradients, compile_module
+
+torch = pytest.importorskip("torch")
+ort = pytest.importorskip("onnxruntime")
 
 GATES = {"GRU": 3, "LSTM": 4}
 STATES = {"GRU": ("initial_h",), "LSTM": ("initial_h", "initial_c")}

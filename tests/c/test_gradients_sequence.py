@@ -16,7 +16,6 @@ from typing import Callable
 import numpy as np
 import onnx
 import pytest
-import torch
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
@@ -24,6 +23,8 @@ from edgetrain import artifacts
 from edgetrain.errors import EdgetrainError
 from edgetrain.ops import reference_ops
 from gradcheck import assert_close, build_op_model, check_loss_gradients, check_op_gradients, compile_module
+
+torch = pytest.importorskip("torch")
 
 F = torch.nn.functional
 RNG = np.random.default_rng(2024)

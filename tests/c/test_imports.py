@@ -8,10 +8,11 @@ import warnings
 import numpy as np
 import onnx
 import pytest
-import torch
 from onnx import TensorProto, helper, numpy_helper
 
 from edgetrain import EdgetrainError, ImportNote, api, artifacts
+
+torch = pytest.importorskip("torch")
 
 B = 2
 

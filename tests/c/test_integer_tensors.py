@@ -17,9 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
-import torch
 from onnx import TensorProto as TP, helper, numpy_helper
 
 from edgetrain import api, artifacts
@@ -29,6 +27,9 @@ from edgetrain.ir import Node
 from edgetrain.ops import lookup
 
 from gradcheck import assert_close, compile_module
+
+torch = pytest.importorskip("torch")
+ort = pytest.importorskip("onnxruntime")
 
 F = torch.nn.functional
 RNG = np.random.default_rng(7)

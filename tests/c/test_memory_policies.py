@@ -13,8 +13,10 @@ from edgetrain import api, artifacts, targets
 from edgetrain.errors import EdgetrainError
 from edgetrain.memory.policy import NOTHING_KEPT, Plan
 from gradcheck import compile_module
-from mlperf_tiny import ds_cnn, export_training
 from models import mlp, mlp_bn
+
+pytest.importorskip("torch")
+from examples.models.mlperf_tiny import ds_cnn, export_training  # noqa: E402
 
 STEPS = 20
 BATCH = 2

@@ -18,10 +18,11 @@ import copy
 
 import numpy as np
 import pytest
-import torch
 
 from edgetrain import api, artifacts
-from mlperf_tiny import MODELS, export_training
+
+torch = pytest.importorskip("torch")
+from examples.models.mlperf_tiny import MODELS, export_training  # noqa: E402
 
 FLOOR = 1e-4
 TIMES_TORCH = 3

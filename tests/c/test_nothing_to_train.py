@@ -11,9 +11,10 @@ import io
 import numpy as np
 import onnx
 import pytest
-import torch
 
 from edgetrain import api, artifacts, checkpoint, onnxblock
+
+torch = pytest.importorskip("torch")
 
 F = torch.nn.functional
 

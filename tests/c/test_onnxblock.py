@@ -14,14 +14,15 @@ import warnings
 
 import numpy as np
 import onnx
-import onnxruntime
 import pytest
-import torch
 from onnx import TensorProto, helper, numpy_helper
 
 from edgetrain import EdgetrainError, api, artifacts, onnxblock
 from edgetrain.onnxblock import with_loss
 from gradcheck import assert_close, compile_module
+
+torch = pytest.importorskip("torch")
+onnxruntime = pytest.importorskip("onnxruntime")
 
 F = torch.nn.functional
 

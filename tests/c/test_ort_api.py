@@ -10,13 +10,14 @@ import warnings
 
 import numpy as np
 import onnx
-import onnxruntime
 import pytest
-import torch
 from onnx import helper, numpy_helper
 
 from edgetrain import EdgetrainError, api, artifacts, checkpoint
 from models import mlp, mlp_bn
+
+torch = pytest.importorskip("torch")
+onnxruntime = pytest.importorskip("onnxruntime")
 
 BATCH = 4
 

@@ -9,7 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import flatbuffers
 import numpy as np
 import onnx
 import pytest
@@ -17,6 +16,8 @@ import pytest
 from edgetrain import api, artifacts, checkpoint, cli, ort_checkpoint
 from models import mlp
 from ort_venv import ort_python
+
+flatbuffers = pytest.importorskip("flatbuffers")
 
 BATCH, TRAINED, RESUMED, LR = 4, 3, 2, 0.05
 FROZEN = ["fc0.bias"]

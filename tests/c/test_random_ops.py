@@ -19,7 +19,6 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-import torch
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
@@ -28,6 +27,8 @@ from edgetrain.errors import EdgetrainError
 from edgetrain.ops import REGISTRY, reference_ops
 from edgetrain.ops.elementwise import _dropout_mask
 from gradcheck import assert_close, compile_module
+
+torch = pytest.importorskip("torch")
 
 cffi = pytest.importorskip("cffi")
 

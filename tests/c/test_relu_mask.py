@@ -10,8 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
-from torch import nn
 
 from edgetrain.codegen.emit import build
 from edgetrain.frontend import load_model
@@ -20,7 +18,11 @@ from edgetrain.ops.elementwise import ReluMask
 from edgetrain.optim import LossType, OptimizerSpec, OptimType
 from edgetrain.trainer import build_trainer
 from gradcheck import assert_close, compile_module
-from mlperf_tiny import MODELS, export_eval, export_training, freeze_batchnorm
+
+torch = pytest.importorskip("torch")
+from examples.models.mlperf_tiny import MODELS, export_eval, export_training, freeze_batchnorm  # noqa: E402
+
+nn = torch.nn
 
 cffi = pytest.importorskip("cffi")
 

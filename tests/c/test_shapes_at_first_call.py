@@ -15,12 +15,13 @@ import warnings
 
 import numpy as np
 import onnx
-import onnxruntime
 import pytest
-import torch
 
 from edgetrain import ImportNote, api, artifacts
 from edgetrain.errors import DynamicShapeError
+
+torch = pytest.importorskip("torch")
+onnxruntime = pytest.importorskip("onnxruntime")
 
 
 def export_all_dynamic(model: torch.nn.Module, sample: torch.Tensor) -> onnx.ModelProto:

@@ -18,7 +18,6 @@ from edgetrain import api, artifacts, firmware, targets
 from edgetrain.cli import main
 from edgetrain.errors import EdgetrainError
 from edgetrain.ops import REGISTRY
-from mlperf_tiny import ds_cnn, export_training
 from models import mlp
 
 TARGETS = targets.names()
@@ -244,6 +243,9 @@ def test_kws_dscnn_code_fits_48_kb(tmp_path):
     """MLPerf Tiny's KWS DS-CNN trainer on a Cortex-M4: code (flash minus constant weights and the
     parameters' initial values) stays within 48 KB."""
     need("cortex-m4")
+    pytest.importorskip("torch")
+    from examples.models.mlperf_tiny import ds_cnn, export_training
+
     model, _ = export_training(ds_cnn(), batch=1)
     need_ops(model)
     directory = artifacts.generate_artifacts(model, artifact_directory=tmp_path / "kws", target="cortex-m4")

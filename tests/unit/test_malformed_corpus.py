@@ -12,10 +12,9 @@ from pathlib import Path
 import pytest
 
 from edgetrain import EdgetrainError, artifacts, cli
+from corpus import make_malformed
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus"
-sys.path.insert(0, str(CORPUS))
-import make_malformed  # noqa: E402
 
 # file -> a fragment its one-line error must contain
 EXPECTED = {

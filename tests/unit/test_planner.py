@@ -89,10 +89,11 @@ def suite_models():
     """{name: (forward model, loss)}: the models the test suite trains, at the batches it trains them:
     tests/models.py's, the MLPerf Tiny models (also at batch 1, issue 6's figures), the digits CNN,
     the recurrent taggers and the transformer."""
-    import torch
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("sklearn")  # digits_cnn's data
 
-    from digits_cnn import BATCH as DIGITS_BATCH, digits_cnn
-    from mlperf_tiny import MODELS, export_training
+    from examples.models.digits_cnn import BATCH as DIGITS_BATCH, digits_cnn
+    from examples.models.mlperf_tiny import MODELS, export_training
     from models import mlp, mlp_bn, weighted_sum
     cross_entropy = LossType.CrossEntropyLoss
     models = {"mlp": (mlp(batch=4), cross_entropy), "mlp_dropout": (mlp(batch=4, dropout=0.1), cross_entropy),

@@ -1,0 +1,1 @@
+"""The examples. examples.models: reference models (MLPerf Tiny, the digits CNN) the tests and benchmarks train."""
