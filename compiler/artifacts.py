@@ -240,8 +240,8 @@ def _check_options(spec: OptimizerSpec, target, requires_grad, update_policy, fu
     """generate_artifacts' arguments that cannot go together, or are unknown."""
     if target is not None and target not in TARGETS:
         raise EdgetrainError(f"unknown target {target!r}; known targets: {', '.join(TARGETS)}")
-    if spec.nesterov and spec.kind is OptimType.SGD and spec.momentum <= 0:
-        raise EdgetrainError("nesterov needs a positive momentum")
+    if spec.problem():
+        raise EdgetrainError(spec.problem())
     if update_policy is not None and requires_grad is not None:
         raise EdgetrainError("give requires_grad or update_policy, not both")
     if memory_plot and not can_plot():

@@ -15,8 +15,8 @@ from ..host.build import SOURCES
 from ..errors import EdgetrainError
 from ..ir import Node
 from ..memory import Block, Interval, liveness_lower_bound, place
-from ..ops import Call, Counter, KernelCtx, Tensor, lookup
-from ..optim import OptimType
+from ..ops import Call, Counter, KernelCtx, Tensor, Update, Var, lookup
+from ..optim import OptimizerSpec
 from ..trainer import Trainer
 from .filters import FILTERS
 
@@ -46,6 +46,16 @@ class Stmt:
 class Copy:
     src: Arg
     size: int
+
+
+@dataclass(frozen=True)
+class Local:
+    """`const <type> <name> = <fn>(<args>);` (fn None: `= <args[0]>`): a scalar a function computes
+    once before its kernel calls (an optimizer's StepValue)."""
+    type: str
+    name: str
+    fn: str | None
+    args: tuple[Arg, ...]
 
 
 @dataclass(frozen=True)
@@ -131,8 +141,8 @@ class ModelC:
     consts: Floats  # what stays in flash: the frozen parameters (frozen_floats), then the constants
     int_consts: tuple[int, ...]  # integer and bool constants read at run time
     state_slots: int
-    optimizer: str
-    hyper: dict
+    step_values: tuple[Local, ...]  # the optimizer's scalars, computed once per step before its updates
+    optimizer_update: Stmt  # optimizer_step's one update of every trainable parameter
     learning_rate: float
     max_grad_norm: float | None
     fingerprint: int
@@ -308,20 +318,29 @@ def _lower(trainer: Trainer, storage: _Storage, nodes: list[Node], results: list
         if isinstance(a, Tensor):
             base = storage.locate(a.name) or where[a.name]
             return Arg("ptr", base.base, base.offset + a.offset, (a.name, a.offset))  # for _batched_arg
-        if isinstance(a, Counter):
-            return Arg("counter")
-        if a is None:
-            return Arg("null")
-        if isinstance(a, tuple):
-            return Arg("ints", value=tuple(int(v) for v in a))
-        if isinstance(a, (bool, int, np.integer)):
-            return Arg("int", value=int(a))
-        return Arg("float", value=float(a))
+        return _plain_arg(a)
 
     stmts = tuple(Stmt(call.fn, tuple(arg(a) for a in call.args), call.checked, f"{node.op} {node.name}")
                   for call, node in calls)
     located = {name: storage.locate(name) or where[name] for name in results}
     return Function(stmts, total, liveness_lower_bound(intervals), blocks), located
+
+
+def _plain_arg(a) -> Arg:
+    """A kernel argument that is no tensor, as template data."""
+    if isinstance(a, Arg):
+        return a
+    if isinstance(a, Var):
+        return Arg("var", a.name)
+    if isinstance(a, Counter):
+        return Arg("counter")
+    if a is None:
+        return Arg("null")
+    if isinstance(a, tuple):
+        return Arg("ints", value=tuple(int(v) for v in a))
+    if isinstance(a, (bool, int, np.integer)):
+        return Arg("int", value=int(a))
+    return Arg("float", value=float(a))
 
 
 def _in_place(g, nodes, calls, span, arena, last, results) -> dict[str, str]:
@@ -366,7 +385,7 @@ def _fused_updates(trainer: Trainer, storage: _Storage, nodes: list[Node],
                                    Arg("ptr", "et_buffers", storage.fixed[buffer].offset))) for buffer, value in buffers]
     after = {forward_done: [check_finite(1, trainer.loss)] + [check_finite(g.values[v].size, v) for _, v in buffers]
              + copies}
-    lr = Arg("var", "et_lr")
+    lr = Var("et_lr")
     for param in trainer.trainable:
         size, at = g.values[param].size, storage.fixed[param].offset
         grad = trainer.grads[param]
@@ -381,18 +400,24 @@ def _fused_updates(trainer: Trainer, storage: _Storage, nodes: list[Node],
             made = max(index.get(a, -1), index.get(b, -1))
         else:
             kind, operand, g_arg, made = "", (size,), (Tensor(grad),), index.get(grad, -1)
-        h = opt.attrs()
-        if opt.kind is OptimType.AdamW:
-            update = Call(f"et_adamw{kind}_f32", (*operand, Arg("var", "et_step_size"), lr, h["beta1"], h["beta2"],
-                                                  h["eps"], h["weight_decay"], Tensor(param), *g_arg, *state))
-        else:
-            update = Call(f"et_sgd{kind}_f32", (*operand, lr, h["momentum"], h["dampening"], h["nesterov"],
-                                                h["weight_decay"], Arg("var", "et_first_step"), Tensor(param), *g_arg,
-                                                *(state or [None])))
+        update = opt.binding.update(Update(operand, g_arg, Tensor(param), tuple(state), lr, kind), opt.attrs())
         check = Call(f"et_check{kind}_finite_f32", (*operand, *g_arg), checked=True)
         i = max(made, last_read.get(param, -1), forward_done)
         after.setdefault(i, []).extend([check, update])
     return after
+
+
+def _step_values(opt: OptimizerSpec) -> tuple[Local, ...]:
+    return tuple(Local(v.type, v.name, v.fn, tuple(map(_plain_arg, v.args)))
+                 for v in opt.binding.step_values(opt.attrs()))
+
+
+def _whole_update(opt: OptimizerSpec, trainable_floats: int) -> Stmt:
+    """optimizer_step's update: every trainable parameter at once, from the accumulated gradients."""
+    state = tuple(Arg("ptr", "et_state", slot * trainable_floats) for slot in range(len(opt.state_slots)))
+    call = opt.binding.update(Update((Var("ET_TRAINABLE"),), (Arg("ptr", "et_grads"),), Arg("ptr", "et_params"),
+                                     state, Var("et_lr")), opt.attrs())
+    return Stmt(call.fn, tuple(map(_plain_arg, call.args)), call.checked, "every trainable parameter")
 
 
 def _outer_products(trainer: Trainer) -> dict[str, Node]:
@@ -463,7 +488,8 @@ def build(trainer: Trainer, prefix: str, federated: bool = False, fused_update: 
         param_init=Floats(g.params[n] for n in trainer.trainable),
         buffer_init=Floats(g.buffers[n] for n in trainer.buffers), consts=Floats(storage.consts),
         int_consts=tuple(storage.int_consts),
-        state_slots=len(opt.state_slots), optimizer=opt.kind.value, hyper=opt.attrs(),
+        state_slots=len(opt.state_slots), step_values=_step_values(opt),
+        optimizer_update=_whole_update(opt, storage.trainable_floats),
         learning_rate=opt.lr, max_grad_norm=opt.max_grad_norm,
         fingerprint=trainer.fingerprint(), table=table, header_bytes=HEADER.size,
         trainable_floats=storage.trainable_floats, frozen_floats=storage.frozen_floats, federated=bool(federated),

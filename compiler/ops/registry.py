@@ -24,7 +24,14 @@ class Counter:
     """The trainer's dropout counter: advances once per successful training step."""
 
 
-Arg = Union[Tensor, Counter, int, float, tuple, None]
+@dataclass(frozen=True)
+class Var:
+    """A variable of the generated C function the call sits in, by its C name (the learning rate,
+    a scalar an optimizer computes once per step)."""
+    name: str
+
+
+Arg = Union[Tensor, Counter, Var, int, float, tuple, None]
 
 
 @dataclass(frozen=True)
@@ -51,6 +58,43 @@ class KernelCtx:
 
     def call(self, fn: str, *args, checked: bool = False) -> Call:
         return Call(fn, tuple(Tensor(a) if isinstance(a, str) else a for a in args), checked)
+
+
+@dataclass(frozen=True)
+class StepValue:
+    """A scalar an optimizer computes once per step, before any of its updates:
+    `const <type> <name> = <fn>(<args>);`, or `= <args[0]>` when fn is None."""
+    type: str  # "float" | "int"
+    name: str
+    fn: str | None
+    args: tuple
+
+
+@dataclass(frozen=True)
+class Update:
+    """The operands of one optimizer update, as kernel arguments the binding places but never looks
+    into: a whole trainable array (optimizer_step) or one parameter (a fused update). operand is
+    (size,) with grad (G,), or (rows, A, cols, B) with grad () for a gradient the update makes as the
+    outer product of A and B (suffix "_outer": the kernel name's variant for it)."""
+    operand: tuple
+    grad: tuple
+    weights: object
+    state: tuple  # one per state slot, in slot order
+    lr: object
+    suffix: str = ""
+
+
+@dataclass(frozen=True)
+class OptimizerDef:
+    """An optimizer's binding, from its op block: hyper, its hyperparameters with their defaults
+    (whose types the values take); slots(h), its per-parameter state buffers in checkpoint order;
+    step_values(h), scalars each step computes once; update(Update, h), the kernel call; check(h),
+    why the hyperparameters cannot go together (None when they can)."""
+    hyper: dict
+    slots: Callable[[dict], tuple[str, ...]]
+    step_values: Callable[[dict], list[StepValue]]
+    update: Callable[[Update, dict], Call]
+    check: Callable[[dict], str | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -81,6 +125,8 @@ class OpDef:
     # The kernel also takes integer and bool tensors (each an int32_t in the C) at any input or
     # output, picking its kernel by dtype; other ops compute float32 (integers only at index_inputs).
     integer: bool = False
+    # Optimizer ops (ET_DOMAIN): the update's binding, in place of `kernel`.
+    optimizer: OptimizerDef | None = None
 
 
 REGISTRY: dict[tuple[str, str], OpDef] = {}
@@ -94,7 +140,7 @@ def op(name: str, *, domain: str = "", const_inputs=(), index_inputs=()):
         REGISTRY[(domain, name)] = OpDef(
             op=name,
             domain=domain,
-            kernel=cls.kernel,
+            kernel=getattr(cls, "kernel", None),
             grad=getattr(cls, "grad", None),
             const_inputs=frozenset(const_inputs),
             index_inputs=frozenset(index_inputs),
@@ -106,14 +152,27 @@ def op(name: str, *, domain: str = "", const_inputs=(), index_inputs=()):
             dtypes=tuple(getattr(cls, "dtypes", ())),
             residual=bool(getattr(cls, "residual", False)),
             integer=bool(getattr(cls, "integer", False)),
+            optimizer=_optimizer(cls),
         )
         return cls
 
     return register
 
 
+def _optimizer(cls) -> OptimizerDef | None:
+    if not hasattr(cls, "update"):
+        return None
+    return OptimizerDef(hyper=dict(cls.hyper), slots=cls.slots, step_values=getattr(cls, "step_values", lambda h: []),
+                        update=cls.update, check=getattr(cls, "check", None))
+
+
 def lookup(node: Node) -> OpDef | None:
     return REGISTRY.get((node.domain, node.op))
+
+
+def optimizers() -> dict[str, OptimizerDef]:
+    """Every registered optimizer, by op name, in order of registration."""
+    return {d.op: d.optimizer for d in REGISTRY.values() if d.optimizer is not None}
 
 
 def _reference_op(name: str, fn: Callable) -> type[OpRun]:

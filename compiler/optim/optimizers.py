@@ -9,17 +9,14 @@ from enum import Enum
 import numpy as np
 
 from ..ir import ET_DOMAIN
-from ..ops.registry import op
-
-
-class OptimType(Enum):
-    AdamW = "AdamW"
-    SGD = "SGD"
+from ..ops.registry import Call, OptimizerDef, StepValue, Update, Var, op, optimizers
 
 
 @dataclass(frozen=True)
 class OptimizerSpec:
-    kind: OptimType = OptimType.AdamW
+    """The optimizer a trainer compiles in: its kind (an op block below), learning rate and the
+    hyperparameters; each kind takes those its block's `hyper` names, the others are ignored."""
+    kind: "OptimType"
     lr: float = 1e-3
     # AdamW defaults are ONNX Runtime 1.19's generated AdamW.
     beta1: float = 0.9
@@ -32,24 +29,49 @@ class OptimizerSpec:
     max_grad_norm: float | None = None  # global-norm clipping before the update
 
     @property
+    def binding(self) -> OptimizerDef:
+        return optimizers()[self.kind.value]
+
+    @property
     def state_slots(self) -> tuple[str, ...]:
         """Per-parameter state buffers, in checkpoint order."""
-        if self.kind is OptimType.AdamW:
-            return ("exp_avg", "exp_avg_sq")
-        return ("momentum_buffer",) if self.momentum else ()
+        return tuple(self.binding.slots(self.attrs()))
 
     def attrs(self) -> dict:
-        if self.kind is OptimType.AdamW:
-            return {"beta1": self.beta1, "beta2": self.beta2, "eps": self.eps, "weight_decay": self.weight_decay}
-        return {"momentum": self.momentum, "dampening": self.dampening, "nesterov": int(self.nesterov),
-                "weight_decay": self.weight_decay}
+        """The kind's hyperparameters, each of its default's type (nesterov an int, as ONNX attributes)."""
+        return {name: type(default)(getattr(self, name, default)) for name, default in self.binding.hyper.items()}
 
+    def problem(self) -> str | None:
+        """Why these hyperparameters cannot go together, or None."""
+        check = self.binding.check
+        return check(self.attrs()) if check else None
+
+
+# Adding an optimizer is one block here (an op in ET_DOMAIN: its hyperparameters, state slots,
+# C kernel binding and NumPy reference), one C kernel in runtime_c/et_optim.h, and one parameter in
+# tests/c/test_optimizers.py. Nothing else names an optimizer: OptimType, the CLI's choices, the
+# generated C and the checkpoint's state all follow the registry.
 
 @op("AdamW", domain=ET_DOMAIN)
 class AdamW:
     """(lr, step, W, G, M, V) -> (W, M, V): ONNX Runtime 1.19's AdamW, with t = step + 1."""
 
-    kernel = None  # the generated optimizer_step calls et_adamw_f32 directly
+    hyper = {"beta1": 0.9, "beta2": 0.999, "eps": 1e-6, "weight_decay": 0.0}
+
+    @staticmethod
+    def slots(h):
+        return ("exp_avg", "exp_avg_sq")
+
+    @staticmethod
+    def step_values(h):
+        # Adam's bias corrections, folded into one step size per step
+        return [StepValue("float", "et_step_size", "et_adam_step_size",
+                          (Var("et_lr"), h["beta1"], h["beta2"], Var("et_step + 1u")))]
+
+    @staticmethod
+    def update(u: Update, h) -> Call:
+        return Call(f"et_adamw{u.suffix}_f32", (*u.operand, Var("et_step_size"), u.lr, h["beta1"], h["beta2"], h["eps"],
+                                                h["weight_decay"], u.weights, *u.grad, *u.state))
 
     @staticmethod
     def shape(graph, node):
@@ -70,7 +92,25 @@ class AdamW:
 class SGD:
     """(lr, step, W, G[, Buf]) -> (W[, Buf]): torch.optim.SGD."""
 
-    kernel = None
+    hyper = {"momentum": 0.0, "dampening": 0.0, "nesterov": 0, "weight_decay": 0.0}
+
+    @staticmethod
+    def slots(h):
+        return ("momentum_buffer",) if h["momentum"] else ()
+
+    @staticmethod
+    def step_values(h):
+        return [StepValue("int", "et_first_step", None, (Var("et_step == 0u"),))]
+
+    @staticmethod
+    def check(h):
+        return "nesterov needs a positive momentum" if h["nesterov"] and h["momentum"] <= 0 else None
+
+    @staticmethod
+    def update(u: Update, h) -> Call:
+        return Call(f"et_sgd{u.suffix}_f32", (*u.operand, u.lr, h["momentum"], h["dampening"], h["nesterov"],
+                                              h["weight_decay"], Var("et_first_step"), u.weights, *u.grad,
+                                              *(u.state or [None])))
 
     @staticmethod
     def shape(graph, node):
@@ -84,3 +124,8 @@ class SGD:
             g = g + momentum * buf if nesterov else buf
         w = w - lr * g
         return [np.asarray(x, np.float32) for x in ((w, buf) if momentum else (w,))]
+
+
+# ONNX Runtime's enum of optimizers, one member per registered optimizer op.
+OptimType = Enum("OptimType", {name: name for name in optimizers()}, module=__name__)
+OptimType.__doc__ = "The optimizers a trainer compiles in (onnxruntime.training.artifacts.OptimType)."
