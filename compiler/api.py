@@ -370,8 +370,11 @@ class Module:
         self._free = dict.fromkeys(self._recipe["free_dims"], STAND_IN) if self._recipe else {}
         self._grads_pending = False  # a training step ran since the last lazy_reset_grad (or load)
         # The artifacts of free dimensions hold no C: compile it at the stand-in sizes until a call says more.
-        self._load(self._specialized(json.loads(meta["edgetrain.batch"])["max"]) if self._free
-                   else Path(train_model_uri))
+        if self._free:
+            max_batch = json.loads(meta["edgetrain.batch"])["max"]
+            self._load(specialize(self._dir, self._recipe, max_batch, self._free) / "training_model.onnx")
+        else:
+            self._load(Path(train_model_uri))
         if state._data.fingerprint is None:  # another trainer's checkpoint (ONNX Runtime's): by name
             own = self._dir / meta.get("edgetrain.checkpoint", "checkpoint")
             try:
@@ -383,10 +386,6 @@ class Module:
         state._bind(self)
         self.state = state
         self.training = True
-
-    def _specialized(self, max_batch: int) -> Path:
-        """The training model of this trainer's recipe compiled at max_batch and the current free sizes."""
-        return specialize(self._dir, self._recipe, max_batch, self._free) / "training_model.onnx"
 
     def _load(self, path: Path) -> None:
         """Load the trainer whose training model is `path`: the library generated beside it, and what
@@ -427,25 +426,31 @@ class Module:
 
     def _fit(self, arrays: list[np.ndarray], specs) -> None:
         """Compile the trainer again when `arrays` need a larger batch or other free sizes than it
-        has, and carry its state (parameters, buffers, optimizer state and step, learning rate) over."""
+        has, and carry its state (parameters, buffers, optimizer state and step, learning rate) over.
+        A compile that fails leaves the module as it was."""
         if self._recipe is None or len(arrays) != len(specs):
             return
         rows = [a.shape[0] for spec, a in zip(specs, arrays) if spec[4] and a.ndim]
         batch = max([self._max_batch] + rows) if self._recipe["batch_grows"] else self._max_batch
-        index = {spec[0]: a for spec, a in zip(specs, arrays)}
-        free = {key: index[key.rsplit(":", 1)[0]].shape[int(key.rsplit(":", 1)[1])] for key in self._free
-                if key.rsplit(":", 1)[0] in index and index[key.rsplit(":", 1)[0]].ndim > int(key.rsplit(":", 1)[1])}
-        if batch == self._max_batch and all(self._free[k] == v for k, v in free.items()):
+        given = {spec[0]: a.shape for spec, a in zip(specs, arrays)}
+        free = dict(self._free)
+        for key in free:
+            name, axis = key.rsplit(":", 1)
+            if len(given.get(name, ())) > int(axis):
+                free[key] = given[name][int(axis)]
+        if batch == self._max_batch and free == self._free:
             return
-        if self._grads_pending and self._lib_call("trainable_grad") != self._ffi.NULL:
-            raise ValueError("these inputs need the trainer compiled again (another batch or input size), which "
-                             "would drop the gradients accumulated since lazy_reset_grad(): call optimizer.step() "
-                             "and lazy_reset_grad() first")
-        saved = self._save(include_optimizer_state=True)
-        self._free.update(free)
-        self._load(self._specialized(batch))
-        _check(self._lib_call("load_checkpoint", saved, len(saved)), "carrying the state to the recompiled trainer")
-        self.state._bind(self)
+        with self.lock:
+            if self._grads_pending and self._lib_call("trainable_grad") != self._ffi.NULL:
+                raise ValueError("these inputs need the trainer compiled again (another batch or input size), "
+                                 "which would drop the gradients accumulated since lazy_reset_grad(): call "
+                                 "optimizer.step() and lazy_reset_grad() first")
+            path = specialize(self._dir, self._recipe, batch, free) / "training_model.onnx"
+            saved = self._save(include_optimizer_state=True)
+            self._free = free
+            self._load(path)
+            _check(self._lib_call("load_checkpoint", saved, len(saved)), "carrying the state to the recompiled trainer")
+            self.state._bind(self)
 
     def _spec(self, info, batched: set[str]) -> tuple[str, tuple[int, ...], np.dtype, object, bool]:
         """(name, shape at the largest batch, dtype and C array type the C takes: float32, or int32 for
