@@ -19,6 +19,7 @@ from ..ops import Call, Counter, KernelCtx, Tensor, Update, Var, lookup
 from ..optim import OptimizerSpec
 from ..trainer import Trainer
 from .filters import FILTERS
+from .runtime import every_runtime, used_runtime
 
 
 @dataclass(frozen=True)
@@ -763,13 +764,20 @@ def _batched_arg(args: list[Arg], batches, where: str) -> Arg:
 
 def _environment() -> jinja2.Environment:
     templates = resources.files("edgetrain.templates")
-    runtime = resources.files("edgetrain.runtime_c")
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader([str(templates), str(runtime)]),
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates)),
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
                              keep_trailing_newline=True, autoescape=False)
     env.filters.update(FILTERS)
-    env.globals["runtime_files"] = _runtime_files()
+    env.globals["runtime_kernels"] = _runtime_kernels
     return env
+
+
+def _runtime_kernels(code: str, every_kernel: bool) -> str:
+    """What a generated file pastes of runtime_c, its own part being `code`: the kernels that code
+    calls and what they use, or every kernel. Pasted, the file stays one self-contained file."""
+    runtime = resources.files("edgetrain.runtime_c")
+    headers = tuple((runtime / name).read_text() for name in _runtime_files())
+    return every_runtime(headers) if every_kernel else used_runtime(headers, code)
 
 
 # Every kernel file is pasted in: these in dependency order, then any others (which may use
@@ -783,10 +791,11 @@ def _runtime_files() -> tuple[str, ...]:
     return _RUNTIME_BASE + tuple(n for n in names if n not in _RUNTIME_BASE)
 
 
-def render(model: ModelC | InferenceC) -> dict[str, str]:
-    """{file name: text} for SOURCES: model.c, model.h and the initial values model.c includes."""
+def render(model: ModelC | InferenceC, every_kernel: bool = False) -> dict[str, str]:
+    """{file name: text} for SOURCES: model.c, model.h and the initial values model.c includes.
+    model.c pastes the runtime kernels it uses; with every_kernel, all of them (the rest is the same)."""
     env = _environment()
     kind = "infer" if isinstance(model, InferenceC) else "model"
-    return dict(zip(SOURCES, (env.get_template(f"{kind}.c.j2").render(m=model),
+    return dict(zip(SOURCES, (env.get_template(f"{kind}.c.j2").render(m=model, every_kernel=every_kernel),
                               env.get_template(f"{kind}.h.j2").render(m=model),
                               env.get_template("weights.h.j2").render(m=model, trainer=kind == "model"))))
