@@ -9,20 +9,23 @@ import re
 import tempfile
 import warnings
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import onnx
 
 from . import checkpoint
 from .codegen import render
-from .codegen.emit import Affine, build, build_inference, compile_batched
+from .codegen.emit import compile_batched, emit
 from .errors import DynamicShapeError, EdgetrainError, ImportNote
 from .files import write_artifact
 from . import targets
 from .frontend import load_model
 from .frontend.validate import check_prefix, check_ram
 from .ir.to_onnx import to_onnx
-from .memory.policy import Plan, meet_budget, policy_parameters, static_ram_bytes
+from .lower import Affine, lower, lower_inference
+from .memory.plan import plan as plan_memory
+from .memory.policy import Plan, meet_budget, policy_parameters
 from .memory.report import NO_MATPLOTLIB, can_plot, memory_report, write_report
 from .optim import LossType, OptimizerSpec, OptimType
 from .ir import COUNTER
@@ -120,10 +123,13 @@ def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=LossT
                                  keep_every=plan.keep_every, loss_input_names=loss_input_names,
                                  additional_output_names=additional_output_names)
 
-        trainer, model_c, probe = compile_batched(
-            trainer_at, lambda t, consts: build(t, prefix, federated, plan.fused_update, consts), max_batch)
+        def lower_plan_emit(trainer: Trainer, consts: dict):
+            program = lower(trainer, prefix, federated, plan.fused_update, consts)
+            return emit(program, plan_memory(program))
+
+        trainer, model_c, probe = compile_batched(trainer_at, lower_plan_emit, max_batch)
         probes[id(model_c)] = probe
-        return trainer, model_c
+        return Compiled(trainer, model_c)
 
     def compile_at(dims: dict):
         return meet_budget(lambda plan: compile_(plan, dims), Plan(bool(fused_update)), ram_budget,
@@ -144,7 +150,8 @@ def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=LossT
         warnings.warn(ImportNote(f"{', '.join(f'{k} ({v})' if v else k for k, v in free.items())}: nothing fixes "
                                  "these input dimensions, so no C is written; the host's Module compiles the "
                                  "trainer at its first call's shapes (a device needs dim_values)"), stacklevel=2)
-    check_ram(static_ram_bytes(model_c))
+    memory = model_c.memory  # the plan at the largest batch
+    check_ram(memory.ram_bytes)
 
     out = _output_directory(Path.cwd() if artifact_directory is None else artifact_directory)
     if not free:
@@ -171,7 +178,7 @@ def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=LossT
     for name, proto in models.items():
         write_artifact(out / f"{file_prefix}{name}", proto.SerializeToString())
     _write_checkpoints(trainer, out, file_prefix, nominal_checkpoint)
-    report = memory_report(trainer, model_c)
+    report = memory_report(trainer, memory)
     report["import"] = {"trainable": trainer.trainable, "frozen": trainer.frozen, "notes": notes}
     if free:
         report["free_dims"] = free  # the memory figures are those of the stand-in size
@@ -184,6 +191,16 @@ def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=LossT
         report["wasm_module_bytes"] = build_module(out).stat().st_size
     write_report(report, out, memory_plot)
     return out
+
+
+class Compiled(NamedTuple):
+    """A trainer and the template data of its C, emitted with `memory`."""
+    trainer: Trainer
+    model_c: object
+
+    @property
+    def memory(self):
+        return self.model_c.memory
 
 
 # The size a free input dimension takes while the ONNX artifacts and checkpoint are built.
@@ -310,9 +327,13 @@ def generate_inference(model, artifact_directory="out", batch_size=None, *, pref
     (initializers compiled in as constants), for batches of 1 to batch_size (default
     DEFAULT_MAX_BATCH), as generate_artifacts. Returns the artifact directory."""
     check_prefix(prefix)
+    def lower_plan_emit(trainer: Trainer, consts: dict):
+        program = lower_inference(trainer, prefix, consts)
+        return emit(program, plan_memory(program))
+
     _, model_c, _ = compile_batched(lambda batch: inference_only(load_model(model, batch, dim_values)),
-                                    lambda t, consts: build_inference(t, prefix, consts), _max_batch(batch_size))
-    check_ram(4 * (model_c.arena_floats + len(model_c.buffer_init)))
+                                    lower_plan_emit, _max_batch(batch_size))
+    check_ram(model_c.memory.ram_bytes)
     sources = render(model_c)
     out = _output_directory(artifact_directory)
     for name, text in sources.items():

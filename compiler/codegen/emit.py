@@ -1,5 +1,8 @@
-"""Trainer -> template data -> model.c / model.h. Graph passes never build C text: they hand the
-templates frozen dataclasses, and the templates render them through the C-literal filters."""
+"""Codegen: emit(Program, MemoryPlan) -> template data (ModelC, InferenceC: frozen dataclasses of
+plain data), which render() turns into model.c / model.h through the C-literal filters. Takes the
+lowered program (edgetrain.lower) and its memory plan (edgetrain.memory.plan); gives the C text.
+compile_batched runs the three stages at a few batches to write the kernel arguments that follow
+the batch as C expressions of it."""
 
 from __future__ import annotations
 
@@ -10,24 +13,14 @@ from importlib import resources
 import jinja2
 import numpy as np
 
-from ..checkpoint import HEADER, table_bytes
 from ..host.build import SOURCES
 from ..errors import EdgetrainError
-from ..ir import Node
-from ..memory import Block, Interval, liveness_lower_bound, place
-from ..ops import Call, Counter, KernelCtx, Tensor, Update, Var, lookup
-from ..optim import OptimizerSpec
-from ..trainer import Trainer
+from ..lower import Affine, Arg, Floats, LoweredFunction, ParamInfo, Program, lower, lower_inference
+from ..memory import Block
+from ..memory.plan import FunctionPlan, MemoryPlan, plan
+from ..ops import Call, Counter, Tensor, Var
 from .filters import FILTERS
 from .runtime import every_runtime, used_runtime
-
-
-@dataclass(frozen=True)
-class Arg:
-    kind: str  # ptr | int | float | ints | null | counter | var
-    base: str = ""  # ptr: one of the generated storage identifiers; var: a train_step variable
-    offset: int | Affine = 0
-    value: object = None  # ptr to a tensor: (its name, the offset of the view into it)
 
 
 @dataclass(frozen=True)
@@ -41,12 +34,6 @@ class Stmt:
         # Kernel names come from the op registry; one built from model text would reach the C raw.
         if not re.fullmatch(r"et_[a-z0-9_]+", self.fn):
             raise ValueError(f"kernel name {self.fn!r} is not an et_* C identifier")
-
-
-@dataclass(frozen=True)
-class Copy:
-    src: Arg
-    size: int
 
 
 @dataclass(frozen=True)
@@ -73,36 +60,6 @@ class Function:
         return frozenset(a.base for stmt in self.stmts for a in stmt.args if a.base.startswith("et_arena."))
 
 
-class Floats:
-    """Initial values, as one read-only float32 array (a tuple of a model's millions of Python floats
-    takes seconds to make and to read back). Compares by value, like a tuple."""
-
-    def __init__(self, arrays):
-        arrays = [np.asarray(a, np.float32).ravel() for a in arrays]
-        self.array = np.concatenate(arrays) if arrays else np.zeros(0, np.float32)
-        self.array.flags.writeable = False
-
-    def __len__(self) -> int:
-        return self.array.size
-
-    def __array__(self, dtype=None, copy=None):
-        return self.array if dtype is None else self.array.astype(dtype, copy=False)
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, Floats) and np.array_equal(self.array, other.array)
-
-    def __hash__(self) -> int:
-        return hash(self.array.tobytes())
-
-
-@dataclass(frozen=True)
-class ParamInfo:
-    kind: int  # checkpoint kind: 0 frozen (et_frozen), 1 trainable (et_params), 2 buffer (et_buffers)
-    offset: int
-    size: int
-    name: str  # for comments only
-
-
 @dataclass(frozen=True)
 class StateUpdate:
     value: Arg  # the new contents, computed by train_step
@@ -115,7 +72,7 @@ class GradInfo:
     grad: Arg | None  # None: the loss does not depend on this parameter, or `factors` make it
     offset: int
     size: int
-    factors: tuple[Arg, Arg] | None = None  # the gradient is their outer product (_outer_products)
+    factors: tuple[Arg, Arg] | None = None  # the gradient is their outer product (lower._outer_products)
     rows: int = 0  # the first factor's length
 
 
@@ -153,6 +110,7 @@ class ModelC:
     frozen_floats: int
     federated: bool  # keeps a reference copy of the trainable parameters for model deltas
     fused_update: bool  # train_step updates the parameters; no gradient buffers, optimizer_step does nothing
+    memory: MemoryPlan  # the plan the C was emitted with (at the largest batch)
     max_batch: int = 1  # the C functions run any batch n from 1 to it (compile_batched)
     fixed_batch: str | None = None  # why they run max_batch alone; None when they run any
     batch_consts: tuple[Affine, ...] = ()  # et_batch_consts, computed from n at each call
@@ -166,6 +124,10 @@ class ModelC:
     @property
     def arena_floats(self) -> int:
         return max(self.train.arena_floats, self.eval.arena_floats, self.infer.arena_floats)
+
+    @property
+    def ram_bytes(self) -> int:
+        return self.memory.ram_bytes
 
     # The frozen parameters have an array of their own (et_frozen), which a build defining
     # ET_FROZEN_WRITABLE keeps in RAM so they can be set; the constants' array stays in flash.
@@ -184,67 +146,35 @@ class ModelC:
         return self.train.arena_views | self.eval.arena_views | self.infer.arena_views | {a.base for a in outputs}
 
 
-class _Storage:
-    """Where every tensor lives: caller buffers, parameters, compiled constants or the arena."""
+@dataclass(frozen=True)
+class InferenceC:
+    """A model with nothing to train: the C holds `infer` alone, every initializer compiled in."""
+    prefix: str
+    input_sizes: tuple[int, ...]
+    input_types: tuple[str, ...]
+    output_sizes: tuple[int, ...]
+    output_types: tuple[str, ...]
+    infer: Function
+    infer_outputs: tuple[Arg, ...]
+    buffer_init: Floats
+    consts: Floats
+    int_consts: tuple[int, ...]
+    memory: MemoryPlan
+    max_batch: int = 1  # as in ModelC
+    fixed_batch: str | None = None
+    batch_consts: tuple[Affine, ...] = ()
 
-    def __init__(self, trainer: Trainer, batch_consts: dict[str, Affine | int] | None = None,
-                 frozen_array: bool = True):
-        """frozen_array: the frozen parameters go to et_frozen (a trainer's, see ModelC.frozen_init);
-        otherwise to et_consts with the constants (an inference C, where nothing is ever set)."""
-        g = trainer.graph
-        self.trainer = trainer
-        self.fixed: dict[str, Arg] = {name: Arg("ptr", f"x{i}") for i, name in enumerate(g.inputs)}
-        # Constants that change with the batch (_batch_consts): a mean's 1 / count, which each
-        # function computes from its batch count into et_batch_consts in order of first use, and
-        # splats, compiled at their size at the largest batch.
-        self.batch_consts = dict(batch_consts or {})
-        self.batch_values: list[Affine] = []
-        if trainer.labels:
-            self.fixed[trainer.labels] = Arg("ptr", "labels")
-        offset = 0
-        for name in trainer.trainable:
-            self.fixed[name] = Arg("ptr", "et_params", offset)
-            offset += g.values[name].size
-        self.trainable_floats = offset
-        offset = 0
-        for name in trainer.buffers:
-            self.fixed[name] = Arg("ptr", "et_buffers", offset)
-            offset += g.values[name].size
-        self.consts: list[np.ndarray] = []
-        self.const_floats = 0
-        self.frozen_floats = 0  # the floats of self.consts that are in et_frozen
-        for name in trainer.frozen:
-            self._add_const(name, g.params[name])
-        if frozen_array:  # the constants' offsets then start past them, at et_consts[0]
-            self.fixed.update((name, replace(self.fixed[name], base="et_frozen")) for name in trainer.frozen)
-            self.frozen_floats = self.const_floats
-        self.int_consts: list[int] = []  # integer and bool constants read at run time, as int32_t
+    @property
+    def arena_floats(self) -> int:
+        return self.infer.arena_floats
 
-    def _add_const(self, name, array):
-        self.fixed[name] = Arg("ptr", "et_consts", self.const_floats - self.frozen_floats)
-        self.consts.append(np.asarray(array, np.float32).ravel())
-        self.const_floats += int(np.asarray(array).size)
+    @property
+    def ram_bytes(self) -> int:
+        return self.memory.ram_bytes
 
-    def _add_int_const(self, name, array):
-        array = np.asarray(array).ravel().astype(np.int64)
-        outside = array[(array < -(2**31)) | (array >= 2**31)]
-        if outside.size:
-            raise EdgetrainError(f"constant '{name}' holds {int(outside[0])}, outside int32's range: the C keeps "
-                                 "integer tensors as int32_t")
-        self.fixed[name] = Arg("ptr", "et_int_consts", len(self.int_consts))
-        self.int_consts += array.tolist()
-
-    def locate(self, name: str) -> Arg | None:
-        """Fixed storage for `name`, or None when it belongs in the arena."""
-        if name not in self.fixed and isinstance(self.batch_consts.get(name), Affine):
-            self.fixed[name] = Arg("ptr", "et_batch_consts", len(self.batch_values))
-            self.batch_values.append(self.batch_consts[name])
-        if name not in self.fixed and name in self.trainer.graph.constants:
-            value = self.trainer.graph.constants[name]
-            if name in self.batch_consts:
-                value = np.full(self.batch_consts[name], value.flat[0], value.dtype)
-            (self._add_int_const if _is_int(value.dtype) else self._add_const)(name, value)
-        return self.fixed.get(name)
+    @property
+    def arena_views(self) -> frozenset[str]:
+        return self.infer.arena_views | {a.base for a in self.infer_outputs}
 
 
 # The arena is a union of equally long float, uint32_t and int32_t arrays (templates/model.c.j2),
@@ -252,79 +182,6 @@ class _Storage:
 # Integer tensors, int32 or int64 in the model, and bool ones (0 or 1) are all int32_t in the C.
 _ARENA_VIEWS = {np.dtype(np.float32): "et_arena.f", np.dtype(np.uint32): "et_arena.u",
                 **{np.dtype(t): "et_arena.i" for t in (np.int32, np.int64, np.bool_)}}
-
-
-def _is_int(dtype) -> bool:
-    return np.dtype(dtype).kind in "bi"
-
-
-def _c_type(dtype) -> str:
-    """The C type of a model input or output's elements."""
-    return "int32_t" if _is_int(dtype) else "float"
-
-
-def _words(value) -> int:
-    """The 4-byte words a tensor takes in the arena: one per element, whatever its dtype."""
-    return value.size
-
-
-def _lower(trainer: Trainer, storage: _Storage, nodes: list[Node], results: list[str],
-           after: dict[int, list[Call]] | None = None, backward_from: int | None = None) -> tuple[Function, dict]:
-    """Kernel calls for `nodes` (and the `after[i]` calls right after node i's), with arena offsets
-    planned from the tensors' lifetimes in statements. Values made from node `backward_from` on
-    are gradients, the others activations."""
-    g = trainer.graph
-    ctx = KernelCtx(g)
-    calls: list[tuple[Call, Node]] = []
-    span: list[tuple[int, int]] = []  # per node: its first and last statement
-    first: dict[str, int] = {}
-    last: dict[str, int] = {}
-    for i, node in enumerate(nodes):
-        begin = len(calls)
-        calls += [(call, node) for call in lookup(node).kernel(ctx, node)]
-        span.append((begin, max(begin, len(calls) - 1)))
-        for name in node.outputs:
-            first.setdefault(name, begin)
-        for name in node.inputs:
-            last[name] = span[-1][1]
-        for call in (after or {}).get(i, ()):
-            last.update((a.name, len(calls)) for a in call.args if isinstance(a, Tensor))
-            calls.append((call, node))
-    # In order of first use: locate() lays out compiled constants as it meets them, and the
-    # generated C must not depend on Python's string hashing.
-    used = dict.fromkeys([a.name for call, _ in calls for a in call.args if isinstance(a, Tensor)] + list(results))
-    arena = {name for name in used if storage.locate(name) is None}
-    end = max(len(calls) - 1, 0)
-    for name in arena:
-        last[name] = end if name in results else max(last.get(name, 0), first[name])
-    root = _in_place(g, nodes, calls, span, arena, last, set(results))
-    groups: dict[str, list[str]] = {}
-    for name in sorted(arena, key=lambda n: (first[n], n)):
-        groups.setdefault(root.get(name, name), []).append(name)
-    intervals = [Interval(r, first[r], max(last[m] for m in members), _words(g.values[r]))
-                 for r, members in groups.items()]
-    offsets, total = place(intervals)
-    where = {name: Arg("ptr", _ARENA_VIEWS[g.values[name].dtype], offsets[root.get(name, name)]) for name in arena}
-    # Gradients are made by the backward pass, except forward nodes recomputed there (same name).
-    forward = {(n.op, n.name) for n in nodes[:backward_from]}
-    producer = {name: node for node in nodes[backward_from:] for name in node.outputs}
-    kind = {r: "gradient" if r in producer and (producer[r].op, producer[r].name) not in forward else "activation"
-            for r in groups}
-    blocks = tuple(Block(" -> ".join(groups[iv.name]), kind[iv.name], 4 * offsets[iv.name], 4 * iv.size, iv.start,
-                         iv.end) for iv in sorted(intervals, key=lambda iv: (iv.start, iv.name)))
-
-    def arg(a) -> Arg:
-        if isinstance(a, Arg):
-            return a
-        if isinstance(a, Tensor):
-            base = storage.locate(a.name) or where[a.name]
-            return Arg("ptr", base.base, base.offset + a.offset, (a.name, a.offset))  # for _batched_arg
-        return _plain_arg(a)
-
-    stmts = tuple(Stmt(call.fn, tuple(arg(a) for a in call.args), call.checked, f"{node.op} {node.name}")
-                  for call, node in calls)
-    located = {name: storage.locate(name) or where[name] for name in results}
-    return Function(stmts, total, liveness_lower_bound(intervals), blocks), located
 
 
 def _plain_arg(a) -> Arg:
@@ -344,217 +201,78 @@ def _plain_arg(a) -> Arg:
     return Arg("float", value=float(a))
 
 
-def _in_place(g, nodes, calls, span, arena, last, results) -> dict[str, str]:
-    """Outputs that take over the bytes of an input dying at their node (the op's `inplace` slots:
-    its kernel reads each element before writing it). Returns value -> the value whose bytes it
-    uses."""
-    root: dict[str, str] = {}
-    for i, node in enumerate(nodes):
-        slots = lookup(node).inplace
-        first_stmt, last_stmt = span[i]
-        if not slots or first_stmt != last_stmt or first_stmt >= len(calls) or calls[first_stmt][1] is not node:
-            continue  # one kernel call, so nothing reads an input after the output is written
-        y = node.outputs[0]
-        for slot in slots:
-            x = node.inputs[slot] if slot < len(node.inputs) else ""
-            if (x in arena and y in arena and x not in results and last[x] == last_stmt
-                    and (g.values[x].size, g.values[x].dtype) == (g.values[y].size, g.values[y].dtype)):
-                root[y] = root.get(x, x)
-                break
-    return root
+class _Places:
+    """Where a function's tensors are: fixed storage (the Program's) or the arena (the plan's)."""
+
+    def __init__(self, program: Program, offsets: dict[str, int]):
+        self.program, self.offsets = program, offsets
+
+    def at(self, name: str) -> Arg:
+        fixed = self.program.fixed.get(name)
+        if fixed is not None:
+            return fixed
+        return Arg("ptr", _ARENA_VIEWS[self.program.tensors[name].dtype], self.offsets[name])
+
+    def arg(self, a) -> Arg:
+        if isinstance(a, Tensor):
+            base = self.at(a.name)
+            return Arg("ptr", base.base, base.offset + a.offset, (a.name, a.offset))  # for _batched_arg
+        return _plain_arg(a)
 
 
-def _fused_updates(trainer: Trainer, storage: _Storage, nodes: list[Node],
-                   outer: dict[str, Node]) -> dict[int, list[Call]]:
-    """Operator reordering: each parameter's optimizer update, placed right after the node where
-    its gradient is final and the parameter's last reader has run (so every gradient is computed
-    from the step's starting weights, as with a separate optimizer step). The gradient is then an
-    arena temporary that dies at its update; one in `outer` (_outer_products) is never made, and
-    the update reads its two factors. Once the forward pass is done and its loss and new buffer
-    values (BatchNormalization's running statistics) are checked finite, the buffers are written,
-    so those values need not stay in the arena through the backward pass either."""
-    g, opt = trainer.graph, trainer.optimizer
-    index = {name: i for i, node in enumerate(nodes) for name in node.outputs}
-    last_read = {name: i for i, node in enumerate(nodes) for name in node.inputs}
-
-    def check_finite(size, name):
-        return Call("et_check_finite_f32", (size, Tensor(name)), checked=True)
-
-    buffers = trainer.state_updates.items()
-    forward_done = max([index[trainer.loss]] + [index[value] for _, value in buffers])
-    copies = [Call("et_copy_f32", (g.values[value].size, Tensor(value),
-                                   Arg("ptr", "et_buffers", storage.fixed[buffer].offset))) for buffer, value in buffers]
-    after = {forward_done: [check_finite(1, trainer.loss)] + [check_finite(g.values[v].size, v) for _, v in buffers]
-             + copies}
-    lr = Var("et_lr")
-    for param in trainer.trainable:
-        size, at = g.values[param].size, storage.fixed[param].offset
-        grad = trainer.grads[param]
-        if grad is None:  # the loss does not depend on it; weight decay and momentum still act
-            grad = f"{param}.zero_grad"
-            storage._add_const(grad, np.zeros(size, np.float32))
-        state = [Arg("ptr", "et_state", slot * storage.trainable_floats + at) for slot in range(len(opt.state_slots))]
-        # The kernels take a gradient as (size, ..., W, G) or, from factors, as (m, A, n, B, ..., W).
-        if grad in outer:
-            a, b = outer[grad].inputs
-            kind, operand, g_arg = "_outer", (g.values[a].size, Tensor(a), g.values[b].size, Tensor(b)), ()
-            made = max(index.get(a, -1), index.get(b, -1))
-        else:
-            kind, operand, g_arg, made = "", (size,), (Tensor(grad),), index.get(grad, -1)
-        update = opt.binding.update(Update(operand, g_arg, Tensor(param), tuple(state), lr, kind), opt.attrs())
-        check = Call(f"et_check{kind}_finite_f32", (*operand, *g_arg), checked=True)
-        i = max(made, last_read.get(param, -1), forward_done)
-        after.setdefault(i, []).extend([check, update])
-    return after
+def _emit_function(program: Program, f: LoweredFunction, planned: FunctionPlan) -> tuple[Function, _Places]:
+    places = _Places(program, planned.offsets)
+    stmts = tuple(Stmt(call.fn, tuple(places.arg(a) for a in call.args), call.checked, f.comment(i))
+                  for i, call in enumerate(f.calls))
+    return Function(stmts, planned.arena_floats, planned.lower_bound, planned.blocks), places
 
 
-def _step_values(opt: OptimizerSpec) -> tuple[Local, ...]:
-    return tuple(Local(v.type, v.name, v.fn, tuple(map(_plain_arg, v.args)))
-                 for v in opt.binding.step_values(opt.attrs()))
+def _stmt(call: Call, comment: str) -> Stmt:
+    return Stmt(call.fn, tuple(map(_plain_arg, call.args)), call.checked, comment)
 
 
-def _whole_update(opt: OptimizerSpec, trainable_floats: int) -> Stmt:
-    """optimizer_step's update: every trainable parameter at once, from the accumulated gradients."""
-    state = tuple(Arg("ptr", "et_state", slot * trainable_floats) for slot in range(len(opt.state_slots)))
-    call = opt.binding.update(Update((Var("ET_TRAINABLE"),), (Arg("ptr", "et_grads"),), Arg("ptr", "et_params"),
-                                     state, Var("et_lr")), opt.attrs())
-    return Stmt(call.fn, tuple(map(_plain_arg, call.args)), call.checked, "every trainable parameter")
-
-
-def _outer_products(trainer: Trainer) -> dict[str, Node]:
-    """Gradients -> the Gemm making each as the outer product of two vectors (a contraction over a
-    batch of 1), where nothing else reads it. train_step never stores such a gradient: it checks the
-    factors and then sums their products straight into the accumulator, which saves the arena the
-    gradient's size and the step two passes over it."""
-    g = trainer.graph
-    read = {name for node in trainer.train_nodes for name in node.inputs}
-    made = {node.outputs[0]: node for node in trainer.train_nodes[trainer.backward_start:] if node.op == "Gemm"}
-    products = {}
-    for grad in trainer.grads.values():
-        node = made.get(grad)
-        if node is None or grad in read or len(node.inputs) > 2 or float(node.attr("alpha", 1.0)) != 1.0:
-            continue
-        a = node.inputs[0]
-        if g.shape(a)[0 if int(node.attr("transA", 0)) else 1] == 1:
-            products[grad] = node
-    return products
-
-
-def build(trainer: Trainer, prefix: str, federated: bool = False, fused_update: bool = False,
-          batch_consts: dict[str, Affine | int] | None = None) -> ModelC:
-    """fused_update: train_step applies the optimizer itself (see _fused_updates), and there are no
-    gradient buffers; otherwise gradients accumulate into them for optimizer_step (ORT's semantics)."""
-    g = trainer.graph
-    storage = _Storage(trainer, batch_consts)
-    # A fused update writes gradients and buffers inside the step; otherwise they are results.
-    outer = _outer_products(trainer)
-    kept = [] if fused_update else ([v for v in trainer.grads.values() if v and v not in outer]
-                                    + [f for node in outer.values() for f in node.inputs]
-                                    + list(trainer.state_updates.values()))
-    train_nodes = [node for node in trainer.train_nodes if node not in outer.values()]
-    extra = list(trainer.extra_outputs)
-    train, train_at = _lower(trainer, storage, train_nodes, [trainer.loss] + extra + kept,
-                             _fused_updates(trainer, storage, train_nodes, outer) if fused_update else None,
-                             trainer.backward_start)
-    evaluate, eval_at = _lower(trainer, storage, trainer.eval_nodes, [trainer.loss] + extra)
-    infer, infer_at = _lower(trainer, storage, trainer.infer_nodes, list(g.outputs))
-
-    grads = []
-    for name in [] if fused_update else trainer.trainable:  # a fused update keeps no gradients
-        grad, offset, size = trainer.grads[name], storage.fixed[name].offset, g.values[name].size
-        if grad in outer:
-            a, b = outer[grad].inputs
-            grads.append(GradInfo(None, offset, size, (train_at[a], train_at[b]), g.values[a].size))
-        else:
-            grads.append(GradInfo(train_at[grad] if grad else None, offset, size))
-    entries = trainer.checkpoint_entries
-    params = tuple(ParamInfo(kind, storage.fixed[name].offset, g.values[name].size, name) for name, kind in entries)
-    table = table_bytes([n for n, _ in entries], [k for _, k in entries], [g.shape(n) for n, _ in entries])
-    updates = tuple(StateUpdate(train_at[value], storage.fixed[buffer].offset, g.values[buffer].size)
-                    for buffer, value in trainer.state_updates.items() if not fused_update)
-    opt = trainer.optimizer
-    labels = g.values[trainer.labels] if trainer.labels else None
+def emit(program: Program, memory: MemoryPlan) -> ModelC | InferenceC:
+    """The template data of `program` with its arena laid out as `memory` plans it."""
+    infer, infer_at = _emit_function(program, program.infer, memory.functions["infer"])
+    common = dict(prefix=program.prefix, input_sizes=program.input_sizes, input_types=program.input_types,
+                  output_sizes=program.output_sizes, output_types=program.output_types, infer=infer,
+                  infer_outputs=tuple(map(infer_at.at, program.infer_outputs)), buffer_init=program.buffer_init,
+                  consts=program.consts, int_consts=program.int_consts, memory=memory,
+                  batch_consts=program.batch_consts)
+    if not program.trainer:
+        return InferenceC(**common)
+    train, train_at = _emit_function(program, program.train, memory.functions["train"])
+    evaluate, eval_at = _emit_function(program, program.eval, memory.functions["eval"])
+    grads = tuple(GradInfo(train_at.at(g.grad) if g.grad else None, g.offset, g.size,
+                           tuple(map(train_at.at, g.factors)) if g.factors else None, g.rows)
+                  for g in program.grads)
     return ModelC(
-        prefix=prefix,
-        input_sizes=tuple(g.values[n].size for n in g.inputs),
-        input_types=tuple(_c_type(g.values[n].dtype) for n in g.inputs),
-        label_type=None if labels is None else _c_type(labels.dtype),
-        label_size=labels.size if labels else 0,
-        output_sizes=tuple(g.values[n].size for n in g.outputs),
-        output_types=tuple(_c_type(g.values[n].dtype) for n in g.outputs),
-        train=train, eval=evaluate, infer=infer,
-        train_loss=train_at[trainer.loss], eval_loss=eval_at[trainer.loss],
-        infer_outputs=tuple(infer_at[n] for n in g.outputs),
-        grads=tuple(grads), state_updates=updates, params=params,
-        param_init=Floats(g.params[n] for n in trainer.trainable),
-        buffer_init=Floats(g.buffers[n] for n in trainer.buffers), consts=Floats(storage.consts),
-        int_consts=tuple(storage.int_consts),
-        state_slots=len(opt.state_slots), step_values=_step_values(opt),
-        optimizer_update=_whole_update(opt, storage.trainable_floats),
-        learning_rate=opt.lr, max_grad_norm=opt.max_grad_norm,
-        fingerprint=trainer.fingerprint(), table=table, header_bytes=HEADER.size,
-        trainable_floats=storage.trainable_floats, frozen_floats=storage.frozen_floats, federated=bool(federated),
-        fused_update=bool(fused_update), batch_consts=tuple(storage.batch_values),
-        extra_outputs=tuple(g.outputs.index(n) for n in extra), train_extra=tuple(train_at[n] for n in extra),
-        eval_extra=tuple(eval_at[n] for n in extra),
-    )
+        **common, label_type=program.label_type, label_size=program.label_size,
+        train=train, eval=evaluate, train_loss=train_at.at(program.loss), eval_loss=eval_at.at(program.loss),
+        grads=grads, state_updates=tuple(StateUpdate(train_at.at(u.value), u.offset, u.size)
+                                         for u in program.state_updates),
+        params=program.params, param_init=program.param_init, state_slots=program.state_slots,
+        step_values=tuple(Local(v.type, v.name, v.fn, tuple(map(_plain_arg, v.args))) for v in program.step_values),
+        optimizer_update=_stmt(program.optimizer_update, "every trainable parameter"),
+        learning_rate=program.learning_rate, max_grad_norm=program.max_grad_norm, fingerprint=program.fingerprint,
+        table=program.table, header_bytes=program.header_bytes, trainable_floats=program.trainable_floats,
+        frozen_floats=program.frozen_floats, federated=program.federated, fused_update=program.fused_update,
+        extra_outputs=program.extra_outputs, train_extra=tuple(map(train_at.at, program.extra)),
+        eval_extra=tuple(map(eval_at.at, program.extra)))
 
 
-@dataclass(frozen=True)
-class InferenceC:
-    """A model with nothing to train: the C holds `infer` alone, every initializer compiled in."""
-    prefix: str
-    input_sizes: tuple[int, ...]
-    input_types: tuple[str, ...]
-    output_sizes: tuple[int, ...]
-    output_types: tuple[str, ...]
-    infer: Function
-    infer_outputs: tuple[Arg, ...]
-    buffer_init: Floats
-    consts: Floats
-    int_consts: tuple[int, ...]
-    max_batch: int = 1  # as in ModelC
-    fixed_batch: str | None = None
-    batch_consts: tuple[Affine, ...] = ()
-
-    @property
-    def arena_floats(self) -> int:
-        return self.infer.arena_floats
-
-    @property
-    def arena_views(self) -> frozenset[str]:
-        return self.infer.arena_views | {a.base for a in self.infer_outputs}
+def build(trainer, prefix: str, federated: bool = False, fused_update: bool = False,
+          batch_consts: dict[str, Affine | int] | None = None) -> ModelC:
+    """The three stages at once: lower, plan, emit (the trainer's template data)."""
+    program = lower(trainer, prefix, federated, fused_update, batch_consts)
+    return emit(program, plan(program))
 
 
-def build_inference(trainer: Trainer, prefix: str, batch_consts: dict[str, Affine | int] | None = None) -> InferenceC:
-    g = trainer.graph
-    storage = _Storage(trainer, batch_consts, frozen_array=False)
-    infer, infer_at = _lower(trainer, storage, trainer.infer_nodes, list(g.outputs))
-    return InferenceC(
-        prefix=prefix,
-        input_sizes=tuple(g.values[n].size for n in g.inputs),
-        input_types=tuple(_c_type(g.values[n].dtype) for n in g.inputs),
-        output_sizes=tuple(g.values[n].size for n in g.outputs),
-        output_types=tuple(_c_type(g.values[n].dtype) for n in g.outputs),
-        infer=infer, infer_outputs=tuple(infer_at[n] for n in g.outputs),
-        buffer_init=Floats(g.buffers[n] for n in trainer.buffers), consts=Floats(storage.consts),
-        int_consts=tuple(storage.int_consts), batch_consts=tuple(storage.batch_values),
-    )
+def build_inference(trainer, prefix: str, batch_consts: dict[str, Affine | int] | None = None) -> InferenceC:
+    program = lower_inference(trainer, prefix, batch_consts)
+    return emit(program, plan(program))
 
 # ---- the batch: a trainer compiled for a batch of N runs any batch n from 1 to N ----
-
-@dataclass(frozen=True)
-class Affine:
-    """a * n + b, n the batch count a C function runs (its first argument). inverse: the float
-    nearest 1 / (a * n + b), rounded as Python's np.float32(1.0 / count) is (a mean's scale)."""
-    a: int
-    b: int
-    inverse: bool = False
-
-    def at(self, n: int):
-        value = self.a * n + self.b
-        return float(np.float32(1.0 / value)) if self.inverse else value
-
 
 class _Fixed(Exception):
     """Why a trainer runs only the batch it was compiled for."""

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from ..errors import EdgetrainError
 from ..ir import Graph
 
-F32 = 4
 # A parameter of these ops at this input slot adds to the op's result: a bias.
 _BIAS_SLOTS = {"Conv": 2, "ConvTranspose": 2, "Gemm": 2, "BatchNormalization": 2, "LayerNormalization": 2,
                "InstanceNormalization": 2, "GroupNormalization": 2}
@@ -71,28 +70,25 @@ class Plan:
         return " + ".join(parts)
 
 
-def static_ram_bytes(m) -> int:
-    """Every mutable static byte of the generated C (codegen's ModelC): the arena, trainable
-    parameters, gradients (unless fused), optimizer state, the federated reference copy, buffers
-    and the scalar counters (step, counter, learning rate, reset flag[, reference flag]). A fused
-    update never reads the reset flag, so the compiler drops it and it is not counted."""
-    copies = 1 + (not m.fused_update) + m.state_slots + m.federated
-    scalars = 3 + (not m.fused_update) + m.federated
-    return F32 * (max(m.arena_floats, 1) + copies * m.trainable_floats + len(m.buffer_init) + scalars)
+def static_ram_bytes(plan) -> int:
+    """Every mutable static byte of the generated C: a MemoryPlan's (edgetrain.memory.plan) sum of
+    its RAM categories, also read from the template data emitted with it."""
+    return plan.ram_bytes
 
 
 def meet_budget(compile_, plan: Plan, budget: int | None, *, can_fuse: bool):
-    """(trainer, ModelC) of the first plan, from `plan` on, whose static RAM fits `budget` bytes."""
+    """The result of compile_(plan) for the first plan, from `plan` on, whose memory plan (the
+    result's `memory`, an edgetrain.memory.plan.MemoryPlan) fits `budget` bytes of static RAM."""
     if budget is None:
         return compile_(plan)
     fused = plan.fused_update or can_fuse
     candidates = [plan, Plan(fused), Plan(fused, True)] + [Plan(fused, True, k) for k in (2, 4, NOTHING_KEPT)]
     best = None
     for candidate in dict.fromkeys(candidates):
-        trainer, model_c = compile_(candidate)
-        size = static_ram_bytes(model_c)
+        result = compile_(candidate)
+        size = result.memory.ram_bytes
         if size <= budget:
-            return trainer, model_c
+            return result
         if best is None or size < best[0]:
             best = (size, candidate)
     size, smallest = best

@@ -13,7 +13,6 @@ from .. import targets
 from ..errors import EdgetrainError
 from ..files import write_artifact
 from .planner import KINDS
-from .policy import static_ram_bytes
 
 F32 = 4
 COLOURS = {"activation": "tab:blue", "gradient": "tab:orange", "optimizer_state": "tab:green",
@@ -22,35 +21,26 @@ PLOT = "memory.png"
 NO_MATPLOTLIB = "the memory plot needs matplotlib: pip install 'edgetrain[report]'"
 
 
-def memory_report(trainer, m) -> dict:
-    """report.json's contents for the trainer `m` (codegen's ModelC) built from `trainer`."""
-    trainable = m.trainable_floats * F32
-    breakdown = {
-        "arena": m.arena_floats * F32,
-        "parameters": trainable,
-        "gradients": 0 if m.fused_update else trainable,
-        "optimizer_state": m.state_slots * trainable,
-        "federated_reference": trainable if m.federated else 0,
-    }
-    # The RAM-budget check's own count, so the report and the budget never disagree.
-    ram = static_ram_bytes(m)
-    breakdown["other"] = ram - sum(breakdown.values())  # buffers and counters
-    functions = {"train_step": m.train, "eval_step": m.eval, "infer": m.infer}
+def memory_report(trainer, memory) -> dict:
+    """report.json's contents for the MemoryPlan `memory` (edgetrain.memory.plan) of `trainer`."""
+    breakdown = dict(memory.ram)
+    functions = {"train_step": "train", "eval_step": "eval", "infer": "infer"}
+    functions = {name: memory.functions[f] for name, f in functions.items()}
     return {
         "target": "host",
         "arena_bytes": breakdown["arena"],
-        "ram_bytes": ram,
+        "ram_bytes": memory.ram_bytes,
         "ram_breakdown": breakdown,
-        "flash_constants_bytes": len(m.consts) * F32,
+        "flash_constants_bytes": memory.flash_constants_bytes,
         "liveness_lower_bound_bytes": {name: f.lower_bound * F32 for name, f in functions.items()},
         "arena_by_function_bytes": {name: f.arena_floats * F32 for name, f in functions.items()},
-        "trainable_parameters": m.trainable_floats,
-        "frozen_parameters": m.frozen_floats,
+        "trainable_parameters": memory.trainable_floats,
+        "frozen_parameters": memory.frozen_floats,
         "optimizer": trainer.optimizer.kind.value,
         # "fused": train_step updates each parameter as soon as its gradient is final, so there are no
         # gradient buffers and gradients do not accumulate across calls; "accumulate": ONNX Runtime's
         # semantics, gradients add up until lazy_reset_grad and Optimizer.step applies them.
-        "update": "fused" if m.fused_update else "accumulate",
+        "update": "fused" if memory.fused_update else "accumulate",
         # Forward ops train_step runs again in the backward pass (recomputation), instead of keeping
         # their results.
         "recomputed_ops": _recomputed(trainer),

@@ -1,0 +1,265 @@
+"""lower(trainer) -> Program: each C function's kernel calls from the op registry, with every
+tensor's storage outside the arena decided (caller buffers, parameters, buffers, compiled
+constants) and the optimizer's updates bound through its registry block."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from ..trainer import Trainer
+from ..checkpoint import HEADER, table_bytes
+from ..errors import EdgetrainError
+from ..ir import Node
+from ..ops import Call, KernelCtx, Tensor, Update, Var, lookup
+from .program import (Affine, Arg, Floats, GradRef, LoweredFunction, NodeInfo, ParamInfo, Program, StateRef,
+                      TensorType)
+
+
+class _Storage:
+    """Where every tensor lives: caller buffers, parameters, compiled constants or the arena."""
+
+    def __init__(self, trainer: Trainer, batch_consts: dict[str, Affine | int] | None = None,
+                 frozen_array: bool = True):
+        """frozen_array: the frozen parameters go to et_frozen (a trainer's, see ModelC.frozen_init);
+        otherwise to et_consts with the constants (an inference C, where nothing is ever set)."""
+        g = trainer.graph
+        self.trainer = trainer
+        self.fixed: dict[str, Arg] = {name: Arg("ptr", f"x{i}") for i, name in enumerate(g.inputs)}
+        # Constants that change with the batch (_batch_consts): a mean's 1 / count, which each
+        # function computes from its batch count into et_batch_consts in order of first use, and
+        # splats, compiled at their size at the largest batch.
+        self.batch_consts = dict(batch_consts or {})
+        self.batch_values: list[Affine] = []
+        if trainer.labels:
+            self.fixed[trainer.labels] = Arg("ptr", "labels")
+        offset = 0
+        for name in trainer.trainable:
+            self.fixed[name] = Arg("ptr", "et_params", offset)
+            offset += g.values[name].size
+        self.trainable_floats = offset
+        offset = 0
+        for name in trainer.buffers:
+            self.fixed[name] = Arg("ptr", "et_buffers", offset)
+            offset += g.values[name].size
+        self.consts: list[np.ndarray] = []
+        self.const_floats = 0
+        self.frozen_floats = 0  # the floats of self.consts that are in et_frozen
+        for name in trainer.frozen:
+            self.add_const(name, g.params[name])
+        if frozen_array:  # the constants' offsets then start past them, at et_consts[0]
+            self.fixed.update((name, replace(self.fixed[name], base="et_frozen")) for name in trainer.frozen)
+            self.frozen_floats = self.const_floats
+        self.int_consts: list[int] = []  # integer and bool constants read at run time, as int32_t
+
+    def add_const(self, name, array):
+        self.fixed[name] = Arg("ptr", "et_consts", self.const_floats - self.frozen_floats)
+        self.consts.append(np.asarray(array, np.float32).ravel())
+        self.const_floats += int(np.asarray(array).size)
+
+    def _add_int_const(self, name, array):
+        array = np.asarray(array).ravel().astype(np.int64)
+        outside = array[(array < -(2**31)) | (array >= 2**31)]
+        if outside.size:
+            raise EdgetrainError(f"constant '{name}' holds {int(outside[0])}, outside int32's range: the C keeps "
+                                 "integer tensors as int32_t")
+        self.fixed[name] = Arg("ptr", "et_int_consts", len(self.int_consts))
+        self.int_consts += array.tolist()
+
+    def locate(self, name: str) -> Arg | None:
+        """Fixed storage for `name`, or None when it belongs in the arena."""
+        if name not in self.fixed and isinstance(self.batch_consts.get(name), Affine):
+            self.fixed[name] = Arg("ptr", "et_batch_consts", len(self.batch_values))
+            self.batch_values.append(self.batch_consts[name])
+        if name not in self.fixed and name in self.trainer.graph.constants:
+            value = self.trainer.graph.constants[name]
+            if name in self.batch_consts:
+                value = np.full(self.batch_consts[name], value.flat[0], value.dtype)
+            (self._add_int_const if is_int(value.dtype) else self.add_const)(name, value)
+        return self.fixed.get(name)
+
+
+def is_int(dtype) -> bool:
+    return np.dtype(dtype).kind in "bi"
+
+
+def c_type(dtype) -> str:
+    """The C type of a model input or output's elements."""
+    return "int32_t" if is_int(dtype) else "float"
+
+
+def _function(trainer: Trainer, storage: _Storage, nodes: list[Node], results: list[str],
+              after: dict[int, list[Call]] | None = None, backward_from: int | None = None) -> LoweredFunction:
+    """Kernel calls for `nodes`, and the `after[i]` calls right after node i's."""
+    ctx = KernelCtx(trainer.graph)
+    calls: list[Call] = []
+    owner: list[int] = []
+    span: list[tuple[int, int]] = []  # per node: its first and last statement
+    after_calls: list[tuple[int, ...]] = []
+    for i, node in enumerate(nodes):
+        begin = len(calls)
+        own = lookup(node).kernel(ctx, node)
+        calls += own
+        owner += [i] * len(own)
+        span.append((begin, max(begin, len(calls) - 1)))
+        extra = (after or {}).get(i, ())
+        after_calls.append(tuple(range(len(calls), len(calls) + len(extra))))
+        calls += extra
+        owner += [i] * len(extra)
+    # In order of first use: locate() lays out compiled constants as it meets them, and the
+    # generated C must not depend on Python's string hashing.
+    used = dict.fromkeys([a.name for call in calls for a in call.args if isinstance(a, Tensor)] + list(results))
+    arena = tuple(name for name in used if storage.locate(name) is None)
+    infos = tuple(NodeInfo(n.op, n.name, tuple(n.inputs), tuple(n.outputs), tuple(lookup(n).inplace)) for n in nodes)
+    return LoweredFunction(tuple(calls), tuple(owner), infos, tuple(span), arena, tuple(results), backward_from,
+                           tuple(after_calls))
+
+
+def _fused_updates(trainer: Trainer, storage: _Storage, nodes: list[Node],
+                   outer: dict[str, Node]) -> dict[int, list[Call]]:
+    """Operator reordering: each parameter's optimizer update, placed right after the node where
+    its gradient is final and the parameter's last reader has run (so every gradient is computed
+    from the step's starting weights, as with a separate optimizer step). The gradient is then an
+    arena temporary that dies at its update; one in `outer` (_outer_products) is never made, and
+    the update reads its two factors. Once the forward pass is done and its loss and new buffer
+    values (BatchNormalization's running statistics) are checked finite, the buffers are written,
+    so those values need not stay in the arena through the backward pass either."""
+    g, opt = trainer.graph, trainer.optimizer
+    index = {name: i for i, node in enumerate(nodes) for name in node.outputs}
+    last_read = {name: i for i, node in enumerate(nodes) for name in node.inputs}
+
+    def check_finite(size, name):
+        return Call("et_check_finite_f32", (size, Tensor(name)), checked=True)
+
+    buffers = trainer.state_updates.items()
+    forward_done = max([index[trainer.loss]] + [index[value] for _, value in buffers])
+    copies = [Call("et_copy_f32", (g.values[value].size, Tensor(value),
+                                   Arg("ptr", "et_buffers", storage.fixed[buffer].offset))) for buffer, value in buffers]
+    after = {forward_done: [check_finite(1, trainer.loss)] + [check_finite(g.values[v].size, v) for _, v in buffers]
+             + copies}
+    lr = Var("et_lr")
+    for param in trainer.trainable:
+        size, at = g.values[param].size, storage.fixed[param].offset
+        grad = trainer.grads[param]
+        if grad is None:  # the loss does not depend on it; weight decay and momentum still act
+            grad = f"{param}.zero_grad"
+            storage.add_const(grad, np.zeros(size, np.float32))
+        state = [Arg("ptr", "et_state", slot * storage.trainable_floats + at) for slot in range(len(opt.state_slots))]
+        # The kernels take a gradient as (size, ..., W, G) or, from factors, as (m, A, n, B, ..., W).
+        if grad in outer:
+            a, b = outer[grad].inputs
+            kind, operand, g_arg = "_outer", (g.values[a].size, Tensor(a), g.values[b].size, Tensor(b)), ()
+            made = max(index.get(a, -1), index.get(b, -1))
+        else:
+            kind, operand, g_arg, made = "", (size,), (Tensor(grad),), index.get(grad, -1)
+        update = opt.binding.update(Update(operand, g_arg, Tensor(param), tuple(state), lr, kind), opt.attrs())
+        check = Call(f"et_check{kind}_finite_f32", (*operand, *g_arg), checked=True)
+        i = max(made, last_read.get(param, -1), forward_done)
+        after.setdefault(i, []).extend([check, update])
+    return after
+
+
+def _whole_update(trainer: Trainer, trainable_floats: int) -> Call:
+    """optimizer_step's update: every trainable parameter at once, from the accumulated gradients."""
+    opt = trainer.optimizer
+    state = tuple(Arg("ptr", "et_state", slot * trainable_floats) for slot in range(len(opt.state_slots)))
+    return opt.binding.update(Update((Var("ET_TRAINABLE"),), (Arg("ptr", "et_grads"),), Arg("ptr", "et_params"),
+                                     state, Var("et_lr")), opt.attrs())
+
+
+def _outer_products(trainer: Trainer) -> dict[str, Node]:
+    """Gradients -> the Gemm making each as the outer product of two vectors (a contraction over a
+    batch of 1), where nothing else reads it. train_step never stores such a gradient: it checks the
+    factors and then sums their products straight into the accumulator, which saves the arena the
+    gradient's size and the step two passes over it."""
+    g = trainer.graph
+    read = {name for node in trainer.train_nodes for name in node.inputs}
+    made = {node.outputs[0]: node for node in trainer.train_nodes[trainer.backward_start:] if node.op == "Gemm"}
+    products = {}
+    for grad in trainer.grads.values():
+        node = made.get(grad)
+        if node is None or grad in read or len(node.inputs) > 2 or float(node.attr("alpha", 1.0)) != 1.0:
+            continue
+        a = node.inputs[0]
+        if g.shape(a)[0 if int(node.attr("transA", 0)) else 1] == 1:
+            products[grad] = node
+    return products
+
+
+def _tensors(trainer: Trainer, functions) -> dict[str, TensorType]:
+    g = trainer.graph
+    names = dict.fromkeys(n for f in functions for n in f.arena)
+    return {name: TensorType(g.values[name].size, g.values[name].dtype) for name in names}
+
+
+def _grads(trainer: Trainer, storage: _Storage, outer: dict[str, Node], fused_update: bool) -> tuple[GradRef, ...]:
+    g, grads = trainer.graph, []
+    for name in [] if fused_update else trainer.trainable:  # a fused update keeps no gradients
+        grad, offset, size = trainer.grads[name], storage.fixed[name].offset, g.values[name].size
+        if grad in outer:
+            a, b = outer[grad].inputs
+            grads.append(GradRef(None, offset, size, (a, b), g.values[a].size))
+        else:
+            grads.append(GradRef(grad, offset, size))
+    return tuple(grads)
+
+
+def lower(trainer: Trainer, prefix: str, federated: bool = False, fused_update: bool = False,
+          batch_consts: dict[str, Affine | int] | None = None) -> Program:
+    """fused_update: train_step applies the optimizer itself (see _fused_updates), and there are no
+    gradient buffers; otherwise gradients accumulate into them for optimizer_step (ORT's semantics)."""
+    g = trainer.graph
+    storage = _Storage(trainer, batch_consts)
+    # A fused update writes gradients and buffers inside the step; otherwise they are results.
+    outer = _outer_products(trainer)
+    kept = [] if fused_update else ([v for v in trainer.grads.values() if v and v not in outer]
+                                    + [f for node in outer.values() for f in node.inputs]
+                                    + list(trainer.state_updates.values()))
+    train_nodes = [node for node in trainer.train_nodes if node not in outer.values()]
+    extra = list(trainer.extra_outputs)
+    train = _function(trainer, storage, train_nodes, [trainer.loss] + extra + kept,
+                      _fused_updates(trainer, storage, train_nodes, outer) if fused_update else None,
+                      trainer.backward_start)
+    evaluate = _function(trainer, storage, trainer.eval_nodes, [trainer.loss] + extra)
+    infer = _function(trainer, storage, trainer.infer_nodes, list(g.outputs))
+    entries = trainer.checkpoint_entries
+    opt = trainer.optimizer
+    labels = g.values[trainer.labels] if trainer.labels else None
+    return Program(
+        prefix=prefix, **_interface(trainer), infer=infer, infer_outputs=tuple(g.outputs),
+        tensors=_tensors(trainer, (train, evaluate, infer)), fixed=dict(storage.fixed),
+        buffer_init=Floats(g.buffers[n] for n in trainer.buffers), consts=Floats(storage.consts),
+        int_consts=tuple(storage.int_consts), batch_consts=tuple(storage.batch_values),
+        label_type=None if labels is None else c_type(labels.dtype), label_size=labels.size if labels else 0,
+        train=train, eval=evaluate, loss=trainer.loss, grads=_grads(trainer, storage, outer, fused_update),
+        state_updates=tuple(StateRef(value, storage.fixed[buffer].offset, g.values[buffer].size)
+                            for buffer, value in trainer.state_updates.items() if not fused_update),
+        params=tuple(ParamInfo(kind, storage.fixed[name].offset, g.values[name].size, name) for name, kind in entries),
+        param_init=Floats(g.params[n] for n in trainer.trainable),
+        state_slots=len(opt.state_slots), step_values=tuple(opt.binding.step_values(opt.attrs())),
+        optimizer_update=_whole_update(trainer, storage.trainable_floats),
+        learning_rate=opt.lr, max_grad_norm=opt.max_grad_norm, fingerprint=trainer.fingerprint(),
+        table=table_bytes([n for n, _ in entries], [k for _, k in entries], [g.shape(n) for n, _ in entries]),
+        header_bytes=HEADER.size, trainable_floats=storage.trainable_floats, frozen_floats=storage.frozen_floats,
+        federated=bool(federated), fused_update=bool(fused_update),
+        extra_outputs=tuple(g.outputs.index(n) for n in extra), extra=tuple(extra))
+
+
+def _interface(trainer: Trainer) -> dict:
+    g = trainer.graph
+    return dict(input_sizes=tuple(g.values[n].size for n in g.inputs),
+                input_types=tuple(c_type(g.values[n].dtype) for n in g.inputs),
+                output_sizes=tuple(g.values[n].size for n in g.outputs),
+                output_types=tuple(c_type(g.values[n].dtype) for n in g.outputs))
+
+
+def lower_inference(trainer: Trainer, prefix: str, batch_consts: dict[str, Affine | int] | None = None) -> Program:
+    """A model with nothing to train: `infer` alone, every initializer compiled in."""
+    g = trainer.graph
+    storage = _Storage(trainer, batch_consts, frozen_array=False)
+    infer = _function(trainer, storage, trainer.infer_nodes, list(g.outputs))
+    return Program(prefix=prefix, **_interface(trainer), infer=infer, infer_outputs=tuple(g.outputs),
+                   tensors=_tensors(trainer, (infer,)), fixed=dict(storage.fixed),
+                   buffer_init=Floats(g.buffers[n] for n in trainer.buffers), consts=Floats(storage.consts),
+                   int_consts=tuple(storage.int_consts), batch_consts=tuple(storage.batch_values), trainer=False)

@@ -1,0 +1,131 @@
+"""plan(Program) -> MemoryPlan: the arena tensors' lifetimes (liveness over each function's kernel
+calls), in-place reuse of a dying input's bytes, their offsets in the one arena the functions
+share, the labelled blocks of the memory report, and every static RAM category of the trainer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..lower import LoweredFunction, Program
+from ..ops import Tensor
+from .planner import Block, Interval, liveness_lower_bound, place
+
+F32 = 4
+
+
+@dataclass(frozen=True)
+class FunctionPlan:
+    offsets: dict  # arena tensor -> its offset in the arena, in 4-byte words
+    arena_floats: int
+    lower_bound: int  # the liveness lower bound of its arena
+    blocks: tuple[Block, ...]  # the arena's allocations, for the memory report
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """functions: "train", "eval", "infer" (an inference C: "infer" alone). ram: bytes of every
+    mutable static category of the C; ram_bytes their sum."""
+    functions: dict
+    ram: dict
+    ram_bytes: int
+    flash_constants_bytes: int
+    trainable_floats: int
+    frozen_floats: int
+    fused_update: bool
+
+    @property
+    def arena_floats(self) -> int:
+        return max(f.arena_floats for f in self.functions.values())
+
+
+def _liveness(f: LoweredFunction) -> tuple[dict[str, int], dict[str, int]]:
+    """Each tensor's first and last statement: made by its node's first call, read until the last
+    call of each node reading it (or the call placed after a node that reads it); a result lives
+    to the function's end."""
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    tensor_args = [[a.name for a in call.args if isinstance(a, Tensor)] for call in f.calls]
+    for i, node in enumerate(f.nodes):
+        begin, end = f.span[i]
+        for name in node.outputs:
+            first.setdefault(name, begin)
+        for name in node.inputs:
+            last[name] = end
+        for k in f.after[i] if f.after else ():
+            last.update((name, k) for name in tensor_args[k])
+    end = max(len(f.calls) - 1, 0)
+    results = set(f.results)
+    for name in f.arena:
+        last[name] = end if name in results else max(last.get(name, 0), first[name])
+    return first, last
+
+
+def _in_place(program: Program, f: LoweredFunction, last: dict[str, int]) -> dict[str, str]:
+    """Outputs that take over the bytes of an input dying at their node (the op's `inplace` slots:
+    its kernel reads each element before writing it). Returns value -> the value whose bytes it
+    uses."""
+    root: dict[str, str] = {}
+    arena, results, types = set(f.arena), set(f.results), program.tensors
+    for i, node in enumerate(f.nodes):
+        first_stmt, last_stmt = f.span[i]
+        if not node.inplace or first_stmt != last_stmt or first_stmt >= len(f.calls) or f.owner[first_stmt] != i:
+            continue  # one kernel call, so nothing reads an input after the output is written
+        y = node.outputs[0]
+        for slot in node.inplace:
+            x = node.inputs[slot] if slot < len(node.inputs) else ""
+            if (x in arena and y in arena and x not in results and last[x] == last_stmt
+                    and (types[x].words, types[x].dtype) == (types[y].words, types[y].dtype)):
+                root[y] = root.get(x, x)
+                break
+    return root
+
+
+def _kinds(f: LoweredFunction, roots) -> dict[str, str]:
+    """Gradients are made by the backward pass, except forward nodes recomputed there (same name)."""
+    forward = {(n.op, n.name) for n in f.nodes[:f.backward_from]}
+    producer = {name: node for node in f.nodes[f.backward_from:] for name in node.outputs}
+    return {r: "gradient" if r in producer and (producer[r].op, producer[r].name) not in forward else "activation"
+            for r in roots}
+
+
+def plan_function(program: Program, f: LoweredFunction) -> FunctionPlan:
+    first, last = _liveness(f)
+    root = _in_place(program, f, last)
+    groups: dict[str, list[str]] = {}
+    for name in sorted(f.arena, key=lambda n: (first[n], n)):
+        groups.setdefault(root.get(name, name), []).append(name)
+    intervals = [Interval(r, first[r], max(last[m] for m in members), program.tensors[r].words)
+                 for r, members in groups.items()]
+    offsets, total = place(intervals)
+    kind = _kinds(f, groups)
+    blocks = tuple(Block(" -> ".join(groups[iv.name]), kind[iv.name], 4 * offsets[iv.name], 4 * iv.size, iv.start,
+                         iv.end) for iv in sorted(intervals, key=lambda iv: (iv.start, iv.name)))
+    where = {name: offsets[root.get(name, name)] for name in f.arena}
+    return FunctionPlan(where, total, liveness_lower_bound(intervals), blocks)
+
+
+def _ram(program: Program, arena_floats: int) -> dict[str, int]:
+    """Every mutable static byte of the C by category: the arena, trainable parameters, gradients
+    (unless fused), optimizer state, the federated reference copy, and the rest (buffers and the
+    scalar counters: step, counter, learning rate, reset flag[, reference flag]; a fused update
+    never reads the reset flag, so the compiler drops it and it is not counted)."""
+    trainable = program.trainable_floats * F32
+    ram = {"arena": 0, "parameters": trainable,
+           "gradients": 0 if program.fused_update else trainable,
+           "optimizer_state": program.state_slots * trainable,
+           "federated_reference": trainable if program.federated else 0}
+    scalars = 3 + (not program.fused_update) + program.federated
+    copies = 1 + (not program.fused_update) + program.state_slots + program.federated
+    total = F32 * (max(arena_floats, 1) + copies * program.trainable_floats + len(program.buffer_init) + scalars)
+    ram["arena"] = arena_floats * F32
+    ram["other"] = total - sum(ram.values())
+    return ram
+
+
+def plan(program: Program) -> MemoryPlan:
+    functions = {name: plan_function(program, f) for name, f in program.functions().items()}
+    arena = max(f.arena_floats for f in functions.values())
+    ram = _ram(program, arena) if program.trainer else {"arena": arena * F32,
+                                                        "other": F32 * len(program.buffer_init)}
+    return MemoryPlan(functions, ram, sum(ram.values()), len(program.consts) * F32, program.trainable_floats,
+                      program.frozen_floats, program.fused_update)
