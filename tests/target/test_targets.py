@@ -3,6 +3,7 @@ QEMU unless host. Training prints the same `step` lines and parameter hash every
 equal what the host trainer computes through the Python API. A test skips only where a target's
 tool is absent, naming the package; under CI (which installs them all) it fails instead."""
 
+import functools
 import hashlib
 import json
 import os
@@ -14,7 +15,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from edgetrain import api, artifacts, firmware, targets
+from edgetrain import api, artifacts, codegen, firmware, targets
 from edgetrain.cli import main
 from edgetrain.errors import EdgetrainError
 from edgetrain.ops import REGISTRY
@@ -224,12 +225,14 @@ def test_emulator_runs_are_bounded_by_a_timeout(tmp_path):
         firmware.run([(directory, make_data((4, 8)))], "cortex-m3", 10**9, timeout=2)
 
 
-def test_generated_c_is_cppcheck_clean(tmp_path):
-    """cppcheck over a trainer: every runtime kernel is pasted into model.c, so this checks them all.
+def test_generated_c_is_cppcheck_clean(tmp_path, monkeypatch):
+    """cppcheck over a trainer with every runtime kernel pasted into its model.c (which otherwise
+    pastes only those it uses), so this checks them all.
     Suppressed: variableScope, a style suggestion (declare in the narrowest block) that the runtime
     declines on purpose, keeping a kernel's variables together at its top; it flags no defect."""
     if shutil.which("cppcheck") is None:
         (pytest.fail if os.environ.get("CI") else pytest.skip)("cppcheck missing; apt-get install cppcheck")
+    monkeypatch.setattr(artifacts, "render", functools.partial(codegen.render, every_kernel=True))
     directory = artifacts.generate_artifacts(mlp(batch=4, dropout=0.1), artifact_directory=tmp_path / "mlp",
                                              frozen_params=["fc0.bias"])
     result = subprocess.run(["cppcheck", "--std=c99", "--enable=warning,style,performance,portability",
