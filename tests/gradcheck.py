@@ -1,30 +1,52 @@
-"""Gradient checks of the generated C trainer against torch autograd.
+"""The gradient tests' one harness: the generated C trainer against torch autograd.
 
-`check_op_gradients` builds a one-op ONNX model whose float operands are initializers (so each gets
-a gradient), reduces the op's outputs to a scalar loss with random weights R fed as graph inputs,
-compiles it with edgetrain, runs one training step through `api.Module`, and compares the loss and
-every initializer's gradient with torch autograd in float32. `check_loss_gradients` does the same
-for edgetrain's built-in losses against torch.nn.functional (reduction='mean').
+Every op family's test file (tests/c/test_gradients*.py) is a table of cases, `CASES = Cases()`,
+and one test parametrized over it that calls `run_case`. A case is anything with
+`run(tmp_path, seed) -> max error`; most are `OpCase`s, added with `CASES.op(name, op, inputs,
+torch_fn, ...)`:
+
+- `op_gradients` builds a one-op ONNX model whose float operands are initializers (so each gets a
+  gradient), reduces the op's outputs to a scalar loss with random weights R fed as graph inputs,
+  compiles it with edgetrain, runs one training step through `api.Module`, and compares the loss
+  and every trainable initializer's gradient with torch autograd in float32;
+- `check_reference` then runs training_model.onnx through onnx.reference with our ops' NumPy
+  references (and any forward ops given), and checks it computes the C's loss and gradients: the
+  artifacts describe what the C computes.
+
+`check_graph_gradients` does the same for a hand-built or exported graph, `check_loss_gradients`
+for edgetrain's built-in losses against torch.nn.functional (reduction='mean'). Operand values come
+from value specs (`normal`, `away0`, `outside0`, `positive`, `ties`, `fixed`, or a bare shape),
+drawn from a generator seeded by the test's id, so every case is deterministic.
 
 Tolerance: max|C - torch| <= TOL * max(1, max|torch|), per compared tensor.
 """
 
 from __future__ import annotations
 
+import subprocess
+import warnings
+import zlib
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
+import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
 
 from edgetrain import api, artifacts
+from edgetrain.ops import reference_ops
 
 torch = pytest.importorskip("torch")  # the reference: a module that imports this one is skipped without it
 
 TOL = 1e-4
 
-__all__ = ["TOL", "assert_close", "build_op_model", "check_loss_gradients", "check_op_gradients", "compile_module"]
+__all__ = ["TOL", "Cases", "Check", "ExportCase", "OpCase", "assert_close", "away0", "build_op_model",
+           "check_graph_gradients", "check_loss_gradients", "check_op_gradients", "check_reference", "compile_module",
+           "fixed", "float_library", "i64", "normal", "op_gradients", "outside0", "positive", "run_case",
+           "ties", "ulps", "values"]
 
 
 def assert_close(got, want, what: str) -> float:
@@ -95,17 +117,93 @@ def build_op_model(op_type: str, inputs: dict, attrs: dict, const_inputs: dict, 
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), outs, shapes
 
 
-def check_op_gradients(op_type: str, inputs: dict[str, np.ndarray], attrs: dict, torch_fn: Callable,
-                       const_inputs: dict[str, np.ndarray | None] | None = None, *, tmp_path, opset: int = 18,
-                       n_outputs: int = 1, seed: int = 0) -> float:
+# ---- operand values: a spec is a function of the case's generator, or a bare shape (normal) ----
+
+def normal(shape, scale=1.0, avoid=()) -> Callable:
+    """Normal values times `scale`, nudged at least 0.1 away from each point in `avoid` (kinks, bounds)."""
+
+    def make(rng):
+        x = np.asarray(rng.normal(size=shape) * scale, np.float32)
+        for point in avoid:
+            near = np.abs(x - point) < 0.1
+            x = np.where(near, x + np.where(x >= point, 0.2, -0.2), x).astype(np.float32)
+        return np.asarray(x)
+
+    return make
+
+
+def away0(shape, scale=1.0) -> Callable:
+    return normal(shape, scale, avoid=(0.0,))
+
+
+def outside0(shape) -> Callable:
+    """Normal values moved 0.25 further from 0: kinks at 0 (Relu, LeakyRelu, Abs) and denominators."""
+
+    def make(rng):
+        x = rng.normal(size=shape).astype(np.float32)
+        return (np.sign(x) * (np.abs(x) + 0.25)).astype(np.float32)
+
+    return make
+
+
+def positive(shape) -> Callable:
+    """Uniform in [0.5, 2]: Log, Sqrt and Pow bases."""
+    return lambda rng: rng.uniform(0.5, 2.0, size=shape).astype(np.float32)
+
+
+def ties(shape) -> Callable:
+    """Few distinct values (-2 to 2): pooling windows and reductions hold equal maxima."""
+    return lambda rng: rng.integers(-2, 3, size=shape).astype(np.float32)
+
+
+def fixed(array) -> Callable:
+    return lambda rng: np.asarray(array, np.float32)
+
+
+def values(spec, rng) -> np.ndarray:
+    return spec(rng) if callable(spec) else normal(spec)(rng)
+
+
+def i64(*values) -> np.ndarray:
+    return np.array(values, dtype=np.int64)
+
+
+# ---- one op's loss and gradients against torch, and against onnx.reference ----
+
+@dataclass
+class Gradients:
+    """One training step of a one-op model: the C's loss and gradients (trainable operands), the
+    loss weights it was fed, and the largest error against torch."""
+    loss: float
+    grads: dict
+    feeds: dict
+    error: float
+
+
+def _torch_step(torch_fn, present: dict, frozen, rs, shapes):
+    """torch's loss and leaves after backward, for the same operands and loss weights."""
+    leaves = [torch.tensor(v, requires_grad=name not in frozen) for name, v in present.items()]
+    ys = torch_fn(*leaves)
+    ys = ys if isinstance(ys, (tuple, list)) else (ys,)
+    assert len(ys) == len(shapes), f"torch_fn returned {len(ys)} outputs, expected {len(shapes)}"
+    for y, s in zip(ys, shapes):
+        assert tuple(y.shape) == s, f"torch output shape {tuple(y.shape)} != ONNX shape {s}"
+    total = sum((y * torch.from_numpy(r)).sum() for y, r in zip(ys, rs))
+    total.backward()
+    return total, leaves
+
+
+def op_gradients(op_type: str, inputs: dict[str, np.ndarray | None], attrs: dict, torch_fn: Callable,
+                 const_inputs: dict[str, np.ndarray | None] | None = None, *, tmp_path, opset: int = 18,
+                 n_outputs: int = 1, seed: int = 0, frozen=()) -> Gradients:
     """Compare edgetrain's loss and gradients for one `op_type` node against torch autograd.
 
-    inputs: the op's float operands (become trainable initializers), in node-input order; a None
-        value leaves that optional input empty (e.g. a recurrence's B before its initial_h).
+    inputs: the op's float operands (become initializers: trainable, or frozen if named in `frozen`),
+        in node-input order; a None value leaves that optional input empty (e.g. a recurrence's B
+        before its initial_h).
     const_inputs: constant operands that follow them (axes, shape, bounds, exponent, split sizes);
-        a None value leaves that optional input empty (e.g. Clip's min).
-    torch_fn: maps the given float operands as torch tensors (same order) to Y, or a tuple of outputs.
-    Returns the max absolute error measured over the loss and every gradient."""
+        a None value leaves that optional input empty (e.g. Clip's min). They are never parameters.
+    torch_fn: maps the given float operands as torch tensors (same order) to Y, or a tuple of outputs."""
     const_inputs = dict(const_inputs or {})
     inputs = {k: None if v is None else np.asarray(v, np.float32) for k, v in inputs.items()}
     clash = {"loss"} | {f"{p}{i}" for p in ("R", "YR", "S", "Y", "acc") for i in range(n_outputs)} | {"Y"}
@@ -114,23 +212,43 @@ def check_op_gradients(op_type: str, inputs: dict[str, np.ndarray], attrs: dict,
     rng = np.random.default_rng(seed + 12345)
     rs = [rng.normal(size=s).astype(np.float32) for s in shapes]
 
-    module, state = compile_module(model, tmp_path, loss=None)
+    module, state = compile_module(model, tmp_path, loss=None, frozen_params=list(frozen) or None)
+    present = {k: v for k, v in inputs.items() if v is not None}
+    trainable = {n for n, p in state.parameters.items() if p.requires_grad}
+    assert trainable == set(present) - set(frozen), f"trainable {sorted(trainable)}: constants are never parameters"
     loss = module(*rs)
 
-    present = {k: v for k, v in inputs.items() if v is not None}
-    leaves = [torch.tensor(v, requires_grad=True) for v in present.values()]
-    ys = torch_fn(*leaves)
-    ys = ys if isinstance(ys, (tuple, list)) else (ys,)
-    assert len(ys) == n_outputs, f"torch_fn returned {len(ys)} outputs, expected {n_outputs}"
-    total = sum((y * torch.from_numpy(r)).sum() for y, r in zip(ys, rs))
-    for y, s in zip(ys, shapes):
-        assert tuple(y.shape) == s, f"torch output shape {tuple(y.shape)} != ONNX shape {s}"
-    total.backward()
-
+    total, leaves = _torch_step(torch_fn, present, frozen, rs, shapes)
     errors = [assert_close(loss, total.detach().numpy(), f"{op_type} loss")]
+    grads = {}
     for name, leaf in zip(present, leaves):
+        if name in frozen:
+            continue
         want = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
-        errors.append(assert_close(state.parameters[name].grad, want.numpy(), f"{op_type} d loss/d {name}"))
+        grads[name] = state.parameters[name].grad
+        errors.append(assert_close(grads[name], want.numpy(), f"{op_type} d loss/d {name}"))
+    return Gradients(loss, grads, {f"R{i}": r for i, r in enumerate(rs)}, max(errors))
+
+
+def check_op_gradients(op_type: str, inputs: dict[str, np.ndarray | None], attrs: dict, torch_fn: Callable,
+                       const_inputs: dict[str, np.ndarray | None] | None = None, *, tmp_path, opset: int = 18,
+                       n_outputs: int = 1, seed: int = 0) -> float:
+    """op_gradients' largest error: the max absolute error over the loss and every gradient."""
+    return op_gradients(op_type, inputs, attrs, torch_fn, const_inputs, tmp_path=tmp_path, opset=opset,
+                        n_outputs=n_outputs, seed=seed).error
+
+
+def check_reference(out: Path, feeds: dict, loss, grads: dict, new_ops=()) -> float:
+    """training_model.onnx in the artifacts directory `out`, executed by onnx.reference with our ops'
+    NumPy references (and `new_ops`: forward ops it lacks or gets wrong), computes `loss` and `grads`
+    (the C's) from `feeds`, the model's inputs and initial parameters."""
+    training = onnx.load(Path(out) / "training_model.onnx")
+    names = [o.name for o in training.graph.output]
+    evaluator = ReferenceEvaluator(training, new_ops=list(new_ops) + reference_ops())
+    got = dict(zip(names, evaluator.run(None, {i.name: feeds[i.name] for i in training.graph.input})))
+    errors = [assert_close(got[names[0]], loss, "onnx.reference loss")]
+    errors += [assert_close(got[f"{name}_grad"], grad, f"onnx.reference d loss/d {name}")
+               for name, grad in grads.items()]
     return max(errors)
 
 
@@ -158,3 +276,183 @@ def check_loss_gradients(loss_type: artifacts.LossType, logits: np.ndarray, labe
     errors = [assert_close(loss, want.detach().numpy(), f"{name} loss"),
               assert_close(state.parameters["logits_init"].grad, x.grad.numpy(), f"{name} d loss/d logits")]
     return max(errors)
+
+
+# ---- graphs: hand-built, or exported by torch ----
+
+def check_graph_gradients(model: onnx.ModelProto, params: dict[str, np.ndarray], torch_fn: Callable, tmp_path,
+                          rng, data: dict[str, np.ndarray] | None = None) -> float:
+    """`model` computes Y from `data` inputs and the float initializers `params`; append
+    loss = ReduceSum(Y * R), train one step and compare with torch_fn(*data, **params), then
+    training_model.onnx under onnx.reference with the C."""
+    data = data or {}
+    graph = model.graph
+    y = graph.output[0].name
+    shape = tuple(torch_fn(*map(torch.from_numpy, data.values()),
+                           **{k: torch.from_numpy(v) for k, v in params.items()}).shape)
+    graph.node.extend([helper.make_node("Mul", [y, "R"], ["YR"]),
+                       helper.make_node("ReduceSum", ["YR"], ["loss"], keepdims=0)])
+    graph.input.append(helper.make_tensor_value_info("R", TensorProto.FLOAT, shape))
+    del graph.output[:]
+    graph.output.append(helper.make_tensor_value_info("loss", TensorProto.FLOAT, []))
+    module, state = compile_module(model, tmp_path, loss=None)
+    r = rng.normal(size=shape).astype(np.float32)
+    loss = module(*data.values(), r)
+
+    leaves = {k: torch.tensor(v, requires_grad=True) for k, v in params.items()}
+    total = (torch_fn(*map(torch.from_numpy, data.values()), **leaves) * torch.from_numpy(r)).sum()
+    total.backward()
+    errors = [assert_close(loss, total.detach().numpy(), "loss")]
+    for name, leaf in leaves.items():
+        want = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
+        errors.append(assert_close(state.parameters[name].grad, want.numpy(), f"d loss/d {name}"))
+    grads = {name: state.parameters[name].grad for name in leaves}
+    return max(errors + [check_reference(Path(tmp_path) / "artifacts", {**data, "R": r, **params}, loss, grads)])
+
+
+def _export(net, x, opset: int, path: Path) -> onnx.ModelProto:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(net, (x,), path, dynamo=False, opset_version=opset,
+                          training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
+                          input_names=["x"], output_names=["y"])
+    return onnx.load(path)
+
+
+@dataclass
+class ExportCase:
+    """`act(net, h)` applied after a Linear layer (net also has a PReLU of 3 channels), exported by
+    torch's TorchScript exporter at `opset`; `ops` must appear in the exported graph (so the case
+    checks what it claims to)."""
+
+    act: Callable
+    opset: int
+    ops: tuple
+    width: int = 6
+
+    def run(self, tmp_path, seed: int) -> float:
+        torch.manual_seed(seed % 2**31)
+        act = self.act
+
+        class Net(torch.nn.Module):
+            def __init__(self, width):
+                super().__init__()
+                self.fc = torch.nn.Linear(4, width)
+                self.prelu = torch.nn.PReLU(3)
+
+            def forward(self, x):
+                return act(self, self.fc(x))
+
+        net = Net(self.width)
+        x = torch.randn(3, 4)
+        model = _export(net, x, self.opset, tmp_path / "net.onnx")
+        exported = {n.op_type for n in model.graph.node}
+        assert set(self.ops) <= exported, f"export has {sorted(exported)}"
+        params = {k: v.detach().numpy().copy() for k, v in net.named_parameters() if k in
+                  {i.name for i in model.graph.initializer}}
+
+        def functional(x, **leaves):  # net with the leaves as its parameters
+            return torch.func.functional_call(net, leaves, (x,))
+
+        return check_graph_gradients(model, params, functional, tmp_path, np.random.default_rng(seed),
+                                     data={"x": x.numpy()})
+
+
+# ---- the cases and the test ----
+
+@dataclass
+class OpCase:
+    """One op node: its float operands (name -> value spec, or None for an omitted optional input)
+    trainable unless named in `frozen`, loss = sum_i(Y_i * R_i), against torch_fn on the same
+    operands; then, with `reference`, training_model.onnx under onnx.reference (`reference_ops`:
+    forward ops it needs from us) against the C."""
+    op: str
+    inputs: dict
+    torch_fn: Callable
+    attrs: dict = field(default_factory=dict)
+    consts: dict = field(default_factory=dict)  # name -> array, or None for an omitted input
+    n_outputs: int = 1
+    opset: int = 18
+    frozen: tuple = ()
+    reference: bool = True  # False: onnx.reference cannot run the forward op
+    reference_ops: tuple = ()
+
+    def run(self, tmp_path, seed: int) -> float:
+        rng = np.random.default_rng(seed)
+        inputs = {name: None if spec is None else values(spec, rng) for name, spec in self.inputs.items()}
+        result = op_gradients(self.op, inputs, self.attrs, self.torch_fn, self.consts, tmp_path=tmp_path,
+                              opset=self.opset, n_outputs=self.n_outputs, seed=seed, frozen=self.frozen)
+        if not self.reference:
+            return result.error
+        present = {k: v for k, v in inputs.items() if v is not None}
+        return max(result.error, check_reference(tmp_path / "artifacts", {**result.feeds, **present}, result.loss,
+                                                 result.grads, self.reference_ops))
+
+
+@dataclass
+class Check:
+    """Any other check: fn(tmp_path, rng) -> the largest error it measured (it asserts each bound)."""
+    fn: Callable
+
+    def run(self, tmp_path, seed: int) -> float:
+        return self.fn(tmp_path, np.random.default_rng(seed))
+
+
+class Cases(list):
+    """A test file's table: pytest params of cases, each with `run(tmp_path, seed) -> max error`.
+    reference: whether this file's op cases also check training_model.onnx under onnx.reference."""
+
+    def __init__(self, reference: bool = True):
+        super().__init__()
+        self.reference = reference
+
+    def add(self, case_id: str, spec, marks=()) -> None:
+        self.append(pytest.param(spec, id=case_id, marks=marks))
+
+    def op(self, name: str, op: str, inputs: dict, torch_fn: Callable, **kwargs) -> None:
+        """An OpCase, with the id '<op>-<name>'."""
+        kwargs.setdefault("reference", self.reference)
+        self.add(f"{op}-{name}", OpCase(op, inputs, torch_fn, **kwargs))
+
+    def check(self, case_id: str, fn: Callable) -> None:
+        self.add(case_id, Check(fn))
+
+
+def run_case(spec, tmp_path, request) -> None:
+    """The body of every gradient test: the case's generator is seeded by the test's id."""
+    seed = zlib.crc32(request.node.callspec.id.encode())
+    print(f"max |C - reference| = {spec.run(tmp_path, seed):.3g}")  # each tensor's bound is asserted inside
+
+
+# ---- C functions against float64 ----
+
+def float_library(tmp_path, source: str, bodies: dict[str, str]) -> dict[str, Callable]:
+    """`source` and one `void name(int n, const float *x, float *y) { body }` per entry of `bodies`,
+    built under the strictest flags: {name: a function of a float32 array}."""
+    cffi = pytest.importorskip("cffi")
+    sig = "void {}(int n, const float *x, float *y)"
+    prototypes = "".join(sig.format(name) + ";\n" for name in bodies)
+    src, so = tmp_path / "functions.c", tmp_path / "libfunctions.so"
+    src.write_text(source + "\n" + prototypes + "".join(sig.format(n) + " { " + b + " }\n" for n, b in bodies.items()))
+    flags = ["-std=c99", "-Wall", "-Wextra", "-Wshadow", "-Wdouble-promotion", "-Wmissing-prototypes", "-Werror",
+             "-pedantic", "-ffp-contract=off", "-O2", "-shared", "-fPIC"]
+    result = subprocess.run(["gcc", *flags, str(src), "-o", str(so)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    ffi = cffi.FFI()
+    ffi.cdef(prototypes)
+    lib = ffi.dlopen(str(so))
+
+    def wrap(fn):
+        def call(x):
+            x = np.ascontiguousarray(x, np.float32)
+            y = np.empty_like(x)
+            fn(len(x), ffi.cast("float *", x.ctypes.data), ffi.cast("float *", y.ctypes.data))
+            return y
+        return call
+
+    return {name: wrap(getattr(lib, name)) for name in bodies}
+
+
+def ulps(got, want) -> np.ndarray:
+    """|got - want| in units in the last place of want rounded to float32 (want in float64)."""
+    return np.abs(got.astype(np.float64) - want) / np.spacing(np.abs(want.astype(np.float32))).astype(np.float64)

@@ -1,70 +1,27 @@
 """Every core op's gradient, computed by the generated C, against torch autograd.
 
-One parametrized test; each case is one small model (one op node, then loss = ReduceSum(Y * R))
-compiled with gcc. Operand values come from a generator seeded by the case id, so every case is
-deterministic. Dropout cases check the counter-based mask against `_dropout_mask`, the eval-mode
-identity and the dropped fraction.
+A table of cases for gradcheck's harness (one op node, then loss = ReduceSum(Y * R), compiled with
+gcc); operand values come from a generator seeded by the case id, so every case is deterministic.
+Dropout cases check the counter-based mask against `_dropout_mask`, the eval-mode identity and the
+dropped fraction.
 """
 
 from __future__ import annotations
 
-import zlib
-from dataclasses import dataclass, field
-from typing import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from edgetrain.ops.elementwise import _dropout_mask
-from gradcheck import assert_close, check_op_gradients, compile_module
+from gradcheck import Cases, assert_close, compile_module, normal, outside0, positive, run_case
 
 torch = pytest.importorskip("torch")
 
 F = torch.nn.functional
-
-
-def _values(spec, rng) -> np.ndarray:
-    """spec: a shape (standard normal values) or (shape, kind)."""
-    if isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[1], (str, list)):
-        shape, kind = spec
-    else:
-        shape, kind = spec, "normal"
-    x = rng.normal(size=shape).astype(np.float32)
-    if kind == "normal":
-        return x
-    if kind == "positive":  # Log, Sqrt, Pow bases
-        return rng.uniform(0.5, 2.0, size=shape).astype(np.float32)
-    if kind == "away0":  # kinks at 0 (Relu, LeakyRelu, Abs) and denominators
-        return (np.sign(x) * (np.abs(x) + 0.25)).astype(np.float32)
-    # kind is a list of points to keep clear of (Clip bounds)
-    for point in kind:
-        near = np.abs(x - point) < 0.1
-        x = np.where(near, x + np.where(x >= point, 0.2, -0.2), x).astype(np.float32)
-    return x
-
-
-@dataclass
-class OpCase:
-    op: str
-    inputs: dict  # name -> shape or (shape, kind)
-    torch_fn: Callable
-    attrs: dict = field(default_factory=dict)
-    consts: dict = field(default_factory=dict)  # name -> array or None (omitted optional input)
-    n_outputs: int = 1
-
-    def run(self, tmp_path, seed: int) -> float:
-        rng = np.random.default_rng(seed)
-        inputs = {name: _values(spec, rng) for name, spec in self.inputs.items()}
-        return check_op_gradients(self.op, inputs, self.attrs, self.torch_fn, self.consts, tmp_path=tmp_path,
-                                  n_outputs=self.n_outputs, seed=seed)
-
-
-CASES: list = []
-
-
-def case(name: str, op: str, inputs: dict, torch_fn: Callable, **kwargs) -> None:
-    CASES.append(pytest.param(OpCase(op, inputs, torch_fn, **kwargs), id=f"{op}-{name}"))
+CASES = Cases(reference=False)
+case = CASES.op
 
 
 def i64(*values) -> np.ndarray:
@@ -135,38 +92,39 @@ BINARY_SHAPES = [
 ]
 for op, fn in [("Add", torch.add), ("Sub", torch.sub), ("Mul", torch.mul), ("Div", torch.div)]:
     for name, a, b in BINARY_SHAPES:
-        case(name, op, {"A": a, "B": (b, "away0") if op == "Div" else b}, fn)
+        case(name, op, {"A": a, "B": outside0(b) if op == "Div" else b}, fn)
 
 # ---- activations and unary math ----
-case("2d", "Relu", {"X": ((3, 4), "away0")}, torch.relu)
-case("3d", "Relu", {"X": ((2, 3, 4), "away0")}, torch.relu)
-case("default-alpha", "LeakyRelu", {"X": ((3, 4), "away0")}, lambda x: F.leaky_relu(x, 0.01))
-case("alpha0.2", "LeakyRelu", {"X": ((2, 3, 4), "away0")}, lambda x: F.leaky_relu(x, 0.2), attrs={"alpha": 0.2})
-case("alpha1.5", "LeakyRelu", {"X": ((5,), "away0")}, lambda x: F.leaky_relu(x, 1.5), attrs={"alpha": 1.5})
+case("2d", "Relu", {"X": outside0((3, 4))}, torch.relu)
+case("3d", "Relu", {"X": outside0((2, 3, 4))}, torch.relu)
+case("default-alpha", "LeakyRelu", {"X": outside0((3, 4))}, lambda x: F.leaky_relu(x, 0.01))
+case("alpha0.2", "LeakyRelu", {"X": outside0((2, 3, 4))}, lambda x: F.leaky_relu(x, 0.2), attrs={"alpha": 0.2})
+case("alpha1.5", "LeakyRelu", {"X": outside0((5,))}, lambda x: F.leaky_relu(x, 1.5), attrs={"alpha": 1.5})
 case("2d", "Sigmoid", {"X": (3, 4)}, torch.sigmoid)
 case("3d", "Sigmoid", {"X": (2, 3, 4)}, torch.sigmoid)
 case("2d", "Tanh", {"X": (3, 4)}, torch.tanh)
 case("3d", "Tanh", {"X": (2, 3, 4)}, torch.tanh)
 case("2d", "Exp", {"X": (3, 4)}, torch.exp)
 case("3d", "Exp", {"X": (2, 3, 4)}, torch.exp)
-case("2d", "Log", {"X": ((3, 4), "positive")}, torch.log)
-case("3d", "Log", {"X": ((2, 3, 4), "positive")}, torch.log)
-case("2d", "Sqrt", {"X": ((3, 4), "positive")}, torch.sqrt)
-case("3d", "Sqrt", {"X": ((2, 3, 4), "positive")}, torch.sqrt)
+case("2d", "Log", {"X": positive((3, 4))}, torch.log)
+case("3d", "Log", {"X": positive((2, 3, 4))}, torch.log)
+case("2d", "Sqrt", {"X": positive((3, 4))}, torch.sqrt)
+case("3d", "Sqrt", {"X": positive((2, 3, 4))}, torch.sqrt)
 case("2d", "Neg", {"X": (3, 4)}, torch.neg)
 case("scalar", "Neg", {"X": ()}, torch.neg)
-case("2d", "Abs", {"X": ((3, 4), "away0")}, torch.abs)
-case("3d", "Abs", {"X": ((2, 3, 4), "away0")}, torch.abs)
+case("2d", "Abs", {"X": outside0((3, 4))}, torch.abs)
+case("3d", "Abs", {"X": outside0((2, 3, 4))}, torch.abs)
 case("2d", "Identity", {"X": (3, 4)}, lambda x: x)
 case("scalar", "Identity", {"X": ()}, lambda x: x)
 
 for p in (2.0, 3.0, 0.5, -1.0, 1.7):
-    case(f"exp{p:g}", "Pow", {"X": ((3, 4), "positive")}, lambda x, p=p: torch.pow(x, p), consts={"P": f32(p)})
+    case(f"exp{p:g}", "Pow", {"X": positive((3, 4))}, lambda x, p=p: torch.pow(x, p), consts={"P": f32(p)})
 
-case("min", "Clip", {"X": ((3, 4), [-0.3])}, lambda x: torch.clamp(x, min=-0.3),
+case("min", "Clip", {"X": normal((3, 4), avoid=(-0.3,))}, lambda x: torch.clamp(x, min=-0.3),
      consts={"lo": f32(-0.3), "hi": None})
-case("max", "Clip", {"X": ((3, 4), [0.4])}, lambda x: torch.clamp(x, max=0.4), consts={"lo": None, "hi": f32(0.4)})
-case("min-max", "Clip", {"X": ((2, 3, 4), [-0.5, 0.6])}, lambda x: torch.clamp(x, -0.5, 0.6),
+case("max", "Clip", {"X": normal((3, 4), avoid=(0.4,))}, lambda x: torch.clamp(x, max=0.4),
+     consts={"lo": None, "hi": f32(0.4)})
+case("min-max", "Clip", {"X": normal((2, 3, 4), avoid=(-0.5, 0.6))}, lambda x: torch.clamp(x, -0.5, 0.6),
      consts={"lo": f32(-0.5), "hi": f32(0.6)})
 case("none", "Clip", {"X": (3, 4)}, lambda x: x)
 
@@ -308,6 +266,4 @@ CASES += [
 
 @pytest.mark.parametrize("spec", CASES)
 def test_gradient(spec, tmp_path, request):
-    seed = zlib.crc32(request.node.callspec.id.encode())
-    err = spec.run(tmp_path, seed)
-    print(f"max |C - torch| = {err:.3g}")
+    run_case(spec, tmp_path, request)

@@ -11,20 +11,13 @@ rejected, and a last test trains a small CNN exported by PyTorch.
 
 from __future__ import annotations
 
-import zlib
-from dataclasses import dataclass, field
-from typing import Callable
-
 import numpy as np
-import onnx
 import pytest
-from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
 
 from edgetrain import api, artifacts
-from edgetrain.ops import reference_ops
 from edgetrain.errors import EdgetrainError
-from gradcheck import TOL, assert_close, build_op_model, check_op_gradients, compile_module
+from gradcheck import TOL, Cases, assert_close, build_op_model, compile_module, run_case, ties
 
 torch = pytest.importorskip("torch")
 
@@ -152,30 +145,6 @@ def torch_average_pool(attrs, x_shape):
 
 # ---- cases ----
 
-def _values(shape, kind, rng):
-    if kind == "ties":  # few distinct values: windows hold equal maxima
-        return rng.integers(-2, 3, size=shape).astype(np.float32)
-    return rng.normal(size=shape).astype(np.float32)
-
-
-@dataclass
-class Case:
-    op: str
-    inputs: dict  # name -> shape
-    attrs: dict
-    torch_fn: Callable
-    kind: str = "normal"  # value distribution of the first operand
-    opset: int = 18
-
-    def run(self, tmp_path, seed):
-        rng = np.random.default_rng(seed)
-        inputs = {name: _values(shape, self.kind if i == 0 else "normal", rng)
-                  for i, (name, shape) in enumerate(self.inputs.items())}
-        err = check_op_gradients(self.op, inputs, self.attrs, self.torch_fn, tmp_path=tmp_path,
-                                 opset=self.opset, seed=seed)
-        return max(err, _reference_matches_c(tmp_path, inputs, seed))
-
-
 def _torch_op(name, make):
     """Standard op `name` executed by its torch reference `make(attrs, *input shapes)`, for
     onnx.reference: its own ConvTranspose mishandles groups and output_shape, its MaxPool sizes
@@ -196,29 +165,15 @@ TORCH_OPS = [_torch_op("Conv", torch_conv), _torch_op("ConvTranspose", torch_con
              _torch_op("GlobalMaxPool", torch_global(torch.amax))]
 
 
-def _reference_matches_c(tmp_path, inputs, seed):
-    """training_model.onnx, with the forward ops in torch and our gradient ops' NumPy references,
-    gives the C's gradients: the artifacts describe what the C computes."""
-    out = tmp_path / "artifacts"
-    training = onnx.load(out / "training_model.onnx")
-    state = api.CheckpointState.load_checkpoint(out / "checkpoint")
-    module = api.Module(out / "training_model.onnx", state, out / "eval_model.onnx")
-    rng = np.random.default_rng(seed + 1)
-    weights = {v.name: rng.normal(size=[d.dim_value for d in v.type.tensor_type.shape.dim]).astype(np.float32)
-               for v in training.graph.input if v.name not in inputs}  # the loss weights R
-    module(*weights.values())
-    names = [o.name for o in training.graph.output]
-    results = dict(zip(names, ReferenceEvaluator(training, new_ops=TORCH_OPS + reference_ops())
-                       .run(None, {**weights, **inputs})))
-    return max(assert_close(state.parameters[name].grad, results[f"{name}_grad"], f"reference d loss/d {name}")
-               for name in inputs)
+CASES = Cases()
 
 
-CASES: list = []
-
-
-def case(name, op, inputs, attrs, torch_fn, **kwargs):
-    CASES.append(pytest.param(Case(op, inputs, attrs, torch_fn, **kwargs), id=f"{op}-{name}"))
+def case(name, op, inputs, attrs, torch_fn, kind="normal", opset=18):
+    """inputs: operand -> shape; kind "ties" gives the first operand few distinct values. The
+    reference runs the forward ops in torch (TORCH_OPS)."""
+    specs = {operand: ties(shape) if kind == "ties" and i == 0 else shape
+             for i, (operand, shape) in enumerate(inputs.items())}
+    CASES.op(name, op, specs, torch_fn, attrs=attrs, opset=opset, reference_ops=TORCH_OPS)
 
 
 def conv_case(name, x, w, attrs, bias=True):
@@ -330,9 +285,7 @@ case("2d-adaptive-ties", "GlobalMaxPool", {"X": (2, 3, 3, 3)}, {}, lambda x: F.a
 
 @pytest.mark.parametrize("spec", CASES)
 def test_gradient(spec, tmp_path, request):
-    seed = zlib.crc32(request.node.callspec.id.encode())
-    err = spec.run(tmp_path, seed)
-    print(f"max |C - torch| = {err:.3g}")
+    run_case(spec, tmp_path, request)
 
 
 @pytest.mark.parametrize("op, inputs, attrs, match", [

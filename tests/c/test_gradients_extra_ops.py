@@ -2,16 +2,15 @@
 DepthToSpace and SpaceToDepth, computed by the generated C, against torch autograd; SiLU as
 exporters write it (Sigmoid then Mul, either operand order); and et_sinf / et_cosf against float64.
 
-One parametrized test, through test_gradients_more.py's harness: single-op cases run
-gradcheck.check_op_gradients and then training_model.onnx through onnx.reference with our ops'
-NumPy references; graphs run its check_graph_gradients. Operand values come from a generator
-seeded by the case id, so every case is deterministic.
+A table of cases for gradcheck's harness: single-op cases are its OpCases (the C against torch, then
+training_model.onnx through onnx.reference with our ops' NumPy references); graphs run its
+check_graph_gradients. Operand values come from a generator seeded by the case id, so every case is
+deterministic.
 """
 
 from __future__ import annotations
 
 import math
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,18 +18,15 @@ import numpy as np
 import pytest
 from onnx import helper, numpy_helper
 
-from test_gradients_more import ExportCase, OpCase, check_graph_gradients, fixed, float_library, i64, normal, ulps
+from gradcheck import Cases, ExportCase, check_graph_gradients, fixed, float_library, i64, normal, run_case, ulps
 
 torch = pytest.importorskip("torch")
 
 F = torch.nn.functional
 RUNTIME = Path(__file__).resolve().parents[2] / "runtime_c"
 
-CASES: list = []
-
-
-def case(name: str, op: str, inputs: dict, torch_fn, **kwargs) -> None:
-    CASES.append(pytest.param(OpCase(op, inputs, torch_fn, **kwargs), id=f"{op}-{name}"))
+CASES = Cases()
+case = CASES.op
 
 
 # ---- Sin, Cos (rotary embeddings), Reciprocal, Mish ----
@@ -175,6 +171,4 @@ CASES.append(pytest.param(SinCosAccuracy(), id="SinCos-accuracy-vs-float64"))
 
 @pytest.mark.parametrize("spec", CASES)
 def test_gradient(spec, tmp_path, request):
-    seed = zlib.crc32(request.node.callspec.id.encode())
-    err = spec.run(tmp_path, seed)
-    print(f"max |C - torch| = {err:.3g}")
+    run_case(spec, tmp_path, request)

@@ -3,7 +3,7 @@ loss and gradients against torch autograd, and the forms without a gradient (Sca
 ScatterND with reduction mul, max or min, GatherND on int and bool data, TopK's indices) forward
 against onnxruntime.
 
-One parametrized test. Cases whose operands come floats first go through
+A table of cases for gradcheck's harness. Cases whose operands come floats first go through
 gradcheck.check_op_gradients; the others (indices between data and updates, indices fed at run
 time as int32 or int64, TopK's unused second output) through `check_node`, which builds the same
 one-node model and loss. Operand values come from a generator seeded by the case id. The other
@@ -13,7 +13,6 @@ gradient or no support is refused in one line, and which kernels Einsum equation
 
 from __future__ import annotations
 
-import zlib
 from typing import Callable
 
 import numpy as np
@@ -26,15 +25,10 @@ from edgetrain.errors import EdgetrainError
 from edgetrain.frontend import load_model
 from edgetrain.host import load_library
 from edgetrain.ops import KernelCtx, lookup
-
-from gradcheck import assert_close, check_op_gradients, compile_module
+from gradcheck import Cases, assert_close, check_op_gradients, compile_module, i64, run_case
 
 torch = pytest.importorskip("torch")
 onnxruntime = pytest.importorskip("onnxruntime")
-
-
-def i64(*rows) -> np.ndarray:
-    return np.array(rows, np.int64)
 
 
 def _model(op, operands: dict, attrs: dict, outputs: list[str], shape, feeds=(), forward=False):
@@ -105,11 +99,8 @@ def check_forward(op, operands: dict, attrs: dict, *, tmp_path, feeds=(), output
 
 # ---- cases: each a function of (tmp_path, generator) ----
 
-CASES: list = []
-
-
-def case(name: str, check: Callable) -> None:
-    CASES.append(pytest.param(check, id=name))
+CASES = Cases()
+case = CASES.check
 
 
 def normal(rng, *shape) -> np.ndarray:
@@ -282,10 +273,9 @@ einsum("ij,jk->i", (3, 4), (4, 5))
 einsum("bik,bjk,bj->bi", (2, 3, 4), (2, 5, 4), (2, 5))
 
 
-@pytest.mark.parametrize("check", CASES)
-def test_indexing_op(check, request, tmp_path):
-    rng = np.random.default_rng(zlib.crc32(request.node.callspec.id.encode()))
-    print(f"max |C - reference| = {check(tmp_path, rng):.3g}")  # each tensor's bound is asserted inside
+@pytest.mark.parametrize("spec", CASES)
+def test_gradient(spec, tmp_path, request):
+    run_case(spec, tmp_path, request)
 
 
 # ---- run-time indices out of range, and what is refused ----

@@ -2,8 +2,9 @@
 gradients of the generated C against torch autograd, and BatchNorm's running statistics against
 PyTorch's modules.
 
-One parametrized test. Every single-op case also runs training_model.onnx through onnx.reference
-with our ops' NumPy references and checks it reproduces the C's loss and gradients. Resize modes
+A table of cases for gradcheck's harness. Every single-op case also runs training_model.onnx
+through onnx.reference with our ops' NumPy references and checks it reproduces the C's loss and
+gradients. Resize modes
 PyTorch lacks are checked against interpolation matrices taken from onnxruntime. The model cases
 export torch models (TorchScript exporter in training or eval mode, and the dynamo exporter) and
 train them in C next to torch.optim.SGD; the error cases check what the compiler refuses.
@@ -11,8 +12,7 @@ train them in C next to torch.optim.SGD; the error cases check what the compiler
 
 from __future__ import annotations
 
-import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -24,80 +24,19 @@ from onnx.reference import ReferenceEvaluator
 from edgetrain import api, artifacts
 from edgetrain.errors import EdgetrainError
 from edgetrain.ops import REGISTRY, reference_ops
-from gradcheck import assert_close, build_op_model, compile_module
+from gradcheck import Cases, assert_close, build_op_model, check_reference, compile_module, i64, run_case
 
 torch = pytest.importorskip("torch")
 
 F = torch.nn.functional
 
 
-def i64(*values) -> np.ndarray:
-    return np.array(values, dtype=np.int64)
-
-
 def f32(*values) -> np.ndarray:
     return np.array(values, dtype=np.float32)
 
 
-def _check_reference(out, feeds: dict, loss, grads: dict) -> float:
-    """training_model.onnx, executed by onnx.reference with our ops, gives the C's loss and gradients."""
-    training = onnx.load(out / "training_model.onnx")
-    names = [o.name for o in training.graph.output]
-    got = dict(zip(names, ReferenceEvaluator(training, new_ops=reference_ops()).run(
-        None, {i.name: feeds[i.name] for i in training.graph.input})))
-    errors = [assert_close(got[names[0]], loss, "onnx.reference loss")]
-    errors += [assert_close(got[f"{name}_grad"], grad, f"onnx.reference d loss/d {name}") for name, grad in grads.items()]
-    return max(errors)
-
-
-@dataclass
-class OpCase:
-    """One op node with float operands `inputs` (initializers), loss = sum(Y * R), compared with
-    torch_fn on the same operands. Names in `frozen` are frozen parameters (no gradient in C,
-    requires_grad=False in torch)."""
-    op: str
-    inputs: dict  # name -> shape
-    torch_fn: Callable
-    attrs: dict = field(default_factory=dict)
-    consts: dict = field(default_factory=dict)  # name -> array, or None for an omitted input
-    frozen: tuple = ()
-    opset: int = 18
-    reference: bool = True  # False: onnx.reference cannot run the forward op
-
-    def run(self, tmp_path, seed: int) -> float:
-        rng = np.random.default_rng(seed)
-        inputs = {name: rng.normal(size=shape).astype(np.float32) for name, shape in self.inputs.items()}
-        model, _, (shape,) = build_op_model(self.op, inputs, self.attrs, self.consts, 1, self.opset)
-        r = rng.normal(size=shape).astype(np.float32)
-        module, state = compile_module(model, tmp_path, loss=None, frozen_params=list(self.frozen) or None)
-        # constant operands (BatchNormalization's statistics, pads, scales) are never parameters
-        assert {n for n, p in state.parameters.items() if p.requires_grad} == set(inputs) - set(self.frozen)
-        before = {name: p.data.copy() for name, p in state.parameters.items()}
-        loss = module(r)
-
-        leaves = [torch.tensor(v, requires_grad=name not in self.frozen) for name, v in inputs.items()]
-        y = self.torch_fn(*leaves)
-        assert tuple(y.shape) == shape, f"torch shape {tuple(y.shape)} != ONNX shape {shape}"
-        total = (y * torch.from_numpy(r)).sum()
-        total.backward()
-        errors = [assert_close(loss, total.detach().numpy(), f"{self.op} loss")]
-        grads = {}
-        for (name, _), leaf in zip(inputs.items(), leaves):
-            if name in self.frozen:
-                assert not state.parameters[name].requires_grad
-                continue
-            grads[name] = state.parameters[name].grad
-            errors.append(assert_close(grads[name], leaf.grad.numpy(), f"{self.op} d loss/d {name}"))
-        if self.reference:
-            errors.append(_check_reference(tmp_path / "artifacts", {"R0": r, **before}, loss, grads))
-        return max(errors)
-
-
-CASES: list = []
-
-
-def case(name: str, op: str, inputs: dict, torch_fn: Callable, **kwargs) -> None:
-    CASES.append(pytest.param(OpCase(op, inputs, torch_fn, **kwargs), id=f"{op}-{name}"))
+CASES = Cases()
+case = CASES.op
 
 
 # ---- BatchNormalization, inference form: constant statistics, trainable or frozen scale and B ----
@@ -339,7 +278,7 @@ class BatchNormTrainingCase:
                 assert not state.parameters[name].requires_grad
                 errors.append(assert_close(state.parameters[name].data, stat.numpy(), f"step {step} running {name}"))
             if step == 0:
-                errors.append(_check_reference(tmp_path / "artifacts", {"R0": r, **before}, loss, grads))
+                errors.append(check_reference(tmp_path / "artifacts", {"R0": r, **before}, loss, grads))
                 training = onnx.load(tmp_path / "artifacts" / "training_model.onnx")
                 outs = ReferenceEvaluator(training, new_ops=reference_ops()).run(
                     None, {i.name: {"R0": r, **before}[i.name] for i in training.graph.input})
@@ -508,7 +447,7 @@ class ModelCase:
             before = {n: p.data.copy() for n, p in state.parameters.items()}
             loss = module(x, y.astype(np.int32))
             if step == 0:
-                errors.append(_check_reference(out, {"x": x, "labels": y, **before}, loss,
+                errors.append(check_reference(out, {"x": x, "labels": y, **before}, loss,
                                                {n: state.parameters[n].grad for n in trainable}))
             opt.step()
             module.lazy_reset_grad()
@@ -571,6 +510,4 @@ for name, spec in [
 
 @pytest.mark.parametrize("spec", CASES)
 def test_gradient(spec, tmp_path, request):
-    seed = zlib.crc32(request.node.callspec.id.encode())
-    err = spec.run(tmp_path, seed)
-    print(f"max |C - torch| = {err:.3g}")
+    run_case(spec, tmp_path, request)

@@ -5,8 +5,9 @@ states, and subsets of the outputs; and what the compiler refuses.
 The torch side writes ONNX's recurrence out in torch ops (ONNX's gate order and bias layout; torch's
 nn.GRU and nn.LSTM order their gates differently). Before it is trusted as the reference, each case
 checks that recurrence against onnxruntime (layout 0; onnxruntime refuses layout 1) or onnx.reference
-(layout 1) on the same operands. Each case also runs the generated training_model.onnx through
-onnx.reference with our ops' NumPy references (GRUTraining, GRUGrad, ...) against torch.
+(layout 1) on the same operands. The cases are a table for gradcheck's harness, so each also runs
+the generated training_model.onnx through onnx.reference with our ops' NumPy references
+(GRUTraining, GRUGrad, ...) against the C.
 """
 
 from __future__ import annotations
@@ -14,14 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
 from edgetrain.errors import EdgetrainError
-from edgetrain.ops import reference_ops
-from gradcheck import assert_close, build_op_model, check_op_gradients, compile_module
+from gradcheck import Cases, assert_close, build_op_model, check_reference, compile_module, op_gradients, run_case
 
 torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
@@ -112,8 +111,31 @@ class Case:
             return outs[:self.outputs or len(outs)]
         return fn
 
+    def run(self, tmp_path, seed: int) -> float:
+        """The torch recurrence against ONNX's, then the C's loss and gradients against torch and the
+        reference's against the C."""
+        inputs, consts = self.operands(seed)
+        n_outputs = self.outputs or 1 + len(STATES[self.op])
+        present = {k: v for k, v in inputs.items() if v is not None}
+        torch_fn = self.torch_fn(list(present))
+        want = torch_fn(*[torch.from_numpy(v) for v in present.values()])
+        for i, (got, ref) in enumerate(zip(_onnx_forward(self, inputs, consts, n_outputs), want)):
+            assert_close(ref.detach().numpy(), got, f"torch recurrence output {i} vs ONNX runtime")
+        result = op_gradients(self.op, inputs, self.attrs(), torch_fn, consts, tmp_path=tmp_path, n_outputs=n_outputs,
+                              seed=seed)
+        return max(result.error, check_reference(tmp_path / "artifacts", {**result.feeds, **present}, result.loss,
+                                                 result.grads))
 
-CASES = [
+
+def _id(case: Case) -> str:
+    parts = [case.op, case.direction, f"layout{case.layout}"] + (["lbr"] if case.lbr else []) \
+        + ([] if case.bias else ["noB"]) + list(case.states) + (["lens"] if case.full_lens else []) \
+        + ([f"{case.outputs}out"] if case.outputs else [])
+    return "-".join(parts)
+
+
+CASES = Cases()
+for _case in [
     Case("GRU", outputs=1),
     Case("GRU", lbr=1, states=("initial_h",)),
     Case("GRU", "reverse", layout=1, bias=False, states=("initial_h",), dims=(4, 3, 2, 3)),
@@ -127,7 +149,8 @@ CASES = [
     Case("LSTM", "bidirectional", states=("initial_h", "initial_c")),
     Case("LSTM", "bidirectional", layout=1, full_lens=True, outputs=1, dims=(2, 3, 3, 2)),
     Case("LSTM", "reverse", layout=1, states=("initial_h",), dims=(5, 1, 2, 4)),
-]
+]:
+    CASES.add(_id(_case), _case)
 
 
 def _onnx_forward(case: Case, inputs: dict, consts: dict, n_outputs: int) -> list[np.ndarray]:
@@ -143,47 +166,9 @@ def _onnx_forward(case: Case, inputs: dict, consts: dict, n_outputs: int) -> lis
     return ReferenceEvaluator(forward).run(None, {})
 
 
-def _id(case: Case) -> str:
-    parts = [case.op, case.direction, f"layout{case.layout}"] + (["lbr"] if case.lbr else []) \
-        + ([] if case.bias else ["noB"]) + list(case.states) + (["lens"] if case.full_lens else []) \
-        + ([f"{case.outputs}out"] if case.outputs else [])
-    return "-".join(parts)
-
-
-@pytest.mark.parametrize("case", CASES, ids=_id)
-def test_recurrence_gradients(case, tmp_path):
-    inputs, consts = case.operands(seed=len(_id(case)))
-    n_outputs = case.outputs or 1 + len(STATES[case.op])
-    present = [k for k, v in inputs.items() if v is not None]
-    torch_fn = case.torch_fn(present)
-
-    want = torch_fn(*[torch.from_numpy(inputs[k]) for k in present])
-    for i, (got, ref) in enumerate(zip(_onnx_forward(case, inputs, consts, n_outputs), want)):
-        assert_close(ref.detach().numpy(), got, f"torch recurrence output {i} vs ONNX runtime")
-
-    error = check_op_gradients(case.op, inputs, case.attrs(), torch_fn, consts, tmp_path=tmp_path,
-                               n_outputs=n_outputs)
-    reference_error = _check_training_model(tmp_path / "artifacts" / "training_model.onnx", inputs, torch_fn)
-    print(f"{_id(case)}: max error {error:.3g}, onnx.reference {reference_error:.3g}")
-
-
-def _check_training_model(path, inputs: dict, torch_fn) -> float:
-    """training_model.onnx, run by onnx.reference with our ops' NumPy references, against torch."""
-    training = onnx.load(path)
-    rng = np.random.default_rng(7)
-    feeds = {i.name: inputs[i.name] if i.name in inputs else
-             rng.normal(size=[d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32)
-             for i in training.graph.input}
-    names = [o.name for o in training.graph.output]
-    got = dict(zip(names, ReferenceEvaluator(training, new_ops=reference_ops()).run(None, feeds)))
-    leaves = {k: torch.tensor(v, requires_grad=True) for k, v in inputs.items() if v is not None}
-    ys = torch_fn(*leaves.values())
-    total = sum((y * torch.from_numpy(feeds[f"R{i}"])).sum() for i, y in enumerate(ys))
-    total.backward()
-    errors = [assert_close(got[names[0]], total.detach().numpy(), "onnx.reference loss")]
-    errors += [assert_close(got[f"{k}_grad"], leaf.grad.numpy(), f"onnx.reference d loss/d {k}")
-               for k, leaf in leaves.items()]
-    return max(errors)
+@pytest.mark.parametrize("spec", CASES)
+def test_gradient(spec, tmp_path, request):
+    run_case(spec, tmp_path, request)
 
 
 def _refused(tmp_path, op: str, attrs: dict, consts: dict | None, peephole: bool) -> str:

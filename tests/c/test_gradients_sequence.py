@@ -3,8 +3,8 @@ autograd: embeddings (Gather with token ids fed at run time), LayerNormalization
 outputs), Trilu, causal masks, and the 4-D forms of MatMul, Softmax, Gelu, Erf, Split, Slice and
 Transpose that attention uses; cross entropy over sequences with padding ignored.
 
-One parametrized test: single-op cases go through gradcheck.check_op_gradients, small graphs
-(embeddings, masks) through `_check_graph`, the losses through check_loss_gradients. Shapes and
+A table of cases for gradcheck's harness: single-op cases are its OpCases, small graphs
+(embeddings, masks) go through `_check_graph`, the losses through check_loss_gradients. Shapes and
 attributes are drawn from a seeded generator, so every run checks the same cases. The other
 tests check what happens to token ids out of range and to integer inputs read by other ops.
 """
@@ -22,7 +22,7 @@ from onnx.reference import ReferenceEvaluator
 from edgetrain import artifacts
 from edgetrain.errors import EdgetrainError
 from edgetrain.ops import reference_ops
-from gradcheck import assert_close, build_op_model, check_loss_gradients, check_op_gradients, compile_module
+from gradcheck import Cases, assert_close, build_op_model, check_loss_gradients, compile_module, fixed, i64, run_case
 
 torch = pytest.importorskip("torch")
 
@@ -32,10 +32,6 @@ RNG = np.random.default_rng(2024)
 
 def normal(shape, scale=1.0) -> np.ndarray:
     return (RNG.normal(size=shape) * scale).astype(np.float32)
-
-
-def i64(*values) -> np.ndarray:
-    return np.array(values, dtype=np.int64)
 
 
 def _graph_model(nodes, params: dict, graph_inputs: dict, out_shape, opset: int = 18):
@@ -67,16 +63,17 @@ def _check_graph(nodes, params: dict, graph_inputs: dict, torch_fn: Callable, tm
     return max(errors)
 
 
-CASES: list = []
+CASES = Cases(reference=False)
 
 
 def case(name: str, check: Callable) -> None:
-    CASES.append(pytest.param(check, id=name))
+    """check(tmp_path): its operands were drawn when the table was built (RNG)."""
+    CASES.check(name, lambda tmp_path, rng: check(tmp_path))
 
 
-def op_case(name: str, op: str, inputs: dict, torch_fn: Callable, attrs=None, **kwargs) -> None:
-    case(f"{op}-{name}", lambda tmp_path: check_op_gradients(op, inputs, attrs or {}, torch_fn, tmp_path=tmp_path,
-                                                              **kwargs))
+def op_case(name: str, op: str, inputs: dict, torch_fn: Callable, **kwargs) -> None:
+    """An OpCase on the operands `inputs` drawn here."""
+    CASES.op(name, op, {k: fixed(v) for k, v in inputs.items()}, torch_fn, **kwargs)
 
 
 # ---- Embeddings: Gather with token ids fed at run time (int64 or int32), constant positions ----
@@ -148,7 +145,7 @@ for name, shape, upper, k in [("upper-k1-4d", (2, 2, 4, 4), 1, 1), ("lower-k-1",
                               ("upper-default-k", (2, 4, 3), 1, None), ("lower-k-beyond", (3, 4), 0, -9)]:
     fn = (lambda x, k=k: torch.triu(x, k or 0)) if upper else (lambda x, k=k: torch.tril(x, k or 0))
     op_case(name, "Trilu", {"X": normal(shape)}, fn, attrs={"upper": upper},
-            const_inputs={} if k is None else {"k": np.array(k, np.int64)})
+            consts={} if k is None else {"k": np.array(k, np.int64)})
 
 
 def _masked_softmax(tmp_path, use_where):
@@ -229,9 +226,9 @@ ce_case("NCT-no-ignore", (2, 4, 7), None)
 ce_case("NCHW-ignore-class0", (2, 4, 3, 2), 0)
 
 
-@pytest.mark.parametrize("check", CASES)
-def test_gradient(check, tmp_path):
-    print(f"max |C - torch| = {check(tmp_path):.3g}")  # each tensor's bound is asserted inside the check
+@pytest.mark.parametrize("spec", CASES)
+def test_gradient(spec, tmp_path, request):
+    run_case(spec, tmp_path, request)
 
 
 # ---- Token ids out of range, and integer inputs where they cannot go ----
