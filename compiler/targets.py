@@ -112,24 +112,6 @@ def add_sizes(report: dict, target: str | None, model_c: Path) -> dict:
     return report
 
 
-def format_sizes(report: dict, width: int) -> list[str]:
-    """report.txt's rows for the measured sizes."""
-    if "size_note" in report:
-        return [report["size_note"]]
-    if "size_breakdown" not in report:
-        return []
-    b = report["size_breakdown"]
-    rows = [("  code", b["code"]), ("  constant weights", b["constant_weights"]),
-            ("  initial values of RAM data", b["initial_values"]), ("  total flash", report["flash_bytes"]),
-            ("  arena", b["arena"]), ("  state (parameters, gradients, ...)", b["state"]),
-            ("  total RAM", report["ram_bytes"])]
-    if "wasm_module_bytes" in report:
-        rows.append(("  WebAssembly module", report["wasm_module_bytes"]))
-    width = max(width, *(len(label) for label, _ in rows))
-    return [f"measured for {report['target']} by {report['size_tool']}:"] + [
-        f"{label:<{width}}  {value:>12,} B" for label, value in rows]
-
-
 def _tool(cmd: list[str], target: Target, compiling: str | None = None) -> str:
     """What `cmd` printed; `compiling` says what a compiler compiles, should it take a while."""
     result = run_compiler(cmd, compiling) if compiling else subprocess.run(cmd, capture_output=True, text=True)

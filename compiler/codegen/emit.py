@@ -13,7 +13,6 @@ from importlib import resources
 import jinja2
 import numpy as np
 
-from ..host.build import SOURCES
 from ..errors import EdgetrainError
 from ..lower import Affine, Arg, Floats, LoweredFunction, ParamInfo, Program, lower, lower_inference
 from ..memory import Block
@@ -176,6 +175,9 @@ class InferenceC:
     def arena_views(self) -> frozenset[str]:
         return self.infer.arena_views | {a.base for a in self.infer_outputs}
 
+
+# The generated C: model.c includes model.h and model_weights.h, the initial values.
+SOURCES = ("model.c", "model.h", "model_weights.h")
 
 # The arena is a union of equally long float, uint32_t and int32_t arrays (templates/model.c.j2),
 # so each tensor is read and written through an lvalue of its own type wherever the planner puts it.

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import cffi
 
+from ..codegen.emit import SOURCES  # the files codegen writes, which a build compiles
 from ..errors import EdgetrainError
 
 # The default build is the reproducible one: no FMA contraction, so every target rounds alike.
@@ -46,8 +47,6 @@ SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-o
 FROZEN_WRITABLE = ["-DET_FROZEN_WRITABLE"]
 
 
-# The generated C: model.c includes model.h and model_weights.h, the initial values (codegen writes these).
-SOURCES = ("model.c", "model.h", "model_weights.h")
 PROGRESS_AFTER = 2.0  # seconds of compiling before saying what is being compiled
 
 

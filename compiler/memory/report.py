@@ -9,7 +9,6 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from .. import targets
 from ..errors import EdgetrainError
 from ..files import write_artifact
 from .planner import KINDS
@@ -87,7 +86,7 @@ def format_report(report: dict) -> str:
     lines = [f"{label:<{width}}  {value:>12,} B" for label, value in rows]
     if report["recomputed_ops"]:
         lines.append(f"train_step recomputes {report['recomputed_ops']} forward ops instead of keeping their results")
-    lines += targets.format_sizes(report, width)
+    lines += format_sizes(report, width)
     lines += ["", "arena per function (bytes; by kind: what is live at the function's peak statement)",
               f"{'function':<10} {'arena':>10} {'lower bound':>12} {'ratio':>6} "
               + " ".join(f"{k.replace('_', ' '):>15}" for k in KINDS)]
@@ -96,6 +95,24 @@ def format_report(report: dict) -> str:
         lines.append(f"{name:<10} {f['arena_bytes']:>10,} {f['liveness_lower_bound_bytes']:>12,} {ratio:>6.3f} "
                      + " ".join(f"{f['peak_bytes_by_kind'][k]:>15,}" for k in KINDS))
     return "\n".join(lines) + "\n"
+
+
+def format_sizes(report: dict, width: int) -> list[str]:
+    """report.txt's rows for the measured sizes."""
+    if "size_note" in report:
+        return [report["size_note"]]
+    if "size_breakdown" not in report:
+        return []
+    b = report["size_breakdown"]
+    rows = [("  code", b["code"]), ("  constant weights", b["constant_weights"]),
+            ("  initial values of RAM data", b["initial_values"]), ("  total flash", report["flash_bytes"]),
+            ("  arena", b["arena"]), ("  state (parameters, gradients, ...)", b["state"]),
+            ("  total RAM", report["ram_bytes"])]
+    if "wasm_module_bytes" in report:
+        rows.append(("  WebAssembly module", report["wasm_module_bytes"]))
+    width = max(width, *(len(label) for label, _ in rows))
+    return [f"measured for {report['target']} by {report['size_tool']}:"] + [
+        f"{label:<{width}}  {value:>12,} B" for label, value in rows]
 
 
 def can_plot() -> bool:

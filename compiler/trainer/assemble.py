@@ -6,13 +6,13 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from .autodiff import differentiate
-from .errors import EdgetrainError
-from .frontend.imports import default_trainable
-from .ir import Graph, Node
-from .memory.recompute import recompute as recompute_cheap
-from .ops import lookup
-from .optim import LossType, OptimizerSpec, append_loss
+from ..autodiff import differentiate
+from ..errors import EdgetrainError
+from ..frontend.imports import default_trainable
+from ..ir import Graph, Node
+from ..ops import lookup
+from ..optim import LossType, OptimizerSpec, append_loss
+from .recompute import recompute as recompute_cheap
 
 
 @dataclass
@@ -152,7 +152,7 @@ def build_trainer(graph: Graph, *, loss: LossType | None, optimizer: OptimizerSp
                   frozen_params=None, ignore_index=None, class_weights=None, recompute=False,
                   keep_every=0, loss_input_names=None, additional_output_names=None) -> Trainer:
     """recompute: forward activations the backward pass reads are computed again there
-    (edgetrain.memory.recompute: cheap ones, or with keep_every=K all but every K-th), trading
+    (edgetrain.trainer.recompute: cheap ones, or with keep_every=K all but every K-th), trading
     time for RAM. loss_input_names: the model output the loss is on (default: the first).
     additional_output_names: model outputs the training and evaluation steps return too."""
     trainable, frozen = _resolve_params(graph, requires_grad, frozen_params)
