@@ -25,9 +25,9 @@ from pathlib import Path
 os.environ.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import torch  # noqa: E402
+import torch
 
-from tests.zoo.torchvision_shim import torchvision  # noqa: E402
+from tests.zoo.torchvision_shim import torchvision
 
 BUDGET_SECONDS = 10.0
 

@@ -15,9 +15,9 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "models"))
-from mlperf_tiny import MODELS as MLPERF_TINY, export_eval, freeze_batchnorm  # noqa: E402
+from mlperf_tiny import MODELS as MLPERF_TINY, export_eval, freeze_batchnorm
 
-from edgetrain.demo import SIZES as MLP_SIZES  # noqa: E402
+from edgetrain.demo import SIZES as MLP_SIZES
 
 # name: (builder, one sample's shape, classes or None for a reconstruction loss)
 MODELS = {"mlp": (lambda: nn.Sequential(nn.Linear(MLP_SIZES[0], MLP_SIZES[1]), nn.ReLU(),

@@ -56,12 +56,12 @@ class OrtValue(np.ndarray):
     keeps working) with OrtValue's methods. `shape` is both numpy's tuple and ORT's shape()."""
 
     @staticmethod
-    def ortvalue_from_numpy(numpy_obj, device_type: str = "cpu", device_id: int = 0) -> "OrtValue":
+    def ortvalue_from_numpy(numpy_obj, device_type: str = "cpu", device_id: int = 0) -> OrtValue:
         _cpu_only(device_type)
         return np.asarray(numpy_obj).view(OrtValue)  # shares the array's memory, as ORT's does
 
     @staticmethod
-    def ortvalue_from_shape_and_type(shape, element_type, device_type: str = "cpu", device_id: int = 0) -> "OrtValue":
+    def ortvalue_from_shape_and_type(shape, element_type, device_type: str = "cpu", device_id: int = 0) -> OrtValue:
         _cpu_only(device_type)
         return np.zeros(shape, element_type).view(OrtValue)
 
@@ -132,7 +132,7 @@ class Parameter:
     fused-update build, which keeps no gradients)."""
 
     def __init__(self, name: str, data: np.ndarray, requires_grad: bool, grad: np.ndarray | None = None,
-                 state: "CheckpointState | None" = None):
+                 state: CheckpointState | None = None):
         self.name, self._data, self.requires_grad, self._grad, self._state = name, data, requires_grad, grad, state
 
     def _check_loaded(self, message: str) -> None:
@@ -173,7 +173,7 @@ class Parameters:
     tensor of the state (trainable, frozen and buffers, as a PyTorch state_dict does). keys(),
     values() and items() are there too, as for a dict."""
 
-    def __init__(self, state: "CheckpointState", entries: dict[str, Parameter]):
+    def __init__(self, state: CheckpointState, entries: dict[str, Parameter]):
         self._state, self._entries = state, entries
 
     def __getitem__(self, name: str) -> Parameter:
@@ -255,7 +255,7 @@ class CheckpointState:
         self._kinds = dict(zip(data.names, data.kinds))
 
     @staticmethod
-    def load_checkpoint(path: str | os.PathLike) -> "CheckpointState":
+    def load_checkpoint(path: str | os.PathLike) -> CheckpointState:
         try:
             raw = Path(path).read_bytes()
         except OSError as exc:
@@ -266,7 +266,7 @@ class CheckpointState:
         return CheckpointState(checkpoint.decode(raw))
 
     @staticmethod
-    def save_checkpoint(state: "CheckpointState", path: str | os.PathLike, include_optimizer_state: bool = False) -> None:
+    def save_checkpoint(state: CheckpointState, path: str | os.PathLike, include_optimizer_state: bool = False) -> None:
         """Written durably (edgetrain.files.write_atomic): a crash, a kill or a full disk during the save
         leaves the previous checkpoint at `path`, whole."""
         data = checkpoint.encode(state._snapshot(include_optimizer_state))
@@ -287,7 +287,7 @@ class CheckpointState:
         data.properties = dict(self.properties)
         return data
 
-    def _bind(self, module: "Module") -> None:
+    def _bind(self, module: Module) -> None:
         offsets = {checkpoint.TRAINABLE: 0, checkpoint.BUFFER: 0, checkpoint.FROZEN: 0}
         params = self.parameters.values()
         # NULL where the library keeps the frozen parameters in flash (a build without
@@ -572,11 +572,11 @@ class Module:
         _check(status, "infer")
         return [o.astype(dtype, copy=False) for o, dtype in zip(outs, self._output_dtypes)]
 
-    def train(self, mode: bool = True) -> "Module":
+    def train(self, mode: bool = True) -> Module:
         self.training = bool(mode)
         return self
 
-    def eval(self) -> "Module":
+    def eval(self) -> Module:
         return self.train(False)
 
     def lazy_reset_grad(self) -> None:

@@ -43,7 +43,8 @@ def _model_spec(directory: Path) -> tuple[str, int, str | None, int, int]:
         model = onnx.load(os.fspath(directory / "training_model.onnx"), load_external_data=False)
         data = checkpoint.decode((directory / "checkpoint").read_bytes())
     except OSError as exc:
-        raise EdgetrainError(f"{directory} holds no artifacts ({exc.strerror}); run `edgetrain compile` first") from None
+        raise EdgetrainError(f"{directory} holds no artifacts ({exc.strerror}); "
+                             "run `edgetrain compile` first") from None
     meta = {p.key: p.value for p in model.metadata_props}
     infos = {i.name: i.type.tensor_type for i in model.graph.input}
 
@@ -84,7 +85,8 @@ def harness_model(directory, data) -> HarnessModel:
         y = np.asarray(arrays["y"])
         integral = np.issubdtype(y.dtype, np.integer)
         if y.ndim == 0 or y.shape[0] != x.shape[0] or y[0].size != y_size:
-            raise EdgetrainError(f"y must be of shape ({x.shape[0]}, ...) with {y_size} labels per batch, got {y.shape}")
+            raise EdgetrainError(f"y must be of shape ({x.shape[0]}, ...) with {y_size} labels per batch, "
+                                 f"got {y.shape}")
         if integral != (label_type == "int32_t"):
             raise EdgetrainError(f"the model's labels are {'integers' if label_type == 'int32_t' else 'floats'}, "
                                  f"y is {y.dtype}")

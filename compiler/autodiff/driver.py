@@ -63,7 +63,8 @@ class GraphBuilder:
         proto = onnx.helper.make_node(node.op, node.inputs, node.outputs, **dict(node.attrs))
         types = {n: onnx.helper.make_tensor_type_proto(onnx.helper.np_dtype_to_tensor_dtype(self.graph.values[n].dtype),
                                                        self.graph.values[n].shape) for n in node.inputs if n}
-        data = {n: numpy_helper.from_array(self.graph.constants[n], n) for n in node.inputs if n in self.graph.constants}
+        constants = self.graph.constants
+        data = {n: numpy_helper.from_array(constants[n], n) for n in node.inputs if n in constants}
         schema = onnx.defs.get_schema(node.op, self.graph.opset)
         inferred = shape_inference.infer_node_outputs(schema, proto, types, data)
         return [tuple(d.dim_value for d in inferred[n].tensor_type.shape.dim) for n in node.outputs]

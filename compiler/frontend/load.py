@@ -147,7 +147,8 @@ def _fold_constants(proto):
         del proto.graph.value_info[:]
         proto = _infer(proto)
         infos = list(proto.graph.input) + list(proto.graph.value_info) + list(proto.graph.output)
-        shapes = {v.name: _static_shape(v.type) for v in infos} | {i.name: tuple(i.dims) for i in proto.graph.initializer}
+        shapes = ({v.name: _static_shape(v.type) for v in infos}
+                  | {i.name: tuple(i.dims) for i in proto.graph.initializer})
         _cast_like_to_cast(proto, {v.name: v.type.tensor_type.elem_type for v in infos}
                            | {i.name: i.data_type for i in proto.graph.initializer})
         kept, folded = [], _split_sequences(proto, constants, shapes)
@@ -194,7 +195,8 @@ def _split_sequences(proto, constants, shapes) -> bool:
         axis, shape = attrs.get("axis", 0), shapes[node.input[0]]
         axis %= len(shape)
         split = constants.get(node.input[1]) if len(node.input) > 1 and node.input[1] else None
-        if (len(node.input) > 1 and node.input[1] and split is None) or (split is None and not attrs.get("keepdims", 1)):
+        sizes_at_run_time = len(node.input) > 1 and node.input[1] and split is None
+        if sizes_at_run_time or (split is None and not attrs.get("keepdims", 1)):
             continue  # sizes known only at run time, or keepdims=0 (each part squeezed): left as it is
         if split is None:
             sizes = [1] * shape[axis]
@@ -248,7 +250,8 @@ def _evaluate(node, constants, shapes) -> dict[str, np.ndarray] | None:
             return dict(zip(node.output, _FOLDERS[node.op_type](*(constants.get(n) for n in node.input), **attrs)))
         return dict(zip(node.output, ReferenceEvaluator(_single(node, feeds)).run(None, feeds)))
     except Exception as exc:
-        raise EdgetrainError(f"cannot fold constant node '{node.name}' ({node.op_type}): {exc}".splitlines()[0]) from None
+        message = f"cannot fold constant node '{node.name}' ({node.op_type}): {exc}"
+        raise EdgetrainError(message.splitlines()[0]) from None
 
 
 def _gather_elements(data, indices, axis=0):
@@ -285,7 +288,8 @@ def _to_ir(proto, constants) -> Graph:
         if shape is None:
             shapeless.append(f"'{info.name}' has no static shape")
             continue
-        values[info.name] = Value(info.name, shape, onnx.helper.tensor_dtype_to_np_dtype(info.type.tensor_type.elem_type))
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(info.type.tensor_type.elem_type)
+        values[info.name] = Value(info.name, shape, dtype)
     for name, array in list(params.items()) + list(constants.items()):
         values[name] = Value(name, tuple(np.shape(array)), np.asarray(array).dtype)
 

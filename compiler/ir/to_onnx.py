@@ -40,7 +40,7 @@ def to_onnx(graph: Graph, nodes: list[Node], inputs: list[str], outputs: list[st
         protos, name, [_info(graph, n) for n in inputs], out_infos,
         initializer=[numpy_helper.from_array(np.asarray(a), n) for n, a in {**consts, **initializers}.items()],
         value_info=value_infos)
-    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", graph.opset), helper.make_opsetid(ET_DOMAIN, 1)],
-                              producer_name="edgetrain")
+    opsets = [helper.make_opsetid("", graph.opset), helper.make_opsetid(ET_DOMAIN, 1)]
+    model = helper.make_model(g, opset_imports=opsets, producer_name="edgetrain")
     model.ir_version = min(model.ir_version, 10)  # readable by onnxruntime releases still in the field
     return model

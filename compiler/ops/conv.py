@@ -39,7 +39,8 @@ class Window:
 
     def c_args(self, in_spatial, out_spatial, trailing_pads=False) -> tuple:
         """(in, out, kernel, strides, dilations, pads) as 3-axis int arrays for et_conv.h/et_pool.h."""
-        lift = lambda values, fill: (fill,) * (MAX_SPATIAL - len(values)) + tuple(int(v) for v in values)
+        def lift(values, fill):
+            return (fill,) * (MAX_SPATIAL - len(values)) + tuple(int(v) for v in values)
         pads = lift(self.begin, 0) + (lift(self.end, 0) if trailing_pads else ())
         return (lift(in_spatial, 1), lift(out_spatial, 1), lift(self.kernel, 1), lift(self.strides, 1),
                 lift(self.dilations, 1), pads)

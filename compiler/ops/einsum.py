@@ -65,7 +65,8 @@ def _gemm(a, b, y, extents):
     inner = "".join(c for c in a if c in b and c not in y)
     if y != batch + m + n or set(a + b) != set(y + inner):
         return None
-    size = lambda letters: int(np.prod([extents[c] for c in letters], dtype=np.int64))
+    def size(letters):
+        return int(np.prod([extents[c] for c in letters], dtype=np.int64))
     for trans_a, layout_a in enumerate((batch + m + inner, batch + inner + m)):
         for trans_b, layout_b in enumerate((batch + inner + n, batch + n + inner)):
             if a == layout_a and b == layout_b:
@@ -88,7 +89,8 @@ class Einsum:
                 return [k.call("et_copy_f32", k.size(y), names[0], y)]
             return [k.call("et_transpose_f32", len(perm), shapes[0], perm, names[0], y)]
         # Axes of extent 1 address nothing: without them, layouts compare on the axes that matter.
-        drop = lambda letters: "".join(c for c in letters if extents[c] != 1)
+        def drop(letters):
+            return "".join(c for c in letters if extents[c] != 1)
         if len(operands) == 2 and all(len(set(drop(t))) == len(drop(t)) for t in operands):
             for (a, b), (x1, x2) in (((0, 1), names), ((1, 0), names[::-1])):
                 plan = _gemm(drop(operands[a]), drop(operands[b]), drop(output), extents)

@@ -62,7 +62,8 @@ class MatMul:
     def grad(g, node, dy):
         a, b = node.inputs
         a2, b2, batch = _matmul_views(g.shape(a), g.shape(b))
-        swap = lambda x, rank: g.emit("Transpose", [x], {"perm": list(range(rank - 2)) + [rank - 1, rank - 2]})
+        def swap(x, rank):
+            return g.emit("Transpose", [x], {"perm": list(range(rank - 2)) + [rank - 1, rank - 2]})
         d = g.reshape(dy[0], batch + (a2[-2], b2[-1]))
         da = db = None
         if g.needs(0):

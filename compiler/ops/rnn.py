@@ -62,7 +62,7 @@ class _Dims:
     direction: str
 
     @staticmethod
-    def of(x_shape, node) -> "_Dims":
+    def of(x_shape, node) -> _Dims:
         layout = int(node.attr("layout", 0))
         t, n, i = (x_shape[1], x_shape[0], x_shape[2]) if layout else x_shape
         direction = node.attr("direction", "forward")
