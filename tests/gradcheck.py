@@ -225,7 +225,7 @@ def op_gradients(op_type: str, inputs: dict[str, np.ndarray | None], attrs: dict
         if name in frozen:
             continue
         want = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
-        grads[name] = state.parameters[name].grad
+        grads[name] = state.parameters[name].grad.copy()  # the C's buffer goes with the module
         errors.append(assert_close(grads[name], want.numpy(), f"{op_type} d loss/d {name}"))
     return Gradients(loss, grads, {f"R{i}": r for i, r in enumerate(rs)}, max(errors))
 

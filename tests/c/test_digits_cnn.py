@@ -5,7 +5,7 @@ import pytest
 
 pytest.importorskip("torch")
 pytest.importorskip("sklearn")
-from examples.models.digits_cnn import train_and_score  # noqa: E402
+from examples.models.digits_cnn import train_and_score
 
 
 def test_digits_cnn_reaches_97_percent_held_out(tmp_path):

@@ -29,10 +29,11 @@ import pytest
 
 from edgetrain import api, artifacts
 
-torch = pytest.importorskip("torch")
-from examples.models.mlperf_tiny import MODELS, export_training  # noqa: E402
+pytest.importorskip("torch")
+import torch
+from torch import nn
 
-nn = torch.nn
+from examples.models.mlperf_tiny import MODELS, export_training
 
 BATCH = 2
 TIMES_TORCH = 3

@@ -16,7 +16,7 @@ from gradcheck import compile_module
 from models import mlp, mlp_bn
 
 pytest.importorskip("torch")
-from examples.models.mlperf_tiny import ds_cnn, export_training  # noqa: E402
+from examples.models.mlperf_tiny import ds_cnn, export_training
 
 STEPS = 20
 BATCH = 2

@@ -21,8 +21,10 @@ import pytest
 
 from edgetrain import api, artifacts
 
-torch = pytest.importorskip("torch")
-from examples.models.mlperf_tiny import MODELS, export_training  # noqa: E402
+pytest.importorskip("torch")
+import torch
+
+from examples.models.mlperf_tiny import MODELS, export_training
 
 FLOOR = 1e-4
 TIMES_TORCH = 3

@@ -19,10 +19,11 @@ from edgetrain.optim import LossType, OptimizerSpec, OptimType
 from edgetrain.trainer import build_trainer
 from gradcheck import assert_close, compile_module
 
-torch = pytest.importorskip("torch")
-from examples.models.mlperf_tiny import MODELS, export_eval, export_training, freeze_batchnorm  # noqa: E402
+pytest.importorskip("torch")
+import torch
+from torch import nn
 
-nn = torch.nn
+from examples.models.mlperf_tiny import MODELS, export_eval, export_training, freeze_batchnorm
 
 cffi = pytest.importorskip("cffi")
 

@@ -18,8 +18,10 @@ import pytest
 
 from edgetrain import EdgetrainError, ImportNote, api, artifacts
 
-torch = pytest.importorskip("torch")
-from zoo.zoo_models import BATCH, SEQ, ZOO, ZooModel  # noqa: E402
+pytest.importorskip("torch")
+import torch
+
+from zoo.zoo_models import BATCH, SEQ, ZOO, ZooModel
 
 
 EXPORTERS = ("torchscript", "dynamo")
