@@ -41,7 +41,7 @@ DEFAULT_MAX_BATCH = 32
 
 
 def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=LossType.CrossEntropyLoss,
-                       optimizer=OptimType.AdamW, artifact_directory="out", batch_size=None, target=None, *,
+                       optimizer=OptimType["AdamW"], artifact_directory="out", batch_size=None, target=None, *,
                        prefix=None, ort_format=False, custom_op_library=None, additional_output_names=None,
                        nominal_checkpoint=False, loss_input_names=None, c_prefix=None,
                        dim_values=None, untie=False, frozen_bn=False,
@@ -75,10 +75,11 @@ def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=LossT
     default) and no target, the ONNX artifacts and checkpoint are written without C, and the host's
     Module compiles the trainer at the shapes of its first call, and again when they change (each
     build cached); a device needs dim_values. Likewise, with batch_size left to its default, a
-    Module given a larger batch compiles for it and carries its state over. untie: a parameter the export shares between layers becomes one copy per
-    layer. frozen_bn: accept BatchNormalization that torch's exporter folded or wrote in inference
-    form as frozen. What the import found (ties, restored batch norms) is warned as ImportNote, once,
-    and listed in report.json with the parameters that train.
+    Module given a larger batch compiles for it and carries its state over. untie: a parameter the
+    export shares between layers becomes one copy per layer. frozen_bn: accept BatchNormalization
+    that torch's exporter folded or wrote in inference form as frozen. What the import found (ties,
+    restored batch norms) is warned as ImportNote, once, and listed in report.json with the
+    parameters that train.
 
     federated: the C keeps a reference copy of the trainable parameters (one more copy of them in
     RAM) for set_reference / get_delta / apply_update.
@@ -479,7 +480,7 @@ def _optimizer_model(trainer: Trainer) -> onnx.ModelProto:
         nodes.append(helper.make_node(spec.kind.value, ["learning_rate", "step"] + names, new,
                                       domain=ET_DOMAIN, **spec.attrs()))
     graph = helper.make_graph(nodes, "optimizer", inputs, outputs)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", g.opset), helper.make_opsetid(ET_DOMAIN, 1)],
-                              producer_name="edgetrain")
+    model = helper.make_model(graph, producer_name="edgetrain",
+                              opset_imports=[helper.make_opsetid("", g.opset), helper.make_opsetid(ET_DOMAIN, 1)])
     model.ir_version = min(model.ir_version, 10)
     return model

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 from importlib import resources
+from typing import Any
 
 import jinja2
 import numpy as np
@@ -215,9 +216,10 @@ class _Places:
             return fixed
         return Arg("ptr", _ARENA_VIEWS[self.program.tensors[name].dtype], self.offsets[name])
 
-    def arg(self, a) -> Arg:
+    def arg(self, a: object) -> Arg:
         if isinstance(a, Tensor):
             base = self.at(a.name)
+            assert isinstance(base.offset, int)  # Program offsets are fixed; compile_batched writes n
             return Arg("ptr", base.base, base.offset + a.offset, (a.name, a.offset))  # for _batched_arg
         return _plain_arg(a)
 
@@ -236,24 +238,24 @@ def _stmt(call: Call, comment: str) -> Stmt:
 def emit(program: Program, memory: MemoryPlan) -> ModelC | InferenceC:
     """The template data of `program` with its arena laid out as `memory` plans it."""
     infer, infer_at = _emit_function(program, program.infer, memory.functions["infer"])
-    common = dict(prefix=program.prefix, input_sizes=program.input_sizes, input_types=program.input_types,
-                  output_sizes=program.output_sizes, output_types=program.output_types, infer=infer,
-                  infer_outputs=tuple(map(infer_at.at, program.infer_outputs)), buffer_init=program.buffer_init,
-                  consts=program.consts, int_consts=program.int_consts, memory=memory,
-                  batch_consts=program.batch_consts)
-    if not program.trainer:
+    common: dict[str, Any] = dict(
+        prefix=program.prefix, input_sizes=program.input_sizes, input_types=program.input_types,
+        output_sizes=program.output_sizes, output_types=program.output_types, infer=infer,
+        infer_outputs=tuple(map(infer_at.at, program.infer_outputs)), buffer_init=program.buffer_init,
+        consts=program.consts, int_consts=program.int_consts, memory=memory, batch_consts=program.batch_consts)
+    if None in (program.train, program.eval, program.optimizer_update, program.loss):
         return InferenceC(**common)
     train, train_at = _emit_function(program, program.train, memory.functions["train"])
     evaluate, eval_at = _emit_function(program, program.eval, memory.functions["eval"])
     grads = tuple(GradInfo(train_at.at(g.grad) if g.grad else None, g.offset, g.size,
-                           tuple(map(train_at.at, g.factors)) if g.factors else None, g.rows)
+                           (train_at.at(g.factors[0]), train_at.at(g.factors[1])) if g.factors else None, g.rows)
                   for g in program.grads)
     return ModelC(
         **common, label_type=program.label_type, label_size=program.label_size,
         train=train, eval=evaluate, train_loss=train_at.at(program.loss), eval_loss=eval_at.at(program.loss),
         grads=grads, state_updates=tuple(StateUpdate(train_at.at(u.value), u.offset, u.size)
                                          for u in program.state_updates),
-        params=program.params, param_init=program.param_init, state_slots=program.state_slots,
+        params=program.params, param_init=program.param_init or Floats([]), state_slots=program.state_slots,
         step_values=tuple(Local(v.type, v.name, v.fn, tuple(map(_plain_arg, v.args))) for v in program.step_values),
         optimizer_update=_stmt(program.optimizer_update, "every trainable parameter"),
         learning_rate=program.learning_rate, max_grad_norm=program.max_grad_norm, fingerprint=program.fingerprint,
@@ -267,12 +269,16 @@ def build(trainer, prefix: str, federated: bool = False, fused_update: bool = Fa
           batch_consts: dict[str, Affine | int] | None = None) -> ModelC:
     """The three stages at once: lower, plan, emit (the trainer's template data)."""
     program = lower(trainer, prefix, federated, fused_update, batch_consts)
-    return emit(program, plan(program))
+    model = emit(program, plan(program))
+    assert isinstance(model, ModelC)
+    return model
 
 
 def build_inference(trainer, prefix: str, batch_consts: dict[str, Affine | int] | None = None) -> InferenceC:
     program = lower_inference(trainer, prefix, batch_consts)
-    return emit(program, plan(program))
+    model = emit(program, plan(program))
+    assert isinstance(model, InferenceC)
+    return model
 
 # ---- the batch: a trainer compiled for a batch of N runs any batch n from 1 to N ----
 

@@ -5,6 +5,7 @@ constants) and the optimizer's updates bound through its registry block."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
@@ -12,7 +13,7 @@ from ..trainer import Trainer
 from ..checkpoint import HEADER, table_bytes
 from ..errors import EdgetrainError
 from ..ir import Node
-from ..ops import Call, KernelCtx, Tensor, Update, Var, lookup
+from ..ops import Call, KernelCtx, OpDef, Tensor, Update, Var, lookup
 from .program import (Affine, Arg, Floats, GradRef, LoweredFunction, NodeInfo, ParamInfo, Program, StateRef,
                       TensorType)
 
@@ -53,12 +54,12 @@ class _Storage:
             self.frozen_floats = self.const_floats
         self.int_consts: list[int] = []  # integer and bool constants read at run time, as int32_t
 
-    def add_const(self, name, array):
+    def add_const(self, name: str, array: Any) -> None:
         self.fixed[name] = Arg("ptr", "et_consts", self.const_floats - self.frozen_floats)
         self.consts.append(np.asarray(array, np.float32).ravel())
         self.const_floats += int(np.asarray(array).size)
 
-    def _add_int_const(self, name, array):
+    def _add_int_const(self, name: str, array: Any) -> None:
         array = np.asarray(array).ravel().astype(np.int64)
         outside = array[(array < -(2**31)) | (array >= 2**31)]
         if outside.size:
@@ -69,24 +70,38 @@ class _Storage:
 
     def locate(self, name: str) -> Arg | None:
         """Fixed storage for `name`, or None when it belongs in the arena."""
-        if name not in self.fixed and isinstance(self.batch_consts.get(name), Affine):
+        batch = self.batch_consts.get(name)
+        if name not in self.fixed and isinstance(batch, Affine):
             self.fixed[name] = Arg("ptr", "et_batch_consts", len(self.batch_values))
-            self.batch_values.append(self.batch_consts[name])
+            self.batch_values.append(batch)
         if name not in self.fixed and name in self.trainer.graph.constants:
             value = self.trainer.graph.constants[name]
-            if name in self.batch_consts:
-                value = np.full(self.batch_consts[name], value.flat[0], value.dtype)
+            if isinstance(batch, int):  # a splat, at its size at the largest batch
+                value = np.full(batch, value.flat[0], value.dtype)
             (self._add_int_const if is_int(value.dtype) else self.add_const)(name, value)
         return self.fixed.get(name)
 
 
-def is_int(dtype) -> bool:
+def is_int(dtype: Any) -> bool:
     return np.dtype(dtype).kind in "bi"
 
 
-def c_type(dtype) -> str:
+def c_type(dtype: Any) -> str:
     """The C type of a model input or output's elements."""
     return "int32_t" if is_int(dtype) else "float"
+
+
+def _op(node: Node) -> OpDef:
+    spec = lookup(node)
+    if spec is None:  # the frontend admits registered ops only
+        raise EdgetrainError(f"no kernel for op {node.op}")
+    return spec
+
+
+def offset_of(arg: Arg) -> int:
+    """The offset of a tensor's fixed storage (only the arena's views ever follow the batch)."""
+    assert isinstance(arg.offset, int)
+    return arg.offset
 
 
 def _function(trainer: Trainer, storage: _Storage, nodes: list[Node], results: list[str],
@@ -99,7 +114,7 @@ def _function(trainer: Trainer, storage: _Storage, nodes: list[Node], results: l
     after_calls: list[tuple[int, ...]] = []
     for i, node in enumerate(nodes):
         begin = len(calls)
-        own = lookup(node).kernel(ctx, node)
+        own = _op(node).kernel(ctx, node)
         calls += own
         owner += [i] * len(own)
         span.append((begin, max(begin, len(calls) - 1)))
@@ -111,7 +126,7 @@ def _function(trainer: Trainer, storage: _Storage, nodes: list[Node], results: l
     # generated C must not depend on Python's string hashing.
     used = dict.fromkeys([a.name for call in calls for a in call.args if isinstance(a, Tensor)] + list(results))
     arena = tuple(name for name in used if storage.locate(name) is None)
-    infos = tuple(NodeInfo(n.op, n.name, tuple(n.inputs), tuple(n.outputs), tuple(lookup(n).inplace)) for n in nodes)
+    infos = tuple(NodeInfo(n.op, n.name, tuple(n.inputs), tuple(n.outputs), tuple(_op(n).inplace)) for n in nodes)
     return LoweredFunction(tuple(calls), tuple(owner), infos, tuple(span), arena, tuple(results), backward_from,
                            tuple(after_calls))
 
@@ -127,26 +142,30 @@ def _fused_updates(trainer: Trainer, storage: _Storage, nodes: list[Node],
     so those values need not stay in the arena through the backward pass either."""
     g, opt = trainer.graph, trainer.optimizer
     index = {name: i for i, node in enumerate(nodes) for name in node.outputs}
+    assert trainer.loss is not None
     last_read = {name: i for i, node in enumerate(nodes) for name in node.inputs}
 
-    def check_finite(size, name):
+    def check_finite(size: int, name: str) -> Call:
         return Call("et_check_finite_f32", (size, Tensor(name)), checked=True)
 
     buffers = trainer.state_updates.items()
     forward_done = max([index[trainer.loss]] + [index[value] for _, value in buffers])
     copies = [Call("et_copy_f32", (g.values[value].size, Tensor(value),
-                                   Arg("ptr", "et_buffers", storage.fixed[buffer].offset))) for buffer, value in buffers]
+                                   Arg("ptr", "et_buffers", offset_of(storage.fixed[buffer]))))
+              for buffer, value in buffers]
     after = {forward_done: [check_finite(1, trainer.loss)] + [check_finite(g.values[v].size, v) for _, v in buffers]
              + copies}
     lr = Var("et_lr")
     for param in trainer.trainable:
-        size, at = g.values[param].size, storage.fixed[param].offset
+        size, at = g.values[param].size, offset_of(storage.fixed[param])
         grad = trainer.grads[param]
         if grad is None:  # the loss does not depend on it; weight decay and momentum still act
             grad = f"{param}.zero_grad"
             storage.add_const(grad, np.zeros(size, np.float32))
         state = [Arg("ptr", "et_state", slot * storage.trainable_floats + at) for slot in range(len(opt.state_slots))]
         # The kernels take a gradient as (size, ..., W, G) or, from factors, as (m, A, n, B, ..., W).
+        operand: tuple[object, ...]
+        g_arg: tuple[object, ...]
         if grad in outer:
             a, b = outer[grad].inputs
             kind, operand, g_arg = "_outer", (g.values[a].size, Tensor(a), g.values[b].size, Tensor(b)), ()
@@ -176,10 +195,12 @@ def _outer_products(trainer: Trainer) -> dict[str, Node]:
     g = trainer.graph
     read = {name for node in trainer.train_nodes for name in node.inputs}
     made = {node.outputs[0]: node for node in trainer.train_nodes[trainer.backward_start:] if node.op == "Gemm"}
-    products = {}
+    products: dict[str, Node] = {}
     for grad in trainer.grads.values():
-        node = made.get(grad)
-        if node is None or grad in read or len(node.inputs) > 2 or float(node.attr("alpha", 1.0)) != 1.0:
+        node = made.get(grad) if grad else None
+        if grad is None or node is None or grad in read or len(node.inputs) > 2:
+            continue
+        if float(node.attr("alpha", 1.0)) != 1.0:
             continue
         a = node.inputs[0]
         if g.shape(a)[0 if int(node.attr("transA", 0)) else 1] == 1:
@@ -187,7 +208,7 @@ def _outer_products(trainer: Trainer) -> dict[str, Node]:
     return products
 
 
-def _tensors(trainer: Trainer, functions) -> dict[str, TensorType]:
+def _tensors(trainer: Trainer, functions: tuple[LoweredFunction, ...]) -> dict[str, TensorType]:
     g = trainer.graph
     names = dict.fromkeys(n for f in functions for n in f.arena)
     return {name: TensorType(g.values[name].size, g.values[name].dtype) for name in names}
@@ -196,7 +217,7 @@ def _tensors(trainer: Trainer, functions) -> dict[str, TensorType]:
 def _grads(trainer: Trainer, storage: _Storage, outer: dict[str, Node], fused_update: bool) -> tuple[GradRef, ...]:
     g, grads = trainer.graph, []
     for name in [] if fused_update else trainer.trainable:  # a fused update keeps no gradients
-        grad, offset, size = trainer.grads[name], storage.fixed[name].offset, g.values[name].size
+        grad, offset, size = trainer.grads[name], offset_of(storage.fixed[name]), g.values[name].size
         if grad in outer:
             a, b = outer[grad].inputs
             grads.append(GradRef(None, offset, size, (a, b), g.values[a].size))
@@ -233,9 +254,10 @@ def lower(trainer: Trainer, prefix: str, federated: bool = False, fused_update: 
         int_consts=tuple(storage.int_consts), batch_consts=tuple(storage.batch_values),
         label_type=None if labels is None else c_type(labels.dtype), label_size=labels.size if labels else 0,
         train=train, eval=evaluate, loss=trainer.loss, grads=_grads(trainer, storage, outer, fused_update),
-        state_updates=tuple(StateRef(value, storage.fixed[buffer].offset, g.values[buffer].size)
+        state_updates=tuple(StateRef(value, offset_of(storage.fixed[buffer]), g.values[buffer].size)
                             for buffer, value in trainer.state_updates.items() if not fused_update),
-        params=tuple(ParamInfo(kind, storage.fixed[name].offset, g.values[name].size, name) for name, kind in entries),
+        params=tuple(ParamInfo(kind, offset_of(storage.fixed[name]), g.values[name].size, name)
+                     for name, kind in entries),
         param_init=Floats(g.params[n] for n in trainer.trainable),
         state_slots=len(opt.state_slots), step_values=tuple(opt.binding.step_values(opt.attrs())),
         optimizer_update=_whole_update(trainer, storage.trainable_floats),
@@ -246,7 +268,7 @@ def lower(trainer: Trainer, prefix: str, federated: bool = False, fused_update: 
         extra_outputs=tuple(g.outputs.index(n) for n in extra), extra=tuple(extra))
 
 
-def _interface(trainer: Trainer) -> dict:
+def _interface(trainer: Trainer) -> dict[str, Any]:
     g = trainer.graph
     return dict(input_sizes=tuple(g.values[n].size for n in g.inputs),
                 input_types=tuple(c_type(g.values[n].dtype) for n in g.inputs),

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from ..ops import Call
+from ..ops import Call, StepValue
 
 
 @dataclass(frozen=True)
@@ -17,7 +19,7 @@ class Affine:
     b: int
     inverse: bool = False
 
-    def at(self, n: int):
+    def at(self, n: int) -> int | float:
         value = self.a * n + self.b
         return float(np.float32(1.0 / value)) if self.inverse else value
 
@@ -72,7 +74,7 @@ class Floats:
     """Initial values, as one read-only float32 array (a tuple of a model's millions of Python floats
     takes seconds to make and to read back). Compares by value, like a tuple."""
 
-    def __init__(self, arrays):
+    def __init__(self, arrays: Iterable[Any]) -> None:
         arrays = [np.asarray(a, np.float32).ravel() for a in arrays]
         self.array = np.concatenate(arrays) if arrays else np.zeros(0, np.float32)
         self.array.flags.writeable = False
@@ -80,10 +82,10 @@ class Floats:
     def __len__(self) -> int:
         return self.array.size
 
-    def __array__(self, dtype=None, copy=None):
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         return self.array if dtype is None else self.array.astype(dtype, copy=False)
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, Floats) and np.array_equal(self.array, other.array)
 
     def __hash__(self) -> int:
@@ -125,8 +127,8 @@ class Program:
     output_types: tuple[str, ...]
     infer: LoweredFunction
     infer_outputs: tuple[str, ...]
-    tensors: dict  # name -> TensorType, of every tensor a function reads or writes
-    fixed: dict  # name -> Arg: the storage of every tensor outside the arena
+    tensors: dict[str, TensorType]  # of every tensor in the arena
+    fixed: dict[str, Arg]  # the storage of every tensor outside the arena
     buffer_init: Floats
     consts: Floats  # what stays in flash: the frozen parameters (frozen_floats), then the constants
     int_consts: tuple[int, ...]
@@ -142,7 +144,7 @@ class Program:
     params: tuple[ParamInfo, ...] = ()
     param_init: Floats | None = None
     state_slots: int = 0
-    step_values: tuple = ()  # the optimizer's StepValues
+    step_values: tuple[StepValue, ...] = ()  # the optimizer's scalars, computed once per step
     optimizer_update: Call | None = None  # optimizer_step's update of every trainable parameter
     learning_rate: float = 0.0
     max_grad_norm: float | None = None
@@ -157,6 +159,6 @@ class Program:
     extra: tuple[str, ...] = ()  # those outputs' tensors
 
     def functions(self) -> dict[str, LoweredFunction]:
-        if not self.trainer:
+        if self.train is None or self.eval is None:
             return {"infer": self.infer}
         return {"train": self.train, "eval": self.eval, "infer": self.infer}

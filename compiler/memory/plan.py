@@ -15,7 +15,7 @@ F32 = 4
 
 @dataclass(frozen=True)
 class FunctionPlan:
-    offsets: dict  # arena tensor -> its offset in the arena, in 4-byte words
+    offsets: dict[str, int]  # arena tensor -> its offset in the arena, in 4-byte words
     arena_floats: int
     lower_bound: int  # the liveness lower bound of its arena
     blocks: tuple[Block, ...]  # the arena's allocations, for the memory report
@@ -25,8 +25,8 @@ class FunctionPlan:
 class MemoryPlan:
     """functions: "train", "eval", "infer" (an inference C: "infer" alone). ram: bytes of every
     mutable static category of the C; ram_bytes their sum."""
-    functions: dict
-    ram: dict
+    functions: dict[str, FunctionPlan]
+    ram: dict[str, int]
     ram_bytes: int
     flash_constants_bytes: int
     trainable_floats: int
@@ -35,7 +35,7 @@ class MemoryPlan:
 
     @property
     def arena_floats(self) -> int:
-        return max(f.arena_floats for f in self.functions.values())
+        return max(int(f.arena_floats) for f in self.functions.values())
 
 
 def _liveness(f: LoweredFunction) -> tuple[dict[str, int], dict[str, int]]:
@@ -80,7 +80,7 @@ def _in_place(program: Program, f: LoweredFunction, last: dict[str, int]) -> dic
     return root
 
 
-def _kinds(f: LoweredFunction, roots) -> dict[str, str]:
+def _kinds(f: LoweredFunction, roots: dict[str, list[str]]) -> dict[str, str]:
     """Gradients are made by the backward pass, except forward nodes recomputed there (same name)."""
     forward = {(n.op, n.name) for n in f.nodes[:f.backward_from]}
     producer = {name: node for node in f.nodes[f.backward_from:] for name in node.outputs}

@@ -57,7 +57,7 @@ def _best_fit(intervals: list[Interval]) -> tuple[dict[str, int], int]:
         best, best_gap, cursor = None, None, 0
         for lo, hi in busy:
             gap = lo - cursor
-            if gap >= size and (best is None or gap < best_gap):
+            if gap >= size and (best_gap is None or gap < best_gap):
                 best, best_gap = cursor, gap
             cursor = max(cursor, hi)
         if best is None:

@@ -25,7 +25,7 @@ def policy_parameters(graph: Graph, policy: str) -> list[str]:
     bias, last = match.group(1), match.group(2)
     layers = [[n for n in node.inputs if n in graph.params] for node in graph.nodes]
     layers = [names for names in layers if names]
-    chosen = set()
+    chosen: set[str] = set()
     if last is not None:
         k = int(last)
         if not 0 < k <= len(layers):
@@ -83,7 +83,7 @@ def meet_budget(compile_, plan: Plan, budget: int | None, *, can_fuse: bool):
         return compile_(plan)
     fused = plan.fused_update or can_fuse
     candidates = [plan, Plan(fused), Plan(fused, True)] + [Plan(fused, True, k) for k in (2, 4, NOTHING_KEPT)]
-    best = None
+    best: tuple[int, Plan] | None = None
     for candidate in dict.fromkeys(candidates):
         result = compile_(candidate)
         size = result.memory.ram_bytes
@@ -91,6 +91,7 @@ def meet_budget(compile_, plan: Plan, budget: int | None, *, can_fuse: bool):
             return result
         if best is None or size < best[0]:
             best = (size, candidate)
+    assert best is not None
     size, smallest = best
     raise EdgetrainError(f"RAM budget of {budget:,} B not met: the smallest footprint reached is {size:,} B, with "
                          f"{smallest.describe()}; train fewer parameters (update_policy 'bias' or 'bias+last:K') "

@@ -23,8 +23,8 @@ NO_MATPLOTLIB = "the memory plot needs matplotlib: pip install 'edgetrain[report
 def memory_report(trainer, memory) -> dict:
     """report.json's contents for the MemoryPlan `memory` (edgetrain.memory.plan) of `trainer`."""
     breakdown = dict(memory.ram)
-    functions = {"train_step": "train", "eval_step": "eval", "infer": "infer"}
-    functions = {name: memory.functions[f] for name, f in functions.items()}
+    c_names = {"train_step": "train", "eval_step": "eval", "infer": "infer"}
+    functions = {name: memory.functions[f] for name, f in c_names.items()}
     return {
         "target": "host",
         "arena_bytes": breakdown["arena"],

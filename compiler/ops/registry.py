@@ -4,7 +4,7 @@ and Python reference sit together in one block, registered with `@op`."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Union
+from collections.abc import Callable
 
 import numpy as np
 from onnx.reference.op_run import OpRun
@@ -31,7 +31,7 @@ class Var:
     name: str
 
 
-Arg = Union[Tensor, Counter, Var, int, float, tuple, None]
+Arg = Tensor | Counter | Var | int | float | tuple | None
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from ..ops.registry import Call, OptimizerDef, StepValue, Update, Var, op, optim
 class OptimizerSpec:
     """The optimizer a trainer compiles in: its kind (an op block below), learning rate and the
     hyperparameters; each kind takes those its block's `hyper` names, the others are ignored."""
-    kind: "OptimType"
+    kind: OptimType
     lr: float = 1e-3
     # AdamW defaults are ONNX Runtime 1.19's generated AdamW.
     beta1: float = 0.9
@@ -127,5 +127,5 @@ class SGD:
 
 
 # ONNX Runtime's enum of optimizers, one member per registered optimizer op.
-OptimType = Enum("OptimType", {name: name for name in optimizers()}, module=__name__)
+OptimType = Enum("OptimType", {name: name for name in optimizers()}, module=__name__)  # type: ignore[misc]
 OptimType.__doc__ = "The optimizers a trainer compiles in (onnxruntime.training.artifacts.OptimType)."

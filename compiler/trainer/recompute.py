@@ -74,10 +74,10 @@ def recompute(graph: Graph, nodes: list[Node], backward_start: int, keep_every: 
         # bytes are live (a convolution's weight gradient before its input gradient is made).
         made = {name for n in chain_nodes for name in n.outputs}
         at = max([i for i, n in enumerate(out) if set(n.outputs) & (set(node.inputs) - made)] + [len(forward) - 1])
-        later = {name for n in backward[index:] for name in n.inputs}
+        read_later = {name for n in backward[index:] for name in n.inputs}
 
-        def live(p: int) -> int:
-            read = later | {name for n in out[p:] for name in n.inputs}
+        def live(p: int, read_later: set[str] = read_later) -> int:
+            read = read_later | {name for n in out[p:] for name in n.inputs}
             return sum(graph.values[v].size for n in out[len(forward):p] for v in n.outputs if v in read)
 
         best = min(range(at + 1, len(out) + 1), key=lambda p: (live(p), -p))

@@ -131,4 +131,5 @@ def test_generated_c_is_unchanged(name, tmp_path):
         GOLDEN.write_text(json.dumps(dict(sorted(golden.items())), indent=1) + "\n")
         return
     assert name in golden, f"no golden for {name}: run with EDGETRAIN_UPDATE_GOLDEN=1"
-    assert got == golden[name], f"{name}: the generated files changed ({sorted(k for k in got if got[k] != golden[name].get(k))})"
+    changed = sorted(k for k in got if got[k] != golden[name].get(k))
+    assert got == golden[name], f"{name}: the generated files changed ({changed})"
