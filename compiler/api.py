@@ -8,6 +8,7 @@ import json
 import os
 import threading
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -71,7 +72,7 @@ class OrtValue(np.ndarray):
 
     @shape.setter
     def shape(self, value) -> None:
-        np.ndarray.shape.__set__(self, value)
+        np.ndarray.shape.__set__(self, value)  # type: ignore[attr-defined]  # numpy's stubs: an overload
 
     def numpy(self) -> np.ndarray:
         return self.view(np.ndarray).copy()
@@ -108,6 +109,14 @@ class OrtValue(np.ndarray):
 def _cpu_only(device: str) -> None:
     if str(device).split(":")[0].lower() != "cpu":
         raise ValueError(f"device {device!r}: the host trainer runs on the CPU")
+
+
+def _ortvalue_class(values) -> type[Any] | None:
+    """The class of `values` if they are all OrtValues of one class (edgetrain's, or ONNX Runtime's)."""
+    kind = type(values[0]) if values else None
+    if kind is None or not hasattr(kind, "ortvalue_from_numpy") or not all(isinstance(v, kind) for v in values):
+        return None
+    return kind
 
 
 def _as_array(value) -> np.ndarray:
@@ -370,7 +379,7 @@ class Module:
         self._free = dict.fromkeys(self._recipe["free_dims"], STAND_IN) if self._recipe else {}
         self._grads_pending = False  # a training step ran since the last lazy_reset_grad (or load)
         # The artifacts of free dimensions hold no C: compile it at the stand-in sizes until a call says more.
-        if self._free:
+        if self._recipe and self._free:
             max_batch = json.loads(meta["edgetrain.batch"])["max"]
             self._load(specialize(self._dir, self._recipe, max_batch, self._free) / "training_model.onnx")
         else:
@@ -508,11 +517,10 @@ class Module:
         the results are OrtValues, as ONNX Runtime returns them."""
         self._require_parameters()
         # OrtValues in give OrtValues out, of the inputs' own class (edgetrain's, or ONNX Runtime's).
-        kind = type(inputs[0]) if inputs else None
-        ort_values = hasattr(kind, "ortvalue_from_numpy") and all(isinstance(a, kind) for a in inputs)
-        inputs = [_as_array(a) for a in inputs]
-        self._fit(inputs, self._step_inputs)
-        n, args = self._data_args(inputs, self._step_inputs)
+        kind = _ortvalue_class(inputs)
+        arrays = [_as_array(a) for a in inputs]
+        self._fit(arrays, self._step_inputs)
+        n, args = self._data_args(arrays, self._step_inputs)
         if n == 1 and self.training and self._small_batch:
             raise ValueError(self._small_batch)
         step = "train_step" if self.training else "eval_step"
@@ -527,7 +535,7 @@ class Module:
         _check(status, step)
         self._grads_pending |= self.training
         results = [loss] + [o.astype(self._output_dtypes[i], copy=False) for o, i in zip(outs, self._extra)]
-        if ort_values:
+        if kind is not None:
             results = [kind.ortvalue_from_numpy(np.asarray(r)) for r in results]
         return results[0] if len(results) == 1 else tuple(results)
 
@@ -561,9 +569,9 @@ class Module:
         """The model's outputs for `inputs` (a batch of any size from 1 to the batch_size, as in
         __call__), computed by the generated C (dropout off)."""
         self._require_parameters()
-        inputs = [_as_array(a) for a in inputs]
-        self._fit(inputs, self._inputs)
-        n, args = self._data_args(inputs, self._inputs)
+        arrays = [_as_array(a) for a in inputs]
+        self._fit(arrays, self._inputs)
+        n, args = self._data_args(arrays, self._inputs)
         outs = self._output_arrays(n, range(len(self._outputs)))
         status = self._lib_call("infer", n, *args, *self._output_args(outs))
         if status == BAD_ARGUMENT:

@@ -39,7 +39,7 @@ class CheckpointError(ValueError):
 
 @dataclass
 class CheckpointData:
-    fingerprint: int
+    fingerprint: int | None  # None: a foreign checkpoint's (ONNX Runtime's carry none)
     names: list[str]
     kinds: list[int]
     arrays: list[np.ndarray]

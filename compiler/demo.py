@@ -88,7 +88,7 @@ def run_demo(epochs: int = 10, directory="out/demo", batch_size: int = 32, seed:
     y = digits.target.astype(np.int64)
     x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=0.2, random_state=seed, stratify=y)
 
-    generate_artifacts(out / "mlp.onnx", loss=LossType.CrossEntropyLoss, optimizer=OptimType.AdamW,
+    generate_artifacts(out / "mlp.onnx", loss=LossType.CrossEntropyLoss, optimizer=OptimType["AdamW"],
                        batch_size=batch_size, learning_rate=LEARNING_RATE, artifact_directory=out)
     state = CheckpointState.load_checkpoint(out / "checkpoint")
     module = Module(out / "training_model.onnx", state, out / "eval_model.onnx")

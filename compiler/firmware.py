@@ -78,7 +78,7 @@ def harness_model(directory, data) -> HarnessModel:
     if x.ndim == 0 or x.shape[0] == 0 or x[0].size != x_size or not np.issubdtype(x.dtype, np.number):
         raise EdgetrainError(f"x must be numbers of shape (batches, ...) with {x_size} values per batch, "
                              f"got {x.dtype} {x.shape}")
-    y = np.zeros((x.shape[0], 0))
+    y: np.ndarray = np.zeros((x.shape[0], 0))
     if label_type is not None:
         if "y" not in arrays:
             raise EdgetrainError("the model has labels but the data holds no array `y`")

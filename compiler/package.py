@@ -115,6 +115,7 @@ def _cmake_files(directory: Path, library: Library) -> dict[str, bytes | str]:
     sources = _sources(directory)
     core = [flag for flag in targets.load(DEFAULT_CORE).cflags if flag.startswith(("-mcpu", "-mthumb", "-mfloat",
                                                                                    "-mfpu"))]
+    files: dict[str, bytes | str]
     files = {"CMakeLists.txt": _render("package_CMakeLists.txt.j2", library),
              "cmake/arm-none-eabi.cmake": _render("package_arm-none-eabi.cmake.j2", library,
                                                   core=DEFAULT_CORE, core_flags=" ".join(core)),
@@ -131,6 +132,7 @@ def _arduino_files(directory: Path, library: Library) -> dict[str, bytes | str]:
     sources = _sources(directory)
     # Arduino compiles C in a GNU mode, where GCC fuses multiply-adds: the preamble turns that off.
     sources["model.c"] = _render("package_arduino_preamble.c.j2", library).encode() + sources["model.c"]
+    files: dict[str, bytes | str]
     files = {"library.properties": _render("package_library.properties.j2", library, sketch=SKETCH),
              f"src/{library.name}.h": _render("package_library.h.j2", library),
              f"examples/{SKETCH}/{SKETCH}.ino": _render("package_sketch.ino.j2", library, sketch=SKETCH)}

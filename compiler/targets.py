@@ -56,7 +56,7 @@ def make(*args: str, cwd=None, timeout: float | None = None) -> subprocess.Compl
                           cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load(name: str) -> Target:
     if name not in names():
         raise EdgetrainError(f"unknown target {name!r}; known targets: {', '.join(names())}")

@@ -206,8 +206,8 @@ def _split_sequences(proto, constants, shapes) -> bool:
         else:
             sizes = [int(v) for v in split]
         users = readers[node.output[0]]
-        positions = [constants.get(u.input[1]) if u.op_type == "SequenceAt" else None for u in users]
-        if not users or any(p is None for p in positions):
+        positions = [constants[u.input[1]] for u in users if u.op_type == "SequenceAt" and u.input[1] in constants]
+        if not users or len(positions) != len(users):
             continue
         outputs = [f"{node.output[0]}__{i}" for i in range(len(sizes))]
         for user, position in zip(users, positions):
@@ -294,8 +294,8 @@ def _to_ir(proto, constants) -> Graph:
         values[name] = Value(name, tuple(np.shape(array)), np.asarray(array).dtype)
 
     inputs = [i.name for i in g.input if i.name not in params and i.name not in constants]
-    problems = [_input_dtype_problem(g, name, values[name].dtype) for name in inputs if name in values]
-    problems = [p for p in problems if p]
+    found = (_input_dtype_problem(g, name, values[name].dtype) for name in inputs if name in values)
+    problems = [p for p in found if p]
     nodes = []
     unsupported: dict[str, list[str]] = {}
     for index, n in enumerate(g.node):

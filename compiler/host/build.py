@@ -70,7 +70,7 @@ def build_mode_flags() -> list[str]:
     return BUILD_MODES[mode]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _native_target(cc: str) -> str:
     """What -march=native means to `cc` on this machine ("" where it cannot say): part of the cache
     key, so that a cache shared between machines never hands one a library built for another's

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
@@ -14,6 +16,11 @@ def _info(graph: Graph, name: str) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(value.dtype), value.shape)
 
 
+def _attributes(node: Node) -> dict[str, Any]:
+    """The node's attributes as onnx.helper takes them: lists where the IR keeps tuples."""
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in node.attrs.items()}
+
+
 def to_onnx(graph: Graph, nodes: list[Node], inputs: list[str], outputs: list[str],
             initializers: dict[str, np.ndarray], name: str, renames: dict[str, str] | None = None) -> onnx.ModelProto:
     """A model computing `outputs` from `inputs`; `renames` gives some outputs public names
@@ -21,7 +28,7 @@ def to_onnx(graph: Graph, nodes: list[Node], inputs: list[str], outputs: list[st
     used = {n for node in nodes for n in node.inputs if n}
     consts = {n: a for n, a in graph.constants.items() if n in used}
     protos = [helper.make_node(n.op, [i for i in n.inputs], list(n.outputs), name=n.name, domain=n.domain,
-                               **{k: (list(v) if isinstance(v, tuple) else v) for k, v in n.attrs.items()})
+                               **_attributes(n))
               for n in nodes]
     out_names = []
     for out in outputs:

@@ -26,8 +26,11 @@ class Block(ABC):
     temp_file_name: ONNX Runtime's file for checking models over 2 GB; accepted so its callers run
     unchanged, and unused: the checker here takes a model of any size from memory."""
 
+    # The model build() adds to: set by each call before build runs.
+    base: onnx.ModelProto
+
     def __init__(self, temp_file_name: str = "temp.onnx"):
-        self.base = None
+        self.base = None  # type: ignore[assignment]  # until the block is first called
 
     @abstractmethod
     def build(self, *args, **kwargs):
@@ -218,7 +221,7 @@ class Linear(Block):
         self._bias, self._alpha, self._beta = bias, alpha, beta
 
     def build(self, linear_input_name: str) -> str:
-        shapes = [("linear.weight", (self._in_features, self._out_features))]
+        shapes: list[tuple[str, tuple[int, ...]]] = [("linear.weight", (self._in_features, self._out_features))]
         if self._bias:
             shapes.append(("linear.bias", (self._out_features,)))
         names = []

@@ -28,7 +28,8 @@ def parse(node, shapes) -> tuple[list[str], str, dict[str, int]]:
                 for term, shape in zip(terms, shapes)]
     broadcast = np.broadcast_shapes(*ellipses)
     shared = "".join(next(spare) for _ in broadcast)
-    operands, extents = [], {}
+    operands: list[str] = []
+    extents: dict[str, int] = {}
     for term, shape, dims in zip(terms, shapes, ellipses):
         lead = len(broadcast) - len(dims)
         own = "".join(shared[lead + i] if d == broadcast[lead + i] else next(spare) for i, d in enumerate(dims))
