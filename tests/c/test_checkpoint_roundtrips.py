@@ -105,7 +105,7 @@ def test_nominal_checkpoint_has_shapes_only_and_trains_once_given_weights(out, t
     for name, param in nominal.parameters:
         assert param.requires_grad == full.parameters[name].requires_grad
         with pytest.raises(RuntimeError, match="Please load the parameter states first"):
-            param.data
+            _ = param.data
     api.CheckpointState.save_checkpoint(nominal, tmp_path / "again")  # unbound: still nominal
     assert (tmp_path / "again").read_bytes() == nominal_bytes
 

@@ -7,7 +7,7 @@ pytest.importorskip("sklearn")
 pytest.importorskip("tqdm")
 pytest.importorskip("onnxruntime")
 
-from edgetrain.demo import run_demo  # noqa: E402
+from edgetrain.demo import run_demo
 
 
 def test_demo_trains_digits_and_agrees_with_onnxruntime(tmp_path, capsys):

@@ -46,10 +46,10 @@ def test_federated_example_runs_on_flowers_deployment_engine(tmp_path):
         capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
-    rounds = [float(l.split()[-1]) for l in lines if re.fullmatch(r"round \d+ accuracy [0-9.]+", l)]
+    rounds = [float(line.split()[-1]) for line in lines if re.fullmatch(r"round \d+ accuracy [0-9.]+", line)]
     assert len(rounds) == 4 and min(rounds[1], rounds[3]) > 0.5, result.stdout
-    assert sum(l.startswith("clients' held-out digits: accuracy") for l in lines) == 2, result.stdout
-    assert any(l.startswith("fedadam: final global accuracy") for l in lines)
+    assert sum(line.startswith("clients' held-out digits: accuracy") for line in lines) == 2, result.stdout
+    assert any(line.startswith("fedadam: final global accuracy") for line in lines)
     assert _our_processes(tmp_path / "flwr") == []  # SuperLink, SuperNodes and their children stopped
 
 

@@ -128,7 +128,8 @@ def test_delta_and_update_follow_their_definition_bit_for_bit(out):
     module.apply_delta(aggregated, scale=0.8)
     updated = reference + np.float32(0.8) * aggregated
     np.testing.assert_array_equal(module.get_contiguous_parameters(trainable_only=True), updated)
-    np.testing.assert_array_equal(state.parameters["fc1.weight"].data.ravel(), updated[32:32 + 16 * 32])  # after fc0.bias
+    # fc1.weight follows fc0.bias in the blob
+    np.testing.assert_array_equal(state.parameters["fc1.weight"].data.ravel(), updated[32:32 + 16 * 32])
     assert not module.get_delta().any()
     # Frozen parameters are not part of the federated vector.
     assert delta.size == module.get_parameters_size(trainable_only=True) < module.get_parameters_size(False)

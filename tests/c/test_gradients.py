@@ -57,7 +57,8 @@ for name, ta, tb, alpha, beta, c_shape in [
     ops = {"A": (K, M) if ta else (M, K), "B": (N, K) if tb else (K, N)}
     if c_shape is not None:
         ops["C"] = c_shape
-    case(name, "Gemm", ops, _gemm(alpha, beta, ta, tb), attrs={"alpha": alpha, "beta": beta, "transA": ta, "transB": tb})
+    case(name, "Gemm", ops, _gemm(alpha, beta, ta, tb),
+         attrs={"alpha": alpha, "beta": beta, "transA": ta, "transB": tb})
 
 # A batch of one: a weight gradient that contracts over it is an outer product, which train_step
 # never stores (the accumulator sums it from its two factors).
@@ -235,7 +236,8 @@ class DropoutCase:
                 else:
                     assert np.any(mask == 0) and np.any(mask != 0)
                 errors.append(assert_close(grad, r * mask, f"dropout grad, step {counter}"))
-                errors.append(assert_close(loss, np.sum((w * mask * r).astype(np.float64)), f"dropout loss, step {counter}"))
+                errors.append(assert_close(loss, np.sum((w * mask * r).astype(np.float64)),
+                                           f"dropout loss, step {counter}"))
             assert ratio == 0 or not np.array_equal(_dropout_mask(self.shape, ratio, mask_seed, 0),
                                                     _dropout_mask(self.shape, ratio, mask_seed, 1))
             return max(errors)

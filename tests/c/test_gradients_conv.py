@@ -136,8 +136,10 @@ def torch_average_pool(attrs, x_shape):
         assert not ceil, "the convolution form has no ceil_mode"
         c = x.shape[1]
         ones = torch.ones((c, 1, *kernel))
-        window = lambda t: CONV[rank](F.pad(t, _torch_pads(begin, end)), ones, stride=strides, dilation=dilations,
-                                      groups=c)
+
+        def window(t):
+            return CONV[rank](F.pad(t, _torch_pads(begin, end)), ones, stride=strides, dilation=dilations, groups=c)
+
         count = window(torch.ones_like(x)) if not include else float(np.prod(kernel))
         return window(x) / count
     return fn

@@ -13,7 +13,7 @@ gradient or no support is refused in one line, and which kernels Einsum equation
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import onnx
@@ -38,7 +38,10 @@ def _model(op, operands: dict, attrs: dict, outputs: list[str], shape, feeds=(),
     forward=True: float operands are model inputs too, and the outputs are the model's, typed by
     onnx shape inference."""
     nodes = [helper.make_node(op, list(operands), outputs, name="op", **attrs)]
-    is_input = lambda name, v: name in feeds or (forward and v.dtype == np.float32)
+
+    def is_input(name, v):
+        return name in feeds or (forward and v.dtype == np.float32)
+
     inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
               for n, v in operands.items() if is_input(n, v)]
     inits = [numpy_helper.from_array(v, n) for n, v in operands.items() if not is_input(n, v)]
@@ -82,7 +85,10 @@ def check_forward(op, operands: dict, attrs: dict, *, tmp_path, feeds=(), output
     fed = {i.name: operands[i.name] for i in model.graph.input}
     wants = onnxruntime.InferenceSession(model.SerializeToString()).run(None, fed)
     ffi, lib = load_library(artifacts.generate_inference(model, tmp_path / "infer"))
-    c_type = lambda a: "float[]" if a.dtype == np.float32 else "int32_t[]"
+
+    def c_type(a):
+        return "float[]" if a.dtype == np.float32 else "int32_t[]"
+
     args = [np.ascontiguousarray(v if v.dtype == np.float32 else v.astype(np.int32)) for v in fed.values()]
     gots = [np.zeros(w.shape, np.float32 if w.dtype == np.float32 else np.int32) for w in wants]
     lead = [lib.MODEL_MAX_BATCH] if ffi.typeof(lib.model_infer).args[0].cname == "int" else []  # the batch count
@@ -116,7 +122,10 @@ def _wrap(indices, extent) -> torch.Tensor:
 def gather_elements(name, shape, indices, axis, feed=None):
     def check(tmp_path, rng):
         x, idx = normal(rng, *shape), _wrap(indices, shape[axis])
-        torch_fn = lambda x: torch.gather(x, axis, idx)
+
+        def torch_fn(x):
+            return torch.gather(x, axis, idx)
+
         if feed is None:
             return check_op_gradients("GatherElements", {"X": x}, {"axis": axis}, torch_fn, {"indices": indices},
                                       tmp_path=tmp_path)
@@ -164,7 +173,10 @@ def scatter_nd(name, shape, indices, reduction, feed=None):
         if reduction in ("mul", "max", "min"):
             return check_forward("ScatterND", ops, {"reduction": reduction}, tmp_path=tmp_path)
         where = tuple(_wrap(indices[..., j], shape[j]) for j in range(depth))
-        torch_fn = lambda d, u: d.index_put(where, u, accumulate=reduction == "add")
+
+        def torch_fn(d, u):
+            return d.index_put(where, u, accumulate=reduction == "add")
+
         return check_node("ScatterND", ops, torch_fn, {"reduction": reduction}, tmp_path=tmp_path,
                           feeds=("indices",) if feed else ())
     case(f"ScatterND-{name}", check)
@@ -194,7 +206,10 @@ def gather_nd(name, shape, indices, batch_dims=0, feed=None, data=None):
                       for a in range(batch_dims))
         where += tuple(_wrap(indices[..., j], shape[batch_dims + j]) for j in range(indices.shape[-1]))
         x = normal(rng, *shape)
-        torch_fn = lambda x: x[where]
+
+        def torch_fn(x):
+            return x[where]
+
         if feed is None:
             return check_op_gradients("GatherND", {"X": x}, attrs, torch_fn, {"indices": indices}, tmp_path=tmp_path)
         return check_node("GatherND", {"X": x, "indices": indices.astype(feed)}, torch_fn, attrs, tmp_path=tmp_path,

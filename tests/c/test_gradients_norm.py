@@ -13,7 +13,7 @@ train them in C next to torch.optim.SGD; the error cases check what the compiler
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import onnx
@@ -256,7 +256,8 @@ class BatchNormTrainingCase:
         assert {n for n, p in state.parameters.items() if p.requires_grad} == {"X", "scale", "B"} - set(self.frozen)
         before = {name: p.data.copy() for name, p in state.parameters.items()}
 
-        leaves = {n: torch.tensor(v, requires_grad=n not in self.frozen) for n, v in (("X", x), ("scale", scale), ("B", b))}
+        leaves = {n: torch.tensor(v, requires_grad=n not in self.frozen)
+                  for n, v in (("X", x), ("scale", scale), ("B", b))}
         running = {"mean": torch.from_numpy(mean.copy()), "var": torch.from_numpy(var.copy())}
         errors = []
         for step in range(self.steps):
@@ -436,7 +437,8 @@ class ModelCase:
         buffers = {n: b for n, b in net.named_buffers() if "running" in n}
         trainable = {n for n, p in state.parameters.items() if p.requires_grad}
         assert trainable == {n for n, p in net.named_parameters() if p.requires_grad}
-        assert {n for n, p in state.parameters.items() if "running" in n} == (set(buffers) if self.mode == "training" else set())
+        running = {n for n, p in state.parameters.items() if "running" in n}
+        assert running == (set(buffers) if self.mode == "training" else set())
         torch_opt = torch.optim.SGD([p for p in net.parameters() if p.requires_grad], lr=0.1)
 
         rng = np.random.default_rng(seed)

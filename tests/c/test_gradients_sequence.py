@@ -11,7 +11,7 @@ tests check what happens to token ids out of range and to integer inputs read by
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import onnx

@@ -149,7 +149,8 @@ def test_batchnorm_with_frozen_scale_and_bias_updates_running_statistics_as_torc
             np.testing.assert_allclose(state.parameters[f"0.{name}"].data, getattr(net[0], name).numpy(),
                                        rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(np.asarray(module.get_contiguous_parameters()), frozen)
-    np.testing.assert_array_equal(frozen, np.concatenate([net[0].weight.detach().numpy(), net[0].bias.detach().numpy()]))
+    np.testing.assert_array_equal(frozen, np.concatenate([net[0].weight.detach().numpy(),
+                                                          net[0].bias.detach().numpy()]))
     saved = _saved(state, tmp_path / "ckpt")
     assert saved.step == 3 and saved.kinds == [checkpoint.FROZEN] * 2 + [checkpoint.BUFFER] * 2
     np.testing.assert_array_equal(saved.arrays[2], state.parameters["0.running_mean"].data)

@@ -1,7 +1,8 @@
 """README's table "ONNX Runtime training → edgetrain" names every public name of ONNX Runtime
 1.19.2's onnxruntime.training.artifacts, .api and .onnxblock: classes and functions defined in
 onnxruntime (what those modules import from elsewhere is not their API), with the public members
-each class defines and every argument of their functions and methods. The names are read from the installed ONNX Runtime, not from a list of ours."""
+each class defines and every argument of their functions and methods. The names are read from the
+installed ONNX Runtime, not from a list of ours."""
 
 import inspect
 import json

@@ -25,7 +25,6 @@ import collections
 import functools
 import re
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np

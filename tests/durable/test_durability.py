@@ -130,7 +130,8 @@ def two_models(tmp_path_factory):
 
 
 def _module(directory: Path):
-    module = api.Module(directory / "training_model.onnx", api.CheckpointState.load_checkpoint(directory / "checkpoint"))
+    state = api.CheckpointState.load_checkpoint(directory / "checkpoint")
+    module = api.Module(directory / "training_model.onnx", state)
     return module, api.Optimizer(directory / "optimizer_model.onnx", module)
 
 

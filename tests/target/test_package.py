@@ -97,7 +97,8 @@ def test_cmake_package_trains_on_cortex_m4_as_edgetrain_run(trainer, tmp_path, c
 
 # ---- arduino ----
 
-ARDUINO_H = r"""/* A stub of the Arduino core for the tests: Serial on stdin and stdout; the line ends at end of input. */
+ARDUINO_H = r"""/* A stub of the Arduino core for the tests: Serial on stdin and stdout; the line ends at end of
+   input. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

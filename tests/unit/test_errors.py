@@ -103,7 +103,8 @@ def test_unfixed_dimension_names_every_fix_in_the_interfaces_spelling(tmp_path):
 
 
 def test_dim_values_fix_dimensions_by_name_and_by_input_axis(tmp_path):
-    model = model_with([helper.make_node("Relu", ["x"], ["h"]), helper.make_node("ReduceSum", ["h"], ["y"], keepdims=0)],
+    model = model_with([helper.make_node("Relu", ["x"], ["h"]),
+                        helper.make_node("ReduceSum", ["h"], ["y"], keepdims=0)],
                        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, "T", "U"])],
                        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])])
     out = artifacts.generate_inference(model, tmp_path / "a", dim_values={"T": 3, "x:2": 5})
@@ -113,7 +114,8 @@ def test_dim_values_fix_dimensions_by_name_and_by_input_axis(tmp_path):
     onnx.save(model, tmp_path / "m.onnx")
     # The shapes fixed, the model compiles: its output is the loss (--loss none), and with no
     # parameter its trainer trains nothing, as ONNX Runtime's would; it still computes the loss.
-    result = cli("compile", tmp_path / "m.onnx", "-o", tmp_path / "c", "--loss", "none", "--dim", "T=3", "--dim", "x:2=5")
+    result = cli("compile", tmp_path / "m.onnx", "-o", tmp_path / "c", "--loss", "none",
+                 "--dim", "T=3", "--dim", "x:2=5")
     assert result.returncode == 0, result.stderr
     assert "trains nothing" in result.stdout
     assert "et_params" not in (tmp_path / "c" / "model_weights.h").read_text()

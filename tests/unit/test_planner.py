@@ -1,9 +1,23 @@
 """The arena planner: no two tensors live at the same time share bytes, and the arena stays
 near the liveness lower bound."""
 
-import numpy as np
+import importlib.util
+import tempfile
+import warnings
+from pathlib import Path
 
-from edgetrain.memory import ALIGN, Interval, liveness_lower_bound, place
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from edgetrain.codegen.emit import build
+from edgetrain.errors import EdgetrainError
+from edgetrain.frontend import load_model
+from edgetrain.memory import ALIGN, KINDS, Interval, liveness_lower_bound, place
+from edgetrain.memory.policy import NOTHING_KEPT, Plan, policy_parameters, static_ram_bytes
+from edgetrain.optim import LossType, OptimizerSpec, OptimType
+from edgetrain.trainer import build_trainer
 
 
 def random_intervals(seed, n=60):
@@ -48,27 +62,11 @@ def test_chain_reuses_memory():
 
 # ---- the planner on the trainers the test suite compiles ----
 
-import importlib.util
-import tempfile
-import warnings
-from pathlib import Path
-
-import onnx
-import pytest
-from onnx import TensorProto, helper
-
-from edgetrain.codegen.emit import build
-from edgetrain.errors import EdgetrainError
-from edgetrain.frontend import load_model
-from edgetrain.memory import KINDS
-from edgetrain.memory.policy import NOTHING_KEPT, Plan, policy_parameters, static_ram_bytes
-from edgetrain.optim import LossType, OptimizerSpec, OptimType
-from edgetrain.trainer import build_trainer
-
 KB = 1024
 
 
-def compile_c(model, plan=Plan(), optimizer=OptimType.SGD, loss=LossType.CrossEntropyLoss, **kwargs):
+def compile_c(model, plan: Plan | None = None, optimizer=OptimType.SGD, loss=LossType.CrossEntropyLoss, **kwargs):
+    plan = Plan() if plan is None else plan
     trainer = build_trainer(load_model(model, None), loss=loss, optimizer=OptimizerSpec(optimizer),
                             recompute=plan.recompute, keep_every=plan.keep_every, **kwargs)
     return trainer, build(trainer, "model", fused_update=plan.fused_update)

@@ -5,7 +5,7 @@ torch module and its example inputs."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
