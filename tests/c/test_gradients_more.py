@@ -1,113 +1,36 @@
 """Gradients of the activation and indexing ops (Elu ... Gelu, Slice ... Min), computed by the
 generated C, against torch autograd; plus the C erf against float64 math.erf.
 
-One parametrized test. Single-op cases go through gradcheck.check_op_gradients; Where (whose
-constant comes first) and models exported by torch (Gelu as older opsets write it, Softplus with
-beta, a mix of everything) are checked the same way on a hand-built or exported graph. Every case
-also runs training_model.onnx through onnx.reference with our ops' NumPy references. Operand values
-come from a generator seeded by the case id, so every case is deterministic.
+A table of cases for gradcheck's harness. Single-op cases are its OpCases; Where (whose constant
+comes first) and models exported by torch (Gelu as older opsets write it, Softplus with beta, a mix
+of everything) are checked the same way on a hand-built or exported graph
+(gradcheck.check_graph_gradients, gradcheck.ExportCase). Every case also runs training_model.onnx
+through onnx.reference with our ops' NumPy references. Operand values come from a generator seeded
+by the case id, so every case is deterministic.
 """
 
 from __future__ import annotations
 
 import math
 import re
-import subprocess
-import warnings
-import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
-import onnx
 import pytest
-import torch
-from onnx import TensorProto, helper, numpy_helper
-from onnx.reference import ReferenceEvaluator
+from onnx import helper, numpy_helper
 
-from edgetrain.ops import reference_ops
+from gradcheck import (Cases, ExportCase, away0, check_graph_gradients, fixed, float_library, i64, normal, run_case,
+                       ulps)
 
-from gradcheck import assert_close, check_op_gradients, compile_module
-
+torch = pytest.importorskip("torch")
 F = torch.nn.functional
 RUNTIME = Path(__file__).resolve().parents[2] / "runtime_c"
 
 
-# ---- operand values: a spec is a function of the case's generator ----
-
-def normal(shape, scale=1.0, avoid=()):
-    """Normal values times `scale`, nudged at least 0.1 away from each point in `avoid` (kinks)."""
-
-    def make(rng):
-        x = np.asarray(rng.normal(size=shape) * scale, np.float32)
-        for point in avoid:
-            near = np.abs(x - point) < 0.1
-            x = np.where(near, x + np.where(x >= point, 0.2, -0.2), x).astype(np.float32)
-        return np.asarray(x)
-
-    return make
-
-
-def away0(shape, scale=1.0):
-    return normal(shape, scale, avoid=(0.0,))
-
-
-def fixed(array):
-    return lambda rng: np.asarray(array, np.float32)
-
-
-def i64(*values) -> np.ndarray:
-    return np.array(values, dtype=np.int64)
-
-
-@dataclass
-class OpCase:
-    op: str
-    inputs: dict  # name -> value spec
-    torch_fn: Callable
-    attrs: dict = field(default_factory=dict)
-    consts: dict = field(default_factory=dict)  # name -> array or None (omitted optional input)
-    n_outputs: int = 1
-    opset: int = 18
-
-    def run(self, tmp_path, seed: int) -> float:
-        rng = np.random.default_rng(seed)
-        inputs = {name: make(rng) for name, make in self.inputs.items()}
-        err = check_op_gradients(self.op, inputs, self.attrs, self.torch_fn, self.consts, tmp_path=tmp_path,
-                                 n_outputs=self.n_outputs, opset=self.opset, seed=seed)
-        # The R_i the harness drew: same generator, same order, shapes from the training graph.
-        training = onnx.load(tmp_path / "artifacts" / "training_model.onnx")
-        r_rng = np.random.default_rng(seed + 12345)
-        rs = {i.name: r_rng.normal(size=[d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32)
-              for i in training.graph.input if i.name.startswith("R")}
-        leaves = [torch.tensor(v, requires_grad=True) for v in inputs.values()]
-        ys = self.torch_fn(*leaves)
-        ys = ys if isinstance(ys, (tuple, list)) else (ys,)
-        total = sum((y * torch.from_numpy(r)).sum() for y, r in zip(ys, rs.values()))
-        total.backward()
-        want = {k: leaf.grad for k, leaf in zip(inputs, leaves)}
-        return max(err, check_reference(tmp_path, {**rs, **inputs}, total, want))
-
-
-def check_reference(tmp_path, feeds: dict, total, want: dict) -> float:
-    """training_model.onnx, executed by onnx.reference with our ops' NumPy references, gives torch's
-    loss and gradients too (so the references agree with the C kernels)."""
-    training = onnx.load(tmp_path / "artifacts" / "training_model.onnx")
-    names = [o.name for o in training.graph.output]
-    results = dict(zip(names, ReferenceEvaluator(training, new_ops=reference_ops()).run(None, feeds)))
-    errors = [assert_close(results["loss"], total.detach().numpy(), "reference loss")]
-    for name, grad in want.items():
-        grad = grad if grad is not None else torch.zeros(feeds[name].shape)
-        errors.append(assert_close(results[f"{name}_grad"], grad.numpy(), f"reference d loss/d {name}"))
-    return max(errors)
-
-
-CASES: list = []
-
-
-def case(name: str, op: str, inputs: dict, torch_fn: Callable, **kwargs) -> None:
-    CASES.append(pytest.param(OpCase(op, inputs, torch_fn, **kwargs), id=f"{op}-{name}"))
+CASES = Cases()
+case = CASES.op
 
 
 # ---- ELU family ----
@@ -234,35 +157,6 @@ case("ties", "Min", {"A": fixed([[1.0, 2.0], [0.5, -3.0]]), "B": fixed([[1.0, 1.
 
 # ---- graphs: Where (constant condition first), exported models ----
 
-def check_graph_gradients(model: onnx.ModelProto, params: dict[str, np.ndarray], torch_fn: Callable, tmp_path,
-                          rng, data: dict[str, np.ndarray] | None = None) -> float:
-    """`model` computes Y from `data` inputs and the float initializers `params`; append
-    loss = ReduceSum(Y * R), train one step and compare with torch_fn(*data, **params)."""
-    data = data or {}
-    graph = model.graph
-    y = graph.output[0].name
-    shape = tuple(torch_fn(*map(torch.from_numpy, data.values()),
-                           **{k: torch.from_numpy(v) for k, v in params.items()}).shape)
-    graph.node.extend([helper.make_node("Mul", [y, "R"], ["YR"]),
-                       helper.make_node("ReduceSum", ["YR"], ["loss"], keepdims=0)])
-    graph.input.append(helper.make_tensor_value_info("R", TensorProto.FLOAT, shape))
-    del graph.output[:]
-    graph.output.append(helper.make_tensor_value_info("loss", TensorProto.FLOAT, []))
-    module, state = compile_module(model, tmp_path, loss=None)
-    r = rng.normal(size=shape).astype(np.float32)
-    loss = module(*data.values(), r)
-
-    leaves = {k: torch.tensor(v, requires_grad=True) for k, v in params.items()}
-    total = (torch_fn(*map(torch.from_numpy, data.values()), **leaves) * torch.from_numpy(r)).sum()
-    total.backward()
-    errors = [assert_close(loss, total.detach().numpy(), "loss")]
-    for name, leaf in leaves.items():
-        want = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
-        errors.append(assert_close(state.parameters[name].grad, want.numpy(), f"d loss/d {name}"))
-    want = {name: leaf.grad for name, leaf in leaves.items()}
-    return max(errors + [check_reference(tmp_path, {**data, "R": r, **params}, total, want)])
-
-
 @dataclass
 class NodeCase:
     """One node with inputs in any order: value specs become trainable initializers, arrays stay
@@ -326,53 +220,6 @@ class FoldedWhereCase:
 CASES.append(pytest.param(FoldedWhereCase(), id="Where-folded-comparisons"))
 
 
-def _export(net: torch.nn.Module, x: torch.Tensor, opset: int, path: Path) -> onnx.ModelProto:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(net, (x,), path, dynamo=False, opset_version=opset,
-                          training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
-                          input_names=["x"], output_names=["y"])
-    return onnx.load(path)
-
-
-@dataclass
-class ExportCase:
-    """`act` applied after a Linear layer, exported by torch's TorchScript exporter at `opset`;
-    `ops` must appear in the exported graph (so the case checks what it claims to)."""
-
-    act: Callable
-    opset: int
-    ops: tuple
-    width: int = 6
-
-    def run(self, tmp_path, seed: int) -> float:
-        torch.manual_seed(seed % 2**31)
-        act = self.act
-
-        class Net(torch.nn.Module):
-            def __init__(self, width):
-                super().__init__()
-                self.fc = torch.nn.Linear(4, width)
-                self.prelu = torch.nn.PReLU(3)
-
-            def forward(self, x):
-                return act(self, self.fc(x))
-
-        net = Net(self.width)
-        x = torch.randn(3, 4)
-        model = _export(net, x, self.opset, tmp_path / "net.onnx")
-        exported = {n.op_type for n in model.graph.node}
-        assert set(self.ops) <= exported, f"export has {sorted(exported)}"
-        params = {k: v.detach().numpy().copy() for k, v in net.named_parameters() if k in
-                  {i.name for i in model.graph.initializer}}
-
-        def functional(x, **leaves):  # net with the leaves as its parameters
-            return torch.func.functional_call(net, leaves, (x,))
-
-        return check_graph_gradients(model, params, functional, tmp_path, np.random.default_rng(seed),
-                                     data={"x": x.numpy()})
-
-
 def _mix(net, h):
     """Every activation and indexing op of this file, as torch exports them."""
     mask = torch.triu(torch.ones(3, 6)) > 0
@@ -421,38 +268,6 @@ def instantiate(source: str) -> str:
     return "\n".join(out)
 
 
-def float_library(tmp_path, source: str, bodies: dict[str, str]) -> dict[str, Callable]:
-    """`source` and one `void name(int n, const float *x, float *y) { body }` per entry of `bodies`,
-    built under the strictest flags: {name: a function of a float32 array}."""
-    cffi = pytest.importorskip("cffi")
-    sig = "void {}(int n, const float *x, float *y)"
-    prototypes = "".join(sig.format(name) + ";\n" for name in bodies)
-    src, so = tmp_path / "functions.c", tmp_path / "libfunctions.so"
-    src.write_text(source + "\n" + prototypes + "".join(sig.format(n) + " { " + b + " }\n" for n, b in bodies.items()))
-    flags = ["-std=c99", "-Wall", "-Wextra", "-Wshadow", "-Wdouble-promotion", "-Wmissing-prototypes", "-Werror",
-             "-pedantic", "-ffp-contract=off", "-O2", "-shared", "-fPIC"]
-    result = subprocess.run(["gcc", *flags, str(src), "-o", str(so)], capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
-    ffi = cffi.FFI()
-    ffi.cdef(prototypes)
-    lib = ffi.dlopen(str(so))
-
-    def wrap(fn):
-        def call(x):
-            x = np.ascontiguousarray(x, np.float32)
-            y = np.empty_like(x)
-            fn(len(x), ffi.cast("float *", x.ctypes.data), ffi.cast("float *", y.ctypes.data))
-            return y
-        return call
-
-    return {name: wrap(getattr(lib, name)) for name in bodies}
-
-
-def ulps(got, want) -> np.ndarray:
-    """|got - want| in units in the last place of want rounded to float32 (want in float64)."""
-    return np.abs(got.astype(np.float64) - want) / np.spacing(np.abs(want.astype(np.float32))).astype(np.float64)
-
-
 @dataclass
 class ErfAccuracy:
     """Compile the runtime with every function of et_activations.h and et_indexing.h instantiated,
@@ -492,6 +307,4 @@ CASES.append(pytest.param(ErfAccuracy(), id="Erf-accuracy-vs-float64"))
 
 @pytest.mark.parametrize("spec", CASES)
 def test_gradient(spec, tmp_path, request):
-    seed = zlib.crc32(request.node.callspec.id.encode())
-    err = spec.run(tmp_path, seed)
-    print(f"max |C - torch| = {err:.3g}")
+    run_case(spec, tmp_path, request)
