@@ -11,7 +11,7 @@ from onnx import numpy_helper, shape_inference
 from ..errors import EdgetrainError
 from ..ir import Graph, Node
 from ..ir.graph import frozen_attrs
-from ..ops import lookup
+from ..ops import require
 
 
 class GraphBuilder:
@@ -23,7 +23,7 @@ class GraphBuilder:
     def emit(self, op: str, inputs, attrs=None, *, domain: str = "", outputs: int = 1, names=None):
         outs = tuple(names) if names else tuple(self.graph.fresh(op.lower()) for _ in range(outputs))
         node = Node(op, tuple(inputs), outs, frozen_attrs(attrs or {}), name=outs[0], domain=domain)
-        dtypes = lookup(node).dtypes
+        dtypes = require(node).dtypes
         for i, (name, shape) in enumerate(zip(outs, self._infer(node))):
             self.graph.add_value(name, shape, dtypes[i] if i < len(dtypes) else np.float32)
         self.graph.nodes.append(node)
@@ -57,7 +57,7 @@ class GraphBuilder:
         return self.reshape(summed, want)  # puts back the broadcast unit axes, when there were any
 
     def _infer(self, node: Node) -> list[tuple[int, ...]]:
-        spec = lookup(node)
+        spec = require(node)
         if spec.shape is not None:
             return spec.shape(self.graph, node)
         proto = onnx.helper.make_node(node.op, node.inputs, node.outputs, **dict(node.attrs))
@@ -111,7 +111,7 @@ def differentiate(graph: Graph, loss: str, wrt: list[str]) -> tuple[dict[str, st
     for node in reversed(forward):
         if not any(name in reaches for name in node.outputs):
             continue
-        spec = lookup(node)
+        spec = require(node)
         # Integer and bool values (indices, masks) take no gradient.
         needs = tuple(bool(name) and name in depends and name in reaches and slot not in spec.const_inputs
                       and graph.values[name].dtype == np.float32 for slot, name in enumerate(node.inputs))
@@ -129,8 +129,8 @@ def differentiate(graph: Graph, loss: str, wrt: list[str]) -> tuple[dict[str, st
                 contributions.setdefault(name, []).append(g.reduce_to(grad, graph.shape(name)))
     grads = {name: total(name) for name in wrt}
     backward = graph.nodes[len(forward):]
-    residuals = [node for node in backward if lookup(node).residual]
-    graph.nodes = _run_early(forward, residuals) + [node for node in backward if not lookup(node).residual]
+    residuals = [node for node in backward if require(node).residual]
+    graph.nodes = _run_early(forward, residuals) + [node for node in backward if not require(node).residual]
     return grads, len(forward) + len(residuals)
 
 

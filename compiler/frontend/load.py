@@ -17,7 +17,7 @@ from onnx.reference import ReferenceEvaluator
 from ..errors import DynamicShapeError, EdgetrainError
 from ..ir import Graph, Node, Value
 from ..ir.graph import frozen_attrs
-from ..ops import lookup
+from ..ops import lookup, require
 from . import dims, imports
 from .validate import check_model, check_tensor_size, read_model
 
@@ -323,7 +323,7 @@ def _to_ir(proto, constants) -> Graph:
     # Running statistics and the like: state the training step updates, neither trained nor constant.
     buffers = {}
     for node in nodes:
-        spec = lookup(node)
+        spec = require(node)
         for slot in (spec.state(node) if spec.state else {}):
             name = node.inputs[slot]
             if name in params:
@@ -362,7 +362,7 @@ def _input_dtype_problem(g, name: str, dtype) -> str | None:
 
 def _dtype_problem(node, value: Value, slot: int | None) -> str | None:
     """What is wrong with `node` reading `value` at input `slot`, or producing it (slot None), at run time."""
-    spec = lookup(node)
+    spec = require(node)
     use = f"produces {value.dtype} '{value.name}'" if slot is None else \
         f"reads {value.dtype} '{value.name}' at input {slot}"
     if value.dtype not in COMPUTED:
@@ -376,7 +376,7 @@ def _dtype_problem(node, value: Value, slot: int | None) -> str | None:
 def _held_slots(node) -> tuple[set[int], set[int]]:
     """(inputs that must be compile-time constants, state inputs): a state input, such as
     BatchNormalization's running mean in training mode, is a buffer rather than a constant."""
-    spec = lookup(node)
+    spec = require(node)
     state = set(spec.state(node) if spec.state else ())
     return set(spec.const_inputs) - state, state
 

@@ -9,6 +9,7 @@ from collections.abc import Callable
 import numpy as np
 from onnx.reference.op_run import OpRun
 
+from ..errors import EdgetrainError
 from ..ir import ET_DOMAIN, Graph, Node
 
 
@@ -168,6 +169,15 @@ def _optimizer(cls) -> OptimizerDef | None:
 
 def lookup(node: Node) -> OpDef | None:
     return REGISTRY.get((node.domain, node.op))
+
+
+def require(node: Node) -> OpDef:
+    """The block of `node`'s op, past the frontend, which admits registered ops only."""
+    spec = lookup(node)
+    if spec is None:
+        raise EdgetrainError(f"node '{node.name}': op {node.domain + '.' if node.domain else ''}{node.op} "
+                             "is not registered")
+    return spec
 
 
 def optimizers() -> dict[str, OptimizerDef]:
