@@ -374,7 +374,7 @@ def tables(cases: list[Case], systems: list[str], results: dict, baseline: dict 
     return "\n".join(out)
 
 
-def main(argv=None) -> None:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--batches", default="1,16")
@@ -387,6 +387,11 @@ def main(argv=None) -> None:
     parser.add_argument("--json", type=Path, help="write the raw results here")
     parser.add_argument("--no-instructions", action="store_true",
                         help=f"skip counting instructions per step on {instructions.TARGET} (batch 1)")
+    return parser
+
+
+def main(argv=None) -> None:
+    parser = _parser()
     args = parser.parse_args(argv)
     if args.quick:
         args.repeat, args.budget = 1, 0.05

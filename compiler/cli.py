@@ -26,6 +26,12 @@ def _add_compile(sub) -> None:
                               "report, and memory.png when matplotlib is installed)")
     compile_.add_argument("model", help="forward ONNX model")
     compile_.add_argument("-o", "--output", required=True, help="artifact directory")
+    _add_training_options(compile_)
+    _add_build_options(compile_)
+
+
+def _add_training_options(compile_) -> None:
+    """What compile trains, how, and on which shapes."""
     compile_.add_argument("--loss", choices=[t.value for t in LossType] + ["none"], default="CrossEntropyLoss",
                           help="loss on the model's first output; 'none' if that output already is the loss")
     compile_.add_argument("--optimizer", choices=[t.value for t in OptimType], default="AdamW")
@@ -45,6 +51,10 @@ def _add_compile(sub) -> None:
     compile_.add_argument("--requires-grad", nargs="+", metavar="NAME", help="initializers to train (default: all)")
     compile_.add_argument("--frozen", nargs="+", metavar="NAME", default=None, help="initializers to keep fixed")
     compile_.add_argument("--ignore-index", type=int, help="CrossEntropyLoss label to ignore")
+
+
+def _add_build_options(compile_) -> None:
+    """The C compile writes: its target, symbols, extra functions and memory."""
     compile_.add_argument("--target", default="host", choices=artifacts.TARGETS,
                           help="measure flash and RAM with this target's compiler (targets/<name>.mk)")
     compile_.add_argument("--c-prefix", "--prefix", dest="c_prefix", default="model",

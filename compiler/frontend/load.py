@@ -277,10 +277,8 @@ def _single(node, feeds) -> onnx.ModelProto:
     return onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", IR_OPSET)])
 
 
-def _to_ir(proto, constants) -> Graph:
-    g = proto.graph
-    params = {i.name: numpy_helper.to_array(i).astype(np.float32) for i in g.initializer
-              if i.data_type == onnx.TensorProto.FLOAT and i.name not in constants}
+def _values(g, params: dict, constants: dict) -> tuple[dict[str, Value], list[str]]:
+    """Every value of the graph with a static shape, and what is wrong with those without one."""
     values: dict[str, Value] = {}
     shapeless = []
     for info in list(g.input) + list(g.value_info) + list(g.output):
@@ -292,10 +290,11 @@ def _to_ir(proto, constants) -> Graph:
         values[info.name] = Value(info.name, shape, dtype)
     for name, array in list(params.items()) + list(constants.items()):
         values[name] = Value(name, tuple(np.shape(array)), np.asarray(array).dtype)
+    return values, shapeless
 
-    inputs = [i.name for i in g.input if i.name not in params and i.name not in constants]
-    found = (_input_dtype_problem(g, name, values[name].dtype) for name in inputs if name in values)
-    problems = [p for p in found if p]
+
+def _ir_nodes(g, problems: list[str]) -> list[Node]:
+    """The graph's nodes in the IR. Unregistered ops end the import here, with the `problems` found so far."""
     nodes = []
     unsupported: dict[str, list[str]] = {}
     for index, n in enumerate(g.node):
@@ -309,6 +308,18 @@ def _to_ir(proto, constants) -> Graph:
         raise EdgetrainError("; ".join(["unsupported ops: " + "; ".join(
             f"{op} (nodes {', '.join(repr(x) for x in names)})" for op, names in sorted(unsupported.items()))]
             + problems))
+    return nodes
+
+
+def _to_ir(proto, constants) -> Graph:
+    g = proto.graph
+    params = {i.name: numpy_helper.to_array(i).astype(np.float32) for i in g.initializer
+              if i.data_type == onnx.TensorProto.FLOAT and i.name not in constants}
+    values, shapeless = _values(g, params, constants)
+    inputs = [i.name for i in g.input if i.name not in params and i.name not in constants]
+    found = (_input_dtype_problem(g, name, values[name].dtype) for name in inputs if name in values)
+    problems = [p for p in found if p]
+    nodes = _ir_nodes(g, problems)
     problems += shapeless
 
     nodes = _name_merged_initializers(nodes, params, values)

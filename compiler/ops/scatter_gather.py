@@ -22,6 +22,14 @@ def _reduction(node) -> int:
     return REDUCTIONS[name]
 
 
+def _scatter(k, node, call, fn, start, reduction, updates):
+    """Y = `start` (zeros when None), then `updates` (zeros when None) combined into it by kernel `fn`."""
+    y = node.outputs[0]
+    first = (k.call("et_fill_f32", k.size(y), 0.0, y) if start is None else
+             k.call("et_copy_f32", k.size(y), start, y))
+    return [first] + call(k, node, k.shape(y), fn, reduction, updates, y)
+
+
 def _scatter_ops(family, call, fn, where, attr, update_grad):
     """Register Scatter{family} (ONNX) and two ops of our domain that serve the gradients of the
     family, each kernel `fn` run through `call`: Scatter{family}Grad and Gather{family}Grad.
@@ -30,19 +38,12 @@ def _scatter_ops(family, call, fn, where, attr, update_grad):
     shape, for the references; `update_grad` is the (op, domain) that gathers the updates'
     gradient from dY."""
 
-    def scatter(k, node, start, reduction, updates):
-        """Y = `start` (zeros when None), then `updates` (zeros when None) combined into it."""
-        y = node.outputs[0]
-        first = (k.call("et_fill_f32", k.size(y), 0.0, y) if start is None else
-                 k.call("et_copy_f32", k.size(y), start, y))
-        return [first] + call(k, node, k.shape(y), fn, reduction, updates, y)
-
     @op(f"Scatter{family}", index_inputs=(1,))
     class Scatter:
         @staticmethod
         def kernel(k, node):
             data, _, updates = node.inputs
-            return scatter(k, node, data, _reduction(node), updates)
+            return _scatter(k, node, call, fn, data, _reduction(node), updates)
 
         @staticmethod
         def grad(g, node, dy):
@@ -64,7 +65,7 @@ def _scatter_ops(family, call, fn, where, attr, update_grad):
 
         @staticmethod
         def kernel(k, node):
-            return scatter(k, node, node.inputs[0], REDUCTIONS["none"], None)
+            return _scatter(k, node, call, fn, node.inputs[0], REDUCTIONS["none"], None)
 
         @staticmethod
         def shape(graph, node):
@@ -83,7 +84,7 @@ def _scatter_ops(family, call, fn, where, attr, update_grad):
 
         @staticmethod
         def kernel(k, node):
-            return scatter(k, node, None, REDUCTIONS["add"], node.inputs[0])
+            return _scatter(k, node, call, fn, None, REDUCTIONS["add"], node.inputs[0])
 
         @staticmethod
         def shape(graph, node):
