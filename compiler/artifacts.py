@@ -8,8 +8,9 @@ import os
 import re
 import tempfile
 import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import onnx
@@ -105,52 +106,14 @@ def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=LossT
                          max_grad_norm=None if max_grad_norm is None else float(max_grad_norm))
     _check_options(spec, target, requires_grad, update_policy, fused_update, memory_plot)
 
-    max_batch = _max_batch(batch_size)
-    notes: list[str] = []
-    probes = {}  # id(ModelC) -> the trainer at another batch, for the ONNX models' batch axis
-
-    def compile_(plan: Plan, dims: dict):
-        def trainer_at(batch: int) -> Trainer:
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always", ImportNote)
-                graph = load_model(model, batch, dims, untie=untie, frozen_bn=frozen_bn)
-            for warning in caught:
-                if issubclass(warning.category, ImportNote) and str(warning.message) not in notes:
-                    notes.append(str(warning.message))
-                    warnings.warn(warning.message, stacklevel=5)
-            names = requires_grad if update_policy is None else policy_parameters(graph, update_policy)
-            return build_trainer(graph, loss=loss, optimizer=spec, requires_grad=names, frozen_params=frozen_params,
-                                 ignore_index=ignore_index, class_weights=class_weights, recompute=plan.recompute,
-                                 keep_every=plan.keep_every, loss_input_names=loss_input_names,
-                                 additional_output_names=additional_output_names)
-
-        def lower_plan_emit(trainer: Trainer, consts: dict):
-            program = lower(trainer, prefix, federated, plan.fused_update, consts)
-            return emit(program, plan_memory(program))
-
-        trainer, model_c, probe = compile_batched(trainer_at, lower_plan_emit, max_batch)
-        probes[id(model_c)] = probe
-        return Compiled(trainer, model_c)
-
-    def compile_at(dims: dict):
-        return meet_budget(lambda plan: compile_(plan, dims), Plan(bool(fused_update)), ram_budget,
-                           can_fuse=max_grad_norm is None)
-
-    try:
-        free: dict[str, str] = {}
-        trainer, model_c = compile_at(dict(dim_values or {}))
-    except DynamicShapeError as exc:
-        if not defer_free_dims or target is not None:
-            raise
-        # Built at a stand-in size for the ONNX artifacts and checkpoint, which do not depend on it.
-        free = {f"{name}:{axis}": param for name, axis, param in exc.dims}
-        try:
-            trainer, model_c = compile_at({**(dim_values or {}), **dict.fromkeys(free, STAND_IN)})
-        except EdgetrainError:
-            raise exc from None
-        warnings.warn(ImportNote(f"{', '.join(f'{k} ({v})' if v else k for k, v in free.items())}: nothing fixes "
-                                 "these input dimensions, so no C is written; the host's Module compiles the "
-                                 "trainer at its first call's shapes (a device needs dim_values)"), stacklevel=2)
+    names = requires_grad if update_policy is None else None
+    stages = _Stages(model, prefix, _max_batch(batch_size), dict(
+        loss=loss, optimizer=spec, requires_grad=names, frozen_params=frozen_params, ignore_index=ignore_index,
+        class_weights=class_weights, loss_input_names=loss_input_names,
+        additional_output_names=additional_output_names), update_policy=update_policy, untie=untie,
+        frozen_bn=frozen_bn, federated=federated, fused_update=bool(fused_update), ram_budget=ram_budget)
+    (trainer, model_c), free = _compile(stages, dict(dim_values or {}), defer_free_dims and target is None)
+    notes, probe = stages.notes, stages.probes[id(model_c)]
     memory = model_c.memory  # the plan at the largest batch
     check_ram(memory.ram_bytes)
 
@@ -158,7 +121,7 @@ def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=LossT
     if not free:
         for name, text in render(model_c).items():
             write_artifact(out / name, text)
-    models = _onnx_models(trainer, prefix, model_c, probes[id(model_c)], model, file_prefix)
+    models = _onnx_models(trainer, prefix, model_c, probe, model, file_prefix)
     growable = batch_size is None and not model_c.fixed_batch
     if free or growable:
         recipe = {"source": f"{file_prefix}source_model.onnx", "free_dims": free, "batch_grows": growable,
@@ -197,11 +160,82 @@ def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=LossT
 class Compiled(NamedTuple):
     """A trainer and the template data of its C, emitted with `memory`."""
     trainer: Trainer
-    model_c: object
+    model_c: Any
 
     @property
-    def memory(self):
+    def memory(self) -> Any:
         return self.model_c.memory
+
+
+@dataclass
+class _Stages:
+    """generate_artifacts' compile, stage by stage: frontend (load_model) -> trainer (forward, loss,
+    backward: build_trainer) -> lower -> plan_memory -> emit. compile_batched runs the chain at the
+    batches it needs to write the C for any batch up to max_batch; meet_budget picks the memory
+    policy (fused update, recomputation) from the plans' RAM."""
+    model: Any
+    prefix: str
+    max_batch: int
+    trainer_options: dict[str, Any]
+    update_policy: str | None
+    untie: bool
+    frozen_bn: bool
+    federated: bool
+    fused_update: bool
+    ram_budget: int | None
+    notes: list[str] = field(default_factory=list)  # what the import found, each said once
+    probes: dict[int, Any] = field(default_factory=dict)  # id(ModelC) -> the trainer at another batch
+
+    def graph(self, batch: int, dims: dict) -> Any:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ImportNote)
+            graph = load_model(self.model, batch, dims, untie=self.untie, frozen_bn=self.frozen_bn)
+        for warning in caught:
+            if issubclass(warning.category, ImportNote) and str(warning.message) not in self.notes:
+                self.notes.append(str(warning.message))
+                warnings.warn(warning.message, stacklevel=6)
+        return graph
+
+    def trainer(self, graph: Any, policy: Plan) -> Trainer:
+        options = dict(self.trainer_options)
+        if self.update_policy is not None:
+            options["requires_grad"] = policy_parameters(graph, self.update_policy)
+        return build_trainer(graph, recompute=policy.recompute, keep_every=policy.keep_every, **options)
+
+    def c(self, trainer: Trainer, consts: dict, policy: Plan) -> Any:
+        program = lower(trainer, self.prefix, self.federated, policy.fused_update, consts)
+        return emit(program, plan_memory(program))
+
+    def compile(self, policy: Plan, dims: dict) -> Compiled:
+        trainer, model_c, probe = compile_batched(lambda batch: self.trainer(self.graph(batch, dims), policy),
+                                                  lambda t, consts: self.c(t, consts, policy), self.max_batch)
+        self.probes[id(model_c)] = probe
+        return Compiled(trainer, model_c)
+
+    def within_budget(self, dims: dict) -> Compiled:
+        can_fuse = self.trainer_options["optimizer"].max_grad_norm is None
+        return meet_budget(lambda policy: self.compile(policy, dims), Plan(self.fused_update), self.ram_budget,
+                           can_fuse=can_fuse)
+
+
+def _compile(stages: _Stages, dims: dict, defer: bool) -> tuple[Compiled, dict[str, str]]:
+    """The compiled trainer, and the free input dimensions ({"name:axis": symbolic name}): with
+    `defer`, a model some of whose dimensions nothing fixes is built at a stand-in size for the ONNX
+    artifacts and checkpoint, which do not depend on it, and no C is written."""
+    try:
+        return stages.within_budget(dims), {}
+    except DynamicShapeError as exc:
+        if not defer:
+            raise
+        free = {f"{name}:{axis}": param for name, axis, param in exc.dims}
+        try:
+            compiled = stages.within_budget({**dims, **dict.fromkeys(free, STAND_IN)})
+        except EdgetrainError:
+            raise exc from None
+    warnings.warn(ImportNote(f"{', '.join(f'{k} ({v})' if v else k for k, v in free.items())}: nothing fixes "
+                             "these input dimensions, so no C is written; the host's Module compiles the "
+                             "trainer at its first call's shapes (a device needs dim_values)"), stacklevel=3)
+    return compiled, free
 
 
 # The size a free input dimension takes while the ONNX artifacts and checkpoint are built.
