@@ -8,6 +8,16 @@
 #ifndef ET_ACTIVATIONS_H
 #define ET_ACTIVATIONS_H
 
+#ifndef ET_COMMON_H
+#include "et_common.h"
+#endif
+#ifndef ET_MATH_H
+#include "et_math.h"
+#endif
+#ifndef ET_ELEMENTWISE_H
+#include "et_elementwise.h"
+#endif
+
 #define ET_2_SQRTPI 1.1283792e+00f   /* 2 / sqrt(pi) */
 #define ET_SQRT1_2 7.0710677e-01f    /* 1 / sqrt(2) */
 #define ET_1_SQRT2PI 3.989423e-01f   /* 1 / sqrt(2 pi) */

@@ -1,8 +1,12 @@
 /* edgetrain runtime: shared definitions, byte-order helpers, CRC-32, hashing.
  *
- * Every runtime file is pasted, in a fixed order, into one generated C99
- * translation unit, so everything here is static inline and nothing warns
- * when unused.  Bit-identical results across targets rely on IEEE single
+ * Every runtime file is pasted into one generated C99 translation unit,
+ * each after the files it uses, so everything here is static inline and
+ * nothing warns when unused.  A file names what it uses as an #include
+ * under that file's own guard: compiled from this directory the includes
+ * bring it in; pasted in that order, the guard is already defined and the
+ * generated file reads no other file.  The order is computed from these
+ * #include lines (edgetrain.runtime_c.headers), nowhere written down.  Bit-identical results across targets rely on IEEE single
  * precision evaluation (FLT_EVAL_METHOD 0) and on no FMA contraction: ISO
  * C modes of GCC (-std=c99) already default to -ffp-contract=off, and GCC
  * rejects the standard FP_CONTRACT pragma under -Wall, so the build flags
@@ -43,6 +47,12 @@ enum et_status {
 #define ET_NOINLINE __attribute__((noinline, unused))
 #else
 #define ET_NOINLINE inline
+#endif
+
+/* A fast path's name as it starts: tests define ET_PATH_ to count which
+ * paths ran (tests/c/test_kernel_references.py); elsewhere it is nothing. */
+#ifndef ET_PATH_
+#define ET_PATH_(name) ((void)0)
 #endif
 
 /* memcpy is the only type pun that is defined behaviour in C99. */

@@ -21,6 +21,13 @@
 #ifndef ET_CONV_H
 #define ET_CONV_H
 
+#ifndef ET_COMMON_H
+#include "et_common.h"
+#endif
+#ifndef ET_LINALG_H
+#include "et_linalg.h"
+#endif
+
 /* ceil(a / b) for b > 0 and a of either sign (C division truncates). */
 static inline int et_conv_ceil_div_(int a, int b)
 {
@@ -36,8 +43,8 @@ static inline void et_conv_span_(int step, int off, int len, int n, int *lo, int
     int b = step == 1 ? len - off : et_conv_ceil_div_(len - off, step);
     *lo = a > 0 ? a : 0;
     *hi = b < n ? b : n;
-    if (*hi < *lo)
-        *hi = *lo;
+    if (*hi < *lo)  /* none: an empty range within [0, n] */
+        *hi = *lo = *lo < n ? *lo : n;
 }
 
 static inline int et_conv_volume_(const int *v)
@@ -370,6 +377,7 @@ static inline void et_conv_direct_f32_(int N, int C, int M, int G, const int *in
     int block = (int)(ET_CONV_SCRATCH / plane);
     size_t at[ET_CONV_DIRECT_TAPS], bt[ET_CONV_DIRECT_TAPS];  /* each tap's weights and inputs */
     float xp[ET_CONV_SCRATCH > 0 ? ET_CONV_SCRATCH : 1];
+    ET_PATH_(dir > 0 ? "conv_direct" : "transpose_direct");
     for (n = 0; n < N; ++n)
         for (g = 0; g < G; ++g) {
             const float *Xg = X + ((size_t)n * (size_t)C + (size_t)g * (size_t)Cg) * (size_t)in_size;
@@ -396,10 +404,11 @@ static inline void et_conv_direct_f32_(int N, int C, int M, int G, const int *in
                             float *y = Yg + (size_t)m * (size_t)out_size + (size_t)o0;
                             int started = q0 > 0;
                             rows = Mg - m < ET_TILE_ROWS ? Mg - m : ET_TILE_ROWS;
-                            if (pair)
+                            if (pair) {
+                                ET_PATH_("direct_row_pairs");
                                 et_tile_f32_(rows, len, taps, Wg + (size_t)m * (size_t)w_m, (size_t)w_m, at, b, bt,
                                              (size_t)dim[2], y, (size_t)out_size, started);
-                            else
+                            } else
                                 et_tiles_f32_(rows, len, taps, Wg + (size_t)m * (size_t)w_m, (size_t)w_m, at, b, bt,
                                               y, (size_t)out_size, started);
                         }
@@ -439,6 +448,7 @@ static inline int et_conv_phases_f32_(int N, int C, int M, int G, const int *in,
     float xs[ET_CONV_SCRATCH > 0 ? ET_CONV_SCRATCH : 1];
     if (!block || k_size > ET_CONV_DIRECT_TAPS)
         return 0;
+    ET_PATH_("transpose_phases");
     rows_out = out[0] * out[1];
     for (n = 0; n < N; ++n)
         for (g = 0; g < G; ++g) {
@@ -527,6 +537,9 @@ static inline void et_conv_gathered_f32_(int N, int C, int M, int G, const int *
     int padded = !by_row && et_conv_fits_(plane), block = padded ? (int)(ET_CONV_SCRATCH / plane) : Cg;
     size_t at[ET_CONV_TAPS], bt[ET_CONV_TAPS];  /* each gathered tap's weights, for the group's first channel, and run */
     float col[ET_CONV_TAPS][ET_CONV_CHUNK], xp[ET_CONV_SCRATCH > 0 ? ET_CONV_SCRATCH : 1];
+    ET_PATH_(by_row ? "transpose_gathered_by_row"
+             : dir < 0 ? (padded ? "transpose_gathered_padded" : "transpose_gathered_clipped")
+                       : padded ? "conv_gathered_padded" : "conv_gathered_clipped");
     for (q = 0; q < ET_CONV_TAPS; ++q)
         bt[q] = (size_t)q * ET_CONV_CHUNK;
     for (n = 0; n < N; ++n)
@@ -616,6 +629,7 @@ static inline int et_conv_narrow_f32_(int N, int C, int M, int G, const int *in,
     if (!et_conv_fits_((size_t)(Cg + 1) * plane) || s[1] != s[2] || (out[0] > 1 && s[0] != s[2]) ||
         (dir < 0 && s[2] != 1))
         return 0;
+    ET_PATH_(dir > 0 ? "conv_narrow" : "transpose_narrow");
     ys = xp + (size_t)Cg * plane;  /* the sums, in the padded plane's coordinates */
     runs = ((size_t)(out[0] - 1) * (size_t)dim[1] + (size_t)(out[1] - 1)) * (size_t)dim[2] + (size_t)out[2];
     for (n = 0; n < N; ++n)
@@ -700,6 +714,7 @@ static inline int et_conv_depthwise_f32_(int N, int C, const int *in, const int 
     if (!et_conv_fits_(plane * V) || k_size > ET_CONV_DEPTHWISE_TAPS ||
         (s[0] == 1 && s[1] == 1 && s[2] == 1 && out[2] >= ET_LANES))
         return 0;  /* unit strides over rows of 8 or more: et_conv_narrow_f32_'s long runs do better */
+    ET_PATH_(dir > 0 ? "conv_depthwise" : "transpose_depthwise");
     for (t = 0, kt[0] = kt[1] = kt[2] = 0; t < k_size; ++t, et_conv_next_tap_(kt, k))
         tap[t] = et_conv_tap_offset_(kt, d, p, lo, dim, dir, 0, plane) * V;
     for (n = 0; n < N; ++n)
@@ -755,6 +770,7 @@ static inline int et_conv_pointwise_narrow_f32_(int N, int C, int M, int G, int 
     if (!ET_VECTORS || !et_conv_fits_((size_t)Cg * 8) || out_size >= ET_GEMM_NARROW ||
         out_size % ET_TILE_COLS == 0 || Mg < 8)
         return 0;
+    ET_PATH_("conv_pointwise_narrow");
     for (g = 0; g < G; ++g)
         for (m0 = 0; m0 < Mg; m0 += mb) {
             mb = Mg - m0 < block ? Mg - m0 : block;
@@ -773,7 +789,7 @@ static inline int et_conv_pointwise_narrow_f32_(int N, int C, int M, int G, int 
  * The inner loop runs along a contiguous output row.  A pointwise kernel
  * with unit strides and no padding is a matrix product per group, which
  * et_gemm_f32 runs with the same per-element order (c ascending, bias
- * last). */
+ * last).  et_conv_f32_ref is the plain form of these sums. */
 static inline void et_conv_f32(int N, int C, int M, int G, const int *in, const int *out,
                                const int *k, const int *s, const int *d, const int *p,
                                const float *X, const float *W, const float *B, float *Y)
@@ -785,6 +801,7 @@ static inline void et_conv_f32(int N, int C, int M, int G, const int *in, const 
     if (et_conv_pointwise_(in, out, k, s, p)) {
         if (et_conv_pointwise_narrow_f32_(N, C, M, G, out_size, X, W, B, Y))
             return;
+        ET_PATH_("conv_pointwise_gemm");
         for (n = 0; n < N; ++n)
             for (g = 0; g < G; ++g)
                 et_gemm_f32(Mg, out_size, Cg, 1.0f, W + (size_t)g * (size_t)Mg * (size_t)Cg, 0,
@@ -801,6 +818,7 @@ static inline void et_conv_f32(int N, int C, int M, int G, const int *in, const 
     }
     if (et_conv_narrow_f32_(N, C, M, G, in, out, k, s, d, p, 1, X, W, Cg * k_size, k_size, B, Y))
         return;
+    ET_PATH_("conv_rows");  /* each input row's taps add into a contiguous output row, clipped */
     for (n = 0; n < N; ++n)
         for (m = 0; m < M; m += rows) {
             int g0 = m / Mg;
@@ -844,7 +862,8 @@ static inline void et_conv_f32(int N, int C, int M, int G, const int *in, const 
  * into Y at o = i*s + k*d - p.  Y[n, m] = (sum over c, kz, iz, ky, iy,
  * kx, ix, in that order) + B[m]; B may be NULL.  With B NULL this is
  * Conv's input gradient (dY -> dX, with Conv's own geometry and weights).
- * Scattering keeps the inner loop on a contiguous input row. */
+ * Scattering keeps the inner loop on a contiguous input row.
+ * et_conv_transpose_f32_ref is the plain form of these sums. */
 static inline void et_conv_transpose_f32(int N, int C, int M, int G, const int *in,
                                          const int *out, const int *k, const int *s,
                                          const int *d, const int *p, const float *X,
@@ -856,6 +875,7 @@ static inline void et_conv_transpose_f32(int N, int C, int M, int G, const int *
     int n, m, c, g, i, rows, iz, iy, kz, ky, kx;
     if (et_conv_pointwise_(in, out, k, s, p)) {
         /* Y_g = W_g^T X_g: W_g is [C/G, M/G], read transposed. */
+        ET_PATH_("transpose_pointwise_gemm");
         for (n = 0; n < N; ++n)
             for (g = 0; g < G; ++g)
                 et_gemm_f32(Mg, out_size, Cg, 1.0f, W + (size_t)g * (size_t)Cg * (size_t)Mg, 1,
@@ -872,6 +892,7 @@ static inline void et_conv_transpose_f32(int N, int C, int M, int G, const int *
     }
     if (et_conv_narrow_f32_(N, C, M, G, in, out, k, s, d, p, -1, X, W, k_size, Mg * k_size, B, Y))
         return;
+    ET_PATH_("transpose_rows");  /* each input row scatters through its taps into output rows */
     for (n = 0; n < N; ++n)
         for (m = 0; m < M; m += rows) {
             int gi = m / Mg, mm = m % Mg;
@@ -947,6 +968,8 @@ static inline void et_conv_grad_w_short_f32_(int N, int C, int M, int G, const i
     size_t at[ET_CONV_CHUNK], bt[ET_CONV_CHUNK];
     float buf[ET_CONV_SCRATCH > 0 ? ET_CONV_SCRATCH : 1], *xt = buf + (padded ? plane : 0);
     if (et_conv_fits_((size_t)ET_CONV_CHUNK * ET_CONV_GRAD_TAPS_SHORT)) {
+        ET_PATH_(pointwise ? "grad_short_tiles_pointwise" : padded ? "grad_short_tiles_padded"
+                                                                   : "grad_short_tiles_clipped");
         for (i = 0; i < ET_CONV_CHUNK; ++i) {
             at[i] = (size_t)i;
             bt[i] = (size_t)i * ET_CONV_GRAD_TAPS_SHORT;
@@ -988,6 +1011,7 @@ static inline void et_conv_grad_w_short_f32_(int N, int C, int M, int G, const i
     }
 #endif
     (void)plane;  /* no padded planes here: inputs are gathered with clipping */
+    ET_PATH_("grad_short_gathered");
     for (g = 0; g < G; ++g)
         for (q = 0; q < Q; ++q) {
             c = q / k_size;
@@ -1041,6 +1065,7 @@ static inline int et_conv_grad_w_depthwise_f32_(int N, int C, const int *in, con
     float lane[LANES], sum[LANES];
     if (!et_conv_fits_((plane + (size_t)out_size) * V) || k_size > ET_CONV_DEPTHWISE_TAPS)
         return 0;
+    ET_PATH_("grad_depthwise");
     for (t = 0, kt[0] = kt[1] = kt[2] = 0; t < k_size; ++t, et_conv_next_tap_(kt, k))
         tap[t] = et_conv_tap_offset_(kt, d, p, lo, dim, 1, 0, plane);
     for (c0 = 0; c0 < C; c0 += cb) {
@@ -1114,14 +1139,9 @@ static inline void et_conv_plane_totals_(int taps, const float *lane, int add, f
         const float *at = lane + (size_t)h * ET_LANES;
         et_v8_ c0, c1, c2, c3, c4, c5, c6, c7, t;
         float total[8];
-        memcpy(&c0, at, sizeof c0);
-        memcpy(&c1, at + 8, sizeof c1);
-        memcpy(&c2, at + 16, sizeof c2);
-        memcpy(&c3, at + 24, sizeof c3);
-        memcpy(&c4, at + 32, sizeof c4);
-        memcpy(&c5, at + 40, sizeof c5);
-        memcpy(&c6, at + 48, sizeof c6);
-        memcpy(&c7, at + 56, sizeof c7);
+#define ET_LOAD_(q) memcpy(&c##q, at + 8 * q, sizeof c##q);
+        ET_EACH8_(ET_LOAD_)
+#undef ET_LOAD_
         ET_DOT_TOTALS8_(c0, c1, c2, c3, c4, c5, c6, c7, total);
         memcpy(&t, total, sizeof t);
         if (add) {
@@ -1156,11 +1176,16 @@ static inline void et_conv_plane_totals_(int taps, const float *lane, int add, f
  * piece's runs are gathered.  Either way lane l takes the same products
  * in the same order.  Over output planes of at most ET_CONV_GRAD_SHORT
  * positions groups of ET_CONV_ROWS output channels or more sum in order
- * instead, without lanes (et_conv_grad_w_short_f32_). */
+ * instead, without lanes (et_conv_grad_w_short_f32_).
+ * et_conv_grad_w_f32_ref is the plain form of these sums. */
 #define ET_CONV_GRAD_ROWS (ET_VECTORS ? 64 : 16)  /* 16: 1 KB of lanes on a microcontroller's stack */
 #define ET_CONV_GRAD_RUN 256
 #define ET_CONV_GRAD_TAPS (ET_VECTORS ? 16 : ET_DOT_TAPS)
 
+/* (A small function that chose among the paths and left the lanes to
+ * another would be inlined into the generated code, and gcc -O2, given
+ * the call's constant geometry, would warn of array bounds on paths that
+ * the geometry never takes.) */
 static inline void et_conv_grad_w_f32(int N, int C, int M, int G, const int *in,
                                       const int *out, const int *k, const int *s,
                                       const int *d, const int *p, const float *dY,
@@ -1180,6 +1205,8 @@ static inline void et_conv_grad_w_f32(int N, int C, int M, int G, const int *in,
     }
     if (Cg == 1 && Mg == 1 && !direct && et_conv_grad_w_depthwise_f32_(N, C, in, out, k, s, d, p, dY, X, dW))
         return;  /* rows of whole lane blocks, read in place, are faster still */
+    ET_PATH_(pointwise ? "grad_lanes_pointwise" : direct ? "grad_lanes_direct"
+                                                : padded ? "grad_lanes_padded" : "grad_lanes_clipped");
     for (g = 0; g < G; ++g)
         for (m0 = g * Mg; m0 < (g + 1) * Mg; m0 += block) {
             block = (g + 1) * Mg - m0 < ET_CONV_GRAD_ROWS ? (g + 1) * Mg - m0 : ET_CONV_GRAD_ROWS;
@@ -1233,6 +1260,118 @@ static inline void et_conv_grad_w_f32(int N, int C, int M, int G, const int *in,
                 }
             }
         }
+}
+
+/* ---- References ----
+ * The three kernels above as the obvious loops, one output (or weight) at
+ * a time, in the order of sums each states: slow and plain, so that tests
+ * check every fast path against them bit for bit.  Taps that reach no
+ * input are skipped; the fast paths that add W * 0 for them instead give
+ * the same sums wherever the values are finite. */
+
+/* The input that output position `at` (oz, oy, ox) reads through tap kt
+ * of plane Xc, or NULL where there is none: at o*s + kt*d - p for a
+ * convolution (dir 1), at i with i*s = o + p - kt*d for a transposed one. */
+static inline const float *et_conv_ref_input_(const float *Xc, const int *in, const int *at, const int *kt,
+                                              const int *s, const int *d, const int *p, int dir)
+{
+    int a, i[3];
+    for (a = 0; a < 3; ++a) {
+        int r = dir > 0 ? at[a] * s[a] + kt[a] * d[a] - p[a] : at[a] + p[a] - kt[a] * d[a];
+        if (r < 0 || (dir < 0 && r % s[a]))
+            return NULL;
+        i[a] = dir > 0 ? r : r / s[a];
+        if (i[a] >= in[a])
+            return NULL;
+    }
+    return Xc + ((size_t)i[0] * (size_t)in[1] + (size_t)i[1]) * (size_t)in[2] + (size_t)i[2];
+}
+
+/* Y[n, m, o] = (the sum over c, then taps t in order, from 0, of the weight
+ * times the input that o reads through t) + (B ? B[m] : 0): et_conv_f32
+ * (dir 1, W [M, C/G, k...]) and et_conv_transpose_f32 (dir -1, W [C, M/G,
+ * k...]). */
+static inline void et_conv_ref_f32_(int N, int C, int M, int G, const int *in, const int *out, const int *k,
+                                    const int *s, const int *d, const int *p, int dir, const float *X,
+                                    const float *W, const float *B, float *Y)
+{
+    int Cg = C / G, Mg = M / G, in_size = et_conv_volume_(in), out_size = et_conv_volume_(out);
+    int k_size = et_conv_volume_(k), n, m, c, t, o, at[3], kt[3];
+    for (n = 0; n < N; ++n)
+        for (m = 0; m < M; ++m)
+            for (o = 0; o < out_size; ++o) {
+                int g = m / Mg;
+                float sum = 0.0f;
+                et_conv_position_(o, out, at);
+                for (c = 0; c < Cg; ++c) {
+                    const float *Xc = X + ((size_t)n * (size_t)C + (size_t)(g * Cg + c)) * (size_t)in_size;
+                    const float *Wc = W + (dir > 0 ? ((size_t)m * (size_t)Cg + (size_t)c) * (size_t)k_size
+                                                   : ((size_t)(g * Cg + c) * (size_t)Mg + (size_t)(m - g * Mg)) *
+                                                         (size_t)k_size);
+                    for (t = 0, kt[0] = kt[1] = kt[2] = 0; t < k_size; ++t, et_conv_next_tap_(kt, k)) {
+                        const float *x = et_conv_ref_input_(Xc, in, at, kt, s, d, p, dir);
+                        if (x)
+                            sum += Wc[t] * *x;
+                    }
+                }
+                Y[((size_t)n * (size_t)M + (size_t)m) * (size_t)out_size + (size_t)o] = sum + (B ? B[m] : 0.0f);
+            }
+}
+
+static inline void et_conv_f32_ref(int N, int C, int M, int G, const int *in, const int *out, const int *k,
+                                   const int *s, const int *d, const int *p, const float *X, const float *W,
+                                   const float *B, float *Y)
+{
+    et_conv_ref_f32_(N, C, M, G, in, out, k, s, d, p, 1, X, W, B, Y);
+}
+
+static inline void et_conv_transpose_f32_ref(int N, int C, int M, int G, const int *in, const int *out,
+                                             const int *k, const int *s, const int *d, const int *p,
+                                             const float *X, const float *W, const float *B, float *Y)
+{
+    et_conv_ref_f32_(N, C, M, G, in, out, k, s, d, p, -1, X, W, B, Y);
+}
+
+/* dW[m, c, t] = the sum over n, in order, from the first plane's sum, of
+ * each plane's sum of dY[n, m, o] times the input that o reads through t
+ * (et_conv_grad_w_f32's long sum): with groups of ET_CONV_ROWS output
+ * channels or more over planes of at most ET_CONV_GRAD_SHORT positions,
+ * over o in order, from 0; otherwise in lanes, lane j % ET_LANES taking
+ * position j of each piece (et_conv_piece_), in order from 0, the pieces'
+ * lanes added in order from 0, and et_dot_total_f32_ of the lanes. */
+static inline void et_conv_grad_w_f32_ref(int N, int C, int M, int G, const int *in, const int *out, const int *k,
+                                          const int *s, const int *d, const int *p, const float *dY,
+                                          const float *X, float *dW)
+{
+    int Cg = C / G, Mg = M / G, in_size = et_conv_volume_(in), out_size = et_conv_volume_(out);
+    int k_size = et_conv_volume_(k), in_order = Mg >= ET_CONV_ROWS && out_size <= ET_CONV_GRAD_SHORT;
+    int n, m, c, t, o0, j, l, rows, len, at[3], kt[3];
+    for (m = 0; m < M; ++m)
+        for (c = 0; c < Cg; ++c)
+            for (t = 0, kt[0] = kt[1] = kt[2] = 0; t < k_size; ++t, et_conv_next_tap_(kt, k))
+                for (n = 0; n < N; ++n) {
+                    const float *Xc = X + ((size_t)n * (size_t)C + (size_t)(m / Mg * Cg + c)) * (size_t)in_size;
+                    const float *dy = dY + ((size_t)n * (size_t)M + (size_t)m) * (size_t)out_size;
+                    float *w = dW + ((size_t)m * (size_t)Cg + (size_t)c) * (size_t)k_size + (size_t)t;
+                    float plane = 0.0f, lane[ET_LANES] = {0.0f};
+                    for (o0 = 0; o0 < out_size; o0 += rows * len) {
+                        float part[ET_LANES] = {0.0f};
+                        et_conv_piece_(o0, out, &rows, &len);
+                        for (j = 0; j < rows * len; ++j) {
+                            const float *x;
+                            et_conv_position_(o0 + j, out, at);
+                            x = et_conv_ref_input_(Xc, in, at, kt, s, d, p, 1);
+                            if (x && in_order)
+                                plane += dy[o0 + j] * *x;
+                            else if (x)
+                                part[j % ET_LANES] += dy[o0 + j] * *x;
+                        }
+                        for (l = 0; l < ET_LANES; ++l)
+                            lane[l] += part[l];
+                    }
+                    plane = in_order ? plane : et_dot_total_f32_(lane);
+                    *w = n > 0 ? *w + plane : plane;
+                }
 }
 
 #endif /* ET_CONV_H */

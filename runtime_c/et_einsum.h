@@ -9,6 +9,16 @@
 #ifndef ET_EINSUM_H
 #define ET_EINSUM_H
 
+#ifndef ET_COMMON_H
+#include "et_common.h"
+#endif
+#ifndef ET_ELEMENTWISE_H
+#include "et_elementwise.h"
+#endif
+#ifndef ET_LINALG_H
+#include "et_linalg.h"
+#endif
+
 /* Y (contiguous over the free letters) = the sum over the summed letters
  * of A * B * C, with up to three operands (C, or B and C, may be NULL).  Each
  * operand's strides list its free letters' strides, then its summed

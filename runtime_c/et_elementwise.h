@@ -6,6 +6,13 @@
 #ifndef ET_ELEMENTWISE_H
 #define ET_ELEMENTWISE_H
 
+#ifndef ET_COMMON_H
+#include "et_common.h"
+#endif
+#ifndef ET_MATH_H
+#include "et_math.h"
+#endif
+
 /* NaN passes through (x != x) so the trainer's non-finite check sees it,
  * as it would in PyTorch. */
 static inline void et_relu_f32(int n, const float *X, float *Y)

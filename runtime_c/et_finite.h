@@ -2,6 +2,10 @@
 #ifndef ET_FINITE_H
 #define ET_FINITE_H
 
+#ifndef ET_COMMON_H
+#include "et_common.h"
+#endif
+
 /* max(m, |x|) for m >= 0, x finite. */
 static inline float et_larger_magnitude_f32_(float m, float x)
 {

@@ -9,6 +9,13 @@
 #ifndef ET_INDEXING_H
 #define ET_INDEXING_H
 
+#ifndef ET_COMMON_H
+#include "et_common.h"
+#endif
+#ifndef ET_ELEMENTWISE_H
+#include "et_elementwise.h"
+#endif
+
 /* Slice's forward pass is a strided read, et_expand_f32 from the first
  * selected element; its gradient writes dY back through the same strides
  * (negative for negative steps) into a dX that the caller zeroed.  Slice

@@ -11,6 +11,13 @@
 #ifndef ET_INTEGER_H
 #define ET_INTEGER_H
 
+#ifndef ET_COMMON_H
+#include "et_common.h"
+#endif
+#ifndef ET_ELEMENTWISE_H
+#include "et_elementwise.h"
+#endif
+
 /* A uint32_t as the int32_t with the same bits, without the
  * implementation-defined conversion. */
 static inline int32_t et_wrap_i32_(uint32_t u)

@@ -12,6 +12,10 @@
 #ifndef ET_LINALG_H
 #define ET_LINALG_H
 
+#ifndef ET_COMMON_H
+#include "et_common.h"
+#endif
+
 /* Partial sums of a dot product: within each piece added (a whole dot
  * product, or one row of a convolution window), lane l holds the products
  * of elements l, l + ET_LANES, l + 2 * ET_LANES, ...  Eight lanes fill two
@@ -162,6 +166,13 @@ typedef int et_i8_ __attribute__((vector_size(32)));
 #define ET_VECTORS 0
 #endif
 
+/* S(0) S(1) ...: a statement per register of a tile.  Tiles keep their
+ * sums and loads in variables named by number (c<row><half>, y<row>, p<lane>),
+ * not in arrays, which gcc -O2 keeps in memory: a tile's loads and stores,
+ * not its arithmetic, would set its pace. */
+#define ET_EACH4_(S) S(0) S(1) S(2) S(3)
+#define ET_EACH8_(S) S(0) S(1) S(2) S(3) S(4) S(5) S(6) S(7)
+
 /* A tile of a matrix product: ET_TILE_ROWS output rows by up to
  * ET_TILE_COLS contiguous outputs, whose partial sums stay in registers
  * while k runs. */
@@ -188,6 +199,7 @@ static inline void et_rows_f32_(int rows, int n, int K, const float *a, size_t a
             float v0 = a[at[k]], v1 = a[a_rs + at[k]], v2 = a[2 * a_rs + at[k]], v3 = a[3 * a_rs + at[k]];
             float w0 = a[at[k + 1]], w1 = a[a_rs + at[k + 1]], w2 = a[2 * a_rs + at[k + 1]], w3 = a[3 * a_rs + at[k + 1]];
             float *restrict y0 = y, *restrict y1 = y + y_rs, *restrict y2 = y + 2 * y_rs, *restrict y3 = y + 3 * y_rs;
+            ET_PATH_("rows_4_by_2");
             if (first)
                 for (j = 0; j < n; ++j) {
                     float x = b0[j], z = b1[j];
@@ -208,6 +220,7 @@ static inline void et_rows_f32_(int rows, int n, int K, const float *a, size_t a
             for (r = 0; r < rows; ++r) {
                 float v = a[r * a_rs + at[k]], *restrict yr = y + r * y_rs;
                 float w = k + 1 < K ? a[r * a_rs + at[k + 1]] : 0.0f;
+                ET_PATH_("rows_one");
                 if (k + 1 < K && first)
                     for (j = 0; j < n; ++j)
                         yr[j] = (0.0f + v * b0[j]) + w * b1[j];
@@ -238,47 +251,36 @@ static inline void et_tile_f32_(int rows, int n, int K, const float *restrict a,
     int j0 = 0, j;
 #if ET_VECTORS
     int k, r;
-    const float *a1 = a + a_rs, *a2 = a + 2 * a_rs, *a3 = a + 3 * a_rs;
-    if (rows == ET_TILE_ROWS && n == ET_TILE_COLS) {
-        et_v8_ c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0}, c30 = {0}, c31 = {0};
+    const float *a0 = a, *a1 = a + a_rs, *a2 = a + 2 * a_rs, *a3 = a + 3 * a_rs;
+    if (rows == ET_TILE_ROWS && n == ET_TILE_COLS) {  /* row r's sums in c<r>0 (outputs 0..7) and c<r>1 */
+#define ET_SUMS_(r) et_v8_ c##r##0 = {0}, c##r##1 = {0};
+#define ET_LOAD_(r) memcpy(&c##r##0, y + r * y_rs, sizeof c##r##0); memcpy(&c##r##1, y + r * y_rs + 8, sizeof c##r##1);
+#define ET_ADD_(r) c##r##0 += w##r * b0; c##r##1 += w##r * b1;
+#define ET_STORE_(r) memcpy(y + r * y_rs, &c##r##0, sizeof c##r##0); memcpy(y + r * y_rs + 8, &c##r##1, sizeof c##r##1);
+        ET_EACH4_(ET_SUMS_)
+        ET_PATH_("tile_4x16");
         if (accumulate) {
-            memcpy(&c00, y, sizeof c00);
-            memcpy(&c01, y + 8, sizeof c01);
-            memcpy(&c10, y + y_rs, sizeof c10);
-            memcpy(&c11, y + y_rs + 8, sizeof c11);
-            memcpy(&c20, y + 2 * y_rs, sizeof c20);
-            memcpy(&c21, y + 2 * y_rs + 8, sizeof c21);
-            memcpy(&c30, y + 3 * y_rs, sizeof c30);
-            memcpy(&c31, y + 3 * y_rs + 8, sizeof c31);
+            ET_EACH4_(ET_LOAD_)
         }
         for (k = 0; k < K; ++k) {
             const float *bk = b + bt[k];
-            float w0 = a[at[k]], w1 = a1[at[k]], w2 = a2[at[k]], w3 = a3[at[k]];
+            float w0 = a0[at[k]], w1 = a1[at[k]], w2 = a2[at[k]], w3 = a3[at[k]];
             et_v8_ b0, b1;
             memcpy(&b0, bk, sizeof b0);
             memcpy(&b1, bk + b_hop, sizeof b1);
             ET_IN_REGISTER_(b0);
             ET_IN_REGISTER_(b1);
-            c00 += w0 * b0;
-            c01 += w0 * b1;
-            c10 += w1 * b0;
-            c11 += w1 * b1;
-            c20 += w2 * b0;
-            c21 += w2 * b1;
-            c30 += w3 * b0;
-            c31 += w3 * b1;
+            ET_EACH4_(ET_ADD_)
         }
-        memcpy(y, &c00, sizeof c00);
-        memcpy(y + 8, &c01, sizeof c01);
-        memcpy(y + y_rs, &c10, sizeof c10);
-        memcpy(y + y_rs + 8, &c11, sizeof c11);
-        memcpy(y + 2 * y_rs, &c20, sizeof c20);
-        memcpy(y + 2 * y_rs + 8, &c21, sizeof c21);
-        memcpy(y + 3 * y_rs, &c30, sizeof c30);
-        memcpy(y + 3 * y_rs + 8, &c31, sizeof c31);
+        ET_EACH4_(ET_STORE_)
+#undef ET_SUMS_
+#undef ET_LOAD_
+#undef ET_ADD_
+#undef ET_STORE_
         return;
     }
     if (rows < ET_TILE_ROWS && n >= 8) {  /* a row at a time: 8 or 16 outputs */
+        ET_PATH_("tile_rows_of_8_or_16");
         for (r = 0; r < rows; ++r) {
             const float *ar = a + (size_t)r * a_rs;
             float *yr = y + (size_t)r * y_rs;
@@ -303,32 +305,33 @@ static inline void et_tile_f32_(int rows, int n, int K, const float *restrict a,
         }
         j0 = n == ET_TILE_COLS ? n : 8;
     }
-    if (rows == ET_TILE_ROWS && n >= 8) {  /* the first 8 outputs of a short tile */
-        et_v8_ c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0};
+    if (rows == ET_TILE_ROWS && n >= 8) {  /* the first 8 outputs of a short tile: row r's in c<r> */
+#define ET_SUMS_(r) et_v8_ c##r = {0};
+#define ET_LOAD_(r) memcpy(&c##r, y + r * y_rs, sizeof c##r);
+#define ET_ADD_(r) c##r += a##r[at[k]] * b0;
+#define ET_STORE_(r) memcpy(y + r * y_rs, &c##r, sizeof c##r);
+        ET_EACH4_(ET_SUMS_)
+        ET_PATH_("tile_4x8");
         if (accumulate) {
-            memcpy(&c0, y, sizeof c0);
-            memcpy(&c1, y + y_rs, sizeof c1);
-            memcpy(&c2, y + 2 * y_rs, sizeof c2);
-            memcpy(&c3, y + 3 * y_rs, sizeof c3);
+            ET_EACH4_(ET_LOAD_)
         }
         for (k = 0; k < K; ++k) {
             et_v8_ b0;
             memcpy(&b0, b + bt[k], sizeof b0);
-            c0 += a[at[k]] * b0;
-            c1 += a1[at[k]] * b0;
-            c2 += a2[at[k]] * b0;
-            c3 += a3[at[k]] * b0;
+            ET_EACH4_(ET_ADD_)
         }
-        memcpy(y, &c0, sizeof c0);
-        memcpy(y + y_rs, &c1, sizeof c1);
-        memcpy(y + 2 * y_rs, &c2, sizeof c2);
-        memcpy(y + 3 * y_rs, &c3, sizeof c3);
+        ET_EACH4_(ET_STORE_)
+#undef ET_SUMS_
+#undef ET_LOAD_
+#undef ET_ADD_
+#undef ET_STORE_
         j0 = 8;
     }
 #endif
     /* What is left, on scalars: the outputs before 8 (at b + j), then those from 8 on (at b + b_hop). */
     for (j = j0; j < n; j = j < 8 ? 8 : n) {
         int end = j < 8 && n > 8 ? 8 : n;
+        ET_PATH_("tile_scalar");
         et_rows_f32_(rows, end - j, K, a, a_rs, at, b + (j < 8 ? (size_t)j : b_hop + (size_t)(j - 8)), bt, y + j, y_rs,
                      accumulate);
     }
@@ -344,47 +347,27 @@ static inline void et_tiles_f32_(int rows, int n, int K, const float *a, size_t 
      * eight vectors of them side by side (64 outputs) keep the adder busy
      * where a tile's two would wait on it. */
     for (; rows == 1 && j + 64 <= n; j += 64) {
-        float *yj = y + j;
-        et_v8_ c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0}, c4 = {0}, c5 = {0}, c6 = {0}, c7 = {0};
+        float *yj = y + j;  /* outputs 8 h .. 8 h + 7 sum in c<h> */
+#define ET_SUMS_(h) et_v8_ c##h = {0};
+#define ET_LOAD_(h) memcpy(&c##h, yj + 8 * h, sizeof c##h);
+#define ET_ADD_(h) memcpy(&v##h, bk + 8 * h, sizeof v##h); c##h += w * v##h;
+#define ET_STORE_(h) memcpy(yj + 8 * h, &c##h, sizeof c##h);
+        ET_EACH8_(ET_SUMS_)
+        ET_PATH_("tiles_row_of_64");
         if (accumulate) {
-            memcpy(&c0, yj, sizeof c0);
-            memcpy(&c1, yj + 8, sizeof c1);
-            memcpy(&c2, yj + 16, sizeof c2);
-            memcpy(&c3, yj + 24, sizeof c3);
-            memcpy(&c4, yj + 32, sizeof c4);
-            memcpy(&c5, yj + 40, sizeof c5);
-            memcpy(&c6, yj + 48, sizeof c6);
-            memcpy(&c7, yj + 56, sizeof c7);
+            ET_EACH8_(ET_LOAD_)
         }
         for (k = 0; k < K; ++k) {
             const float *bk = b + bt[k] + j;
             float w = a[at[k]];
             et_v8_ v0, v1, v2, v3, v4, v5, v6, v7;
-            memcpy(&v0, bk, sizeof v0);
-            memcpy(&v1, bk + 8, sizeof v1);
-            memcpy(&v2, bk + 16, sizeof v2);
-            memcpy(&v3, bk + 24, sizeof v3);
-            memcpy(&v4, bk + 32, sizeof v4);
-            memcpy(&v5, bk + 40, sizeof v5);
-            memcpy(&v6, bk + 48, sizeof v6);
-            memcpy(&v7, bk + 56, sizeof v7);
-            c0 += w * v0;
-            c1 += w * v1;
-            c2 += w * v2;
-            c3 += w * v3;
-            c4 += w * v4;
-            c5 += w * v5;
-            c6 += w * v6;
-            c7 += w * v7;
+            ET_EACH8_(ET_ADD_)
         }
-        memcpy(yj, &c0, sizeof c0);
-        memcpy(yj + 8, &c1, sizeof c1);
-        memcpy(yj + 16, &c2, sizeof c2);
-        memcpy(yj + 24, &c3, sizeof c3);
-        memcpy(yj + 32, &c4, sizeof c4);
-        memcpy(yj + 40, &c5, sizeof c5);
-        memcpy(yj + 48, &c6, sizeof c6);
-        memcpy(yj + 56, &c7, sizeof c7);
+        ET_EACH8_(ET_STORE_)
+#undef ET_SUMS_
+#undef ET_LOAD_
+#undef ET_ADD_
+#undef ET_STORE_
     }
     for (; j < n; j += ET_TILE_COLS)
         et_tile_f32_(rows, n - j < ET_TILE_COLS ? n - j : ET_TILE_COLS, K, a, a_rs, at, b + j, bt, 8, y + j, y_rs,
@@ -422,8 +405,10 @@ static inline void et_dot_tail_f32_(int rows, int taps, int i0, int n, int fresh
     for (r = 0; r < rows; ++r)
         for (t = 0; t < taps; ++t) {
             float *p = part + (r * taps + t) * ET_LANES, *sum = lane + r * lane_rs + t * ET_LANES;
-            for (i = i0; i < n; ++i)
+            for (i = i0; i < n; ++i) {
+                ET_PATH_("dot_tail");
                 p[i % ET_LANES] += y[r * y_rs + (size_t)i] * x[xt[t] + (size_t)i];
+            }
             if (fresh)
                 memcpy(sum, p, ET_LANES * sizeof *sum);
             else
@@ -455,8 +440,15 @@ static inline void et_dot_tile_f32_(int rows, int taps, int segs, int piece, int
     for (g0 = 0; g0 < segs; g0 = g1, fresh = 0) {
         g1 = segs - g0 < piece ? segs : g0 + piece;
 #if ET_VECTORS
-        if (rows == ET_TILE_ROWS && taps == ET_DOT_TAPS) {
-            et_v8_ c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0}, c30 = {0}, c31 = {0};
+        if (rows == ET_TILE_ROWS && taps == ET_DOT_TAPS) {  /* row r's sums with tap t in c<r><t> */
+#define ET_SUMS_(r) et_v8_ c##r##0 = {0}, c##r##1 = {0};
+#define ET_LOAD_(r) memcpy(&y##r, yg + r * y_rs + i0, sizeof y##r);
+#define ET_KEEP_(r) ET_IN_REGISTER_(y##r);
+#define ET_ADD_(r) c##r##0 += y##r * x0; c##r##1 += y##r * x1;
+#define ET_PART_(r) memcpy(part + 16 * r, &c##r##0, sizeof c##r##0); memcpy(part + 16 * r + 8, &c##r##1, sizeof c##r##1);
+#define ET_LANES_(r) ET_LANES_ADD_(lane + r * lane_rs, c##r##0, fresh); ET_LANES_ADD_(lane + r * lane_rs + 8, c##r##1, fresh);
+            ET_EACH4_(ET_SUMS_)
+            ET_PATH_("dot_tile_4x2");
             for (g = g0; g < g1; ++g) {
                 const float *yg = y + (size_t)g * y_ss, *x0g = x + xt[0] + (size_t)g * x_ss;
                 const float *x1g = x + xt[1] + (size_t)g * x_ss;
@@ -464,78 +456,55 @@ static inline void et_dot_tile_f32_(int rows, int taps, int segs, int piece, int
                     et_v8_ x0, x1, y0, y1, y2, y3;
                     memcpy(&x0, x0g + i0, sizeof x0);
                     memcpy(&x1, x1g + i0, sizeof x1);
-                    memcpy(&y0, yg + i0, sizeof y0);
-                    memcpy(&y1, yg + y_rs + i0, sizeof y1);
-                    memcpy(&y2, yg + 2 * y_rs + i0, sizeof y2);
-                    memcpy(&y3, yg + 3 * y_rs + i0, sizeof y3);
+                    ET_EACH4_(ET_LOAD_)
                     ET_IN_REGISTER_(x0);
                     ET_IN_REGISTER_(x1);
-                    ET_IN_REGISTER_(y0);
-                    ET_IN_REGISTER_(y1);
-                    ET_IN_REGISTER_(y2);
-                    ET_IN_REGISTER_(y3);
-                    c00 += y0 * x0;
-                    c01 += y0 * x1;
-                    c10 += y1 * x0;
-                    c11 += y1 * x1;
-                    c20 += y2 * x0;
-                    c21 += y2 * x1;
-                    c30 += y3 * x0;
-                    c31 += y3 * x1;
+                    ET_EACH4_(ET_KEEP_)
+                    ET_EACH4_(ET_ADD_)
                 }
             }
             if (tail) {
-                memcpy(part, &c00, sizeof c00);
-                memcpy(part + 8, &c01, sizeof c01);
-                memcpy(part + 16, &c10, sizeof c10);
-                memcpy(part + 24, &c11, sizeof c11);
-                memcpy(part + 32, &c20, sizeof c20);
-                memcpy(part + 40, &c21, sizeof c21);
-                memcpy(part + 48, &c30, sizeof c30);
-                memcpy(part + 56, &c31, sizeof c31);
+                ET_EACH4_(ET_PART_)
             } else {
-                ET_LANES_ADD_(lane, c00, fresh);
-                ET_LANES_ADD_(lane + 8, c01, fresh);
-                ET_LANES_ADD_(lane + lane_rs, c10, fresh);
-                ET_LANES_ADD_(lane + lane_rs + 8, c11, fresh);
-                ET_LANES_ADD_(lane + 2 * lane_rs, c20, fresh);
-                ET_LANES_ADD_(lane + 2 * lane_rs + 8, c21, fresh);
-                ET_LANES_ADD_(lane + 3 * lane_rs, c30, fresh);
-                ET_LANES_ADD_(lane + 3 * lane_rs + 8, c31, fresh);
+                ET_EACH4_(ET_LANES_)
             }
-        } else if (rows == ET_TILE_ROWS && taps == 1) {  /* four rows' sums side by side, not one chain */
-            et_v8_ c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0};
+#undef ET_SUMS_
+#undef ET_ADD_
+#undef ET_PART_
+#undef ET_LANES_
+        } else if (rows == ET_TILE_ROWS && taps == 1) {  /* four rows' sums side by side, not one chain: c<r> */
+#define ET_SUMS_(r) et_v8_ c##r = {0};
+#define ET_ADD_(r) c##r += y##r * xv;
+#define ET_PART_(r) memcpy(part + 8 * r, &c##r, sizeof c##r);
+#define ET_LANES_(r) ET_LANES_ADD_(lane + r * lane_rs, c##r, fresh);
+            ET_EACH4_(ET_SUMS_)
+            ET_PATH_("dot_tile_4x1");
             for (g = g0; g < g1; ++g) {
                 const float *yg = y + (size_t)g * y_ss, *xg = x + xt[0] + (size_t)g * x_ss;
                 for (i0 = 0; i0 + ET_LANES <= n; i0 += ET_LANES) {
                     et_v8_ xv, y0, y1, y2, y3;
                     memcpy(&xv, xg + i0, sizeof xv);
-                    memcpy(&y0, yg + i0, sizeof y0);
-                    memcpy(&y1, yg + y_rs + i0, sizeof y1);
-                    memcpy(&y2, yg + 2 * y_rs + i0, sizeof y2);
-                    memcpy(&y3, yg + 3 * y_rs + i0, sizeof y3);
+                    ET_EACH4_(ET_LOAD_)
                     ET_IN_REGISTER_(xv);
-                    c0 += y0 * xv;
-                    c1 += y1 * xv;
-                    c2 += y2 * xv;
-                    c3 += y3 * xv;
+                    ET_EACH4_(ET_ADD_)
                 }
             }
             if (tail) {
-                memcpy(part, &c0, sizeof c0);
-                memcpy(part + 8, &c1, sizeof c1);
-                memcpy(part + 16, &c2, sizeof c2);
-                memcpy(part + 24, &c3, sizeof c3);
+                ET_EACH4_(ET_PART_)
             } else {
-                ET_LANES_ADD_(lane, c0, fresh);
-                ET_LANES_ADD_(lane + lane_rs, c1, fresh);
-                ET_LANES_ADD_(lane + 2 * lane_rs, c2, fresh);
-                ET_LANES_ADD_(lane + 3 * lane_rs, c3, fresh);
+                ET_EACH4_(ET_LANES_)
             }
+#undef ET_SUMS_
+#undef ET_LOAD_
+#undef ET_KEEP_
+#undef ET_ADD_
+#undef ET_PART_
+#undef ET_LANES_
         } else
             for (r = 0; r < rows; ++r)
                 for (t = 0; t < taps; ++t) {
                     et_v8_ c = {0};
+                    ET_PATH_("dot_tile_one");
                     for (g = g0; g < g1; ++g)
                         for (i0 = 0; i0 + ET_LANES <= n; i0 += ET_LANES) {
                             et_v8_ xv, yv;
@@ -556,39 +525,27 @@ static inline void et_dot_tile_f32_(int rows, int taps, int segs, int piece, int
         for (r = 0; r < rows; ++r)
             for (t = 0; t < taps; ++t) {
                 float *p = part + (r * taps + t) * ET_LANES;
-                float p0 = 0.0f, p1 = 0.0f, p2 = 0.0f, p3 = 0.0f, p4 = 0.0f, p5 = 0.0f, p6 = 0.0f, p7 = 0.0f;
+#define ET_SUMS_(l) float p##l = 0.0f;
+#define ET_ADD2_(l) p##l = (p##l + a[l] * b[l]) + a[l + 8] * b[l + 8];
+#define ET_ADD_(l) p##l += a[l] * b[l];
+#define ET_STORE_(l) p[l] = p##l;
+                ET_EACH8_(ET_SUMS_)
+                ET_PATH_("dot_tile_scalar");
                 for (g = g0; g < g1; ++g) {
                     const float *a = y + r * y_rs + (size_t)g * y_ss, *b = x + xt[t] + (size_t)g * x_ss;
                     for (i0 = 0; i0 + 2 * ET_LANES <= n; i0 += 2 * ET_LANES, a += 2 * ET_LANES, b += 2 * ET_LANES) {
-                        p0 = (p0 + a[0] * b[0]) + a[8] * b[8];
-                        p1 = (p1 + a[1] * b[1]) + a[9] * b[9];
-                        p2 = (p2 + a[2] * b[2]) + a[10] * b[10];
-                        p3 = (p3 + a[3] * b[3]) + a[11] * b[11];
-                        p4 = (p4 + a[4] * b[4]) + a[12] * b[12];
-                        p5 = (p5 + a[5] * b[5]) + a[13] * b[13];
-                        p6 = (p6 + a[6] * b[6]) + a[14] * b[14];
-                        p7 = (p7 + a[7] * b[7]) + a[15] * b[15];
+                        ET_EACH8_(ET_ADD2_)
                     }
                     if (i0 + ET_LANES <= n) {
-                        p0 += a[0] * b[0];
-                        p1 += a[1] * b[1];
-                        p2 += a[2] * b[2];
-                        p3 += a[3] * b[3];
-                        p4 += a[4] * b[4];
-                        p5 += a[5] * b[5];
-                        p6 += a[6] * b[6];
-                        p7 += a[7] * b[7];
+                        ET_EACH8_(ET_ADD_)
                         i0 += ET_LANES;
                     }
                 }
-                p[0] = p0;
-                p[1] = p1;
-                p[2] = p2;
-                p[3] = p3;
-                p[4] = p4;
-                p[5] = p5;
-                p[6] = p6;
-                p[7] = p7;
+                ET_EACH8_(ET_STORE_)
+#undef ET_SUMS_
+#undef ET_ADD2_
+#undef ET_ADD_
+#undef ET_STORE_
             }
         et_dot_tail_f32_(rows, taps, i0, n, fresh, part, y, y_rs, x, xt, lane, lane_rs);
 #endif
@@ -664,20 +621,16 @@ static inline void et_dots_4x2_f32_(int K, const float *restrict y, size_t y_rs,
 #if ET_VECTORS
     et_v8_ c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0}, c4 = {0}, c5 = {0}, c6 = {0}, c7 = {0};
     int i;
+#define ET_LOAD_(r) memcpy(&v##r, y + r * y_rs + i, sizeof v##r);
+#define ET_KEEP_(r) ET_IN_REGISTER_(v##r);
     for (i = 0; i < K; i += ET_LANES) {
         et_v8_ u0, u1, v0, v1, v2, v3;
         memcpy(&u0, x + i, sizeof u0);
         memcpy(&u1, x + x_rs + i, sizeof u1);
-        memcpy(&v0, y + i, sizeof v0);
-        memcpy(&v1, y + y_rs + i, sizeof v1);
-        memcpy(&v2, y + 2 * y_rs + i, sizeof v2);
-        memcpy(&v3, y + 3 * y_rs + i, sizeof v3);
+        ET_EACH4_(ET_LOAD_)
         ET_IN_REGISTER_(u0);
         ET_IN_REGISTER_(u1);
-        ET_IN_REGISTER_(v0);
-        ET_IN_REGISTER_(v1);
-        ET_IN_REGISTER_(v2);
-        ET_IN_REGISTER_(v3);
+        ET_EACH4_(ET_KEEP_)
         c0 += v0 * u0;
         c1 += v0 * u1;
         c2 += v1 * u0;
@@ -687,6 +640,8 @@ static inline void et_dots_4x2_f32_(int K, const float *restrict y, size_t y_rs,
         c6 += v3 * u0;
         c7 += v3 * u1;
     }
+#undef ET_LOAD_
+#undef ET_KEEP_
     ET_DOT_TOTALS8_(c0, c1, c2, c3, c4, c5, c6, c7, total);
 #else
     const size_t y_off[8] = {0, 0, y_rs, y_rs, 2 * y_rs, 2 * y_rs, 3 * y_rs, 3 * y_rs};
@@ -702,27 +657,17 @@ static inline void et_dots_8x1_f32_(int K, const float *restrict y, size_t y_rs,
 #if ET_VECTORS
     et_v8_ c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0}, c4 = {0}, c5 = {0}, c6 = {0}, c7 = {0};
     int i;
+#define ET_LOAD_(r) memcpy(&v##r, y + r * y_rs + i, sizeof v##r);
+#define ET_ADD_(r) c##r += v##r * u;
     for (i = 0; i < K; i += ET_LANES) {
         et_v8_ u, v0, v1, v2, v3, v4, v5, v6, v7;
         memcpy(&u, x + i, sizeof u);
-        memcpy(&v0, y + i, sizeof v0);
-        memcpy(&v1, y + y_rs + i, sizeof v1);
-        memcpy(&v2, y + 2 * y_rs + i, sizeof v2);
-        memcpy(&v3, y + 3 * y_rs + i, sizeof v3);
-        memcpy(&v4, y + 4 * y_rs + i, sizeof v4);
-        memcpy(&v5, y + 5 * y_rs + i, sizeof v5);
-        memcpy(&v6, y + 6 * y_rs + i, sizeof v6);
-        memcpy(&v7, y + 7 * y_rs + i, sizeof v7);
+        ET_EACH8_(ET_LOAD_)
         ET_IN_REGISTER_(u);
-        c0 += v0 * u;
-        c1 += v1 * u;
-        c2 += v2 * u;
-        c3 += v3 * u;
-        c4 += v4 * u;
-        c5 += v5 * u;
-        c6 += v6 * u;
-        c7 += v7 * u;
+        ET_EACH8_(ET_ADD_)
     }
+#undef ET_LOAD_
+#undef ET_ADD_
     ET_DOT_TOTALS8_(c0, c1, c2, c3, c4, c5, c6, c7, total);
 #else
     const size_t y_off[8] = {0, y_rs, 2 * y_rs, 3 * y_rs, 4 * y_rs, 5 * y_rs, 6 * y_rs, 7 * y_rs};
@@ -746,6 +691,7 @@ static inline void et_gemm_dots_f32_(int M, int N, int K, const float *A, const 
     if (K % ET_LANES == 0 && M >= ET_TILE_ROWS) {
         tiled_rows = M - M % ET_TILE_ROWS;
         tiled_cols = N - N % 2;
+        ET_PATH_("dots_4x2");
         for (i = 0; i < tiled_rows; i += ET_TILE_ROWS)
             for (j = 0; j < tiled_cols; j += 2) {
                 et_dots_4x2_f32_(K, A + (size_t)i * (size_t)K, (size_t)K, B + (size_t)j * (size_t)K, (size_t)K,
@@ -756,6 +702,7 @@ static inline void et_gemm_dots_f32_(int M, int N, int K, const float *A, const 
     } else if (K % ET_LANES == 0) {
         tiled_rows = M;
         tiled_cols = N - N % 8;
+        ET_PATH_("dots_8x1");
         for (i = 0; i < M; ++i)
             for (j = 0; j < tiled_cols; j += 8)
                 et_dots_8x1_f32_(K, B + (size_t)j * (size_t)K, (size_t)K, A + (size_t)i * (size_t)K,
@@ -764,6 +711,7 @@ static inline void et_gemm_dots_f32_(int M, int N, int K, const float *A, const 
     for (i = 0; i < M; ++i)
         for (j = i < tiled_rows ? tiled_cols : 0; j < N; ++j) {
             float lane[ET_LANES] = {0.0f};
+            ET_PATH_("dots_one");
             et_dot_lanes_f32_(K, A + (size_t)i * (size_t)K, 1, B + (size_t)j * (size_t)K, lane);
             Y[(size_t)i * (size_t)N + (size_t)j] = et_dot_total_f32_(lane);
         }
@@ -816,6 +764,7 @@ static inline void et_gemm_f32(int M, int N, int K, float alpha, const float *A,
         et_gemm_dots_f32_(M, N, K, A, B, Y);
     else if (trans_b) {
         /* Rows of B are contiguous in k: one dot product per output. */
+        ET_PATH_("gemm_dots_a_transposed");
         for (i = 0; i < M; ++i)
             for (j = 0; j < N; ++j) {
                 float lane[ET_LANES] = {0.0f};
@@ -832,6 +781,7 @@ static inline void et_gemm_f32(int M, int N, int K, float alpha, const float *A,
         size_t at[ET_GEMM_NARROW_DEPTH], bt[ET_GEMM_NARROW_DEPTH];
         float yt[ET_GEMM_NARROW * ET_TILE_COLS];
         int c;
+        ET_PATH_("gemm_narrow");
         for (k = 0; k < ET_GEMM_NARROW_DEPTH; ++k) {
             at[k] = (size_t)k * (size_t)N;
             bt[k] = (size_t)k * (size_t)M;
@@ -851,11 +801,13 @@ static inline void et_gemm_f32(int M, int N, int K, float alpha, const float *A,
         }
     }
 #endif
-    else if (K == 1)  /* an outer product (a weight gradient at batch 1): a row at a time, as the tiles sum it */
+    else if (K == 1) {  /* an outer product (a weight gradient at batch 1): a row at a time, as the tiles sum it */
+        ET_PATH_("gemm_outer");
         for (i = 0; i < M; ++i)
             et_scaled_row_f32_(N, A[(size_t)i * (size_t)a_rs], B, Y + (size_t)i * (size_t)N);
-    else {
+    } else {
         size_t at[ET_GEMM_DEPTH], bt[ET_GEMM_DEPTH];
+        ET_PATH_("gemm_tiles");
         for (j0 = 0; j0 < N; j0 += ET_GEMM_COLS) {
             n = N - j0 < ET_GEMM_COLS ? N - j0 : ET_GEMM_COLS;
             for (i = 0; i < M; i += ET_TILE_ROWS) {
@@ -909,6 +861,38 @@ static inline void et_matmul_f32(int batch_rank, const int *batch_shape,
             idx[d] = 0;
         }
     }
+}
+
+/* ---- Reference ----
+ * et_gemm_f32 (and so et_matmul_f32) as the obvious loops, one output at a
+ * time, in the order of sums that every path above keeps: where op(B)'s
+ * rows are contiguous (trans_b), a dot product in lanes (lane k %
+ * ET_LANES takes the products of k in order, from 0; et_dot_total_f32_
+ * adds the lanes up); otherwise the sum over k in order, from 0.  Then
+ * alpha and beta, as et_gemm_f32 applies them.  Slow and plain: tests
+ * check every fast path against it bit for bit. */
+static inline void et_gemm_f32_ref(int M, int N, int K, float alpha, const float *A, int trans_a, const float *B,
+                                   int trans_b, float beta, const float *C, int c_rs, int c_cs, float *Y)
+{
+    int i, j, k;
+    for (i = 0; i < M; ++i)
+        for (j = 0; j < N; ++j) {
+            float lane[ET_LANES] = {0.0f}, sum = 0.0f, y;
+            for (k = 0; k < K; ++k) {
+                float a = trans_a ? A[(size_t)k * (size_t)M + (size_t)i] : A[(size_t)i * (size_t)K + (size_t)k];
+                if (trans_b)
+                    lane[k % ET_LANES] += a * B[(size_t)j * (size_t)K + (size_t)k];
+                else
+                    sum += a * B[(size_t)k * (size_t)N + (size_t)j];
+            }
+            y = trans_b ? et_dot_total_f32_(lane) : sum;
+            if (alpha != 1.0f || C) {
+                y = alpha * y;
+                if (C)
+                    y += beta * C[(ptrdiff_t)i * c_rs + (ptrdiff_t)j * c_cs];
+            }
+            Y[(size_t)i * (size_t)N + (size_t)j] = y;
+        }
 }
 
 #endif /* ET_LINALG_H */

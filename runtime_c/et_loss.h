@@ -4,6 +4,16 @@
 #ifndef ET_LOSS_H
 #define ET_LOSS_H
 
+#ifndef ET_COMMON_H
+#include "et_common.h"
+#endif
+#ifndef ET_MATH_H
+#include "et_math.h"
+#endif
+#ifndef ET_SOFTMAX_H
+#include "et_softmax.h"
+#endif
+
 /* Labels come from user data at run time, so they are validated before
  * they are used as indices. */
 static inline int et_check_labels(int n, const int32_t *labels, int classes,

@@ -11,6 +11,10 @@
 #ifndef ET_MATH_H
 #define ET_MATH_H
 
+#ifndef ET_COMMON_H
+#include "et_common.h"
+#endif
+
 #define ET_INFINITY_BITS 0x7f800000u
 #define ET_NAN_BITS 0x7fc00000u
 

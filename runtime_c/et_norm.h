@@ -11,6 +11,13 @@
 #ifndef ET_NORM_H
 #define ET_NORM_H
 
+#ifndef ET_COMMON_H
+#include "et_common.h"
+#endif
+#ifndef ET_LINALG_H
+#include "et_linalg.h"
+#endif
+
 /* Every sum over a group is a long sum (et_linalg.h), each block a run.
  * lane[j % ET_LANES] = the sum of (x[j] - m)^2 over j < n, from 0: one piece. */
 static inline void et_norm_lanes_sq_f32_(int n, const float *restrict x, float m, float *restrict lane)

@@ -2,6 +2,13 @@
 #ifndef ET_OPTIM_H
 #define ET_OPTIM_H
 
+#ifndef ET_COMMON_H
+#include "et_common.h"
+#endif
+#ifndef ET_LINALG_H
+#include "et_linalg.h"
+#endif
+
 /* beta^t by square-and-multiply on the float beta: O(log t) roundings
  * (relative error a few ulp even for t in the millions), and no libm
  * pow, whose results vary between targets. */

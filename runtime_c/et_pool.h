@@ -14,6 +14,13 @@
 #ifndef ET_POOL_H
 #define ET_POOL_H
 
+#ifndef ET_COMMON_H
+#include "et_common.h"
+#endif
+#ifndef ET_LINALG_H
+#include "et_linalg.h"
+#endif
+
 /* ceil(a / b) for b > 0 and a of either sign (C division truncates). */
 static inline int et_pool_ceil_div_(int a, int b)
 {

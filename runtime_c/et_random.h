@@ -9,6 +9,13 @@
 #ifndef ET_RANDOM_H
 #define ET_RANDOM_H
 
+#ifndef ET_COMMON_H
+#include "et_common.h"
+#endif
+#ifndef ET_MATH_H
+#include "et_math.h"
+#endif
+
 static inline uint32_t et_random_bits_(uint32_t seed, uint32_t counter, uint32_t i)
 {
     return et_hash_u32(seed ^ et_hash_u32(counter ^ et_hash_u32(i)));

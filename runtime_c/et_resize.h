@@ -9,6 +9,10 @@
 #ifndef ET_RESIZE_H
 #define ET_RESIZE_H
 
+#ifndef ET_COMMON_H
+#include "et_common.h"
+#endif
+
 enum { ET_PAD_CONSTANT = 0, ET_PAD_REFLECT = 1, ET_PAD_EDGE = 2, ET_PAD_WRAP = 3 };
 
 /* The input index output index o of an axis reads (o - begin inside the

@@ -24,6 +24,13 @@
 #ifndef ET_RNN_H
 #define ET_RNN_H
 
+#ifndef ET_COMMON_H
+#include "et_common.h"
+#endif
+#ifndef ET_MATH_H
+#include "et_math.h"
+#endif
+
 #define ET_GRU_SAVED 4  /* z, r, candidate, R_h h + Rb_h */
 #define ET_LSTM_SAVED 5 /* i, o, f, candidate, new cell state */
 

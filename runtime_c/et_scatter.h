@@ -11,6 +11,13 @@
 #ifndef ET_SCATTER_H
 #define ET_SCATTER_H
 
+#ifndef ET_COMMON_H
+#include "et_common.h"
+#endif
+#ifndef ET_ELEMENTWISE_H
+#include "et_elementwise.h"
+#endif
+
 /* Reductions of ScatterElements and ScatterND, as the compiler numbers them. */
 #define ET_SCATTER_NONE 0
 #define ET_SCATTER_ADD 1

@@ -3,6 +3,19 @@
 #ifndef ET_SHAPE_H
 #define ET_SHAPE_H
 
+#ifndef ET_COMMON_H
+#include "et_common.h"
+#endif
+#ifndef ET_ELEMENTWISE_H
+#include "et_elementwise.h"
+#endif
+#ifndef ET_LINALG_H
+#include "et_linalg.h"
+#endif
+#ifndef ET_MATH_H
+#include "et_math.h"
+#endif
+
 /* ONNX Transpose: output axis d is input axis perm[d].  Walks the output
  * in order so writes are sequential; rank <= ET_MAX_RANK (0: a scalar). */
 static inline void et_transpose_f32(int rank, const int *in_shape, const int *perm,

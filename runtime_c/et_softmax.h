@@ -5,6 +5,13 @@
 #ifndef ET_SOFTMAX_H
 #define ET_SOFTMAX_H
 
+#ifndef ET_COMMON_H
+#include "et_common.h"
+#endif
+#ifndef ET_MATH_H
+#include "et_math.h"
+#endif
+
 static inline float et_line_max_(int n, int inner, const float *X)
 {
     int j;

@@ -19,6 +19,7 @@ from ..lower import Affine, Arg, Floats, LoweredFunction, ParamInfo, Program, lo
 from ..memory import Block
 from ..memory.plan import FunctionPlan, MemoryPlan, plan
 from ..ops import Call, Counter, Tensor, Var
+from ..runtime_c import headers as runtime_headers
 from .filters import FILTERS
 from .runtime import every_runtime, used_runtime
 
@@ -506,15 +507,9 @@ def _runtime_kernels(code: str, every_kernel: bool) -> str:
     return every_runtime(headers) if every_kernel else used_runtime(headers, code)
 
 
-# Every kernel file is pasted in: these in dependency order, then any others (which may use
-# these, not each other) by name.
-_RUNTIME_BASE = ("et_common.h", "et_math.h", "et_elementwise.h", "et_linalg.h", "et_shape.h", "et_softmax.h",
-                 "et_loss.h", "et_optim.h")
-
-
 def _runtime_files() -> tuple[str, ...]:
-    names = sorted(f.name for f in resources.files("edgetrain.runtime_c").iterdir() if f.name.endswith(".h"))
-    return _RUNTIME_BASE + tuple(n for n in names if n not in _RUNTIME_BASE)
+    """Every kernel header, each after the headers it #includes (whose guards then skip those lines)."""
+    return runtime_headers()
 
 
 def render(model: ModelC | InferenceC, every_kernel: bool = False) -> dict[str, str]:
