@@ -16,12 +16,40 @@ TIERS = {"unit": "unit", "c": "c", "target": "target", "zoo": "zoo", "sanitize":
          "fuzz": "sanitize",  # libFuzzer under ASan and UBSan, like the sanitizer tier
          "durable": "c", "conformance": "c", "ort_compat": "c"}  # host and generated C on this machine
 
-# Tests measured at over 20 s on the 2-core CI machine (file, test name without parameters).
+# Tests measured at over 20 s in a whole run (`-n 2 --dist loadfile`) on the shared 2-core machine:
+# node ids, or a test's id without its parameters for all of them.
 SLOW = {
+    "tests/c/test_examples.py::test_federated_example_runs_on_flowers_deployment_engine",
+    "tests/c/test_gradients_conv.py::test_exported_cnn_trains_like_torch",
+    "tests/c/test_runtime_kernels.py::test_every_kernel_instantiates_without_warnings[-O3]",
+    "tests/durable/test_durability.py::test_a_damaged_cache_entry_is_rebuilt_and_trains_the_same",
+    "tests/durable/test_durability.py::test_a_save_killed_at_any_moment_leaves_the_old_or_the_new_checkpoint",
+    "tests/fuzz/test_fuzz.py::test_fuzz_checkpoint_loader",
+    "tests/sanitize/test_sanitizers.py::test_c_tier_under_asan_and_ubsan",
+    "tests/target/test_targets.py::test_generated_c_is_cppcheck_clean",
+    "tests/target/test_targets.py::test_size_report_on_every_target",
+    "tests/target/test_targets.py::test_training_is_bit_identical_on_every_target[conv_zoo-cortex-m3]",
+    "tests/target/test_targets.py::test_training_is_bit_identical_on_every_target[conv_zoo-cortex-m4]",
+    "tests/target/test_targets.py::test_training_is_bit_identical_on_every_target[conv_zoo-linux-aarch64]",
+    "tests/target/test_targets.py::test_training_is_bit_identical_on_every_target[conv_zoo-linux-armhf]",
+    "tests/target/test_targets.py::test_training_is_bit_identical_on_every_target[conv_zoo-riscv32-hf]",
+    "tests/target/test_targets.py::test_training_is_bit_identical_on_every_target[conv_zoo-riscv32]",
+    "tests/zoo/test_zoo.py::test_zoo_model_trains_as_in_pytorch[googlenet-dynamo]",
+    "tests/zoo/test_zoo.py::test_zoo_model_trains_as_in_pytorch[googlenet-torchscript]",
+    "tests/zoo/test_zoo.py::test_zoo_model_trains_as_in_pytorch[mobilenet_v2-dynamo]",
+    "tests/zoo/test_zoo.py::test_zoo_model_trains_as_in_pytorch[mobilenet_v2-torchscript]",
+    "tests/zoo/test_zoo.py::test_zoo_model_trains_as_in_pytorch[mobilenet_v3_large-dynamo]",
+    "tests/zoo/test_zoo.py::test_zoo_model_trains_as_in_pytorch[mobilenet_v3_small-dynamo]",
+    "tests/zoo/test_zoo.py::test_zoo_model_trains_as_in_pytorch[mobilenet_v3_small-torchscript]",
+    "tests/zoo/test_zoo.py::test_zoo_model_trains_as_in_pytorch[resnet18-dynamo]",
+    "tests/zoo/test_zoo.py::test_zoo_model_trains_as_in_pytorch[resnet18-torchscript]",
+    "tests/zoo/test_zoo.py::test_zoo_model_trains_as_in_pytorch[shufflenet_v2-dynamo]",
+    "tests/zoo/test_zoo.py::test_zoo_model_trains_as_in_pytorch[shufflenet_v2-torchscript]",
 }
 
 
 def pytest_collection_modifyitems(config, items):
+    """Each test's tier marker from its directory under tests/, and slow from SLOW."""
     for item in items:
         path = Path(item.path).resolve()
         if not path.is_relative_to(TESTS):
@@ -30,7 +58,7 @@ def pytest_collection_modifyitems(config, items):
         if folder not in TIERS:
             raise pytest.UsageError(f"tests/{folder}: no tier; add it to TIERS in tests/conftest.py")
         item.add_marker(TIERS[folder])
-        if (path.relative_to(TESTS).as_posix(), item.originalname) in SLOW:
+        if item.nodeid in SLOW or item.nodeid.split("[")[0] in SLOW:
             item.add_marker("slow")
 
 
