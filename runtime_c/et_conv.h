@@ -43,8 +43,8 @@ static inline void et_conv_span_(int step, int off, int len, int n, int *lo, int
     int b = step == 1 ? len - off : et_conv_ceil_div_(len - off, step);
     *lo = a > 0 ? a : 0;
     *hi = b < n ? b : n;
-    if (*hi < *lo)  /* none: an empty range within [0, n] */
-        *hi = *lo = *lo < n ? *lo : n;
+    if (*hi < *lo)  /* none; *lo may exceed n then */
+        *hi = *lo;
 }
 
 static inline int et_conv_volume_(const int *v)
@@ -139,6 +139,8 @@ static inline int et_conv_gather_(const float *restrict Xc, const int *in, const
             first = dir > 0 ? 0 : ((-at) % step + step) % step;
             at = dir > 0 ? at : (at + first) / step;
             et_conv_span_(dir > 0 ? s[2] : 1, at, in[2], (len - first + step - 1) / step, &lo, &hi);
+            if (hi > (len - first + step - 1) / step)  /* no output reads an input: zeros alone */
+                lo = hi = 0;
         }
         if (step == 1) {
             for (i = 0; i < lo; ++i)
