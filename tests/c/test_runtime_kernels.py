@@ -375,8 +375,8 @@ def lane_dot_ref(a, b):
     lanes = [np.zeros((a.shape[0], b.shape[1]), dtype=np.float32) for _ in range(LANES)]
     for k in range(a.shape[1]):
         lanes[k % LANES] = lanes[k % LANES] + a[:, k:k + 1] * b[k:k + 1, :]
-    l = lanes
-    return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]))
+    s = lanes
+    return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]))
 
 
 def seq_gemm_ref(a, b, alpha, beta, c, trans_b=0):
@@ -438,8 +438,8 @@ SUM_PIECE, SUM_LEVELS = 128, 16  # et_linalg.h's ET_SUM_PIECE, ET_SUM_LEVELS
 
 def lanes_pairwise(lane):
     """et_dot_total_f32_: the eight lanes' sum, pairwise in a fixed order."""
-    l = lane
-    return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]))
+    s = lane
+    return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]))
 
 
 def piece_lanes(values):
@@ -500,7 +500,8 @@ def reduce_sum_ref(x, axes):
     out_shape = [shape[d] for d in kept]
     last_kept = max((d for d in kept if shape[d] > 1), default=-1)
     last_summed = max((d for d in axes if shape[d] > 1), default=-1)
-    size = lambda ds: int(np.prod([shape[d] for d in ds], dtype=np.int64))
+    def size(ds):
+        return int(np.prod([shape[d] for d in ds], dtype=np.int64))
     sig = "".join("k" if d in kept else "r" for d in range(len(shape)) if shape[d] > 1)
     if re.fullmatch(r"r*k*r+", sig):
         inner = size([d for d in axes if d > last_kept])
@@ -610,7 +611,8 @@ def test_conv_kernels_keep_their_stated_summation_order(lib, kernel, stride, pad
     b = rng.standard_normal(m).astype(np.float32)
     dy = rng.standard_normal((n, m, oh, ow)).astype(np.float32)
     k, s, d, p = ([1, kernel, kernel], [1, *stride], [1, 1, 1], [0, pad, pad])
-    ints = lambda v: ffi.new("int[3]", v)
+    def ints(v):
+        return ffi.new("int[3]", v)
 
     def taps(ky, kx):
         """(output rows, output columns, input rows, input columns) that tap (ky, kx) connects."""
@@ -634,7 +636,8 @@ def test_conv_kernels_keep_their_stated_summation_order(lib, kernel, stride, pad
         for ky in range(kernel):
             for kx in range(kernel):
                 oy, ox, iy, ix = taps(ky, kx)
-                dx_ref[:, :, iy[:, None], ix] += wt[None, mi, :, ky, kx, None, None] * dy[:, None, mi][:, :, oy][..., ox]
+                taken = dy[:, None, mi][:, :, oy][..., ox]
+                dx_ref[:, :, iy[:, None], ix] += wt[None, mi, :, ky, kx, None, None] * taken
     dx = np.empty_like(dx_ref)
     L.t_conv_transpose(n, m, c, 1, ints([1, oh, ow]), ints([1, h, w]), ints(k), ints(s), ints(d), ints(p),
                        fptr(ffi, dy), fptr(ffi, wt), ffi.NULL, fptr(ffi, dx))
@@ -674,7 +677,8 @@ def test_depthwise_kernels_keep_their_stated_summation_order(lib, stride, h, w):
     dy = rng.standard_normal((n, c, oh, ow)).astype(np.float32)
     wt = rng.standard_normal((c, 1, kernel, kernel)).astype(np.float32)
     b = rng.standard_normal(c).astype(np.float32)
-    ints = lambda v: ffi.new("int[3]", v)
+    def ints(v):
+        return ffi.new("int[3]", v)
     geometry = (ints([1, kernel, kernel]), ints([1, *stride]), ints([1, 1, 1]), ints([0, pad, pad]))
 
     y_ref = np.zeros((n, c, oh, ow), np.float32)
