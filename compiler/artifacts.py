@@ -347,7 +347,7 @@ def _with_loss_block(model, block, loss_input_names) -> onnx.ModelProto:
     try:
         from . import onnxblock
     except ImportError:
-        onnxblock = None
+        onnxblock = None  # type: ignore[assignment]
     if onnxblock is None or not isinstance(block, onnxblock.Block):
         raise EdgetrainError(f"loss must be a LossType, its name, None or an edgetrain.onnxblock.Block, "
                              f"got {type(block).__name__}")
@@ -438,7 +438,7 @@ def _any_batch(proto: onnx.ModelProto, trainer: Trainer, probe: Trainer, axes: d
             if node.op != "Reshape" or slot != 1 or node.attr("allowzero", 0):
                 return
             shape, at_other = g.constants[name], other.constants[name]
-            moving = np.flatnonzero(shape != at_other) if shape.shape == at_other.shape else ()
+            moving = np.flatnonzero(shape != at_other) if shape.shape == at_other.shape else np.empty(0, np.intp)
             if len(moving) != 1:
                 return
             axis, data = moving[0], node.inputs[0]
@@ -471,8 +471,9 @@ def _onnx_models(trainer: Trainer, prefix: str, model_c, probe: Trainer | None, 
     frozen = {p: g.params[p] for p in trainer.frozen}
     data = g.inputs + ([trainer.labels] if trainer.labels else [])
     counter = [COUNTER] if COUNTER in g.values else []
-    grads = [trainer.grads[p] for p in trainer.trainable if trainer.grads[p]]
-    renames = {trainer.grads[p]: f"{p}_grad" for p in trainer.trainable if trainer.grads[p]}
+    graded = {p: grad for p in trainer.trainable if (grad := trainer.grads[p])}
+    grads = list(graded.values())
+    renames = {grad: f"{p}_grad" for p, grad in graded.items()}
     renames |= {value: f"{buffer}_updated" for buffer, value in trainer.state_updates.items()}
     training = to_onnx(g, trainer.train_nodes, data + counter + trainer.trainable + trainer.buffers,
                        [trainer.loss, *trainer.extra_outputs] + grads + list(trainer.state_updates.values()), frozen,

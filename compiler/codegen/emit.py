@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 from importlib import resources
-from typing import Any
+from typing import Any, cast
 
 import jinja2
 import numpy as np
@@ -244,7 +244,7 @@ def emit(program: Program, memory: MemoryPlan) -> ModelC | InferenceC:
         output_sizes=program.output_sizes, output_types=program.output_types, infer=infer,
         infer_outputs=tuple(map(infer_at.at, program.infer_outputs)), buffer_init=program.buffer_init,
         consts=program.consts, int_consts=program.int_consts, memory=memory, batch_consts=program.batch_consts)
-    if None in (program.train, program.eval, program.optimizer_update, program.loss):
+    if program.train is None or program.eval is None or program.optimizer_update is None or program.loss is None:
         return InferenceC(**common)
     train, train_at = _emit_function(program, program.train, memory.functions["train"])
     evaluate, eval_at = _emit_function(program, program.eval, memory.functions["eval"])
@@ -356,7 +356,8 @@ def _batch_axes(trainers, batches) -> set[str]:
         shapes = [t.graph.shape(name) if name in t.graph.values else None for t in trainers]
         if all(s == shapes[0] for s in shapes):
             continue
-        if not all(s and s[0] == b and s[1:] == shapes[0][1:] for s, b in zip(shapes, batches)):
+        first = shapes[0]
+        if first is None or not all(s and s[0] == b and s[1:] == first[1:] for s, b in zip(shapes, batches)):
             raise _Fixed(f"'{name}' changes shape with the batch other than along its first axis "
                          f"({' and '.join(f'{s} at batch {b}' for s, b in zip(shapes, batches))})")
         axes.add(name)
@@ -382,10 +383,10 @@ def _batch_consts(trainers, batches) -> dict[str, Affine | int]:
     float nearest 1 / affine (-> that Affine, computed from n at each call), and splats, one value
     repeated (a recurrent layer's initial zeros; -> their size at the largest batch, of which a
     smaller batch reads a part)."""
-    found = {}
+    found: dict[str, Affine | int] = {}
     for name in trainers[0].graph.constants:
-        values = [t.graph.constants.get(name) for t in trainers]
-        if any(v is None for v in values) or all(
+        values = [v for t in trainers if (v := t.graph.constants.get(name)) is not None]
+        if len(values) < len(trainers) or all(
                 v.shape == values[0].shape and np.array_equal(v, values[0]) for v in values):
             continue
         if all(v.dtype == np.float32 and v.size == 1 for v in values):
@@ -465,11 +466,12 @@ def _batched_arg(args: list[Arg], batches, where: str) -> Arg:
     if any((a.kind, a.base) != (first.kind, first.base) for a in args):
         raise fixed(lambda a: f"{a.kind} {a.base}".strip())
     if first.kind == "ptr" and isinstance(first.value, tuple):  # a tensor, or a view into one
-        view = _fit([a.value[1] for a in args], batches)
-        starts = {a.offset - a.value[1] for a in args}
+        places = [cast(tuple, a.value) for a in args]  # (the tensor, the view's offset into it)
+        view = _fit([place[1] for place in places], batches)
+        starts = {a.offset - place[1] for a, place in zip(args, places)}
         # A tensor's own place is the same at every batch, except in the arena: that is planned for
         # the largest batch, where every smaller batch's tensor fits.
-        if any(a.value[0] != first.value[0] for a in args) or view is None or (
+        if any(place[0] != first.value[0] for place in places) or view is None or (
                 len(starts) > 1 and not first.base.startswith("et_arena")):
             raise fixed(lambda a: f"{a.value[0]!r} + {a.value[1]}")
         start = first.offset - first.value[1]
@@ -480,8 +482,9 @@ def _batched_arg(args: list[Arg], batches, where: str) -> Arg:
             raise fixed(lambda a: a.value)
         return replace(first, value=value)
     if first.kind == "ints":
-        values = tuple(_fit(list(column), batches) for column in zip(*(a.value for a in args)))
-        if any(len(a.value) != len(first.value) for a in args) or any(v is None for v in values):
+        rows = [cast(tuple, a.value) for a in args]
+        values = tuple(_fit(list(column), batches) for column in zip(*rows))
+        if any(len(row) != len(rows[0]) for row in rows) or any(v is None for v in values):
             raise fixed(lambda a: a.value)
         return replace(first, value=values)
     if any(a != first for a in args):

@@ -21,7 +21,7 @@ class ForwardBlock(Block):
     """A block whose build returns the name(s) that become the model's outputs; after the call,
     to_model_proto() is the base model with those outputs (and the base model becomes it)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
         self._model = None
 
@@ -57,7 +57,7 @@ class TrainingBlock(Block):
     (a Linear head's weight and bias, whose generated names the user cannot know beforehand) unless
     requires_grad(name, False) froze them. Frozen: the names given requires_grad(name, False)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
         self._requires_grad: set[str] = set()
         self._frozen_params: set[str] = set()

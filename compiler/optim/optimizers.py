@@ -49,7 +49,7 @@ class OptimizerSpec:
 
 # Adding an optimizer is one block here (an op in ET_DOMAIN: its hyperparameters, state slots,
 # C kernel binding and NumPy reference), one C kernel in runtime_c/et_optim.h, and one parameter in
-# tests/c/test_optimizers.py. Nothing else names an optimizer: OptimType, the CLI's choices, the
+# tests/c/test_optimizer_registry.py. Nothing else names an optimizer: OptimType, the CLI's choices, the
 # generated C and the checkpoint's state all follow the registry.
 
 @op("AdamW", domain=ET_DOMAIN)

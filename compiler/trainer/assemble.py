@@ -10,7 +10,7 @@ from ..autodiff import differentiate
 from ..errors import EdgetrainError
 from ..frontend.imports import default_trainable
 from ..ir import Graph, Node
-from ..ops import lookup
+from ..ops import require
 from ..optim import LossType, OptimizerSpec, append_loss
 from .recompute import recompute as recompute_cheap
 
@@ -133,7 +133,7 @@ def _variants(graph: Graph, nodes: list[Node], training: bool) -> list[Node]:
     """The nodes as the training (or inference) graph runs them."""
     out = []
     for index, node in enumerate(nodes):
-        spec = lookup(node)
+        spec = require(node)
         out.append(spec.variant(graph, node, index, training) if spec.variant else node)
     return out
 
@@ -142,7 +142,7 @@ def _state_updates(nodes: list[Node]) -> dict[str, str]:
     """buffer -> the value holding its new contents after a training step."""
     updates = {}
     for node in nodes:
-        spec = lookup(node)
+        spec = require(node)
         for in_slot, out_slot in (spec.state(node) if spec.state else {}).items():
             updates[node.inputs[in_slot]] = node.outputs[out_slot]
     return updates
@@ -182,6 +182,7 @@ def inference_only(graph: Graph) -> Trainer:
     """A model with nothing to train, as its inference graph alone: every float initializer is
     frozen, and there is no loss, no training graph and no optimizer."""
     graph.nodes = _variants(graph, list(graph.nodes), training=False)
+    # Neither loss nor optimizer: lowering an inference-only trainer (lower_inference) reads neither.
     return Trainer(graph=graph, train_nodes=[], eval_nodes=[], infer_nodes=_live(graph.nodes, graph.outputs),
-                   loss=None, labels=None, trainable=[], frozen=list(graph.params), grads={}, optimizer=None,
-                   state_updates={})
+                   loss=None, labels=None, trainable=[], frozen=list(graph.params), grads={},  # type: ignore[arg-type]
+                   optimizer=None, state_updates={})  # type: ignore[arg-type]

@@ -5,13 +5,13 @@ to the backward one."""
 from __future__ import annotations
 
 from ..ir import Graph, Node
-from ..ops import lookup
+from ..ops import require
 
 
 def _cheap(graph: Graph, node: Node) -> bool:
     """Elementwise ops, batch normalization and depthwise convolution: a few operations per
     element, against a full convolution's or matrix product's many."""
-    if lookup(node).inplace or node.op == "BatchNormalizationTraining":
+    if require(node).inplace or node.op == "BatchNormalizationTraining":
         return True
     return (node.op == "Conv" and node.attr("group", 1) > 1
             and node.attr("group") == graph.shape(node.inputs[0])[1])
@@ -27,9 +27,9 @@ def recompute(graph: Graph, nodes: list[Node], backward_start: int, keep_every: 
     # Kept: secondary outputs (saved statistics), residuals (made to be kept), and dear results
     # (every K-th one with keep_every).
     dear = [node.outputs[0] for node in forward if node.outputs[0] in read_back and not _cheap(graph, node)
-            and not lookup(node).residual]
+            and not require(node).residual]
     kept = {name for name in read_back if name in producer and (producer[name].outputs[0] != name
-                                                                 or lookup(producer[name]).residual)}
+                                                                 or require(producer[name]).residual)}
     kept |= set(dear[keep_every - 1::keep_every] if keep_every else dear)
 
     def segment(value: str) -> list[Node] | None:
