@@ -11,7 +11,7 @@ BIN := $(VENV)/bin
 TARGET ?= host
 STEPS ?= 100
 
-.PHONY: demo test clean tools run federated personalize text web bench-memory bench-speed bench-build
+.PHONY: demo test lint clean tools run federated personalize text web bench-memory bench-speed bench-build
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,11 @@ demo: $(VENV)/.demo
 # fixtures are built once.
 test: $(VENV)/.test
 	$(BIN)/python -m pytest -q -n auto --dist loadfile
+
+# ruff's rules over the whole repository and mypy over compiler/, as pyproject.toml configures them.
+lint: $(VENV)/.test
+	$(BIN)/ruff check .
+	$(BIN)/mypy compiler
 
 # Flower on loopback: a SuperLink and 5 SuperNodes whose clients are generated C trainers.
 # STRATEGY=fedadam, or fedavg,fedadam for both in turn.
