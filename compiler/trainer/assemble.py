@@ -183,6 +183,16 @@ def inference_only(graph: Graph) -> Trainer:
     frozen, and there is no loss, no training graph and no optimizer."""
     graph.nodes = _variants(graph, list(graph.nodes), training=False)
     # Neither loss nor optimizer: lowering an inference-only trainer (lower_inference) reads neither.
-    return Trainer(graph=graph, train_nodes=[], eval_nodes=[], infer_nodes=_live(graph.nodes, graph.outputs),
-                   loss=None, labels=None, trainable=[], frozen=list(graph.params), grads={},  # type: ignore[arg-type]
-                   optimizer=None, state_updates={})  # type: ignore[arg-type]
+    return Trainer(
+        graph=graph,
+        train_nodes=[],
+        eval_nodes=[],
+        infer_nodes=_live(graph.nodes, graph.outputs),
+        loss=None,  # type: ignore[arg-type]
+        labels=None,
+        trainable=[],
+        frozen=list(graph.params),
+        grads={},
+        optimizer=None,  # type: ignore[arg-type]
+        state_updates={},
+    )
