@@ -38,9 +38,11 @@ demo: $(VENV)/.demo
 test: $(VENV)/.test
 	$(BIN)/python -m pytest -q -n auto --dist loadfile
 
-# ruff's rules over the whole repository and mypy over compiler/, as pyproject.toml configures them.
+# ruff's rules and formatting over the whole repository and mypy over compiler/, as pyproject.toml
+# configures them (`ruff format .` formats).
 lint: $(VENV)/.test
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy compiler
 
 # Flower on loopback: a SuperLink and 5 SuperNodes whose clients are generated C trainers.

@@ -47,8 +47,15 @@ def export(path: Path, batch_size: int) -> int:
     """resnet18's training-mode export to `path`; its parameter count."""
     torch.manual_seed(0)
     model = torchvision.models.resnet18(num_classes=10)
-    torch.onnx.export(model, (torch.randn(batch_size, 3, 32, 32),), str(path), dynamo=False,
-                      training=torch.onnx.TrainingMode.TRAINING, input_names=["x"], output_names=["logits"])
+    torch.onnx.export(
+        model,
+        (torch.randn(batch_size, 3, 32, 32),),
+        str(path),
+        dynamo=False,
+        training=torch.onnx.TrainingMode.TRAINING,
+        input_names=["x"],
+        output_names=["logits"],
+    )
     return sum(p.numel() for p in model.parameters())
 
 
@@ -68,19 +75,33 @@ def main() -> None:
         out = args.keep or Path(tmp, "out")
         before = load()
         start = clocks()
-        artifacts.generate_artifacts(str(onnx_path), artifact_directory=out, batch_size=args.batch_size,
-                                     loss=artifacts.LossType.CrossEntropyLoss, optimizer=artifacts.OptimType.SGD)
+        artifacts.generate_artifacts(
+            str(onnx_path),
+            artifact_directory=out,
+            batch_size=args.batch_size,
+            loss=artifacts.LossType.CrossEntropyLoss,
+            optimizer=artifacts.OptimType.SGD,
+        )
         generated = clocks()
-        api.Module(out / "training_model.onnx", api.CheckpointState.load_checkpoint(out / "checkpoint"),
-                   out / "eval_model.onnx")
+        api.Module(
+            out / "training_model.onnx",
+            api.CheckpointState.load_checkpoint(out / "checkpoint"),
+            out / "eval_model.onnx",
+        )
         loaded = clocks()
-        sizes = {name: (out / name).stat().st_size for name in ("model.c", "model_weights.h")
-                 if (out / name).exists()}  # an edgetrain before model_weights.h has model.c alone
-    print(f"resnet18: {parameters / 1e6:.1f} M parameters, batch {args.batch_size}, one core; {before} before, "
-          f"{load()} after")
+        sizes = {
+            name: (out / name).stat().st_size for name in ("model.c", "model_weights.h") if (out / name).exists()
+        }  # an edgetrain before model_weights.h has model.c alone
+    print(
+        f"resnet18: {parameters / 1e6:.1f} M parameters, batch {args.batch_size}, one core; {before} before, "
+        f"{load()} after"
+    )
     print(f"  {'seconds':<20} {'wall':>6} {'CPU':>6} {'of which compilers':>19}")
-    for label, (w0, c0, k0), (w1, c1, k1) in (("generate_artifacts", start, generated),
-                                              ("first api.Module", generated, loaded), ("total", start, loaded)):
+    for label, (w0, c0, k0), (w1, c1, k1) in (
+        ("generate_artifacts", start, generated),
+        ("first api.Module", generated, loaded),
+        ("total", start, loaded),
+    ):
         print(f"  {label:<20} {w1 - w0:6.1f} {c1 - c0:6.1f} {k1 - k0:19.1f}")
     total = loaded[1] - start[1]
     print(f"  {'budget':<20} {BUDGET_SECONDS:13.1f}  ({'met' if total <= BUDGET_SECONDS else 'over'} in CPU time)")

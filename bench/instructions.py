@@ -46,8 +46,9 @@ def firmware(data: Path, ours: Path, steps: int, target: str = TARGET) -> Path:
     shutil.copy(BENCH / "count.c", build / "harness.c")
     x, y = np.load(data / "x.npy"), np.load(data / "y.npy")
     labels = "int32_t" if np.issubdtype(y.dtype, np.integer) else "float"
-    (build / "data.h").write_text(f"#define ET_STEPS {steps}u\n" + c_array(x, "float", "bench_x")
-                                  + c_array(y, labels, "bench_y"))
+    (build / "data.h").write_text(
+        f"#define ET_STEPS {steps}u\n" + c_array(x, "float", "bench_x") + c_array(y, labels, "bench_y")
+    )
     (build / "firmware.elf").unlink(missing_ok=True)  # targets/Makefile does not know the harness reads data.h
     return build
 
@@ -56,8 +57,15 @@ def count(data: Path, ours: Path, steps: int = 1, target: str = TARGET) -> int:
     """Instructions per step on `target` of the trainer generated in `ours`, on the batch in `data`."""
     targets.load(target).require()
     build = firmware(data, ours, steps, target)
-    result = targets.make(f"TARGET={target}", "BUILD=.", "MODELS=model", f"QEMU_FLAGS={ICOUNT}",
-                          f"RUN_TIMEOUT={RUN_TIMEOUT}", "run", cwd=build)
+    result = targets.make(
+        f"TARGET={target}",
+        "BUILD=.",
+        "MODELS=model",
+        f"QEMU_FLAGS={ICOUNT}",
+        f"RUN_TIMEOUT={RUN_TIMEOUT}",
+        "run",
+        cwd=build,
+    )
     if result.returncode != 0 or "instructions per step" not in result.stdout:
         raise RuntimeError(f"counting instructions in {ours} failed:\n{(result.stdout + result.stderr)[-3000:]}")
     return int(result.stdout.split("instructions per step")[1].split()[0])

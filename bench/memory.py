@@ -61,8 +61,12 @@ SAME_NUMBERS_POLICIES = ("full model", "bias only", "last {k}", "bias + last {k}
 SAME_NUMBERS_MODEL, SAME_NUMBERS_STEPS, SAME_NUMBERS_TOLERANCE = "kws", 20, 1e-6
 # Issue 6's targets: (model, policy, at most this many KB of ram_bytes). Each is compiled once more
 # with that RAM budget, which lets the compiler fall back on recomputation to meet it.
-TARGETS = (("kws", "full model, fused SGD", 400), ("kws", "bias + last 5", 160), ("vww", "bias + last 1", 256),
-           ("vww-eval", "bias + last 1", 256))
+TARGETS = (
+    ("kws", "full model, fused SGD", 400),
+    ("kws", "bias + last 5", 160),
+    ("vww", "bias + last 1", 256),
+    ("vww-eval", "bias + last 1", 256),
+)
 
 
 def _status(field: str) -> int:
@@ -79,10 +83,14 @@ def ort_artifacts(directory: Path) -> None:
     spec = json.loads((directory / "spec.json").read_text())
     # A ModelProto, not a path: from a path, ORT 1.19 saves scratch external data twice, which the
     # onnx of its venv refuses.
-    artifacts.generate_artifacts(onnx.load(str(directory.parent / "model.onnx")),
-                                 requires_grad=spec["requires_grad"], frozen_params=spec["frozen"],
-                                 loss=artifacts.LossType[spec["loss"]], optimizer=artifacts.OptimType.SGD,
-                                 artifact_directory=str(directory))
+    artifacts.generate_artifacts(
+        onnx.load(str(directory.parent / "model.onnx")),
+        requires_grad=spec["requires_grad"],
+        frozen_params=spec["frozen"],
+        loss=artifacts.LossType[spec["loss"]],
+        optimizer=artifacts.OptimType.SGD,
+        artifact_directory=str(directory),
+    )
     optimizer = onnx.load(str(directory / "optimizer_model.onnx"))
     optimizer.ir_version = 10  # ORT 1.19 reads IR 10 at most
     onnx.save(optimizer, str(directory / "optimizer_model.onnx"))
@@ -100,8 +108,9 @@ def ort_rss(directory: Path) -> None:
     gc.collect()
     before_load = _status("VmRSS")
     state = api.CheckpointState.load_checkpoint(str(directory / "checkpoint"))
-    module = api.Module(str(directory / "training_model.onnx"), state, str(directory / "eval_model.onnx"),
-                        session_options=options)
+    module = api.Module(
+        str(directory / "training_model.onnx"), state, str(directory / "eval_model.onnx"), session_options=options
+    )
     optimizer = api.Optimizer(str(directory / "optimizer_model.onnx"), module)
     module.train()
     gc.collect()
@@ -116,8 +125,7 @@ def ort_rss(directory: Path) -> None:
 
 
 def _run(args: list[str], cwd: Path | None = None) -> str:
-    result = subprocess.run(args, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
-                            cwd=cwd)
+    result = subprocess.run(args, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, cwd=cwd)
     if result.returncode != 0:
         raise RuntimeError(f"{' '.join(args)} failed:\n{result.stderr.strip()[-3000:]}")
     return result.stdout
@@ -131,8 +139,9 @@ def _ort(work: Path, name: str, requires_grad: list[str], parameters: list[str],
         d.mkdir()
         loss = "CrossEntropyLoss" if np.issubdtype(np.load(work / name / "y.npy").dtype, np.integer) else "MSELoss"
         frozen = [p for p in parameters if p not in requires_grad]
-        (d / "spec.json").write_text(json.dumps({"requires_grad": requires_grad, "frozen": frozen, "loss": loss,
-                                                 "lr": LEARNING_RATE}))
+        (d / "spec.json").write_text(
+            json.dumps({"requires_grad": requires_grad, "frozen": frozen, "loss": loss, "lr": LEARNING_RATE})
+        )
         # ORT writes scratch files into the working directory: give it its own.
         _run([str(ORT_PYTHON), __file__, "--ort", "artifacts", str(d)], cwd=d)
         cache[key] = json.loads(_run([str(ORT_PYTHON), __file__, "--ort", "rss", str(d)]).splitlines()[-1])
@@ -144,7 +153,7 @@ def _trained(directory: Path) -> list[str]:
     import onnx
 
     outputs = onnx.load(str(directory / "training_model.onnx"), load_external_data=False).graph.output
-    return [o.name[:-len("_grad")] for o in outputs if o.name.endswith("_grad")]
+    return [o.name[: -len("_grad")] for o in outputs if o.name.endswith("_grad")]
 
 
 def measure(models: list[str], work: Path, with_ort: bool) -> list[dict]:
@@ -170,16 +179,25 @@ def measure(models: list[str], work: Path, with_ort: bool) -> list[dict]:
         np.save(work / name / "y.npy", np.zeros(1, np.int64) if classes else np.zeros((1, *sample), np.float32))
         ort_cache: dict = {}
         policies = list(_policy_options(name).items())
-        policies += [(f"{label}, ram_budget {kb} KB", {**kwargs, "ram_budget": kb * KB})
-                     for label, kwargs in policies for model, policy, kb in TARGETS
-                     if (model, policy) == (name, label)]
+        policies += [
+            (f"{label}, ram_budget {kb} KB", {**kwargs, "ram_budget": kb * KB})
+            for label, kwargs in policies
+            for model, policy, kb in TARGETS
+            if (model, policy) == (name, label)
+        ]
         for label, kwargs in policies:
             row = {"model": name, "policy": label}
             try:
                 out = artifacts.generate_artifacts(
-                    graph, loss="CrossEntropyLoss" if classes else "MSELoss", optimizer="SGD",
-                    learning_rate=LEARNING_RATE, batch_size=1, target=TARGET,
-                    artifact_directory=work / name / label.replace(" ", "_").replace(",", ""), **kwargs)
+                    graph,
+                    loss="CrossEntropyLoss" if classes else "MSELoss",
+                    optimizer="SGD",
+                    learning_rate=LEARNING_RATE,
+                    batch_size=1,
+                    target=TARGET,
+                    artifact_directory=work / name / label.replace(" ", "_").replace(",", ""),
+                    **kwargs,
+                )
             except EdgetrainError as exc:  # the table says so, and the other rows still get measured
                 rows.append({**row, "error": str(exc).splitlines()[0][:240].replace("|", "/")})
                 print(f"  {name:<4} {label:<24} failed: {exc}", file=sys.stderr)
@@ -187,9 +205,14 @@ def measure(models: list[str], work: Path, with_ort: bool) -> list[dict]:
             report = json.loads((out / "report.json").read_text())
             bound = max(report["liveness_lower_bound_bytes"].values())
             trained = _trained(out)
-            row.update(ram_bytes=report["ram_bytes"], arena_bytes=report["arena_bytes"], bound_bytes=bound,
-                       ratio=report["arena_bytes"] / bound, trained_parameters=report["trainable_parameters"],
-                       recomputed_ops=report["recomputed_ops"])
+            row.update(
+                ram_bytes=report["ram_bytes"],
+                arena_bytes=report["arena_bytes"],
+                bound_bytes=bound,
+                ratio=report["arena_bytes"] / bound,
+                trained_parameters=report["trainable_parameters"],
+                recomputed_ops=report["recomputed_ops"],
+            )
             if with_ort:
                 ort_params = [p for p in trained if p in ort_trainable]
                 row["ort"] = _ort(work, name, ort_params, ort_trainable + ort_frozen, ort_cache) if ort_params else None
@@ -201,9 +224,13 @@ def measure(models: list[str], work: Path, with_ort: bool) -> list[dict]:
 def _policy_options(name: str) -> dict[str, dict]:
     """{label: generate_artifacts arguments} of POLICIES for model `name` ("{k}" filled in)."""
     k = MODELS[name]
-    return {label.format(k=k): {key: value.format(k=k) if isinstance(value, str) else value
-                                for key, value in kwargs.items()} for label, kwargs in POLICIES
-            if not name.endswith(FROZEN_BN_SUFFIX) or label in FROZEN_BN_POLICIES}
+    return {
+        label.format(k=k): {
+            key: value.format(k=k) if isinstance(value, str) else value for key, value in kwargs.items()
+        }
+        for label, kwargs in POLICIES
+        if not name.endswith(FROZEN_BN_SUFFIX) or label in FROZEN_BN_POLICIES
+    }
 
 
 def same_numbers(work: Path) -> list[dict]:
@@ -218,17 +245,25 @@ def same_numbers(work: Path) -> list[dict]:
     build, sample, classes = BUILDERS[name]
     graph, _ = export_training(build(), batch=1)
     rng = np.random.default_rng(1)
-    batches = [(rng.normal(size=(1, *sample)).astype(np.float32), rng.integers(0, classes, 1))
-               for _ in range(SAME_NUMBERS_STEPS)]
+    batches = [
+        (rng.normal(size=(1, *sample)).astype(np.float32), rng.integers(0, classes, 1))
+        for _ in range(SAME_NUMBERS_STEPS)
+    ]
     options = {"full model": {}, **_policy_options(name)}
     rows = []
     for label in (p.format(k=MODELS[name]) for p in SAME_NUMBERS_POLICIES):
         trained = {}
         for update, fused in (("accumulate", False), ("fused", True)):
-            out = artifacts.generate_artifacts(graph, loss="CrossEntropyLoss", optimizer="SGD",
-                                               learning_rate=LEARNING_RATE, batch_size=1, fused_update=fused,
-                                               artifact_directory=work / "same" / f"{label}-{update}".replace(" ", "_"),
-                                               **options[label])
+            out = artifacts.generate_artifacts(
+                graph,
+                loss="CrossEntropyLoss",
+                optimizer="SGD",
+                learning_rate=LEARNING_RATE,
+                batch_size=1,
+                fused_update=fused,
+                artifact_directory=work / "same" / f"{label}-{update}".replace(" ", "_"),
+                **options[label],
+            )
             module = api.Module(out / "training_model.onnx", api.CheckpointState.load_checkpoint(out / "checkpoint"))
             optimizer = api.Optimizer(None, module)
             trained["initial"] = module.get_contiguous_parameters()  # the same for both builds
@@ -239,15 +274,24 @@ def same_numbers(work: Path) -> list[dict]:
                 module.lazy_reset_grad()
             trained[update] = module.get_contiguous_parameters()
         want, got = trained["accumulate"], trained["fused"]
-        rows.append({"model": name, "policy": label, "relative": float(np.abs(got - want).max() / np.abs(want).max()),
-                     "moved": float(np.abs(want - trained["initial"]).max())})
+        rows.append(
+            {
+                "model": name,
+                "policy": label,
+                "relative": float(np.abs(got - want).max() / np.abs(want).max()),
+                "moved": float(np.abs(want - trained["initial"]).max()),
+            }
+        )
         print(f"  {name:<4} {label:<24} fused vs accumulate: {rows[-1]['relative']:.2e}", file=sys.stderr)
     return rows
 
 
 def same_numbers_table(rows: list[dict]) -> str:
-    lines = [f"| model | update policy | max \\|fused − accumulate\\| / max \\|parameter\\| after "
-             f"{SAME_NUMBERS_STEPS} SGD steps | largest parameter change |", "|---|---|--:|--:|"]
+    lines = [
+        f"| model | update policy | max \\|fused − accumulate\\| / max \\|parameter\\| after "
+        f"{SAME_NUMBERS_STEPS} SGD steps | largest parameter change |",
+        "|---|---|--:|--:|",
+    ]
     lines += [f"| {r['model']} | {r['policy']} | {r['relative']:.2e} | {r['moved']:.3g} |" for r in rows]
     return "\n".join(lines) + "\n"
 
@@ -265,20 +309,26 @@ def targets(rows: list[dict], same: list[dict]) -> str:
             lines.append(f"- {model}, {r['policy']}: NOT met ({r['error']})")
         elif r:
             ok = r["ram_bytes"] <= limit * KB
-            lines.append(f"- {model}, {r['policy']}: {r['ram_bytes'] / KB:,.1f} KB "
-                         f"{'≤' if ok else '>'} {limit} KB: {'met' if ok else 'NOT met'}")
+            lines.append(
+                f"- {model}, {r['policy']}: {r['ram_bytes'] / KB:,.1f} KB "
+                f"{'≤' if ok else '>'} {limit} KB: {'met' if ok else 'NOT met'}"
+            )
     built = [r for r in rows if "error" not in r]
     if built:
         worst = max(built, key=lambda r: r["ratio"])
         ok = worst["ratio"] <= MAX_RATIO
-        lines.append(f"- arena / lower bound, worst: {worst['ratio']:.3f} ({worst['model']}, {worst['policy']}) "
-                     f"{'≤' if ok else '>'} {MAX_RATIO:.2f}: {'met' if ok else 'NOT met'}")
+        lines.append(
+            f"- arena / lower bound, worst: {worst['ratio']:.3f} ({worst['model']}, {worst['policy']}) "
+            f"{'≤' if ok else '>'} {MAX_RATIO:.2f}: {'met' if ok else 'NOT met'}"
+        )
     if same:
         worst = max(same, key=lambda r: r["relative"])
         ok = worst["relative"] <= SAME_NUMBERS_TOLERANCE
-        lines.append(f"- fused vs accumulate after {SAME_NUMBERS_STEPS} SGD steps, worst: {worst['relative']:.2e} "
-                     f"({worst['model']}, {worst['policy']}) {'≤' if ok else '>'} {SAME_NUMBERS_TOLERANCE:g}: "
-                     f"{'met' if ok else 'NOT met'}")
+        lines.append(
+            f"- fused vs accumulate after {SAME_NUMBERS_STEPS} SGD steps, worst: {worst['relative']:.2e} "
+            f"({worst['model']}, {worst['policy']}) {'≤' if ok else '>'} {SAME_NUMBERS_TOLERANCE:g}: "
+            f"{'met' if ok else 'NOT met'}"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -288,20 +338,26 @@ TTE = (("MCUNet", 173), ("MobileNetV2", 141))
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| model | update policy | trained floats | RAM: ram_bytes (cortex-m4) | arena | lower bound "
-             "| arena / bound | ORT step ΔRSS | ORT load + step ΔRSS |",
-             "|---|---|--:|--:|--:|--:|--:|--:|--:|"]
+    lines = [
+        "| model | update policy | trained floats | RAM: ram_bytes (cortex-m4) | arena | lower bound "
+        "| arena / bound | ORT step ΔRSS | ORT load + step ΔRSS |",
+        "|---|---|--:|--:|--:|--:|--:|--:|--:|",
+    ]
     for r in rows:
         if "error" in r:
             lines.append(f"| {r['model']} | {r['policy']} | failed: {r['error']} |||||||")
             continue
         ort = r.get("ort")
         policy = r["policy"] + (f" (recomputes {r['recomputed_ops']} ops)" if r["recomputed_ops"] else "")
-        lines.append(f"| {r['model']} | {policy} | {r['trained_parameters']:,} | {r['ram_bytes'] / KB:,.1f} KB "
-                     f"| {r['arena_bytes'] / KB:,.1f} KB | {r['bound_bytes'] / KB:,.1f} KB | {r['ratio']:.3f} | "
-                     + (f"{ort['step_kib']:,} KB | {ort['load_and_step_kib']:,} KB |" if ort else "– | – |"))
-    lines += [f"| {model} (TTE, published) | sparse update, int8 | – | {kb} KB peak | – | – | – | – | – |"
-              for model, kb in TTE]
+        lines.append(
+            f"| {r['model']} | {policy} | {r['trained_parameters']:,} | {r['ram_bytes'] / KB:,.1f} KB "
+            f"| {r['arena_bytes'] / KB:,.1f} KB | {r['bound_bytes'] / KB:,.1f} KB | {r['ratio']:.3f} | "
+            + (f"{ort['step_kib']:,} KB | {ort['load_and_step_kib']:,} KB |" if ort else "– | – |")
+        )
+    lines += [
+        f"| {model} (TTE, published) | sparse update, int8 | – | {kb} KB peak | – | – | – | – | – |"
+        for model, kb in TTE
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -323,8 +379,9 @@ def main(argv=None) -> None:
     if set(models) - set(MODELS):
         parser.error(f"unknown models: {sorted(set(models) - set(MODELS))}")
     if not args.no_ort and not ORT_PYTHON.exists():
-        parser.error(f"ONNX Runtime training goes in {ORT_PYTHON.parent.parent}: make bench/.venv-ort/.installed "
-                     "(or --no-ort)")
+        parser.error(
+            f"ONNX Runtime training goes in {ORT_PYTHON.parent.parent}: make bench/.venv-ort/.installed (or --no-ort)"
+        )
     sys.path[:0] = [str(BENCH), str(BENCH.parent / "examples" / "models")]
     with tempfile.TemporaryDirectory() as tmp:
         rows = measure(models, Path(tmp), not args.no_ort)

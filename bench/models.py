@@ -20,9 +20,14 @@ from mlperf_tiny import MODELS as MLPERF_TINY, export_eval, freeze_batchnorm
 from edgetrain.demo import SIZES as MLP_SIZES
 
 # name: (builder, one sample's shape, classes or None for a reconstruction loss)
-MODELS = {"mlp": (lambda: nn.Sequential(nn.Linear(MLP_SIZES[0], MLP_SIZES[1]), nn.ReLU(),
-                                        nn.Linear(MLP_SIZES[1], MLP_SIZES[2])), (MLP_SIZES[0],), MLP_SIZES[-1]),
-          **{name: (m["build"], m["input"], m["classes"]) for name, m in MLPERF_TINY.items()}}
+MODELS = {
+    "mlp": (
+        lambda: nn.Sequential(nn.Linear(MLP_SIZES[0], MLP_SIZES[1]), nn.ReLU(), nn.Linear(MLP_SIZES[1], MLP_SIZES[2])),
+        (MLP_SIZES[0],),
+        MLP_SIZES[-1],
+    ),
+    **{name: (m["build"], m["input"], m["classes"]) for name, m in MLPERF_TINY.items()},
+}
 
 
 def torch_model(name: str, seed: int = 0) -> nn.Module:

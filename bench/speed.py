@@ -55,8 +55,15 @@ LEARNING_RATE = 1e-3
 LOSS_TOLERANCE = 1e-4  # relative, between systems' first losses (summation orders differ)
 OURS = ("python", "c", "python-fast", "c-fast", "c-start")
 SYSTEMS = ("ort", "python", "c", "python-fast", "c-fast", "torch", "c-start")
-NAMES = {"ort": "ORT", "python": "python", "c": "C", "python-fast": "python fast", "c-fast": "C fast",
-         "c-start": "C start", "torch": "torch"}
+NAMES = {
+    "ort": "ORT",
+    "python": "python",
+    "c": "C",
+    "python-fast": "python fast",
+    "c-fast": "C fast",
+    "c-start": "C start",
+    "torch": "torch",
+}
 
 sys.path.insert(0, str(BENCH))
 import instructions  # noqa: E402
@@ -69,8 +76,10 @@ def step_flops(graph: onnx.ModelProto) -> int:
     for the forward product, the weight gradient and the input gradient, which a node reading the
     graph's input does not need."""
     graph = onnx.shape_inference.infer_shapes(graph).graph
-    shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
-              for v in [*graph.input, *graph.output, *graph.value_info]}
+    shapes = {
+        v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
+        for v in [*graph.input, *graph.output, *graph.value_info]
+    }
     shapes.update({t.name: list(t.dims) for t in graph.initializer})
     data_inputs = {i.name for i in graph.input} - {t.name for t in graph.initializer}
     flops = 0
@@ -95,8 +104,7 @@ def source_tree(revision: str | None, into: Path) -> Path:
     The run uses such a copy, so that edits made while it runs cannot mix two versions in it."""
     parts = ("compiler", "templates", "runtime_c", "targets")
     if revision:
-        archive = subprocess.run(["git", "archive", revision, *parts], cwd=ROOT, capture_output=True,
-                                 check=True).stdout
+        archive = subprocess.run(["git", "archive", revision, *parts], cwd=ROOT, capture_output=True, check=True).stdout
         with tarfile.open(fileobj=BytesIO(archive)) as tar:
             tar.extractall(into / "src", filter="data")
     else:
@@ -137,9 +145,17 @@ class Case:
         np.save(d / "y.npy", y)
         x.tofile(d / "x.bin")  # the C driver's copies: its label type is int32 or float
         y.astype(np.int32 if classes else np.float32).tofile(d / "y.bin")
-        (d / "spec.json").write_text(json.dumps({
-            "model": self.name, "lr": LEARNING_RATE, "requires_grad": trainable, "frozen": frozen,
-            "loss": "CrossEntropyLoss" if classes else "MSELoss"}))
+        (d / "spec.json").write_text(
+            json.dumps(
+                {
+                    "model": self.name,
+                    "lr": LEARNING_RATE,
+                    "requires_grad": trainable,
+                    "frozen": frozen,
+                    "loss": "CrossEntropyLoss" if classes else "MSELoss",
+                }
+            )
+        )
         for system in ("ort", "torch", "current", "start"):
             (d / system).mkdir(exist_ok=True)
         torch.save(model.state_dict(), d / "torch" / "state.pt")
@@ -153,7 +169,7 @@ class Case:
 
     def library(self, system: str) -> Path:
         """The shared library the system's build made (workers.py keeps one cache per build mode)."""
-        library, = cache_dir(self.ours(system), build_mode(system)).glob("*.so")
+        (library,) = cache_dir(self.ours(system), build_mode(system)).glob("*.so")
         return library
 
     def build_driver(self, system: str) -> None:
@@ -161,10 +177,27 @@ class Case:
         label = "int32_t" if np.issubdtype(np.load(self.directory / "y.npy").dtype, np.integer) else "float"
         x_size, y_size = ((self.directory / name).stat().st_size // 4 for name in ("x.bin", "y.bin"))
         cc = os.environ.get("CC", "cc")
-        subprocess.run([cc, "-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-pedantic", f"-DET_LABEL={label}",
-                        f"-DET_X_FLOATS={x_size}", f"-DET_Y_COUNT={y_size}", f"-I{self.ours(system)}", "-o",
-                        str(library.parent / "driver"), str(BENCH / "driver.c"), str(library),
-                        f"-Wl,-rpath,{library.parent}"], check=True)
+        subprocess.run(
+            [
+                cc,
+                "-std=c99",
+                "-O2",
+                "-Wall",
+                "-Wextra",
+                "-Werror",
+                "-pedantic",
+                f"-DET_LABEL={label}",
+                f"-DET_X_FLOATS={x_size}",
+                f"-DET_Y_COUNT={y_size}",
+                f"-I{self.ours(system)}",
+                "-o",
+                str(library.parent / "driver"),
+                str(BENCH / "driver.c"),
+                str(library),
+                f"-Wl,-rpath,{library.parent}",
+            ],
+            check=True,
+        )
 
     def run(self, system: str, budget: float) -> dict:
         d = self.directory
@@ -173,13 +206,17 @@ class Case:
         if system == "torch":
             return _measure([sys.executable, BENCH / "workers.py", "torch", d / "torch", budget])
         if system.startswith("python"):
-            return _measure([sys.executable, BENCH / "workers.py", "edgetrain", self.ours(system), budget],
-                            build_mode(system), self.env(system))
+            return _measure(
+                [sys.executable, BENCH / "workers.py", "edgetrain", self.ours(system), budget],
+                build_mode(system),
+                self.env(system),
+            )
         return _measure([self.library(system).parent / "driver", d / "x.bin", d / "y.bin", budget])
 
 
-def prepare(cases: list[Case], systems: list[str], work: Path, start_tree: Path | None,
-            counting: bool = False) -> tuple[list[str], dict]:
+def prepare(
+    cases: list[Case], systems: list[str], work: Path, start_tree: Path | None, counting: bool = False
+) -> tuple[list[str], dict]:
     """Every system's artifacts, one process per tool for all cases (imports are slow), independent
     ones side by side (nothing is timed yet), and the instruction counts when `counting`. Returns
     the systems to measure (the fast ones are left out when the fast build is the default one) and
@@ -195,15 +232,20 @@ def prepare(cases: list[Case], systems: list[str], work: Path, start_tree: Path 
     trees = {start: cases[0].env("c-start" if start else "c") for start, _ in builds}
     dirs = {start: [c.ours("c-start" if start else "c") for c in cases] for start in trees}
     with ThreadPoolExecutor() as pool:
-        jobs = [pool.submit(_prepare, sys.executable, "edgetrain-generate", dirs[start], env=trees[start])
-                for start in trees]
+        jobs = [
+            pool.submit(_prepare, sys.executable, "edgetrain-generate", dirs[start], env=trees[start])
+            for start in trees
+        ]
         if "ort" in systems:  # ORT's scratch files go to the working directory
-            jobs.append(pool.submit(_prepare, ORT_PYTHON, "ort-artifacts", [c.directory / "ort" for c in cases],
-                                    cwd=work))
+            jobs.append(
+                pool.submit(_prepare, ORT_PYTHON, "ort-artifacts", [c.directory / "ort" for c in cases], cwd=work)
+            )
         for job in jobs:
             job.result()
-        jobs = [pool.submit(_prepare, sys.executable, "edgetrain-build", dirs[start], mode, env=trees[start])
-                for start, mode in sorted(builds)]
+        jobs = [
+            pool.submit(_prepare, sys.executable, "edgetrain-build", dirs[start], mode, env=trees[start])
+            for start, mode in sorted(builds)
+        ]
         counts = pool.submit(count_instructions, cases) if counting else None
         for job in jobs:
             job.result()
@@ -223,8 +265,11 @@ def count_instructions(cases: list[Case]) -> dict:
     batch-1 cases, on the microcontroller target (deterministic: counted once, not timed)."""
     counts = {}
     for case in (c for c in cases if c.batch == 1):
-        counts[case.key] = {s: instructions.count(case.directory, case.ours(s)) for s in ("c", "c-start")
-                            if (case.ours(s) / "model.c").exists()}
+        counts[case.key] = {
+            s: instructions.count(case.directory, case.ours(s))
+            for s in ("c", "c-start")
+            if (case.ours(s) / "model.c").exists()
+        }
         print(f"  {case.key:>7} instructions per step on {instructions.TARGET}: {counts[case.key]}", file=sys.stderr)
     return counts
 
@@ -239,8 +284,13 @@ def _run(args: list, mode: str = "reproducible", env=None, cwd=None) -> str:
     the instructions counted per step, by a few hundred."""
     args = [str(a) for a in args]
     environ = {k: v for k, v in os.environ.items() if k != "EDGETRAIN_BUILD"}
-    result = subprocess.run(args, env={**environ, **build_env(mode), "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0",
-                                       **(env or {})}, capture_output=True, text=True, cwd=cwd)
+    result = subprocess.run(
+        args,
+        env={**environ, **build_env(mode), "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0", **(env or {})},
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+    )
     if result.returncode != 0:
         raise RuntimeError(f"{shlex.join(args)} failed:\n{result.stderr.strip()[-3000:]}")
     return result.stdout
@@ -258,8 +308,10 @@ def _measure(args: list, mode: str = "reproducible", env=None) -> dict:
 def machine() -> str:
     """The CPU model (/proc/cpuinfo), the CPUs this process may use (nproc) and the load averages."""
     cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    model = next((line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")),
-                 platform.processor() or platform.machine())
+    model = next(
+        (line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")),
+        platform.processor() or platform.machine(),
+    )
     return f"{model}, nproc {len(os.sched_getaffinity(0))}, {load()}"
 
 
@@ -273,16 +325,27 @@ def measure(cases: list[Case], systems: list[str], repeat: int, budget: float) -
     slows a run down, so the fastest repetition is the one least disturbed."""
     runs = {c.key: {s: [] for s in systems} for c in cases}
     for rep in range(repeat):
-        order = systems[rep % len(systems):] + systems[:rep % len(systems)]  # no system always first
+        order = systems[rep % len(systems) :] + systems[: rep % len(systems)]  # no system always first
         for case in cases:
             for system in order:
                 runs[case.key][system].append(case.run(system, budget))
-                print(f"  {case.key:>7} {system:<11} rep {rep + 1}/{repeat}: "
-                      f"{runs[case.key][system][-1]['median_ns'] / 1e6:9.3f} ms", file=sys.stderr)
-    return {key: {s: {"ms": min(r["median_ns"] for r in rs) / 1e6, "runs_ms": [r["median_ns"] / 1e6 for r in rs],
-                      "rss_mb": max(r["peak_rss_kb"] for r in rs) / 1024, "losses": rs[0]["losses"]}
-                  for s, rs in by_system.items()}
-            for key, by_system in runs.items()}
+                print(
+                    f"  {case.key:>7} {system:<11} rep {rep + 1}/{repeat}: "
+                    f"{runs[case.key][system][-1]['median_ns'] / 1e6:9.3f} ms",
+                    file=sys.stderr,
+                )
+    return {
+        key: {
+            s: {
+                "ms": min(r["median_ns"] for r in rs) / 1e6,
+                "runs_ms": [r["median_ns"] / 1e6 for r in rs],
+                "rss_mb": max(r["peak_rss_kb"] for r in rs) / 1024,
+                "losses": rs[0]["losses"],
+            }
+            for s, rs in by_system.items()
+        }
+        for key, by_system in runs.items()
+    }
 
 
 def disagreements(cases: list[Case], results: dict) -> list[str]:
@@ -295,8 +358,9 @@ def disagreements(cases: list[Case], results: dict) -> list[str]:
         losses = {s: np.float32(v["losses"]) for s, v in results[case.key].items()}
         for python, c in (("python", "c"), ("python-fast", "c-fast")):
             if python in losses and c in losses and not np.array_equal(losses[python], losses[c]):
-                problems.append(f"{case.key}: {NAMES[python]} {losses[python].tolist()} != {NAMES[c]} "
-                                f"{losses[c].tolist()}")
+                problems.append(
+                    f"{case.key}: {NAMES[python]} {losses[python].tolist()} != {NAMES[c]} {losses[c].tolist()}"
+                )
         reference = losses.get("torch")
         for system, values in losses.items():
             if reference is None or (system == "ort" and case.batch_norm):
@@ -309,30 +373,41 @@ def disagreements(cases: list[Case], results: dict) -> list[str]:
 def loss_check(systems: list[str], problems: list[str]) -> str:
     if problems:
         return "Losses of the first steps DISAGREE:\n" + "\n".join(f"- {p}" for p in problems)
-    against_torch = (f"every system within a relative {LOSS_TOLERANCE:g} of torch's (ORT on models without "
-                     "BatchNormalization), " if "torch" in systems else "")
+    against_torch = (
+        f"every system within a relative {LOSS_TOLERANCE:g} of torch's (ORT on models without BatchNormalization), "
+        if "torch" in systems
+        else ""
+    )
     return f"Losses of the first steps: {against_torch}the Python API and the C driver bit-identical in each build."
 
 
 def acceptance(cases: list[Case], systems: list[str], results: dict) -> list[str]:
     """Whether the step-time targets hold through the Python API: at most ORT's time everywhere, at
     most half of it at batch 1 for the MLP and the autoencoder."""
-    goals = [("≤ 1.0× ORT", 1.0, [c.key for c in cases]),
-             ("≤ 0.5× ORT at batch 1 for mlp and ad", 0.5,
-              [c.key for c in cases if c.batch == 1 and c.name in ("mlp", "ad")])]
+    goals = [
+        ("≤ 1.0× ORT", 1.0, [c.key for c in cases]),
+        (
+            "≤ 0.5× ORT at batch 1 for mlp and ad",
+            0.5,
+            [c.key for c in cases if c.batch == 1 and c.name in ("mlp", "ad")],
+        ),
+    ]
     lines = []
     for system in (s for s in ("python", "python-fast") if s in systems and "ort" in systems):
         for label, bound, keys in (goal for goal in goals if goal[2]):
             ratios = {k: results[k][system]["ms"] / results[k]["ort"]["ms"] for k in keys}
             missed = [f"{k} {ratio:.2f}×" for k, ratio in ratios.items() if ratio > bound]
-            lines.append(f"- {NAMES[system]}, {label}: holds for {len(keys) - len(missed)} of {len(keys)}"
-                         + (f"; missed: {', '.join(missed)}" if missed else ""))
+            lines.append(
+                f"- {NAMES[system]}, {label}: holds for {len(keys) - len(missed)} of {len(keys)}"
+                + (f"; missed: {', '.join(missed)}" if missed else "")
+            )
     return lines
 
 
 def tables(cases: list[Case], systems: list[str], results: dict, baseline: dict | None, counts: dict) -> str:
     """Markdown tables. The speed-up over the starting point divides by C start's time in this run
     when it ran (the same load for both), else by the one bench/baseline.json recorded."""
+
     def table(title, columns, rows):
         lines = [f"**{title}**", "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
         return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows]) + "\n"
@@ -344,33 +419,49 @@ def tables(cases: list[Case], systems: list[str], results: dict, baseline: dict 
     for case in cases:
         r, row = results[case.key], [case.name, str(case.batch)]
         ort = r.get("ort", {}).get("ms")
-        time_rows.append(row + [f"{r[s]['ms']:.3f}" + (f" ({r[s]['ms'] / ort:.2f}×)" if ort and s != "ort" else "")
-                                for s in systems])
+        time_rows.append(
+            row + [f"{r[s]['ms']:.3f}" + (f" ({r[s]['ms'] / ort:.2f}×)" if ort and s != "ort" else "") for s in systems]
+        )
         rss_rows.append(row + [f"{r[s]['rss_mb']:.1f}" for s in systems])
         flop_rows.append(row + [f"{case.flops / 1e6:.2f}"] + [f"{case.flops / r[s]['ms'] / 1e6:.2f}" for s in systems])
         start = r.get("c-start", {}).get("ms") or recorded.get(case.key)
         if start:
-            start_rows.append(row + [f"{recorded[case.key]:.3f}" if case.key in recorded else "",
-                                     f"{r['c-start']['ms']:.3f}" if "c-start" in r else ""]
-                              + [f"{start / r[s]['ms']:.2f}×" for s in ("c", "c-fast") if s in systems])
+            start_rows.append(
+                row
+                + [
+                    f"{recorded[case.key]:.3f}" if case.key in recorded else "",
+                    f"{r['c-start']['ms']:.3f}" if "c-start" in r else "",
+                ]
+                + [f"{start / r[s]['ms']:.2f}×" for s in ("c", "c-fast") if s in systems]
+            )
     out = [table("Median step time, ms (ratio to ORT)", head + columns, time_rows)]
     if start_rows:
         revision = (baseline or {}).get("revision", "")[:10]
-        out.append(table(f"Speed-up of the C driver over the starting point (revision {revision})",
-                         head + ["recorded ms", "this run ms"] + [NAMES[s] for s in ("c", "c-fast") if s in systems],
-                         start_rows))
+        out.append(
+            table(
+                f"Speed-up of the C driver over the starting point (revision {revision})",
+                head + ["recorded ms", "this run ms"] + [NAMES[s] for s in ("c", "c-fast") if s in systems],
+                start_rows,
+            )
+        )
     out.append(table("Peak RSS, MB (each system in its own process)", head + columns, rss_rows))
     out.append(table("Achieved GFLOP/s", head + ["MFLOP/step"] + columns, flop_rows))
     if counts:
         rows = []
         for case in (c for c in cases if c.key in counts):
             now, start = counts[case.key]["c"], counts[case.key].get("c-start")
-            rows.append([case.name, f"{now:,}", f"{case.flops / now:.3f}"]
-                        + ([f"{start:,}", f"{start / now:.2f}×"] if start else []))
-        out.append(table(f"Instructions per training step on {instructions.TARGET} (batch 1, QEMU -icount)",
-                         ["model", "instructions", "FLOP/instruction"]
-                         + (["at the starting point", "speed-up"] if any("c-start" in c for c in counts.values())
-                            else []), rows))
+            rows.append(
+                [case.name, f"{now:,}", f"{case.flops / now:.3f}"]
+                + ([f"{start:,}", f"{start / now:.2f}×"] if start else [])
+            )
+        out.append(
+            table(
+                f"Instructions per training step on {instructions.TARGET} (batch 1, QEMU -icount)",
+                ["model", "instructions", "FLOP/instruction"]
+                + (["at the starting point", "speed-up"] if any("c-start" in c for c in counts.values()) else []),
+                rows,
+            )
+        )
     return "\n".join(out)
 
 
@@ -382,11 +473,18 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--budget", type=float, default=0.3, help="seconds of timed steps per run")
     parser.add_argument("--quick", action="store_true", help="one repetition, short runs")
-    parser.add_argument("--baseline", metavar="REV", help="time the C driver of git revision REV's generator "
-                        "and record it as the starting point in bench/baseline.json")
+    parser.add_argument(
+        "--baseline",
+        metavar="REV",
+        help="time the C driver of git revision REV's generator "
+        "and record it as the starting point in bench/baseline.json",
+    )
     parser.add_argument("--json", type=Path, help="write the raw results here")
-    parser.add_argument("--no-instructions", action="store_true",
-                        help=f"skip counting instructions per step on {instructions.TARGET} (batch 1)")
+    parser.add_argument(
+        "--no-instructions",
+        action="store_true",
+        help=f"skip counting instructions per step on {instructions.TARGET} (batch 1)",
+    )
     return parser
 
 
@@ -400,8 +498,10 @@ def main(argv=None) -> None:
     if unknown or set(args.models.split(",")) - set(MODELS):
         parser.error(f"unknown systems or models: {sorted(unknown) or args.models}")
     if "ort" in systems and not ORT_PYTHON.exists():
-        parser.error(f"ort needs ONNX Runtime training in {ORT_PYTHON.parent.parent}: "
-                     "make bench/.venv-ort/.installed (or leave ort out of --systems)")
+        parser.error(
+            f"ort needs ONNX Runtime training in {ORT_PYTHON.parent.parent}: "
+            "make bench/.venv-ort/.installed (or leave ort out of --systems)"
+        )
     baseline = json.loads(BASELINE.read_text()) if BASELINE.exists() else None
     revision = args.baseline or (baseline or {}).get("revision")
     if "c-start" in systems and not revision:
@@ -410,8 +510,10 @@ def main(argv=None) -> None:
     counting = not (args.no_instructions or args.baseline)
     missing = targets.load(instructions.TARGET).missing() if counting else []
     if missing:
-        parser.error(f"counting instructions needs {', '.join(tool for tool, _ in missing)}: make "
-                     f"TARGET={instructions.TARGET} tools (or --no-instructions)")
+        parser.error(
+            f"counting instructions needs {', '.join(tool for tool, _ in missing)}: make "
+            f"TARGET={instructions.TARGET} tools (or --no-instructions)"
+        )
 
     command = "python bench/speed.py " + shlex.join(argv if argv is not None else sys.argv[1:])
     with tempfile.TemporaryDirectory(prefix="edgetrain-bench-") as tmp:
@@ -423,14 +525,34 @@ def main(argv=None) -> None:
         results = measure(cases, systems, args.repeat, args.budget)
     problems = disagreements(cases, results)
     if args.json:
-        args.json.write_text(json.dumps({"command": command, "machine": before, "results": results,
-                                         "instructions": counts, "disagreements": problems}, indent=1))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "command": command,
+                    "machine": before,
+                    "results": results,
+                    "instructions": counts,
+                    "disagreements": problems,
+                },
+                indent=1,
+            )
+        )
     if args.baseline:
-        sha = subprocess.run(["git", "rev-parse", args.baseline], cwd=ROOT, capture_output=True, text=True,
-                             check=True).stdout.strip()
-        BASELINE.write_text(json.dumps({"revision": sha, "command": command, "machine": before,
-                                        "c_step_ms": {k: r["c-start"]["ms"] for k, r in results.items()}},
-                                       indent=1) + "\n")
+        sha = subprocess.run(
+            ["git", "rev-parse", args.baseline], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        BASELINE.write_text(
+            json.dumps(
+                {
+                    "revision": sha,
+                    "command": command,
+                    "machine": before,
+                    "c_step_ms": {k: r["c-start"]["ms"] for k, r in results.items()},
+                },
+                indent=1,
+            )
+            + "\n"
+        )
     print(f"`{command}`\n\nMachine: {before} before the runs; {load()} after.\n")
     print(tables(cases, systems, results, baseline, counts))
     print(loss_check(systems, problems))

@@ -54,6 +54,7 @@ def training_api_step(module, optimizer, x, y):
         optimizer.step()
         module.lazy_reset_grad()
         return loss
+
     return step
 
 
@@ -74,8 +75,9 @@ def ort_step(directory: Path, x, y):
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = options.inter_op_num_threads = 1
     state = api.CheckpointState.load_checkpoint(str(directory / "checkpoint"))
-    module = api.Module(str(directory / "training_model.onnx"), state, str(directory / "eval_model.onnx"),
-                        session_options=options)
+    module = api.Module(
+        str(directory / "training_model.onnx"), state, str(directory / "eval_model.onnx"), session_options=options
+    )
     optimizer = api.Optimizer(str(directory / "optimizer_model.onnx"), module)
     optimizer.set_learning_rate(json.loads((directory.parent / "spec.json").read_text())["lr"])
     return training_api_step(module, optimizer, x, y)
@@ -101,6 +103,7 @@ def torch_step(directory: Path, x, y):
         optimizer.step()
         optimizer.zero_grad()
         return loss.item()
+
     return step
 
 
@@ -114,9 +117,15 @@ def edgetrain_generate(directory: Path) -> None:
     from edgetrain.artifacts import generate_artifacts
 
     spec = json.loads((directory.parent / "spec.json").read_text())
-    generate_artifacts(str(directory.parent / "model.onnx"), requires_grad=spec["requires_grad"],
-                       frozen_params=spec["frozen"], loss=spec["loss"], optimizer="SGD",
-                       learning_rate=spec["lr"], artifact_directory=directory)
+    generate_artifacts(
+        str(directory.parent / "model.onnx"),
+        requires_grad=spec["requires_grad"],
+        frozen_params=spec["frozen"],
+        loss=spec["loss"],
+        optimizer="SGD",
+        learning_rate=spec["lr"],
+        artifact_directory=directory,
+    )
 
 
 def edgetrain_build(directory: Path) -> None:
@@ -133,18 +142,21 @@ def ort_artifacts(directory: Path) -> None:
     spec = json.loads((directory.parent / "spec.json").read_text())
     # A ModelProto, not a path: from a path, ORT 1.19 saves scratch external data twice, which the onnx
     # of its venv refuses. Its scratch files land in the working directory (speed.py's temporary one).
-    artifacts.generate_artifacts(onnx.load(str(directory.parent / "model.onnx")), requires_grad=spec["requires_grad"],
-                                 frozen_params=spec["frozen"],
-                                 loss=artifacts.LossType[spec["loss"]], optimizer=artifacts.OptimType.SGD,
-                                 artifact_directory=str(directory))
+    artifacts.generate_artifacts(
+        onnx.load(str(directory.parent / "model.onnx")),
+        requires_grad=spec["requires_grad"],
+        frozen_params=spec["frozen"],
+        loss=artifacts.LossType[spec["loss"]],
+        optimizer=artifacts.OptimType.SGD,
+        artifact_directory=str(directory),
+    )
     optimizer = onnx.load(str(directory / "optimizer_model.onnx"))
     optimizer.ir_version = 10  # ONNX Runtime 1.19 reads IR 10 at most; newer onnx writes more
     onnx.save(optimizer, str(directory / "optimizer_model.onnx"))
 
 
 STEPS = {"edgetrain": edgetrain_step, "ort": ort_step, "torch": torch_step}
-PREPARE = {"edgetrain-generate": edgetrain_generate, "edgetrain-build": edgetrain_build,
-           "ort-artifacts": ort_artifacts}
+PREPARE = {"edgetrain-generate": edgetrain_generate, "edgetrain-build": edgetrain_build, "ort-artifacts": ort_artifacts}
 
 
 def main(command: str, *args: str) -> None:

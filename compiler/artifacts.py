@@ -41,15 +41,40 @@ TARGETS = targets.names()
 DEFAULT_MAX_BATCH = 32
 
 
-def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=LossType.CrossEntropyLoss,
-                       optimizer=OptimType["AdamW"], artifact_directory="out", batch_size=None, target=None, *,
-                       prefix=None, ort_format=False, custom_op_library=None, additional_output_names=None,
-                       nominal_checkpoint=False, loss_input_names=None, c_prefix=None,
-                       dim_values=None, untie=False, frozen_bn=False,
-                       learning_rate=1e-3, ignore_index=None, class_weights=None,
-                       momentum=0.0, nesterov=False, weight_decay=0.0, max_grad_norm=None, federated=False,
-                       fused_update=False, update_policy=None, ram_budget=None,
-                       memory_plot=False, defer_free_dims=True) -> Path:
+def generate_artifacts(
+    model,
+    requires_grad=None,
+    frozen_params=None,
+    loss=LossType.CrossEntropyLoss,
+    optimizer=OptimType["AdamW"],
+    artifact_directory="out",
+    batch_size=None,
+    target=None,
+    *,
+    prefix=None,
+    ort_format=False,
+    custom_op_library=None,
+    additional_output_names=None,
+    nominal_checkpoint=False,
+    loss_input_names=None,
+    c_prefix=None,
+    dim_values=None,
+    untie=False,
+    frozen_bn=False,
+    learning_rate=1e-3,
+    ignore_index=None,
+    class_weights=None,
+    momentum=0.0,
+    nesterov=False,
+    weight_decay=0.0,
+    max_grad_norm=None,
+    federated=False,
+    fused_update=False,
+    update_policy=None,
+    ram_budget=None,
+    memory_plot=False,
+    defer_free_dims=True,
+) -> Path:
     """Compile the forward ONNX `model` into a trainer. Returns the artifact directory.
 
     ONNX Runtime's arguments: requires_grad / frozen_params (frozen_params may name any initializer,
@@ -101,17 +126,38 @@ def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=LossT
     if loss is not None:
         loss = LossType(loss.value if isinstance(loss, LossType) else loss)
     optimizer = OptimType(optimizer.value if isinstance(optimizer, OptimType) else optimizer)
-    spec = OptimizerSpec(kind=optimizer, lr=float(learning_rate), weight_decay=float(weight_decay),
-                         momentum=float(momentum), nesterov=bool(nesterov),
-                         max_grad_norm=None if max_grad_norm is None else float(max_grad_norm))
+    spec = OptimizerSpec(
+        kind=optimizer,
+        lr=float(learning_rate),
+        weight_decay=float(weight_decay),
+        momentum=float(momentum),
+        nesterov=bool(nesterov),
+        max_grad_norm=None if max_grad_norm is None else float(max_grad_norm),
+    )
     _check_options(spec, target, requires_grad, update_policy, fused_update, memory_plot)
 
     names = requires_grad if update_policy is None else None
-    stages = _Stages(model, prefix, _max_batch(batch_size), dict(
-        loss=loss, optimizer=spec, requires_grad=names, frozen_params=frozen_params, ignore_index=ignore_index,
-        class_weights=class_weights, loss_input_names=loss_input_names,
-        additional_output_names=additional_output_names), update_policy=update_policy, untie=untie,
-        frozen_bn=frozen_bn, federated=federated, fused_update=bool(fused_update), ram_budget=ram_budget)
+    stages = _Stages(
+        model,
+        prefix,
+        _max_batch(batch_size),
+        dict(
+            loss=loss,
+            optimizer=spec,
+            requires_grad=names,
+            frozen_params=frozen_params,
+            ignore_index=ignore_index,
+            class_weights=class_weights,
+            loss_input_names=loss_input_names,
+            additional_output_names=additional_output_names,
+        ),
+        update_policy=update_policy,
+        untie=untie,
+        frozen_bn=frozen_bn,
+        federated=federated,
+        fused_update=bool(fused_update),
+        ram_budget=ram_budget,
+    )
     (trainer, model_c), free = _compile(stages, dict(dim_values or {}), defer_free_dims and target is None)
     notes, probe = stages.notes, stages.probes[id(model_c)]
     memory = model_c.memory  # the plan at the largest batch
@@ -124,21 +170,40 @@ def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=LossT
     models = _onnx_models(trainer, prefix, model_c, probe, model, file_prefix)
     growable = batch_size is None and not model_c.fixed_batch
     if free or growable:
-        recipe = {"source": f"{file_prefix}source_model.onnx", "free_dims": free, "batch_grows": growable,
-                  "c_prefix": prefix,
-                  "dim_values": dict(dim_values or {}), "options": dict(
-                      requires_grad=requires_grad, frozen_params=frozen_params, update_policy=update_policy,
-                      loss=None if loss is None else loss.value, loss_input_names=loss_input_names,
-                      additional_output_names=additional_output_names, optimizer=optimizer.value,
-                      learning_rate=learning_rate, ignore_index=ignore_index, momentum=momentum, nesterov=nesterov,
-                      weight_decay=weight_decay, max_grad_norm=max_grad_norm, federated=federated,
-                      fused_update=fused_update, ram_budget=ram_budget, untie=untie, frozen_bn=frozen_bn,
-                      class_weights=None if class_weights is None else np.asarray(class_weights).tolist())}
+        recipe = {
+            "source": f"{file_prefix}source_model.onnx",
+            "free_dims": free,
+            "batch_grows": growable,
+            "c_prefix": prefix,
+            "dim_values": dict(dim_values or {}),
+            "options": dict(
+                requires_grad=requires_grad,
+                frozen_params=frozen_params,
+                update_policy=update_policy,
+                loss=None if loss is None else loss.value,
+                loss_input_names=loss_input_names,
+                additional_output_names=additional_output_names,
+                optimizer=optimizer.value,
+                learning_rate=learning_rate,
+                ignore_index=ignore_index,
+                momentum=momentum,
+                nesterov=nesterov,
+                weight_decay=weight_decay,
+                max_grad_norm=max_grad_norm,
+                federated=federated,
+                fused_update=fused_update,
+                ram_budget=ram_budget,
+                untie=untie,
+                frozen_bn=frozen_bn,
+                class_weights=None if class_weights is None else np.asarray(class_weights).tolist(),
+            ),
+        }
         write_artifact(out / recipe["source"], _proto(model).SerializeToString())
         for proto in (models["training_model.onnx"], models["eval_model.onnx"]):
             _free_axes(proto, free)
-            onnx.helper.set_model_props(proto, {**{p.key: p.value for p in proto.metadata_props},
-                                                "edgetrain.recipe": json.dumps(recipe)})
+            onnx.helper.set_model_props(
+                proto, {**{p.key: p.value for p in proto.metadata_props}, "edgetrain.recipe": json.dumps(recipe)}
+            )
     for name, proto in models.items():
         write_artifact(out / f"{file_prefix}{name}", proto.SerializeToString())
     _write_checkpoints(trainer, out, file_prefix, nominal_checkpoint)
@@ -159,6 +224,7 @@ def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=LossT
 
 class Compiled(NamedTuple):
     """A trainer and the template data of its C, emitted with `memory`."""
+
     trainer: Trainer
     model_c: Any
 
@@ -173,6 +239,7 @@ class _Stages:
     backward: build_trainer) -> lower -> plan_memory -> emit. compile_batched runs the chain at the
     batches it needs to write the C for any batch up to max_batch; meet_budget picks the memory
     policy (fused update, recomputation) from the plans' RAM."""
+
     model: Any
     prefix: str
     max_batch: int
@@ -207,15 +274,19 @@ class _Stages:
         return emit(program, plan_memory(program))
 
     def compile(self, policy: Plan, dims: dict) -> Compiled:
-        trainer, model_c, probe = compile_batched(lambda batch: self.trainer(self.graph(batch, dims), policy),
-                                                  lambda t, consts: self.c(t, consts, policy), self.max_batch)
+        trainer, model_c, probe = compile_batched(
+            lambda batch: self.trainer(self.graph(batch, dims), policy),
+            lambda t, consts: self.c(t, consts, policy),
+            self.max_batch,
+        )
         self.probes[id(model_c)] = probe
         return Compiled(trainer, model_c)
 
     def within_budget(self, dims: dict) -> Compiled:
         can_fuse = self.trainer_options["optimizer"].max_grad_norm is None
-        return meet_budget(lambda policy: self.compile(policy, dims), Plan(self.fused_update), self.ram_budget,
-                           can_fuse=can_fuse)
+        return meet_budget(
+            lambda policy: self.compile(policy, dims), Plan(self.fused_update), self.ram_budget, can_fuse=can_fuse
+        )
 
 
 def _compile(stages: _Stages, dims: dict, defer: bool) -> tuple[Compiled, dict[str, str]]:
@@ -232,9 +303,14 @@ def _compile(stages: _Stages, dims: dict, defer: bool) -> tuple[Compiled, dict[s
             compiled = stages.within_budget({**dims, **dict.fromkeys(free, STAND_IN)})
         except EdgetrainError:
             raise exc from None
-    warnings.warn(ImportNote(f"{', '.join(f'{k} ({v})' if v else k for k, v in free.items())}: nothing fixes "
-                             "these input dimensions, so no C is written; the host's Module compiles the "
-                             "trainer at its first call's shapes (a device needs dim_values)"), stacklevel=3)
+    warnings.warn(
+        ImportNote(
+            f"{', '.join(f'{k} ({v})' if v else k for k, v in free.items())}: nothing fixes "
+            "these input dimensions, so no C is written; the host's Module compiles the "
+            "trainer at its first call's shapes (a device needs dim_values)"
+        ),
+        stacklevel=3,
+    )
     return compiled, free
 
 
@@ -277,8 +353,14 @@ def specialize(directory: Path, recipe: dict, max_batch: int, dims: dict[str, in
         with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ImportNote)  # said when the artifacts were generated
-                generate_artifacts(source, artifact_directory=tmp, batch_size=max_batch, c_prefix=recipe["c_prefix"],
-                                   dim_values={**recipe["dim_values"], **dims}, **recipe["options"])
+                generate_artifacts(
+                    source,
+                    artifact_directory=tmp,
+                    batch_size=max_batch,
+                    c_prefix=recipe["c_prefix"],
+                    dim_values={**recipe["dim_values"], **dims},
+                    **recipe["options"],
+                )
             try:
                 os.replace(tmp, out)  # atomic: a concurrent specialization of the same shapes agrees
             except OSError:
@@ -299,8 +381,10 @@ def _check_options(spec: OptimizerSpec, target, requires_grad, update_policy, fu
     if memory_plot and not can_plot():
         raise EdgetrainError(NO_MATPLOTLIB)
     if fused_update and spec.max_grad_norm is not None:
-        raise EdgetrainError("fused_update cannot clip by global norm (max_grad_norm): the norm needs every "
-                             "gradient before the first update")
+        raise EdgetrainError(
+            "fused_update cannot clip by global norm (max_grad_norm): the norm needs every "
+            "gradient before the first update"
+        )
 
 
 def _write_checkpoints(trainer: Trainer, out: Path, file_prefix: str, nominal_checkpoint: bool) -> None:
@@ -320,9 +404,12 @@ _OLD_PREFIX = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?<!_)")
 def _prefixes(prefix, c_prefix) -> tuple[str, str]:
     """(the artifact files' name prefix, the C functions' prefix)."""
     if c_prefix is None and isinstance(prefix, str) and _OLD_PREFIX.fullmatch(prefix):
-        warnings.warn(f"prefix={prefix!r} as the C function prefix is deprecated: pass c_prefix={prefix!r}; "
-                      "prefix is ONNX Runtime's artifact file-name prefix from the next release",
-                      DeprecationWarning, stacklevel=3)
+        warnings.warn(
+            f"prefix={prefix!r} as the C function prefix is deprecated: pass c_prefix={prefix!r}; "
+            "prefix is ONNX Runtime's artifact file-name prefix from the next release",
+            DeprecationWarning,
+            stacklevel=3,
+        )
         prefix, c_prefix = "", prefix
     file_prefix = "" if prefix is None else str(prefix)
     if any(c in file_prefix for c in "/\\\0"):
@@ -334,11 +421,15 @@ def _prefixes(prefix, c_prefix) -> tuple[str, str]:
 
 def _refuse_ort_only(ort_format, custom_op_library) -> None:
     if ort_format:
-        raise EdgetrainError("ort_format=True: edgetrain writes ONNX models and a C trainer, not ONNX Runtime's "
-                             "ORT format; leave ort_format False")
+        raise EdgetrainError(
+            "ort_format=True: edgetrain writes ONNX models and a C trainer, not ONNX Runtime's "
+            "ORT format; leave ort_format False"
+        )
     if custom_op_library is not None:
-        raise EdgetrainError("custom_op_library: edgetrain compiles every op into C from its own kernels and "
-                             "cannot load a custom op library; the model must use standard ONNX ops")
+        raise EdgetrainError(
+            "custom_op_library: edgetrain compiles every op into C from its own kernels and "
+            "cannot load a custom op library; the model must use standard ONNX ops"
+        )
 
 
 def _with_loss_block(model, block, loss_input_names) -> onnx.ModelProto:
@@ -349,25 +440,27 @@ def _with_loss_block(model, block, loss_input_names) -> onnx.ModelProto:
     except ImportError:
         onnxblock = None  # type: ignore[assignment]
     if onnxblock is None or not isinstance(block, onnxblock.Block):
-        raise EdgetrainError(f"loss must be a LossType, its name, None or an edgetrain.onnxblock.Block, "
-                             f"got {type(block).__name__}")
+        raise EdgetrainError(
+            f"loss must be a LossType, its name, None or an edgetrain.onnxblock.Block, got {type(block).__name__}"
+        )
     proto = model if isinstance(model, onnx.ModelProto) else onnx.load(os.fspath(model))
     names = list(loss_input_names) if loss_input_names else [o.name for o in proto.graph.output]
     return onnxblock.with_loss(block, proto, names)
 
 
-def generate_inference(model, artifact_directory="out", batch_size=None, *, prefix="model",
-                       dim_values=None) -> Path:
+def generate_inference(model, artifact_directory="out", batch_size=None, *, prefix="model", dim_values=None) -> Path:
     """Compile a model with nothing to train into model.c / model.h whose one function is `infer`
     (initializers compiled in as constants), for batches of 1 to batch_size (default
     DEFAULT_MAX_BATCH), as generate_artifacts. Returns the artifact directory."""
     check_prefix(prefix)
+
     def lower_plan_emit(trainer: Trainer, consts: dict):
         program = lower_inference(trainer, prefix, consts)
         return emit(program, plan_memory(program))
 
-    _, model_c, _ = compile_batched(lambda batch: inference_only(load_model(model, batch, dim_values)),
-                                    lower_plan_emit, _max_batch(batch_size))
+    _, model_c, _ = compile_batched(
+        lambda batch: inference_only(load_model(model, batch, dim_values)), lower_plan_emit, _max_batch(batch_size)
+    )
     check_ram(model_c.memory.ram_bytes)
     sources = render(model_c)
     out = _output_directory(artifact_directory)
@@ -390,10 +483,13 @@ def initial_checkpoint(trainer: Trainer) -> checkpoint.CheckpointData:
     slots = trainer.optimizer.state_slots
     entries = trainer.checkpoint_entries
     return checkpoint.CheckpointData(
-        fingerprint=trainer.fingerprint(), names=[n for n, _ in entries], kinds=[k for _, k in entries],
+        fingerprint=trainer.fingerprint(),
+        names=[n for n, _ in entries],
+        kinds=[k for _, k in entries],
         arrays=[g.params[n] if k != checkpoint.BUFFER else g.buffers[n] for n, k in entries],
         optimizer_state=[[np.zeros_like(g.params[p]) for p in trainer.trainable] for _ in slots] or None,
-        learning_rate=trainer.optimizer.lr)
+        learning_rate=trainer.optimizer.lr,
+    )
 
 
 def _max_batch(batch_size) -> int:
@@ -414,11 +510,18 @@ def _batch_meta(trainer: Trainer, model_c, model) -> dict:
     if trainer.labels:
         sizes[trainer.labels] = model_c.label_size
     proto = model if isinstance(model, onnx.ModelProto) else onnx.load(os.fspath(model), load_external_data=False)
-    named = {v.name: v.type.tensor_type.shape.dim[0].dim_param
-             for v in list(proto.graph.input) + list(proto.graph.output) if len(v.type.tensor_type.shape.dim)}
+    named = {
+        v.name: v.type.tensor_type.shape.dim[0].dim_param
+        for v in list(proto.graph.input) + list(proto.graph.output)
+        if len(v.type.tensor_type.shape.dim)
+    }
     first = next((named.get(n, "") for n in g.inputs if isinstance(sizes[n], Affine)), "")
-    return {"max": model_c.max_batch, "fixed": model_c.fixed_batch, "small": model_c.small_batch,
-            "axes": {n: named.get(n, first) for n, size in sizes.items() if isinstance(size, Affine)}}
+    return {
+        "max": model_c.max_batch,
+        "fixed": model_c.fixed_batch,
+        "small": model_c.small_batch,
+        "axes": {n: named.get(n, first) for n, size in sizes.items() if isinstance(size, Affine)},
+    }
 
 
 def _any_batch(proto: onnx.ModelProto, trainer: Trainer, probe: Trainer, axes: dict[str, str]) -> None:
@@ -428,8 +531,9 @@ def _any_batch(proto: onnx.ModelProto, trainer: Trainer, probe: Trainer, axes: d
     changes with the batch written as 0 there (copy the input's, where that is the batch) or -1.
     A constant changing otherwise leaves the model as it is."""
     g, other = trainer.graph, probe.graph
-    changed = {n for n in g.constants
-               if n in other.constants and not np.array_equal(g.constants[n], other.constants[n])}
+    changed = {
+        n for n in g.constants if n in other.constants and not np.array_equal(g.constants[n], other.constants[n])
+    }
     patched: dict[str, np.ndarray] = {}
     for node in trainer.eval_nodes:
         for slot, name in enumerate(node.inputs):
@@ -443,7 +547,9 @@ def _any_batch(proto: onnx.ModelProto, trainer: Trainer, probe: Trainer, axes: d
                 return
             axis, data = moving[0], node.inputs[0]
             copies = axis < len(g.shape(data)) and (g.shape(data)[axis], other.shape(data)[axis]) == (
-                shape[axis], at_other[axis])
+                shape[axis],
+                at_other[axis],
+            )
             if not copies and -1 in shape:
                 return
             new = shape.copy()
@@ -465,8 +571,9 @@ def _any_batch(proto: onnx.ModelProto, trainer: Trainer, probe: Trainer, axes: d
                     dim.dim_param = axes.get(value.name, axes[first])
 
 
-def _onnx_models(trainer: Trainer, prefix: str, model_c, probe: Trainer | None, model,
-                 file_prefix: str = "") -> dict[str, onnx.ModelProto]:
+def _onnx_models(
+    trainer: Trainer, prefix: str, model_c, probe: Trainer | None, model, file_prefix: str = ""
+) -> dict[str, onnx.ModelProto]:
     g = trainer.graph
     frozen = {p: g.params[p] for p in trainer.frozen}
     data = g.inputs + ([trainer.labels] if trainer.labels else [])
@@ -475,35 +582,57 @@ def _onnx_models(trainer: Trainer, prefix: str, model_c, probe: Trainer | None, 
     grads = list(graded.values())
     renames = {grad: f"{p}_grad" for p, grad in graded.items()}
     renames |= {value: f"{buffer}_updated" for buffer, value in trainer.state_updates.items()}
-    training = to_onnx(g, trainer.train_nodes, data + counter + trainer.trainable + trainer.buffers,
-                       [trainer.loss, *trainer.extra_outputs] + grads + list(trainer.state_updates.values()), frozen,
-                       "training", renames)
-    meta = {"edgetrain.prefix": prefix, "edgetrain.fingerprint": f"{trainer.fingerprint():016x}",
-            "edgetrain.inputs": json.dumps(g.inputs),
-            "edgetrain.labels": trainer.labels or "", "edgetrain.optimizer": trainer.optimizer.kind.value,
-            "edgetrain.outputs": json.dumps([[n, list(g.shape(n))] for n in g.outputs]),
-            "edgetrain.output_dtypes": json.dumps([str(g.values[n].dtype) for n in g.outputs]),
-            "edgetrain.additional_outputs": json.dumps(list(trainer.extra_outputs)),
-            "edgetrain.checkpoint": f"{file_prefix}checkpoint"}
+    training = to_onnx(
+        g,
+        trainer.train_nodes,
+        data + counter + trainer.trainable + trainer.buffers,
+        [trainer.loss, *trainer.extra_outputs] + grads + list(trainer.state_updates.values()),
+        frozen,
+        "training",
+        renames,
+    )
+    meta = {
+        "edgetrain.prefix": prefix,
+        "edgetrain.fingerprint": f"{trainer.fingerprint():016x}",
+        "edgetrain.inputs": json.dumps(g.inputs),
+        "edgetrain.labels": trainer.labels or "",
+        "edgetrain.optimizer": trainer.optimizer.kind.value,
+        "edgetrain.outputs": json.dumps([[n, list(g.shape(n))] for n in g.outputs]),
+        "edgetrain.output_dtypes": json.dumps([str(g.values[n].dtype) for n in g.outputs]),
+        "edgetrain.additional_outputs": json.dumps(list(trainer.extra_outputs)),
+        "edgetrain.checkpoint": f"{file_prefix}checkpoint",
+    }
     batch = _batch_meta(trainer, model_c, model)
     meta["edgetrain.batch"] = json.dumps(batch)
     onnx.helper.set_model_props(training, meta)
-    evaluation = to_onnx(g, trainer.eval_nodes, data + trainer.trainable + trainer.buffers,
-                         [trainer.loss, *trainer.extra_outputs], frozen, "eval")
+    evaluation = to_onnx(
+        g,
+        trainer.eval_nodes,
+        data + trainer.trainable + trainer.buffers,
+        [trainer.loss, *trainer.extra_outputs],
+        frozen,
+        "eval",
+    )
     if probe is not None and batch["axes"]:
         _any_batch(evaluation, trainer, probe, batch["axes"])
     onnx.helper.set_model_props(evaluation, meta)
-    return {"training_model.onnx": training, "eval_model.onnx": evaluation,
-            "optimizer_model.onnx": _optimizer_model(trainer)}
+    return {
+        "training_model.onnx": training,
+        "eval_model.onnx": evaluation,
+        "optimizer_model.onnx": _optimizer_model(trainer),
+    }
 
 
 def _optimizer_model(trainer: Trainer) -> onnx.ModelProto:
     """One update node per parameter, executable by the ONNX reference with our ops."""
     from .ir import ET_DOMAIN
     from onnx import helper, TensorProto
+
     g, spec = trainer.graph, trainer.optimizer
-    inputs = [helper.make_tensor_value_info("learning_rate", TensorProto.FLOAT, []),
-              helper.make_tensor_value_info("step", TensorProto.INT64, [])]
+    inputs = [
+        helper.make_tensor_value_info("learning_rate", TensorProto.FLOAT, []),
+        helper.make_tensor_value_info("step", TensorProto.INT64, []),
+    ]
     outputs, nodes = [], []
     for p in trainer.trainable:
         shape = g.shape(p)
@@ -512,10 +641,14 @@ def _optimizer_model(trainer: Trainer) -> onnx.ModelProto:
         inputs += [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n in names]
         new = [f"{n}.updated" for n in [p] + state]
         outputs += [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n in new]
-        nodes.append(helper.make_node(spec.kind.value, ["learning_rate", "step"] + names, new,
-                                      domain=ET_DOMAIN, **spec.attrs()))
+        nodes.append(
+            helper.make_node(spec.kind.value, ["learning_rate", "step"] + names, new, domain=ET_DOMAIN, **spec.attrs())
+        )
     graph = helper.make_graph(nodes, "optimizer", inputs, outputs)
-    model = helper.make_model(graph, producer_name="edgetrain",
-                              opset_imports=[helper.make_opsetid("", g.opset), helper.make_opsetid(ET_DOMAIN, 1)])
+    model = helper.make_model(
+        graph,
+        producer_name="edgetrain",
+        opset_imports=[helper.make_opsetid("", g.opset), helper.make_opsetid(ET_DOMAIN, 1)],
+    )
     model.ir_version = min(model.ir_version, 10)
     return model

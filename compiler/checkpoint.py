@@ -69,8 +69,20 @@ def encode(ck: CheckpointData) -> bytes:
     slots = len(ck.optimizer_state or [])
     if ck.contents & ~(NOMINAL | NO_FROZEN) or (slots and ck.contents & NOMINAL):
         raise ValueError(f"invalid checkpoint contents {ck.contents} with {slots} optimizer state slots")
-    out = bytearray(HEADER.pack(MAGIC, VERSION, ck.contents, ck.fingerprint, slots, ck.step, ck.counter,
-                                ck.learning_rate, len(ck.names), len(table)))
+    out = bytearray(
+        HEADER.pack(
+            MAGIC,
+            VERSION,
+            ck.contents,
+            ck.fingerprint,
+            slots,
+            ck.step,
+            ck.counter,
+            ck.learning_rate,
+            len(ck.names),
+            len(table),
+        )
+    )
     out += table
     for array, kind in zip(ck.arrays, ck.kinds):
         if ck.stored(kind):
@@ -111,7 +123,7 @@ class _Reader:
         if self.pos + n > len(self.data):
             raise CheckpointError("checkpoint is truncated")
         self.pos += n
-        return self.data[self.pos - n:self.pos]
+        return self.data[self.pos - n : self.pos]
 
     def floats(self, shape) -> np.ndarray:
         count = _count(shape)
@@ -185,7 +197,6 @@ def _decode(data: bytes) -> CheckpointData:
     return CheckpointData(fingerprint, names, kinds, arrays, state, step, counter, lr, properties, contents)
 
 
-
 def adopt(foreign: CheckpointData, template: CheckpointData) -> CheckpointData:
     """`foreign` (another trainer's checkpoint, e.g. ONNX Runtime's: no fingerprint, its own order) as
     the checkpoint of the trainer whose own is `template`: the template's table, order and
@@ -196,25 +207,46 @@ def adopt(foreign: CheckpointData, template: CheckpointData) -> CheckpointData:
     missing = [n for n in template.names if n not in values]
     if missing:
         raise CheckpointError(f"the checkpoint lacks {_listed(missing)}, which the trainer needs")
-    misshaped = [f"{n!r} {values[n].shape} (the trainer's {a.shape})"
-                 for n, a in zip(template.names, template.arrays) if values[n].shape != a.shape]
+    misshaped = [
+        f"{n!r} {values[n].shape} (the trainer's {a.shape})"
+        for n, a in zip(template.names, template.arrays)
+        if values[n].shape != a.shape
+    ]
     if misshaped:
         raise CheckpointError(f"the checkpoint's shapes differ: {', '.join(misshaped)}")
     if foreign.contents & NOMINAL:
-        return CheckpointData(template.fingerprint, list(template.names), list(template.kinds),
-                              [np.zeros_like(a) for a in template.arrays], contents=NOMINAL,
-                              learning_rate=foreign.learning_rate or template.learning_rate,
-                              properties=dict(foreign.properties))
-    changed = [n for n, k, a in zip(template.names, template.kinds, template.arrays)
-               if k == FROZEN and template.stored(FROZEN) and not np.array_equal(values[n], a)]
+        return CheckpointData(
+            template.fingerprint,
+            list(template.names),
+            list(template.kinds),
+            [np.zeros_like(a) for a in template.arrays],
+            contents=NOMINAL,
+            learning_rate=foreign.learning_rate or template.learning_rate,
+            properties=dict(foreign.properties),
+        )
+    changed = [
+        n
+        for n, k, a in zip(template.names, template.kinds, template.arrays)
+        if k == FROZEN and template.stored(FROZEN) and not np.array_equal(values[n], a)
+    ]
     if changed:
-        raise CheckpointError(f"the checkpoint's {_listed(changed)} differ from the frozen values compiled into "
-                              "the trainer (compile it from the model with the checkpoint's weights)")
+        raise CheckpointError(
+            f"the checkpoint's {_listed(changed)} differ from the frozen values compiled into "
+            "the trainer (compile it from the model with the checkpoint's weights)"
+        )
     state = _moments(foreign, template, values)
     step = foreign.step if state is not None or not template.optimizer_state else 0
-    return CheckpointData(template.fingerprint, list(template.names), list(template.kinds),
-                          [np.array(values[n], np.float32) for n in template.names], state, int(step), 0,
-                          float(foreign.learning_rate or template.learning_rate), dict(foreign.properties))
+    return CheckpointData(
+        template.fingerprint,
+        list(template.names),
+        list(template.kinds),
+        [np.array(values[n], np.float32) for n in template.names],
+        state,
+        int(step),
+        0,
+        float(foreign.learning_rate or template.learning_rate),
+        dict(foreign.properties),
+    )
 
 
 def _moments(foreign: CheckpointData, template: CheckpointData, values) -> list | None:

@@ -21,7 +21,7 @@ from .errors import EdgetrainError
 from .optim import LossType, OptimType
 
 SIZES = (64, 128, 10)  # 8x8 pixels -> hidden -> 10 digits
-LEARNING_RATE = 3e-3   # AdamW at this rate passes 95% held-out accuracy in well under 10 epochs
+LEARNING_RATE = 3e-3  # AdamW at this rate passes 95% held-out accuracy in well under 10 epochs
 
 
 def build_mlp(sizes=SIZES, seed=0, *, batch="batch", dropout=None, opset=18) -> onnx.ModelProto:
@@ -32,9 +32,10 @@ def build_mlp(sizes=SIZES, seed=0, *, batch="batch", dropout=None, opset=18) -> 
     inits, nodes, x = [], [], "x"
     for i, (fan_in, fan_out) in enumerate(zip(sizes, sizes[1:])):
         bound = 1 / np.sqrt(fan_in)
-        inits += [numpy_helper.from_array(rng.uniform(-bound, bound, (fan_out, fan_in)).astype(np.float32),
-                                          f"fc{i}.weight"),
-                  numpy_helper.from_array(rng.uniform(-bound, bound, fan_out).astype(np.float32), f"fc{i}.bias")]
+        inits += [
+            numpy_helper.from_array(rng.uniform(-bound, bound, (fan_out, fan_in)).astype(np.float32), f"fc{i}.weight"),
+            numpy_helper.from_array(rng.uniform(-bound, bound, fan_out).astype(np.float32), f"fc{i}.bias"),
+        ]
         y = "logits" if i == len(sizes) - 2 else f"h{i}"
         nodes.append(helper.make_node("Gemm", [x, f"fc{i}.weight", f"fc{i}.bias"], [y], transB=1, name=f"fc{i}"))
         if y != "logits":
@@ -45,8 +46,13 @@ def build_mlp(sizes=SIZES, seed=0, *, batch="batch", dropout=None, opset=18) -> 
                 nodes.append(helper.make_node("Dropout", [y, f"ratio{i}"], [f"{y}d"], name=f"drop{i}"))
                 y = f"{y}d"
         x = y
-    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, sizes[0]])],
-                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, sizes[-1]])], inits)
+    graph = helper.make_graph(
+        nodes,
+        "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, sizes[0]])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, sizes[-1]])],
+        inits,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], producer_name="edgetrain")
     model.ir_version = 10  # readable by older onnxruntime releases too
     return model
@@ -56,7 +62,7 @@ def padded_batches(x: np.ndarray, batch_size: int):
     """Yield (batch, n_real): the trainer's batch shape is fixed, so the last partial batch is padded
     with zeros and only its first n_real rows are counted."""
     for start in range(0, len(x), batch_size):
-        chunk = x[start:start + batch_size]
+        chunk = x[start : start + batch_size]
         n = len(chunk)
         if n < batch_size:
             chunk = np.concatenate([chunk, np.zeros((batch_size - n, x.shape[1]), x.dtype)])
@@ -88,8 +94,14 @@ def run_demo(epochs: int = 10, directory="out/demo", batch_size: int = 32, seed:
     y = digits.target.astype(np.int64)
     x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=0.2, random_state=seed, stratify=y)
 
-    generate_artifacts(out / "mlp.onnx", loss=LossType.CrossEntropyLoss, optimizer=OptimType["AdamW"],
-                       batch_size=batch_size, learning_rate=LEARNING_RATE, artifact_directory=out)
+    generate_artifacts(
+        out / "mlp.onnx",
+        loss=LossType.CrossEntropyLoss,
+        optimizer=OptimType["AdamW"],
+        batch_size=batch_size,
+        learning_rate=LEARNING_RATE,
+        artifact_directory=out,
+    )
     state = CheckpointState.load_checkpoint(out / "checkpoint")
     module = Module(out / "training_model.onnx", state, out / "eval_model.onnx")
     optimizer = Optimizer(out / "optimizer_model.onnx", module)
@@ -108,7 +120,7 @@ def run_demo(epochs: int = 10, directory="out/demo", batch_size: int = 32, seed:
         total = 0.0
         bar = tqdm(range(steps), desc=f"epoch {epoch:>2}/{epochs}", unit="batch")
         for step in bar:
-            idx = order[step * batch_size:(step + 1) * batch_size]
+            idx = order[step * batch_size : (step + 1) * batch_size]
             loss = module(x_train[idx], y_train[idx])  # forward + backward in C, gradients accumulate
             optimizer.step()
             module.lazy_reset_grad()
@@ -131,5 +143,10 @@ def run_demo(epochs: int = 10, directory="out/demo", batch_size: int = 32, seed:
     CheckpointState.save_checkpoint(state, out / "trained.ckpt", include_optimizer_state=True)
     elapsed = time.perf_counter() - started
     print(f"artifacts in {out}/ ({elapsed:.1f} s)")
-    return {"accuracy_before": accuracy_before, "accuracy_after": accuracy_after,
-            "agreement": agree / len(c_pred), "losses": losses, "seconds": elapsed}
+    return {
+        "accuracy_before": accuracy_before,
+        "accuracy_after": accuracy_after,
+        "agreement": agree / len(c_pred),
+        "losses": losses,
+        "seconds": elapsed,
+    }

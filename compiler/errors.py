@@ -25,6 +25,7 @@ class DynamicShapeError(EdgetrainError):
             if axis == 0 and self.batch_unset:
                 ways.insert(0, "--batch-size SIZE" if cli else "batch_size=SIZE")
             return f"'{name}' axis {axis} ({param or '?'}): fix it with {' or '.join(ways)}"
+
         return "dynamic shape in input " + "; ".join(fix(*d) for d in self.dims)
 
 

@@ -49,8 +49,11 @@ def merge_parameter_blob(model, blob, graph_output_names=None) -> onnx.ModelProt
     del proto.graph.input[:]
     proto.graph.input.extend(kept)
     proto.graph.initializer.extend(numpy_helper.from_array(a, n) for n, a in values.items())
-    names = list(graph_output_names) if graph_output_names is not None else \
-        [n for n, _ in json.loads(meta["edgetrain.outputs"])]
+    names = (
+        list(graph_output_names)
+        if graph_output_names is not None
+        else [n for n, _ in json.loads(meta["edgetrain.outputs"])]
+    )
     inference = onnx.utils.Extractor(proto).extract_model(json.loads(meta["edgetrain.inputs"]), names)
     _name_batch_axis(inference, json.loads(meta.get("edgetrain.batch", "{}")).get("axes", {}))
     del inference.metadata_props[:]
@@ -60,8 +63,9 @@ def merge_parameter_blob(model, blob, graph_output_names=None) -> onnx.ModelProt
 def _name_batch_axis(model: onnx.ModelProto, axes: dict[str, str]) -> None:
     """An eval model that runs any batch (its batched inputs' first axis symbolic) gives the
     outputs' first axis the name the user's model gave it, as the inputs have theirs."""
-    symbolic = any(not v.type.tensor_type.shape.dim[0].HasField("dim_value") for v in model.graph.input
-                   if v.name in axes)
+    symbolic = any(
+        not v.type.tensor_type.shape.dim[0].HasField("dim_value") for v in model.graph.input if v.name in axes
+    )
     for value in model.graph.output:
         if symbolic and value.name in axes and value.type.tensor_type.shape.dim:
             dim = value.type.tensor_type.shape.dim[0]

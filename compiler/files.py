@@ -29,7 +29,7 @@ def write_atomic(path: str | os.PathLike, data: bytes | str) -> None:
         try:
             view = memoryview(raw)
             while view:  # os.write may write less than asked (a signal, a pipe); a full disk raises
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -44,7 +44,7 @@ def _sync_directory(directory: Path) -> None:
     try:
         fd = os.open(directory, os.O_RDONLY)
     except OSError:  # a directory that cannot be opened cannot be synced (some platforms); the data is
-        return       # on disk already, only the rename might not survive a power cut
+        return  # on disk already, only the rename might not survive a power cut
     try:
         os.fsync(fd)
     except OSError:
@@ -57,7 +57,7 @@ def _remove_abandoned(path: Path) -> None:
     """Delete the temporary files of earlier saves to `path` whose process has died (killed mid-save),
     so repeated crashes cannot fill a small device's storage."""
     for partial in path.parent.glob(f".{path.name}.*{PARTIAL}"):
-        pid = partial.name[len(path.name) + 2:].split(".")[0]
+        pid = partial.name[len(path.name) + 2 :].split(".")[0]
         if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
             partial.unlink(missing_ok=True)
 

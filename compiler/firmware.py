@@ -43,8 +43,9 @@ def _model_spec(directory: Path) -> tuple[str, int, str | None, int, int]:
         model = onnx.load(os.fspath(directory / "training_model.onnx"), load_external_data=False)
         data = checkpoint.decode((directory / "checkpoint").read_bytes())
     except OSError as exc:
-        raise EdgetrainError(f"{directory} holds no artifacts ({exc.strerror}); "
-                             "run `edgetrain compile` first") from None
+        raise EdgetrainError(
+            f"{directory} holds no artifacts ({exc.strerror}); run `edgetrain compile` first"
+        ) from None
     meta = {p.key: p.value for p in model.metadata_props}
     infos = {i.name: i.type.tensor_type for i in model.graph.input}
 
@@ -57,8 +58,9 @@ def _model_spec(directory: Path) -> tuple[str, int, str | None, int, int]:
     if infos[inputs[0]].elem_type != onnx.TensorProto.FLOAT:
         raise EdgetrainError(f"the model in {directory} takes integer indices as input; `run` feeds float x only")
     labels = meta.get("edgetrain.labels") or None
-    label_type = None if labels is None else (
-        "float" if infos[labels].elem_type == onnx.TensorProto.FLOAT else "int32_t")
+    label_type = (
+        None if labels is None else ("float" if infos[labels].elem_type == onnx.TensorProto.FLOAT else "int32_t")
+    )
     trainable = sum(a.size for a, k in zip(data.arrays, data.kinds) if k == checkpoint.TRAINABLE)
     return meta["edgetrain.prefix"], size(inputs[0]), label_type, size(labels) if labels else 0, trainable
 
@@ -76,8 +78,9 @@ def harness_model(directory, data) -> HarnessModel:
         raise EdgetrainError("the data holds no array `x`")
     x = np.asarray(arrays["x"])
     if x.ndim == 0 or x.shape[0] == 0 or x[0].size != x_size or not np.issubdtype(x.dtype, np.number):
-        raise EdgetrainError(f"x must be numbers of shape (batches, ...) with {x_size} values per batch, "
-                             f"got {x.dtype} {x.shape}")
+        raise EdgetrainError(
+            f"x must be numbers of shape (batches, ...) with {x_size} values per batch, got {x.dtype} {x.shape}"
+        )
     y: np.ndarray = np.zeros((x.shape[0], 0))
     if label_type is not None:
         if "y" not in arrays:
@@ -85,31 +88,44 @@ def harness_model(directory, data) -> HarnessModel:
         y = np.asarray(arrays["y"])
         integral = np.issubdtype(y.dtype, np.integer)
         if y.ndim == 0 or y.shape[0] != x.shape[0] or y[0].size != y_size:
-            raise EdgetrainError(f"y must be of shape ({x.shape[0]}, ...) with {y_size} labels per batch, "
-                                 f"got {y.shape}")
+            raise EdgetrainError(
+                f"y must be of shape ({x.shape[0]}, ...) with {y_size} labels per batch, got {y.shape}"
+            )
         if integral != (label_type == "int32_t"):
-            raise EdgetrainError(f"the model's labels are {'integers' if label_type == 'int32_t' else 'floats'}, "
-                                 f"y is {y.dtype}")
-        if integral and (y.min() < -2**31 or y.max() >= 2**31):
+            raise EdgetrainError(
+                f"the model's labels are {'integers' if label_type == 'int32_t' else 'floats'}, y is {y.dtype}"
+            )
+        if integral and (y.min() < -(2**31) or y.max() >= 2**31):
             raise EdgetrainError("integer labels must fit int32")
     x = x.astype(np.float32).ravel()
     y = y.astype(np.float32 if label_type == "float" else np.int64).ravel()
-    return HarnessModel(prefix=prefix, label="", batches=int(arrays["x"].shape[0]), x=tuple(x.tolist()),
-                        x_size=x_size, label_type=label_type, y=tuple(y.tolist()), y_size=y_size,
-                        trainable=trainable)
+    return HarnessModel(
+        prefix=prefix,
+        label="",
+        batches=int(arrays["x"].shape[0]),
+        x=tuple(x.tolist()),
+        x_size=x_size,
+        label_type=label_type,
+        y=tuple(y.tolist()),
+        y_size=y_size,
+        trainable=trainable,
+    )
 
 
-def render_harness(models: list[HarnessModel], steps: int, lr: float | None, flash: bytes | None = None,
-                   save_every: int = 0) -> str:
+def render_harness(
+    models: list[HarnessModel], steps: int, lr: float | None, flash: bytes | None = None, save_every: int = 0
+) -> str:
     env = _environment()
     env.globals.update(c_float=c_float, c_int=c_int)
-    return env.get_template("harness.c.j2").render(models=models, steps=steps, lr=lr, flash=flash,
-                                                   cut=flash and flash + b".cut", save_every=save_every)
+    return env.get_template("harness.c.j2").render(
+        models=models, steps=steps, lr=lr, flash=flash, cut=flash and flash + b".cut", save_every=save_every
+    )
 
 
 @dataclass(frozen=True)
 class Firmware:
     """A harness built for a target by build_firmware, which `run` starts as often as wanted."""
+
     directory: Path
     target: str
     prefixes: tuple[str, ...]
@@ -118,16 +134,29 @@ class Firmware:
         """Runs the firmware in `cwd` (default: its build directory), which relative flash paths are
         relative to; None when it did not finish within `timeout` seconds."""
         try:
-            result = targets.make(f"TARGET={self.target}", f"BUILD={self.directory.resolve()}",
-                                  f"MODELS={' '.join(self.prefixes)}", f"RUN_TIMEOUT={timeout:g}", "run",
-                                  cwd=cwd or self.directory, timeout=timeout + 120)
+            result = targets.make(
+                f"TARGET={self.target}",
+                f"BUILD={self.directory.resolve()}",
+                f"MODELS={' '.join(self.prefixes)}",
+                f"RUN_TIMEOUT={timeout:g}",
+                "run",
+                cwd=cwd or self.directory,
+                timeout=timeout + 120,
+            )
         except subprocess.TimeoutExpired:
             return None
         return None if "Error 124" in result.stderr else result  # 124: timeout(1) stopped the emulator
 
 
-def build_firmware(models: list[tuple[os.PathLike, object]], target: str, steps: int, lr: float | None = None,
-                   build=None, flash=None, save_every: int = 0) -> Firmware:
+def build_firmware(
+    models: list[tuple[os.PathLike, object]],
+    target: str,
+    steps: int,
+    lr: float | None = None,
+    build=None,
+    flash=None,
+    save_every: int = 0,
+) -> Firmware:
     """Build one firmware that trains every (artifact directory, data) pair in turn for `steps` steps.
     With `flash` (a file path, relative to where the firmware runs), the first model resumes from the
     newest checkpoint in the file's two slots and saves one every `save_every` steps."""
@@ -152,12 +181,18 @@ def build_firmware(models: list[tuple[os.PathLike, object]], target: str, steps:
         harness = [replace(m, label=f"{m.prefix} ") for m in harness]
     prefixes = [m.prefix for m in harness]
     if len(set(prefixes)) != len(prefixes):
-        raise EdgetrainError(f"models linked into one firmware need distinct prefixes, got {', '.join(prefixes)} "
-                             "(`edgetrain compile --c-prefix`)")
+        raise EdgetrainError(
+            f"models linked into one firmware need distinct prefixes, got {', '.join(prefixes)} "
+            "(`edgetrain compile --c-prefix`)"
+        )
     build = Path(build or Path(models[0][0]) / "build" / target)
     flash = None if flash is None else os.fsencode(flash)
-    make_firmware([(d, m.prefix) for (d, _), m in zip(models, harness)], target, build,
-                  render_harness(harness, steps, lr, flash, save_every))
+    make_firmware(
+        [(d, m.prefix) for (d, _), m in zip(models, harness)],
+        target,
+        build,
+        render_harness(harness, steps, lr, flash, save_every),
+    )
     return Firmware(build, target, tuple(prefixes))
 
 
@@ -170,16 +205,26 @@ def make_firmware(trainers: list[tuple[os.PathLike, str]], target: str, build: P
             if (Path(directory) / name).exists():  # artifacts of earlier versions have no model_weights.h
                 shutil.copy(Path(directory) / name, build / prefix / name)
     (build / "harness.c").write_bytes(harness.encode())
-    result = targets.make(f"TARGET={target}", "BUILD=.", f"MODELS={' '.join(p for _, p in trainers)}", "firmware",
-                          cwd=build)
+    result = targets.make(
+        f"TARGET={target}", "BUILD=.", f"MODELS={' '.join(p for _, p in trainers)}", "firmware", cwd=build
+    )
     if result.returncode != 0:
-        raise EdgetrainError(f"building the firmware for {target} failed:\n"
-                             f"{(result.stdout + result.stderr).strip()[-3000:]}")
+        raise EdgetrainError(
+            f"building the firmware for {target} failed:\n{(result.stdout + result.stderr).strip()[-3000:]}"
+        )
     return build / "firmware.elf"
 
 
-def run(models: list[tuple[os.PathLike, object]], target: str, steps: int, lr: float | None = None,
-        build=None, timeout: float = 300, flash=None, save_every: int = 0) -> str:
+def run(
+    models: list[tuple[os.PathLike, object]],
+    target: str,
+    steps: int,
+    lr: float | None = None,
+    build=None,
+    timeout: float = 300,
+    flash=None,
+    save_every: int = 0,
+) -> str:
     """Build one firmware training every (artifact directory, data) pair in turn for `steps` steps,
     run it on `target`, and return what it printed. Lines carry the model's prefix when there are
     several models. `flash` and `save_every`: as build_firmware's, the path taken from here."""
@@ -189,6 +234,7 @@ def run(models: list[tuple[os.PathLike, object]], target: str, steps: int, lr: f
     if result is None:
         raise EdgetrainError(f"the firmware did not finish on {target} within {timeout:g} s")
     if result.returncode != 0:
-        raise EdgetrainError(f"running the firmware on {target} failed:\n"
-                             f"{(result.stdout + result.stderr).strip()[-3000:]}")
+        raise EdgetrainError(
+            f"running the firmware on {target} failed:\n{(result.stdout + result.stderr).strip()[-3000:]}"
+        )
     return result.stdout

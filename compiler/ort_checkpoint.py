@@ -34,10 +34,30 @@ IDENTIFIER = b"ODTC"
 KNOWN_VERSION = 2  # what ORT 1.19.2 writes; older versions lack fields, which read as their defaults
 # ORT's AdamW keeps the first moment as "momentum0" and the second as "momentum1" (exp_avg, exp_avg_sq).
 # ONNX TensorProto data types that have a float32 value, with their numpy types.
-DTYPES = {1: np.float32, 2: np.uint8, 3: np.int8, 4: np.uint16, 5: np.int16, 6: np.int32, 7: np.int64,
-          9: np.bool_, 10: np.float16, 11: np.float64, 12: np.uint32, 13: np.uint64}
-DTYPE_NAMES = {8: "string", 14: "complex64", 15: "complex128", 16: "bfloat16", 17: "float8e4m3fn",
-               18: "float8e4m3fnuz", 19: "float8e5m2", 20: "float8e5m2fnuz"}
+DTYPES = {
+    1: np.float32,
+    2: np.uint8,
+    3: np.int8,
+    4: np.uint16,
+    5: np.int16,
+    6: np.int32,
+    7: np.int64,
+    9: np.bool_,
+    10: np.float16,
+    11: np.float64,
+    12: np.uint32,
+    13: np.uint64,
+}
+DTYPE_NAMES = {
+    8: "string",
+    14: "complex64",
+    15: "complex128",
+    16: "bfloat16",
+    17: "float8e4m3fn",
+    18: "float8e4m3fnuz",
+    19: "float8e5m2",
+    20: "float8e5m2fnuz",
+}
 
 
 def _flatbuffers():
@@ -45,8 +65,9 @@ def _flatbuffers():
         import flatbuffers
         import flatbuffers.table
     except ImportError:
-        raise CheckpointError("reading ONNX Runtime checkpoints needs the flatbuffers package: "
-                              "pip install flatbuffers") from None
+        raise CheckpointError(
+            "reading ONNX Runtime checkpoints needs the flatbuffers package: pip install flatbuffers"
+        ) from None
     return flatbuffers
 
 
@@ -109,7 +130,7 @@ class _Table:
 
     def raw(self, slot: int) -> bytes:
         start, count = self._vector(slot, 1)
-        return bytes(self.buf[start:start + count])
+        return bytes(self.buf[start : start + count])
 
     def int64s(self, slot: int) -> list[int]:
         start, count = self._vector(slot, 8)
@@ -166,15 +187,19 @@ def _read(fb, buf: memoryview, external_data: bytes | None) -> CheckpointData:
     root = _Table(fb, buf, struct.unpack_from("<I", buf, 0)[0])
     version = root.scalar(0, N.Int32Flags, 0)
     if not 1 <= version <= KNOWN_VERSION:
-        raise CheckpointError(f"ORT checkpoint format version {version}; edgetrain reads versions 1 to "
-                              f"{KNOWN_VERSION} (ONNX Runtime 1.19)")
+        raise CheckpointError(
+            f"ORT checkpoint format version {version}; edgetrain reads versions 1 to "
+            f"{KNOWN_VERSION} (ONNX Runtime 1.19)"
+        )
     module = root.table(1)
     if module is None:
         raise CheckpointError("ORT checkpoint has no parameters (no module state)")
     nominal = bool(module.scalar(2, N.BoolFlags, False))
     if module.scalar(3, N.BoolFlags, False) and external_data is None:
-        raise CheckpointError("ORT checkpoint keeps its tensors in an external data file (<checkpoint>.data), "
-                              "which was not given; keep it beside the checkpoint")
+        raise CheckpointError(
+            "ORT checkpoint keeps its tensors in an external data file (<checkpoint>.data), "
+            "which was not given; keep it beside the checkpoint"
+        )
     names, kinds, arrays = [], [], []
     for kind, slot in ((TRAINABLE, 0), (FROZEN, 1)):
         for tensor in module.tables(slot):
@@ -186,8 +211,7 @@ def _read(fb, buf: memoryview, external_data: bytes | None) -> CheckpointData:
         raise CheckpointError("ORT checkpoint names a parameter twice")
     state, step, lr = _optimizer(root.tables(2), names, kinds, arrays, external_data)
     properties = _properties(root.table(3), N)
-    return CheckpointData(None, names, kinds, arrays, state, step, 0, lr, properties,
-                          NOMINAL if nominal else 0)
+    return CheckpointData(None, names, kinds, arrays, state, step, 0, lr, properties, NOMINAL if nominal else 0)
 
 
 def _tensor(tensor: _Table, external_data: bytes | None, nominal: bool) -> tuple[str, np.ndarray]:
@@ -213,7 +237,7 @@ def _tensor(tensor: _Table, external_data: bytes | None, nominal: bool) -> tuple
     if offset >= 0:
         if external_data is None or offset + size > len(external_data):
             raise CheckpointError(f"ORT checkpoint tensor {name!r} lies outside its external data file")
-        data = external_data[offset:offset + size]
+        data = external_data[offset : offset + size]
     else:
         data = tensor.raw(4)
     if len(data) != size:
@@ -243,14 +267,15 @@ def _optimizer(groups: list[_Table], names, kinds, arrays, external_data):
         found = dict(_tensor(t, external_data, False) for t in entry.tables(1))
         expected = [f"momentum{i}" for i in range(len(found))]
         if sorted(found) != sorted(expected):
-            raise CheckpointError(f"ORT checkpoint's optimizer state of {param!r} has unknown entries "
-                                  f"{sorted(found)}")
+            raise CheckpointError(f"ORT checkpoint's optimizer state of {param!r} has unknown entries {sorted(found)}")
         moments[param] = [found[n] for n in expected]
     trainable = [(n, a) for n, k, a in zip(names, kinds, arrays) if k == TRAINABLE]
     missing = [n for n, _ in trainable if n not in moments]
     if missing or len(moments) != len(trainable):
-        raise CheckpointError("ORT checkpoint's optimizer state does not cover its trainable parameters "
-                              f"(missing {missing or 'none'}, extra {sorted(set(moments) - set(names)) or 'none'})")
+        raise CheckpointError(
+            "ORT checkpoint's optimizer state does not cover its trainable parameters "
+            f"(missing {missing or 'none'}, extra {sorted(set(moments) - set(names)) or 'none'})"
+        )
     slots = {len(m) for m in moments.values()}
     if len(slots) > 1:
         raise CheckpointError("ORT checkpoint's parameters have different numbers of optimizer moments")
@@ -266,9 +291,11 @@ def _properties(bag: _Table | None, N) -> dict:
     if bag is None:
         return {}
     properties = {}
-    for slot, read_value in ((0, lambda p: p.scalar(1, N.Int64Flags, 0)),
-                             (1, lambda p: p.scalar(1, N.Float32Flags, 0.0)),
-                             (2, lambda p: p.string(1))):
+    for slot, read_value in (
+        (0, lambda p: p.scalar(1, N.Int64Flags, 0)),
+        (1, lambda p: p.scalar(1, N.Float32Flags, 0.0)),
+        (2, lambda p: p.string(1)),
+    ):
         for prop in bag.tables(slot):
             properties[prop.string(0)] = read_value(prop)
     return properties

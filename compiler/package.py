@@ -30,6 +30,7 @@ DEFAULT_CORE = "cortex-m4"
 class Library:
     """What the package templates need of a trainer: names, and for the example sketch the data a
     training step takes (None where the sketch cannot feed the model)."""
+
     prefix: str
     name: str  # edgetrain_<prefix>: the CMake target, the Arduino library and its header
     x_per_sample: int | None
@@ -93,11 +94,18 @@ def _library(directory: Path) -> Library:
         note = f"the model has {len(inputs)} inputs; the example sketch sends one"
     elif infos[inputs[0]].elem_type != onnx.TensorProto.FLOAT:
         note = "the model takes integer indices as input; the example sketch sends floats"
-    label_type = None if labels is None else (
-        "float" if infos[labels].elem_type == onnx.TensorProto.FLOAT else "int32_t")
-    return Library(prefix=prefix, name=f"edgetrain_{prefix}", x_per_sample=None if note else per_sample(inputs[0]),
-                   label_type=label_type, labels_per_sample=per_sample(labels) if labels else 0,
-                   fixed_batch=bool(batch["fixed"]), sketch_note=note)
+    label_type = (
+        None if labels is None else ("float" if infos[labels].elem_type == onnx.TensorProto.FLOAT else "int32_t")
+    )
+    return Library(
+        prefix=prefix,
+        name=f"edgetrain_{prefix}",
+        x_per_sample=None if note else per_sample(inputs[0]),
+        label_type=label_type,
+        labels_per_sample=per_sample(labels) if labels else 0,
+        fixed_batch=bool(batch["fixed"]),
+        sketch_note=note,
+    )
 
 
 def _render(template: str, library: Library, **extra) -> str:
@@ -113,13 +121,17 @@ def _cmake_files(directory: Path, library: Library) -> dict[str, bytes | str]:
     """CMakeLists.txt, the public header under include/<prefix>/ (so several models' headers sit
     side by side, as the harness includes them), the rest in src/, and the cross toolchain file."""
     sources = _sources(directory)
-    core = [flag for flag in targets.load(DEFAULT_CORE).cflags if flag.startswith(("-mcpu", "-mthumb", "-mfloat",
-                                                                                   "-mfpu"))]
+    core = [
+        flag for flag in targets.load(DEFAULT_CORE).cflags if flag.startswith(("-mcpu", "-mthumb", "-mfloat", "-mfpu"))
+    ]
     files: dict[str, bytes | str]
-    files = {"CMakeLists.txt": _render("package_CMakeLists.txt.j2", library),
-             "cmake/arm-none-eabi.cmake": _render("package_arm-none-eabi.cmake.j2", library,
-                                                  core=DEFAULT_CORE, core_flags=" ".join(core)),
-             f"include/{library.prefix}/model.h": sources.pop("model.h")}
+    files = {
+        "CMakeLists.txt": _render("package_CMakeLists.txt.j2", library),
+        "cmake/arm-none-eabi.cmake": _render(
+            "package_arm-none-eabi.cmake.j2", library, core=DEFAULT_CORE, core_flags=" ".join(core)
+        ),
+        f"include/{library.prefix}/model.h": sources.pop("model.h"),
+    }
     files.update({f"src/{name}": data for name, data in sources.items()})
     return files
 
@@ -133,8 +145,10 @@ def _arduino_files(directory: Path, library: Library) -> dict[str, bytes | str]:
     # Arduino compiles C in a GNU mode, where GCC fuses multiply-adds: the preamble turns that off.
     sources["model.c"] = _render("package_arduino_preamble.c.j2", library).encode() + sources["model.c"]
     files: dict[str, bytes | str]
-    files = {"library.properties": _render("package_library.properties.j2", library, sketch=SKETCH),
-             f"src/{library.name}.h": _render("package_library.h.j2", library),
-             f"examples/{SKETCH}/{SKETCH}.ino": _render("package_sketch.ino.j2", library, sketch=SKETCH)}
+    files = {
+        "library.properties": _render("package_library.properties.j2", library, sketch=SKETCH),
+        f"src/{library.name}.h": _render("package_library.h.j2", library),
+        f"examples/{SKETCH}/{SKETCH}.ino": _render("package_sketch.ino.j2", library, sketch=SKETCH),
+    }
     files.update({f"src/{name}": data for name, data in sources.items()})
     return files

@@ -36,15 +36,20 @@ class Target:
 
     def missing(self) -> list[tuple[str, str]]:
         """(tool, package) for every tool of this target that is not installed."""
-        return [(tool, package) for tool, package in self.needs
-                if not (os.path.exists(tool) if tool.startswith("/") else shutil.which(tool))]
+        return [
+            (tool, package)
+            for tool, package in self.needs
+            if not (os.path.exists(tool) if tool.startswith("/") else shutil.which(tool))
+        ]
 
     def require(self) -> None:
         missing = self.missing()
         if missing:
             packages = " ".join(dict.fromkeys(p for _, p in missing))
-            raise EdgetrainError(f"target {self.name} needs {', '.join(t for t, _ in missing)}: install them with "
-                                 f"`apt-get install {packages}` (or `make TARGET={self.name} tools`)")
+            raise EdgetrainError(
+                f"target {self.name} needs {', '.join(t for t, _ in missing)}: install them with "
+                f"`apt-get install {packages}` (or `make TARGET={self.name} tools`)"
+            )
 
 
 def make(*args: str, cwd=None, timeout: float | None = None) -> subprocess.CompletedProcess:
@@ -52,8 +57,14 @@ def make(*args: str, cwd=None, timeout: float | None = None) -> subprocess.Compl
         raise EdgetrainError("`make` not found: install it with `apt-get install make`")
     # Under `make run`, the outer make's variables (MAKEFLAGS) must not leak into this one.
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
-    return subprocess.run(["make", "-s", "--no-print-directory", "-f", str(directory() / "Makefile"), *args],
-                          cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        ["make", "-s", "--no-print-directory", "-f", str(directory() / "Makefile"), *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @functools.cache
@@ -64,8 +75,14 @@ def load(name: str) -> Target:
     if result.returncode != 0:
         raise EdgetrainError(f"cannot read targets/{name}.mk: {result.stderr.strip()}")
     v = dict(line.split("=", 1) for line in result.stdout.splitlines() if "=" in line)
-    return Target(name=name, cc=v["CC"], cflags=tuple(v["CFLAGS"].split()), size=v["SIZE"], nm=v["NM"],
-                  needs=tuple(tuple(n.rsplit(":", 1)) for n in v["NEEDS"].split()))
+    return Target(
+        name=name,
+        cc=v["CC"],
+        cflags=tuple(v["CFLAGS"].split()),
+        size=v["SIZE"],
+        nm=v["NM"],
+        needs=tuple(tuple(n.rsplit(":", 1)) for n in v["NEEDS"].split()),
+    )
 
 
 # Storage symbols of the generated C (templates/model.c.j2).
@@ -80,8 +97,11 @@ def measure(target: Target, model_c: Path) -> dict:
     the trainer calls (memcpy, sqrtf, soft-float arithmetic) come from the C library and are not counted."""
     missing = [(t, p) for t, p in target.missing() if t in (target.cc, target.size, target.nm)]
     if missing:
-        return {"size_tool": None, "size_note": f"flash and RAM not measured: {', '.join(t for t, _ in missing)} "
-                f"missing (apt-get install {' '.join(dict.fromkeys(p for _, p in missing))})"}
+        return {
+            "size_tool": None,
+            "size_note": f"flash and RAM not measured: {', '.join(t for t, _ in missing)} "
+            f"missing (apt-get install {' '.join(dict.fromkeys(p for _, p in missing))})",
+        }
     with tempfile.TemporaryDirectory() as tmp:
         obj = Path(tmp, "model.o")
         _tool([target.cc, *target.cflags, "-c", str(model_c), "-o", str(obj)], target, f"{model_c} for {target.name}")
@@ -94,8 +114,13 @@ def measure(target: Target, model_c: Path) -> dict:
         "size_tool": target.size,
         "flash_bytes": text + data,
         "ram_bytes": data + bss,
-        "size_breakdown": {"code": text - weights, "constant_weights": weights, "initial_values": data,
-                           "arena": arena, "state": data + bss - arena},
+        "size_breakdown": {
+            "code": text - weights,
+            "constant_weights": weights,
+            "initial_values": data,
+            "arena": arena,
+            "state": data + bss - arena,
+        },
     }
 
 
@@ -126,11 +151,18 @@ def _wasm_sizes(code: int, module: bytes) -> tuple[int, int, int, dict[str, int]
     segments (one per variable under -fdata-sections) tell read-only data, which goes with the text,
     initialized data and zeroed data apart."""
     from .wasm import data_segments
+
     segments = data_segments(module)
-    kinds = {kind: sum(n for name, n in segments.items() if name.startswith(f".{kind}."))
-             for kind in ("rodata", "data", "bss")}
-    return (code + kinds["rodata"], kinds["data"], kinds["bss"],
-            {name.split(".", 2)[2]: n for name, n in segments.items()})
+    kinds = {
+        kind: sum(n for name, n in segments.items() if name.startswith(f".{kind}."))
+        for kind in ("rodata", "data", "bss")
+    }
+    return (
+        code + kinds["rodata"],
+        kinds["data"],
+        kinds["bss"],
+        {name.split(".", 2)[2]: n for name, n in segments.items()},
+    )
 
 
 def _symbol_sizes(nm_output: str) -> dict[str, int]:

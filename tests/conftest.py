@@ -12,9 +12,17 @@ import pytest
 TESTS = Path(__file__).resolve().parent
 
 # tests/<directory> -> tier. A new directory must be given one here (collection fails until it is).
-TIERS = {"unit": "unit", "c": "c", "target": "target", "zoo": "zoo", "sanitize": "sanitize",
-         "fuzz": "sanitize",  # libFuzzer under ASan and UBSan, like the sanitizer tier
-         "durable": "c", "conformance": "c", "ort_compat": "c"}  # host and generated C on this machine
+TIERS = {
+    "unit": "unit",
+    "c": "c",
+    "target": "target",
+    "zoo": "zoo",
+    "sanitize": "sanitize",
+    "fuzz": "sanitize",  # libFuzzer under ASan and UBSan, like the sanitizer tier
+    "durable": "c",
+    "conformance": "c",
+    "ort_compat": "c",
+}  # host and generated C on this machine
 
 # Tests measured at over 20 s in a whole run (`-n 2 --dist loadfile`) on the shared 2-core machine:
 # node ids, or a test's id without its parameters for all of them.
@@ -93,8 +101,9 @@ def _properties(reports, name: str) -> list:
 
 
 def _figures(terminalreporter, reports) -> None:
-    lines = [f"{report.nodeid.split('::')[-1]}: {value}" for report, value in _properties(reports, "figure")
-             if report.passed]
+    lines = [
+        f"{report.nodeid.split('::')[-1]}: {value}" for report, value in _properties(reports, "figure") if report.passed
+    ]
     if lines:
         terminalreporter.section("figures")
         for line in lines:
@@ -120,5 +129,7 @@ def _conformance(terminalreporter, reports) -> None:
 
         excluded = sum(len(cases.excluded) for cases in CASES.values())
         collected = sum(len(cases.listed) for cases in CASES.values())
-        terminalreporter.write_line(f"ONNX backend node tests: {sum(r.passed for r in ran)} passed of {collected} "
-                                    f"collected for supported ops, {excluded} excluded")
+        terminalreporter.write_line(
+            f"ONNX backend node tests: {sum(r.passed for r in ran)} passed of {collected} "
+            f"collected for supported ops, {excluded} excluded"
+        )

@@ -43,10 +43,32 @@ torch = pytest.importorskip("torch")  # the reference: a module that imports thi
 
 TOL = 1e-4
 
-__all__ = ["TOL", "Cases", "Check", "ExportCase", "OpCase", "assert_close", "away0", "build_op_model",
-           "check_graph_gradients", "check_loss_gradients", "check_op_gradients", "check_reference", "compile_module",
-           "fixed", "float_library", "i64", "normal", "op_gradients", "outside0", "positive", "run_case",
-           "ties", "ulps", "values"]
+__all__ = [
+    "TOL",
+    "Cases",
+    "Check",
+    "ExportCase",
+    "OpCase",
+    "assert_close",
+    "away0",
+    "build_op_model",
+    "check_graph_gradients",
+    "check_loss_gradients",
+    "check_op_gradients",
+    "check_reference",
+    "compile_module",
+    "fixed",
+    "float_library",
+    "i64",
+    "normal",
+    "op_gradients",
+    "outside0",
+    "positive",
+    "run_case",
+    "ties",
+    "ulps",
+    "values",
+]
 
 
 def assert_close(got, want, what: str) -> float:
@@ -63,8 +85,9 @@ def assert_close(got, want, what: str) -> float:
 def compile_module(model, tmp_path, **kwargs) -> tuple[api.Module, api.CheckpointState]:
     """Generate the artifacts of `model` into tmp_path and bind a Module to a fresh state (SGD)."""
     kwargs.setdefault("optimizer", artifacts.OptimType.SGD)
-    out = artifacts.generate_artifacts(model, artifact_directory=Path(tmp_path) / "artifacts", batch_size=None,
-                                       **kwargs)
+    out = artifacts.generate_artifacts(
+        model, artifact_directory=Path(tmp_path) / "artifacts", batch_size=None, **kwargs
+    )
     state = api.CheckpointState.load_checkpoint(out / "checkpoint")
     module = api.Module(out / "training_model.onnx", state, out / "eval_model.onnx")
     return module, state
@@ -93,8 +116,7 @@ def _input_names(inputs, const_inputs):
     return names
 
 
-def build_op_model(op_type: str, inputs: dict, attrs: dict, const_inputs: dict, n_outputs: int = 1,
-                   opset: int = 18):
+def build_op_model(op_type: str, inputs: dict, attrs: dict, const_inputs: dict, n_outputs: int = 1, opset: int = 18):
     """loss = sum_i ReduceSum(Y_i * R_i), with the op's float operands as initializers and R_i graph
     inputs. Returns (model, output names, output shapes)."""
     outs, shapes = _output_shapes(op_type, inputs, attrs, const_inputs, n_outputs, opset)
@@ -102,8 +124,10 @@ def build_op_model(op_type: str, inputs: dict, attrs: dict, const_inputs: dict, 
     terms = []
     for i, y in enumerate(outs):
         term = "loss" if n_outputs == 1 else f"S{i}"
-        nodes += [helper.make_node("Mul", [y, f"R{i}"], [f"YR{i}"]),
-                  helper.make_node("ReduceSum", [f"YR{i}"], [term], keepdims=0)]
+        nodes += [
+            helper.make_node("Mul", [y, f"R{i}"], [f"YR{i}"]),
+            helper.make_node("ReduceSum", [f"YR{i}"], [term], keepdims=0),
+        ]
         terms.append(term)
     acc = terms[0]
     for i, t in enumerate(terms[1:]):
@@ -112,12 +136,14 @@ def build_op_model(op_type: str, inputs: dict, attrs: dict, const_inputs: dict, 
     graph_inputs = [helper.make_tensor_value_info(f"R{i}", TensorProto.FLOAT, s) for i, s in enumerate(shapes)]
     inits = [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in inputs.items() if v is not None]
     inits += [numpy_helper.from_array(np.asarray(v), k) for k, v in const_inputs.items() if v is not None]
-    graph = helper.make_graph(nodes, f"grad_{op_type}", graph_inputs,
-                              [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])], inits)
+    graph = helper.make_graph(
+        nodes, f"grad_{op_type}", graph_inputs, [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])], inits
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), outs, shapes
 
 
 # ---- operand values: a spec is a function of the case's generator, or a bare shape (normal) ----
+
 
 def normal(shape, scale=1.0, avoid=()) -> Callable:
     """Normal values times `scale`, nudged at least 0.1 away from each point in `avoid` (kinks, bounds)."""
@@ -170,10 +196,12 @@ def i64(*values) -> np.ndarray:
 
 # ---- one op's loss and gradients against torch, and against onnx.reference ----
 
+
 @dataclass
 class Gradients:
     """One training step of a one-op model: the C's loss and gradients (trainable operands), the
     loss weights it was fed, and the largest error against torch."""
+
     loss: float
     grads: dict
     feeds: dict
@@ -193,9 +221,19 @@ def _torch_step(torch_fn, present: dict, frozen, rs, shapes):
     return total, leaves
 
 
-def op_gradients(op_type: str, inputs: dict[str, np.ndarray | None], attrs: dict, torch_fn: Callable,
-                 const_inputs: dict[str, np.ndarray | None] | None = None, *, tmp_path, opset: int = 18,
-                 n_outputs: int = 1, seed: int = 0, frozen=()) -> Gradients:
+def op_gradients(
+    op_type: str,
+    inputs: dict[str, np.ndarray | None],
+    attrs: dict,
+    torch_fn: Callable,
+    const_inputs: dict[str, np.ndarray | None] | None = None,
+    *,
+    tmp_path,
+    opset: int = 18,
+    n_outputs: int = 1,
+    seed: int = 0,
+    frozen=(),
+) -> Gradients:
     """Compare edgetrain's loss and gradients for one `op_type` node against torch autograd.
 
     inputs: the op's float operands (become initializers: trainable, or frozen if named in `frozen`),
@@ -230,12 +268,22 @@ def op_gradients(op_type: str, inputs: dict[str, np.ndarray | None], attrs: dict
     return Gradients(loss, grads, {f"R{i}": r for i, r in enumerate(rs)}, max(errors))
 
 
-def check_op_gradients(op_type: str, inputs: dict[str, np.ndarray | None], attrs: dict, torch_fn: Callable,
-                       const_inputs: dict[str, np.ndarray | None] | None = None, *, tmp_path, opset: int = 18,
-                       n_outputs: int = 1, seed: int = 0) -> float:
+def check_op_gradients(
+    op_type: str,
+    inputs: dict[str, np.ndarray | None],
+    attrs: dict,
+    torch_fn: Callable,
+    const_inputs: dict[str, np.ndarray | None] | None = None,
+    *,
+    tmp_path,
+    opset: int = 18,
+    n_outputs: int = 1,
+    seed: int = 0,
+) -> float:
     """op_gradients' largest error: the max absolute error over the loss and every gradient."""
-    return op_gradients(op_type, inputs, attrs, torch_fn, const_inputs, tmp_path=tmp_path, opset=opset,
-                        n_outputs=n_outputs, seed=seed).error
+    return op_gradients(
+        op_type, inputs, attrs, torch_fn, const_inputs, tmp_path=tmp_path, opset=opset, n_outputs=n_outputs, seed=seed
+    ).error
 
 
 def check_reference(out: Path, feeds: dict, loss, grads: dict, new_ops=()) -> float:
@@ -247,25 +295,38 @@ def check_reference(out: Path, feeds: dict, loss, grads: dict, new_ops=()) -> fl
     evaluator = ReferenceEvaluator(training, new_ops=list(new_ops) + reference_ops())
     got = dict(zip(names, evaluator.run(None, {i.name: feeds[i.name] for i in training.graph.input})))
     errors = [assert_close(got[names[0]], loss, "onnx.reference loss")]
-    errors += [assert_close(got[f"{name}_grad"], grad, f"onnx.reference d loss/d {name}")
-               for name, grad in grads.items()]
+    errors += [
+        assert_close(got[f"{name}_grad"], grad, f"onnx.reference d loss/d {name}") for name, grad in grads.items()
+    ]
     return max(errors)
 
 
-def check_loss_gradients(loss_type: artifacts.LossType, logits: np.ndarray, labels: np.ndarray,
-                         torch_loss: Callable, *, tmp_path, ignore_index: int | None = None,
-                         class_weights=None) -> float:
+def check_loss_gradients(
+    loss_type: artifacts.LossType,
+    logits: np.ndarray,
+    labels: np.ndarray,
+    torch_loss: Callable,
+    *,
+    tmp_path,
+    ignore_index: int | None = None,
+    class_weights=None,
+) -> float:
     """logits initializer -> Identity -> edgetrain's `loss_type`; compare the loss and d loss/d logits
     with `torch_loss(logits_tensor, labels_tensor)` (a torch.nn.functional loss, reduction='mean').
     Integer labels are converted to int64 for torch. Returns the max absolute error measured."""
     logits = np.asarray(logits, np.float32)
     nodes = [helper.make_node("Identity", ["logits_init"], ["logits"])]
-    graph = helper.make_graph(nodes, f"loss_{loss_type.value}", [],
-                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, logits.shape)],
-                              [numpy_helper.from_array(logits, "logits_init")])
+    graph = helper.make_graph(
+        nodes,
+        f"loss_{loss_type.value}",
+        [],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, logits.shape)],
+        [numpy_helper.from_array(logits, "logits_init")],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
-    module, state = compile_module(model, tmp_path, loss=loss_type, ignore_index=ignore_index,
-                                   class_weights=class_weights)
+    module, state = compile_module(
+        model, tmp_path, loss=loss_type, ignore_index=ignore_index, class_weights=class_weights
+    )
     loss = module(labels)
 
     x = torch.tensor(logits, requires_grad=True)
@@ -273,25 +334,36 @@ def check_loss_gradients(loss_type: artifacts.LossType, logits: np.ndarray, labe
     want = torch_loss(x, target)
     want.backward()
     name = loss_type.value
-    errors = [assert_close(loss, want.detach().numpy(), f"{name} loss"),
-              assert_close(state.parameters["logits_init"].grad, x.grad.numpy(), f"{name} d loss/d logits")]
+    errors = [
+        assert_close(loss, want.detach().numpy(), f"{name} loss"),
+        assert_close(state.parameters["logits_init"].grad, x.grad.numpy(), f"{name} d loss/d logits"),
+    ]
     return max(errors)
 
 
 # ---- graphs: hand-built, or exported by torch ----
 
-def check_graph_gradients(model: onnx.ModelProto, params: dict[str, np.ndarray], torch_fn: Callable, tmp_path,
-                          rng, data: dict[str, np.ndarray] | None = None) -> float:
+
+def check_graph_gradients(
+    model: onnx.ModelProto,
+    params: dict[str, np.ndarray],
+    torch_fn: Callable,
+    tmp_path,
+    rng,
+    data: dict[str, np.ndarray] | None = None,
+) -> float:
     """`model` computes Y from `data` inputs and the float initializers `params`; append
     loss = ReduceSum(Y * R), train one step and compare with torch_fn(*data, **params), then
     training_model.onnx under onnx.reference with the C."""
     data = data or {}
     graph = model.graph
     y = graph.output[0].name
-    shape = tuple(torch_fn(*map(torch.from_numpy, data.values()),
-                           **{k: torch.from_numpy(v) for k, v in params.items()}).shape)
-    graph.node.extend([helper.make_node("Mul", [y, "R"], ["YR"]),
-                       helper.make_node("ReduceSum", ["YR"], ["loss"], keepdims=0)])
+    shape = tuple(
+        torch_fn(*map(torch.from_numpy, data.values()), **{k: torch.from_numpy(v) for k, v in params.items()}).shape
+    )
+    graph.node.extend(
+        [helper.make_node("Mul", [y, "R"], ["YR"]), helper.make_node("ReduceSum", ["YR"], ["loss"], keepdims=0)]
+    )
     graph.input.append(helper.make_tensor_value_info("R", TensorProto.FLOAT, shape))
     del graph.output[:]
     graph.output.append(helper.make_tensor_value_info("loss", TensorProto.FLOAT, []))
@@ -313,9 +385,17 @@ def check_graph_gradients(model: onnx.ModelProto, params: dict[str, np.ndarray],
 def _export(net, x, opset: int, path: Path) -> onnx.ModelProto:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(net, (x,), path, dynamo=False, opset_version=opset,
-                          training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
-                          input_names=["x"], output_names=["y"])
+        torch.onnx.export(
+            net,
+            (x,),
+            path,
+            dynamo=False,
+            opset_version=opset,
+            training=torch.onnx.TrainingMode.TRAINING,
+            do_constant_folding=False,
+            input_names=["x"],
+            output_names=["y"],
+        )
     return onnx.load(path)
 
 
@@ -348,17 +428,22 @@ class ExportCase:
         model = _export(net, x, self.opset, tmp_path / "net.onnx")
         exported = {n.op_type for n in model.graph.node}
         assert set(self.ops) <= exported, f"export has {sorted(exported)}"
-        params = {k: v.detach().numpy().copy() for k, v in net.named_parameters() if k in
-                  {i.name for i in model.graph.initializer}}
+        params = {
+            k: v.detach().numpy().copy()
+            for k, v in net.named_parameters()
+            if k in {i.name for i in model.graph.initializer}
+        }
 
         def functional(x, **leaves):  # net with the leaves as its parameters
             return torch.func.functional_call(net, leaves, (x,))
 
-        return check_graph_gradients(model, params, functional, tmp_path, np.random.default_rng(seed),
-                                     data={"x": x.numpy()})
+        return check_graph_gradients(
+            model, params, functional, tmp_path, np.random.default_rng(seed), data={"x": x.numpy()}
+        )
 
 
 # ---- the cases and the test ----
+
 
 @dataclass
 class OpCase:
@@ -366,6 +451,7 @@ class OpCase:
     trainable unless named in `frozen`, loss = sum_i(Y_i * R_i), against torch_fn on the same
     operands; then, with `reference`, training_model.onnx under onnx.reference (`reference_ops`:
     forward ops it needs from us) against the C."""
+
     op: str
     inputs: dict
     torch_fn: Callable
@@ -380,18 +466,33 @@ class OpCase:
     def run(self, tmp_path, seed: int) -> float:
         rng = np.random.default_rng(seed)
         inputs = {name: None if spec is None else values(spec, rng) for name, spec in self.inputs.items()}
-        result = op_gradients(self.op, inputs, self.attrs, self.torch_fn, self.consts, tmp_path=tmp_path,
-                              opset=self.opset, n_outputs=self.n_outputs, seed=seed, frozen=self.frozen)
+        result = op_gradients(
+            self.op,
+            inputs,
+            self.attrs,
+            self.torch_fn,
+            self.consts,
+            tmp_path=tmp_path,
+            opset=self.opset,
+            n_outputs=self.n_outputs,
+            seed=seed,
+            frozen=self.frozen,
+        )
         if not self.reference:
             return result.error
         present = {k: v for k, v in inputs.items() if v is not None}
-        return max(result.error, check_reference(tmp_path / "artifacts", {**result.feeds, **present}, result.loss,
-                                                 result.grads, self.reference_ops))
+        return max(
+            result.error,
+            check_reference(
+                tmp_path / "artifacts", {**result.feeds, **present}, result.loss, result.grads, self.reference_ops
+            ),
+        )
 
 
 @dataclass
 class Check:
     """Any other check: fn(tmp_path, rng) -> the largest error it measured (it asserts each bound)."""
+
     fn: Callable
 
     def run(self, tmp_path, seed: int) -> float:
@@ -426,6 +527,7 @@ def run_case(spec, tmp_path, request) -> None:
 
 # ---- C functions against float64 ----
 
+
 def float_library(tmp_path, source: str, bodies: dict[str, str]) -> dict[str, Callable]:
     """`source` and one `void name(int n, const float *x, float *y) { body }` per entry of `bodies`,
     built under the strictest flags: {name: a function of a float32 array}."""
@@ -434,8 +536,20 @@ def float_library(tmp_path, source: str, bodies: dict[str, str]) -> dict[str, Ca
     prototypes = "".join(sig.format(name) + ";\n" for name in bodies)
     src, so = tmp_path / "functions.c", tmp_path / "libfunctions.so"
     src.write_text(source + "\n" + prototypes + "".join(sig.format(n) + " { " + b + " }\n" for n, b in bodies.items()))
-    flags = ["-std=c99", "-Wall", "-Wextra", "-Wshadow", "-Wdouble-promotion", "-Wmissing-prototypes", "-Werror",
-             "-pedantic", "-ffp-contract=off", "-O2", "-shared", "-fPIC"]
+    flags = [
+        "-std=c99",
+        "-Wall",
+        "-Wextra",
+        "-Wshadow",
+        "-Wdouble-promotion",
+        "-Wmissing-prototypes",
+        "-Werror",
+        "-pedantic",
+        "-ffp-contract=off",
+        "-O2",
+        "-shared",
+        "-fPIC",
+    ]
     result = subprocess.run(["gcc", *flags, str(src), "-o", str(so)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     ffi = cffi.FFI()
@@ -448,6 +562,7 @@ def float_library(tmp_path, source: str, bodies: dict[str, str]) -> dict[str, Ca
             y = np.empty_like(x)
             fn(len(x), ffi.cast("float *", x.ctypes.data), ffi.cast("float *", y.ctypes.data))
             return y
+
         return call
 
     return {name: wrap(getattr(lib, name)) for name in bodies}

@@ -61,8 +61,13 @@ class GraphBuilder:
         if spec.shape is not None:
             return spec.shape(self.graph, node)
         proto = onnx.helper.make_node(node.op, node.inputs, node.outputs, **dict(node.attrs))
-        types = {n: onnx.helper.make_tensor_type_proto(onnx.helper.np_dtype_to_tensor_dtype(self.graph.values[n].dtype),
-                                                       self.graph.values[n].shape) for n in node.inputs if n}
+        types = {
+            n: onnx.helper.make_tensor_type_proto(
+                onnx.helper.np_dtype_to_tensor_dtype(self.graph.values[n].dtype), self.graph.values[n].shape
+            )
+            for n in node.inputs
+            if n
+        }
         constants = self.graph.constants
         data = {n: numpy_helper.from_array(constants[n], n) for n in node.inputs if n in constants}
         schema = onnx.defs.get_schema(node.op, self.graph.opset)
@@ -113,8 +118,14 @@ def differentiate(graph: Graph, loss: str, wrt: list[str]) -> tuple[dict[str, st
             continue
         spec = require(node)
         # Integer and bool values (indices, masks) take no gradient.
-        needs = tuple(bool(name) and name in depends and name in reaches and slot not in spec.const_inputs
-                      and graph.values[name].dtype == np.float32 for slot, name in enumerate(node.inputs))
+        needs = tuple(
+            bool(name)
+            and name in depends
+            and name in reaches
+            and slot not in spec.const_inputs
+            and graph.values[name].dtype == np.float32
+            for slot, name in enumerate(node.inputs)
+        )
         if not any(needs):
             continue
         dys = [total(name) for name in node.outputs]
@@ -128,7 +139,7 @@ def differentiate(graph: Graph, loss: str, wrt: list[str]) -> tuple[dict[str, st
             if needs[slot] and grad is not None:
                 contributions.setdefault(name, []).append(g.reduce_to(grad, graph.shape(name)))
     grads = {name: total(name) for name in wrt}
-    backward = graph.nodes[len(forward):]
+    backward = graph.nodes[len(forward) :]
     residuals = [node for node in backward if require(node).residual]
     graph.nodes = _run_early(forward, residuals) + [node for node in backward if not require(node).residual]
     return grads, len(forward) + len(residuals)
@@ -142,4 +153,3 @@ def _run_early(forward: list[Node], residuals: list[Node]) -> list[Node]:
     for node in residuals:
         after.setdefault(max((made[n] for n in node.inputs if n in made), default=-1), []).append(node)
     return after.get(-1, []) + [n for i, node in enumerate(forward) for n in [node] + after.get(i, [])]
-

@@ -41,6 +41,7 @@ class Stmt:
 class Local:
     """`const <type> <name> = <fn>(<args>);` (fn None: `= <args[0]>`): a scalar a function computes
     once before its kernel calls (an optimizer's StepValue)."""
+
     type: str
     name: str
     fn: str | None
@@ -134,11 +135,11 @@ class ModelC:
     # ET_FROZEN_WRITABLE keeps in RAM so they can be set; the constants' array stays in flash.
     @property
     def frozen_init(self) -> np.ndarray:
-        return self.consts.array[:self.frozen_floats]
+        return self.consts.array[: self.frozen_floats]
 
     @property
     def const_init(self) -> np.ndarray:
-        return self.consts.array[self.frozen_floats:]
+        return self.consts.array[self.frozen_floats :]
 
     @property
     def arena_views(self) -> frozenset[str]:
@@ -150,6 +151,7 @@ class ModelC:
 @dataclass(frozen=True)
 class InferenceC:
     """A model with nothing to train: the C holds `infer` alone, every initializer compiled in."""
+
     prefix: str
     input_sizes: tuple[int, ...]
     input_types: tuple[str, ...]
@@ -184,8 +186,11 @@ SOURCES = ("model.c", "model.h", "model_weights.h")
 # The arena is a union of equally long float, uint32_t and int32_t arrays (templates/model.c.j2),
 # so each tensor is read and written through an lvalue of its own type wherever the planner puts it.
 # Integer tensors, int32 or int64 in the model, and bool ones (0 or 1) are all int32_t in the C.
-_ARENA_VIEWS = {np.dtype(np.float32): "et_arena.f", np.dtype(np.uint32): "et_arena.u",
-                **{np.dtype(t): "et_arena.i" for t in (np.int32, np.int64, np.bool_)}}
+_ARENA_VIEWS = {
+    np.dtype(np.float32): "et_arena.f",
+    np.dtype(np.uint32): "et_arena.u",
+    **{np.dtype(t): "et_arena.i" for t in (np.int32, np.int64, np.bool_)},
+}
 
 
 def _plain_arg(a) -> Arg:
@@ -227,8 +232,10 @@ class _Places:
 
 def _emit_function(program: Program, f: LoweredFunction, planned: FunctionPlan) -> tuple[Function, _Places]:
     places = _Places(program, planned.offsets)
-    stmts = tuple(Stmt(call.fn, tuple(places.arg(a) for a in call.args), call.checked, f.comment(i))
-                  for i, call in enumerate(f.calls))
+    stmts = tuple(
+        Stmt(call.fn, tuple(places.arg(a) for a in call.args), call.checked, f.comment(i))
+        for i, call in enumerate(f.calls)
+    )
     return Function(stmts, planned.arena_floats, planned.lower_bound, planned.blocks), places
 
 
@@ -240,34 +247,70 @@ def emit(program: Program, memory: MemoryPlan) -> ModelC | InferenceC:
     """The template data of `program` with its arena laid out as `memory` plans it."""
     infer, infer_at = _emit_function(program, program.infer, memory.functions["infer"])
     common: dict[str, Any] = dict(
-        prefix=program.prefix, input_sizes=program.input_sizes, input_types=program.input_types,
-        output_sizes=program.output_sizes, output_types=program.output_types, infer=infer,
-        infer_outputs=tuple(map(infer_at.at, program.infer_outputs)), buffer_init=program.buffer_init,
-        consts=program.consts, int_consts=program.int_consts, memory=memory, batch_consts=program.batch_consts)
+        prefix=program.prefix,
+        input_sizes=program.input_sizes,
+        input_types=program.input_types,
+        output_sizes=program.output_sizes,
+        output_types=program.output_types,
+        infer=infer,
+        infer_outputs=tuple(map(infer_at.at, program.infer_outputs)),
+        buffer_init=program.buffer_init,
+        consts=program.consts,
+        int_consts=program.int_consts,
+        memory=memory,
+        batch_consts=program.batch_consts,
+    )
     if program.train is None or program.eval is None or program.optimizer_update is None or program.loss is None:
         return InferenceC(**common)
     train, train_at = _emit_function(program, program.train, memory.functions["train"])
     evaluate, eval_at = _emit_function(program, program.eval, memory.functions["eval"])
-    grads = tuple(GradInfo(train_at.at(g.grad) if g.grad else None, g.offset, g.size,
-                           (train_at.at(g.factors[0]), train_at.at(g.factors[1])) if g.factors else None, g.rows)
-                  for g in program.grads)
+    grads = tuple(
+        GradInfo(
+            train_at.at(g.grad) if g.grad else None,
+            g.offset,
+            g.size,
+            (train_at.at(g.factors[0]), train_at.at(g.factors[1])) if g.factors else None,
+            g.rows,
+        )
+        for g in program.grads
+    )
     return ModelC(
-        **common, label_type=program.label_type, label_size=program.label_size,
-        train=train, eval=evaluate, train_loss=train_at.at(program.loss), eval_loss=eval_at.at(program.loss),
-        grads=grads, state_updates=tuple(StateUpdate(train_at.at(u.value), u.offset, u.size)
-                                         for u in program.state_updates),
-        params=program.params, param_init=program.param_init or Floats([]), state_slots=program.state_slots,
+        **common,
+        label_type=program.label_type,
+        label_size=program.label_size,
+        train=train,
+        eval=evaluate,
+        train_loss=train_at.at(program.loss),
+        eval_loss=eval_at.at(program.loss),
+        grads=grads,
+        state_updates=tuple(StateUpdate(train_at.at(u.value), u.offset, u.size) for u in program.state_updates),
+        params=program.params,
+        param_init=program.param_init or Floats([]),
+        state_slots=program.state_slots,
         step_values=tuple(Local(v.type, v.name, v.fn, tuple(map(_plain_arg, v.args))) for v in program.step_values),
         optimizer_update=_stmt(program.optimizer_update, "every trainable parameter"),
-        learning_rate=program.learning_rate, max_grad_norm=program.max_grad_norm, fingerprint=program.fingerprint,
-        table=program.table, header_bytes=program.header_bytes, trainable_floats=program.trainable_floats,
-        frozen_floats=program.frozen_floats, federated=program.federated, fused_update=program.fused_update,
-        extra_outputs=program.extra_outputs, train_extra=tuple(map(train_at.at, program.extra)),
-        eval_extra=tuple(map(eval_at.at, program.extra)))
+        learning_rate=program.learning_rate,
+        max_grad_norm=program.max_grad_norm,
+        fingerprint=program.fingerprint,
+        table=program.table,
+        header_bytes=program.header_bytes,
+        trainable_floats=program.trainable_floats,
+        frozen_floats=program.frozen_floats,
+        federated=program.federated,
+        fused_update=program.fused_update,
+        extra_outputs=program.extra_outputs,
+        train_extra=tuple(map(train_at.at, program.extra)),
+        eval_extra=tuple(map(eval_at.at, program.extra)),
+    )
 
 
-def build(trainer, prefix: str, federated: bool = False, fused_update: bool = False,
-          batch_consts: dict[str, Affine | int] | None = None) -> ModelC:
+def build(
+    trainer,
+    prefix: str,
+    federated: bool = False,
+    fused_update: bool = False,
+    batch_consts: dict[str, Affine | int] | None = None,
+) -> ModelC:
     """The three stages at once: lower, plan, emit (the trainer's template data)."""
     program = lower(trainer, prefix, federated, fused_update, batch_consts)
     model = emit(program, plan(program))
@@ -281,7 +324,9 @@ def build_inference(trainer, prefix: str, batch_consts: dict[str, Affine | int] 
     assert isinstance(model, InferenceC)
     return model
 
+
 # ---- the batch: a trainer compiled for a batch of N runs any batch n from 1 to N ----
+
 
 class _Fixed(Exception):
     """Why a trainer runs only the batch it was compiled for."""
@@ -313,8 +358,15 @@ def compile_batched(trainer_at, lower, max_batch: int):
     g = trainer.graph
     if not any(name in axes for name in g.inputs):
         shape = g.shape(g.inputs[0]) if g.inputs else ()
-        return trainer, _fixed(lower(trainer, {}), shape[0] if shape else 1,
-                               "the model's inputs have fixed shapes (no symbolic batch axis)"), probe
+        return (
+            trainer,
+            _fixed(
+                lower(trainer, {}),
+                shape[0] if shape else 1,
+                "the model's inputs have fixed shapes (no symbolic batch axis)",
+            ),
+            probe,
+        )
     if max_batch == 1:
         return trainer, _batch_sizes(lower(trainer, {}), trainer, axes, 1), probe
     try:
@@ -342,8 +394,7 @@ def _fixed(model, max_batch: int, why: str):
 def _probes(max_batch: int) -> list[int]:
     """Two more batches to compile at: above 1, since a batch of 1 takes other paths
     (_outer_products), and within the batches the C will run where there is room."""
-    return [b for b in dict.fromkeys((max_batch - 1, 2, max_batch + 1, max_batch + 2))
-            if b >= 2 and b != max_batch][:2]
+    return [b for b in dict.fromkeys((max_batch - 1, 2, max_batch + 1, max_batch + 2)) if b >= 2 and b != max_batch][:2]
 
 
 def _batch_axes(trainers, batches) -> set[str]:
@@ -358,8 +409,10 @@ def _batch_axes(trainers, batches) -> set[str]:
             continue
         first = shapes[0]
         if first is None or not all(s and s[0] == b and s[1:] == first[1:] for s, b in zip(shapes, batches)):
-            raise _Fixed(f"'{name}' changes shape with the batch other than along its first axis "
-                         f"({' and '.join(f'{s} at batch {b}' for s, b in zip(shapes, batches))})")
+            raise _Fixed(
+                f"'{name}' changes shape with the batch other than along its first axis "
+                f"({' and '.join(f'{s} at batch {b}' for s, b in zip(shapes, batches))})"
+            )
         axes.add(name)
     return axes
 
@@ -371,8 +424,11 @@ def _batch_sizes(model, trainer, axes: set[str], max_batch: int):
     def size(name, at):
         return Affine(at // max_batch, 0) if name in axes else at
 
-    fields = dict(input_sizes=tuple(map(size, g.inputs, model.input_sizes)),
-                  output_sizes=tuple(map(size, g.outputs, model.output_sizes)), max_batch=max_batch)
+    fields = dict(
+        input_sizes=tuple(map(size, g.inputs, model.input_sizes)),
+        output_sizes=tuple(map(size, g.outputs, model.output_sizes)),
+        max_batch=max_batch,
+    )
     if isinstance(model, ModelC) and trainer.labels:
         fields["label_size"] = size(trainer.labels, model.label_size)
     return replace(model, **fields)
@@ -387,7 +443,8 @@ def _batch_consts(trainers, batches) -> dict[str, Affine | int]:
     for name in trainers[0].graph.constants:
         values = [v for t in trainers if (v := t.graph.constants.get(name)) is not None]
         if len(values) < len(trainers) or all(
-                v.shape == values[0].shape and np.array_equal(v, values[0]) for v in values):
+            v.shape == values[0].shape and np.array_equal(v, values[0]) for v in values
+        ):
             continue
         if all(v.dtype == np.float32 and v.size == 1 for v in values):
             line = _fit([float(v.reshape(())) for v in values], batches, inverse=True)
@@ -428,12 +485,25 @@ def _batched(models, trainers, batches, consts):
     functions = ("infer",) if isinstance(m, InferenceC) else ("train", "eval", "infer")
     for other in models[1:]:
         if (other.consts, other.int_consts, other.batch_consts) != (m.consts, m.int_consts, m.batch_consts):
-            read = {a.value[0] for f in functions for s in getattr(m, f).stmts for a in s.args
-                    if a.kind == "ptr" and isinstance(a.value, tuple)}
-            changed = [name for name in read - set(consts) if name in trainers[0].graph.constants and not all(
-                np.array_equal(trainers[0].graph.constants[name], t.graph.constants.get(name)) for t in trainers)]
-            raise _Fixed(f"constant tensor{'s' * (len(changed) > 1)} {', '.join(map(repr, sorted(changed)))} read at "
-                         "run time depend on the batch")
+            read = {
+                a.value[0]
+                for f in functions
+                for s in getattr(m, f).stmts
+                for a in s.args
+                if a.kind == "ptr" and isinstance(a.value, tuple)
+            }
+            changed = [
+                name
+                for name in read - set(consts)
+                if name in trainers[0].graph.constants
+                and not all(
+                    np.array_equal(trainers[0].graph.constants[name], t.graph.constants.get(name)) for t in trainers
+                )
+            ]
+            raise _Fixed(
+                f"constant tensor{'s' * (len(changed) > 1)} {', '.join(map(repr, sorted(changed)))} read at "
+                "run time depend on the batch"
+            )
     return replace(m, **{f: _batched_function([getattr(o, f) for o in models], batches, f) for f in functions})
 
 
@@ -441,18 +511,30 @@ def _batched_function(functions: list[Function], batches, name: str) -> Function
     first = functions[0]
     for f, batch in zip(functions[1:], batches[1:]):
         if len(f.stmts) != len(first.stmts):
-            raise _Fixed(f"{name} makes {len(first.stmts)} kernel calls at batch {batches[0]} and {len(f.stmts)} "
-                         f"at batch {batch}")
+            raise _Fixed(
+                f"{name} makes {len(first.stmts)} kernel calls at batch {batches[0]} and {len(f.stmts)} "
+                f"at batch {batch}"
+            )
     stmts = []
     for same in zip(*(f.stmts for f in functions)):
         s = same[0]
         for other, batch in zip(same[1:], batches[1:]):
             if (other.fn, other.checked, len(other.args)) != (s.fn, s.checked, len(s.args)):
-                raise _Fixed(f"{name} calls {s.fn} ({s.comment}) at batch {batches[0]} where it calls {other.fn} "
-                             f"({other.comment}) at batch {batch}")
-        stmts.append(replace(s, args=tuple(_batched_arg([o.args[k] for o in same], batches,
-                                                        f"argument {k + 1} of {s.fn} ({s.comment}) in {name}")
-                                           for k in range(len(s.args)))))
+                raise _Fixed(
+                    f"{name} calls {s.fn} ({s.comment}) at batch {batches[0]} where it calls {other.fn} "
+                    f"({other.comment}) at batch {batch}"
+                )
+        stmts.append(
+            replace(
+                s,
+                args=tuple(
+                    _batched_arg(
+                        [o.args[k] for o in same], batches, f"argument {k + 1} of {s.fn} ({s.comment}) in {name}"
+                    )
+                    for k in range(len(s.args))
+                ),
+            )
+        )
     return replace(first, stmts=tuple(stmts))
 
 
@@ -471,8 +553,11 @@ def _batched_arg(args: list[Arg], batches, where: str) -> Arg:
         starts = {a.offset - place[1] for a, place in zip(args, places)}
         # A tensor's own place is the same at every batch, except in the arena: that is planned for
         # the largest batch, where every smaller batch's tensor fits.
-        if any(place[0] != first.value[0] for place in places) or view is None or (
-                len(starts) > 1 and not first.base.startswith("et_arena")):
+        if (
+            any(place[0] != first.value[0] for place in places)
+            or view is None
+            or (len(starts) > 1 and not first.base.startswith("et_arena"))
+        ):
             raise fixed(lambda a: f"{a.value[0]!r} + {a.value[1]}")
         start = first.offset - first.value[1]
         return replace(first, offset=Affine(view.a, view.b + start) if isinstance(view, Affine) else start + view)
@@ -494,9 +579,14 @@ def _batched_arg(args: list[Arg], batches, where: str) -> Arg:
 
 def _environment() -> jinja2.Environment:
     templates = resources.files("edgetrain.templates")
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates)),
-                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
-                             keep_trailing_newline=True, autoescape=False)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates)),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
     env.filters.update(FILTERS)
     env.globals["runtime_kernels"] = _runtime_kernels
     return env
@@ -520,6 +610,13 @@ def render(model: ModelC | InferenceC, every_kernel: bool = False) -> dict[str, 
     model.c pastes the runtime kernels it uses; with every_kernel, all of them (the rest is the same)."""
     env = _environment()
     kind = "infer" if isinstance(model, InferenceC) else "model"
-    return dict(zip(SOURCES, (env.get_template(f"{kind}.c.j2").render(m=model, every_kernel=every_kernel),
-                              env.get_template(f"{kind}.h.j2").render(m=model),
-                              env.get_template("weights.h.j2").render(m=model, trainer=kind == "model"))))
+    return dict(
+        zip(
+            SOURCES,
+            (
+                env.get_template(f"{kind}.c.j2").render(m=model, every_kernel=every_kernel),
+                env.get_template(f"{kind}.h.j2").render(m=model),
+                env.get_template("weights.h.j2").render(m=model, trainer=kind == "model"),
+            ),
+        )
+    )

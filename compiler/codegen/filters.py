@@ -66,7 +66,8 @@ def c_batch(value) -> str:
     if not hasattr(value, "inverse"):
         return c_int(value)
     terms = ("n" if value.a == 1 else f"{c_int(value.a)} * n") + (
-        f" + {c_int(value.b)}" if value.b > 0 else f" - {c_int(-value.b)}" if value.b else "")
+        f" + {c_int(value.b)}" if value.b > 0 else f" - {c_int(-value.b)}" if value.b else ""
+    )
     if value.inverse:
         return f"(float)(1.0 / (double)({terms}))"
     return terms if terms == "n" else f"({terms})"
@@ -80,7 +81,7 @@ def c_array(values, per_line: int = 8, fmt=None) -> str:
     """
     fmt = fmt or c_float
     items = [fmt(v) for v in values]
-    return ",\n    ".join(", ".join(items[i:i + per_line]) for i in range(0, len(items), per_line))
+    return ",\n    ".join(", ".join(items[i : i + per_line]) for i in range(0, len(items), per_line))
 
 
 def c_bytes(data: bytes) -> str:
@@ -98,11 +99,22 @@ def c_bytes(data: bytes) -> str:
 # three-digit octal escape (never shorter: a digit after it would join it). gcc's time goes by the
 # escapes it interprets more than by the characters it reads. Each spelling is NUL-padded to 4 bytes
 # and read as a uint32, so numpy spells a whole line at once and translate drops the padding.
-_ESCAPES = {7: b"\\a", 8: b"\\b", 9: b"\\t", 10: b"\\n", 11: b"\\v", 12: b"\\f", 13: b"\\r", 34: b'\\"', 63: b"\\?",
-            92: b"\\\\"}
+_ESCAPES = {
+    7: b"\\a",
+    8: b"\\b",
+    9: b"\\t",
+    10: b"\\n",
+    11: b"\\v",
+    12: b"\\f",
+    13: b"\\r",
+    34: b'\\"',
+    63: b"\\?",
+    92: b"\\\\",
+}
 _BASIC = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789 !#%&'()*+,-./:;<=>[]^_{|}~")
-_SPELLING = np.array([_ESCAPES.get(b) or (bytes([b]) if b in _BASIC else b"\\%03o" % b) for b in range(256)],
-                     "S4").view(np.uint32)
+_SPELLING = np.array(
+    [_ESCAPES.get(b) or (bytes([b]) if b in _BASIC else b"\\%03o" % b) for b in range(256)], "S4"
+).view(np.uint32)
 
 
 def c_float_bytes(values, per_line: int = 4096) -> str:
@@ -119,7 +131,7 @@ def c_float_bytes(values, per_line: int = 4096) -> str:
     '""'
     """
     data = np.ascontiguousarray(values, "<f4").reshape(-1).view(np.uint8)
-    lines = [_SPELLING[data[i:i + per_line]].tobytes().translate(None, b"\0") for i in range(0, data.size, per_line)]
+    lines = [_SPELLING[data[i : i + per_line]].tobytes().translate(None, b"\0") for i in range(0, data.size, per_line)]
     return str(b"".join((b'"', b"\\\n".join(lines), b'"')), "ascii")
 
 
@@ -134,7 +146,7 @@ def c_comment(text: str, limit: int = 60) -> str:
     'x __ _include _evil.h____ y'
     """
     text = _UNSAFE.sub("_", str(text))
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def c_ident(text: str) -> str:
@@ -148,5 +160,6 @@ def c_ident(text: str) -> str:
     return text
 
 
-FILTERS = {f.__name__: f for f in (c_float, c_int, c_ints, c_batch, c_array, c_bytes, c_float_bytes, c_comment,
-                                   c_ident)}
+FILTERS = {
+    f.__name__: f for f in (c_float, c_int, c_ints, c_batch, c_array, c_bytes, c_float_bytes, c_comment, c_ident)
+}

@@ -20,7 +20,8 @@ from functools import lru_cache
 from typing import NamedTuple
 from collections.abc import Iterator
 
-_TOKEN = re.compile(r"""
+_TOKEN = re.compile(
+    r"""
     (?P<comment>/\*.*?\*/|//[^\n]*)
   | (?P<directive>^[ \t]*\#(?:\\\n|/\*.*?\*/|[^\n])*)
   | (?P<string>"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*')
@@ -29,7 +30,9 @@ _TOKEN = re.compile(r"""
   | (?P<newline>\n)
   | (?P<space>[ \t\r\f\v]+|\\\n)
   | (?P<punct>\#\#|.)
-""", re.M | re.S | re.X)
+""",
+    re.M | re.S | re.X,
+)
 
 _NOT_CODE = re.compile(r"""/\*.*?\*/|//[^\n]*|"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'""", re.S)
 _IDENTIFIER = re.compile(r"(?<![\w.])[A-Za-z_]\w*")
@@ -38,9 +41,11 @@ _RUNTIME_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"et_\w+\.h"[^\n]*\n',
 _MACRO = re.compile(r"[ \t]*#[ \t]*define[ \t]+(\w+)(\(([^)]*)\))?(.*)", re.S)
 _UNDEF = re.compile(r"[ \t]*#[ \t]*undef[ \t]+(\w+)")
 _BLANK = frozenset({"space", "newline", "comment"})
-_KEYWORDS = frozenset("""auto break case char const continue default do double else enum extern float for goto if
+_KEYWORDS = frozenset(
+    """auto break case char const continue default do double else enum extern float for goto if
     inline int long register restrict return short signed sizeof static struct switch typedef union unsigned void
-    volatile while _Bool __attribute__ __restrict__ __inline__ __extension__""".split())
+    volatile while _Bool __attribute__ __restrict__ __inline__ __extension__""".split()
+)
 
 
 # function-like macro -> (its parameters, its body)
@@ -57,6 +62,7 @@ class _Token(NamedTuple):
 @dataclass(eq=False)
 class _Group:
     """An #if ... #endif at the top level: its directive lines are kept when anything inside is."""
+
     parent: _Group | None
     directives: list[_Atom] = field(default_factory=list)
 
@@ -65,6 +71,7 @@ class _Group:
 class _Atom:
     """A stretch of header text kept or dropped as one: an item with the comments and blank lines
     before it, or one directive line of a group."""
+
     start: int
     end: int
     group: _Group | None
@@ -98,7 +105,7 @@ def _directive_body(text: str) -> str:
     """A directive's text after its `#name`, continuation lines joined."""
     joined = text.replace("\\\n", " ")
     match = _DIRECTIVE.match(joined)
-    return joined[match.end():] if match else joined
+    return joined[match.end() :] if match else joined
 
 
 def _directive_name(text: str) -> str:
@@ -118,7 +125,7 @@ def used_runtime(headers: tuple[str, ...], code: str) -> str:
     kept = _closure([a for _, atoms in parsed for a in atoms], identifiers(code))
     sections = []
     for text, atoms in parsed:
-        chosen = [text[a.start:a.end] for a in atoms if a in kept]
+        chosen = [text[a.start : a.end] for a in atoms if a in kept]
         if chosen:
             sections.append("".join(chosen) + "\n")
     return "".join(sections)
@@ -178,8 +185,7 @@ def _code(toks: list[_Token], i: int) -> Iterator[int]:
     return (k for k in range(i, len(toks)) if toks[k].kind not in _BLANK)
 
 
-def _directive(token: _Token, start: int, group: _Group | None,
-               macros: _Macros) -> tuple[_Atom, _Group | None]:
+def _directive(token: _Token, start: int, group: _Group | None, macros: _Macros) -> tuple[_Atom, _Group | None]:
     """A top-level directive line as an atom, and the group that holds what follows it."""
     name = _directive_name(token.text)
     refs = identifiers(_directive_body(token.text))
@@ -266,7 +272,7 @@ def _inner_macros(toks: list[_Token], first: int, last: int) -> frozenset[str]:
     """Macros a function's body defines and leaves defined: a later function may use them. Those
     it #undefs again are its own (other functions reuse their names for macros of their own)."""
     defined: set[str] = set()
-    for token in toks[first:last + 1]:
+    for token in toks[first : last + 1]:
         if token.kind == "directive" and (define := _MACRO.match(token.text)):
             defined.add(define.group(1))
         elif token.kind == "directive" and (undef := _UNDEF.match(token.text)):
@@ -275,7 +281,7 @@ def _inner_macros(toks: list[_Token], first: int, last: int) -> frozenset[str]:
 
 
 def _names(toks: list[_Token], first: int, last: int) -> frozenset[str]:
-    return _identifiers(toks[first:last + 1])
+    return _identifiers(toks[first : last + 1])
 
 
 def _function_name(head: list[_Token]) -> frozenset[str]:
@@ -315,7 +321,7 @@ def _macro_call(toks: list[_Token], i: int, macros: _Macros) -> tuple[int, froze
     after = next(_code(toks, last + 1), None)
     if after is not None and toks[after].text == ";":
         last = after
-    expansion = _expand([t for t in toks[i:last + 1] if t.kind not in _BLANK], macros)
+    expansion = _expand([t for t in toks[i : last + 1] if t.kind not in _BLANK], macros)
     defined = [a.defines for a in _parse(expansion, dict(macros))]
     return last, frozenset().union(*defined), _names(toks, i, last) | identifiers(expansion)
 

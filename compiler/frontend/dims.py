@@ -19,16 +19,41 @@ from ..errors import ImportNote
 Dim = int | str | None  # a known size, an input dimension's name, or unknown
 
 # Operators whose inputs broadcast against each other (numpy's rule, aligned at the last axis).
-_BROADCAST = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "Where", "PRelu", "Equal",
-              "Greater", "GreaterOrEqual", "Less", "LessOrEqual", "And", "Or", "Xor", "Mod", "BitShift"}
+_BROADCAST = {
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Pow",
+    "Max",
+    "Min",
+    "Sum",
+    "Mean",
+    "Where",
+    "PRelu",
+    "Equal",
+    "Greater",
+    "GreaterOrEqual",
+    "Less",
+    "LessOrEqual",
+    "And",
+    "Or",
+    "Xor",
+    "Mod",
+    "BitShift",
+}
 
 
 def tie_to_constants(proto: onnx.ModelProto, data_inputs: list) -> None:
     """Fix, in `proto`'s inputs, each symbolic dimension an operator ties to a known size; repeat
     while one fixed dimension lets inference learn more."""
     while True:
-        named = {d.dim_param for v in data_inputs for d in v.type.tensor_type.shape.dim
-                 if d.dim_param and not d.HasField("dim_value")}
+        named = {
+            d.dim_param
+            for v in data_inputs
+            for d in v.type.tensor_type.shape.dim
+            if d.dim_param and not d.HasField("dim_value")
+        }
         if not named:
             return
         forced = _forced_sizes(proto, named)
@@ -38,9 +63,13 @@ def tie_to_constants(proto: onnx.ModelProto, data_inputs: list) -> None:
             for axis, dim in enumerate(value.type.tensor_type.shape.dim):
                 if dim.dim_param in forced and not dim.HasField("dim_value"):
                     size, node = forced[dim.dim_param]
-                    warnings.warn(ImportNote(
-                        f"input '{value.name}' axis {axis} ('{dim.dim_param}') is fixed to {size}: node '{node}' "
-                        "takes no other size"), stacklevel=4)
+                    warnings.warn(
+                        ImportNote(
+                            f"input '{value.name}' axis {axis} ('{dim.dim_param}') is fixed to {size}: node '{node}' "
+                            "takes no other size"
+                        ),
+                        stacklevel=4,
+                    )
                     dim.dim_value = size
 
 
@@ -66,8 +95,9 @@ def _shapes(graph: onnx.GraphProto) -> dict[str, list[Dim]]:
     for value in list(graph.input) + list(graph.value_info) + list(graph.output):
         tensor = value.type.tensor_type
         if tensor.HasField("shape"):
-            shapes[value.name] = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
-                                  for d in tensor.shape.dim]
+            shapes[value.name] = [
+                d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tensor.shape.dim
+            ]
     for node in graph.node:  # Constant nodes' outputs, which inference may leave out of value_info
         if node.op_type == "Constant" and node.output[0] not in shapes:
             tensor = next((a.t for a in node.attribute if a.name == "value" and a.HasField("t")), None)
@@ -109,7 +139,10 @@ def _broadcast_pairs(shapes: list[list[Dim]]) -> list[tuple[Dim, Dim]]:
     size, so it fixes nothing)."""
     pairs = []
     for i, a in enumerate(shapes):
-        for b in shapes[i + 1:]:
-            pairs += [(p, q) for p, q in zip(reversed(a), reversed(b))
-                      if not (isinstance(p, int) and p == 1) and not (isinstance(q, int) and q == 1)]
+        for b in shapes[i + 1 :]:
+            pairs += [
+                (p, q)
+                for p, q in zip(reversed(a), reversed(b))
+                if not (isinstance(p, int) and p == 1) and not (isinstance(q, int) and q == 1)
+            ]
     return pairs

@@ -23,15 +23,27 @@ from ..errors import EdgetrainError, ImportNote
 
 # Inputs that hold a layer's weight, bias or scale (slots by op): what "a parameter" means by default.
 PARAMETER_SLOTS = {
-    "Conv": (1, 2), "ConvTranspose": (1, 2), "Gemm": (0, 1, 2), "MatMul": (0, 1),
-    "BatchNormalization": (1, 2), "LayerNormalization": (1, 2), "InstanceNormalization": (1, 2),
-    "GroupNormalization": (1, 2), "RMSNormalization": (1,), "Gather": (0,), "PRelu": (1,),
-    "GRU": (1, 2, 3), "LSTM": (1, 2, 3), "RNN": (1, 2, 3),
+    "Conv": (1, 2),
+    "ConvTranspose": (1, 2),
+    "Gemm": (0, 1, 2),
+    "MatMul": (0, 1),
+    "BatchNormalization": (1, 2),
+    "LayerNormalization": (1, 2),
+    "InstanceNormalization": (1, 2),
+    "GroupNormalization": (1, 2),
+    "RMSNormalization": (1,),
+    "Gather": (0,),
+    "PRelu": (1,),
+    "GRU": (1, 2, 3),
+    "LSTM": (1, 2, 3),
+    "RNN": (1, 2, 3),
 }
 # Names exporters give the constants they make (dynamo's val_12, lifted tensors); a state_dict name
 # is a dotted path of identifiers; these buffer names are state, not parameters.
-_EXPORTER_NAME = re.compile(r"_?val_\d+|_?tensor_constant\d*|c?_?lifted_tensor_\d+|new_ones(_\d+)?|"
-                            r"scalar_tensor_default(_\d+)?|.*_output_\d+|expand(_\d+)?")
+_EXPORTER_NAME = re.compile(
+    r"_?val_\d+|_?tensor_constant\d*|c?_?lifted_tensor_\d+|new_ones(_\d+)?|"
+    r"scalar_tensor_default(_\d+)?|.*_output_\d+|expand(_\d+)?"
+)
 _STATE_DICT_NAME = re.compile(r"[A-Za-z_]\w*(\.\w+)*")
 _BUFFER_LEAF = {"running_mean", "running_var", "num_batches_tracked", "inv_freq", "position_ids", "mask"}
 
@@ -48,14 +60,18 @@ def default_trainable(nodes, params) -> set[str]:
     """The float initializers that train unless the user says otherwise: those a layer reads as its
     weight, bias or scale, and those named as a PyTorch state_dict names a parameter. `nodes` are IR
     nodes (op, inputs)."""
-    read_as_parameter = {node.inputs[slot] for node in nodes
-                         for slot in PARAMETER_SLOTS.get(node.op, ()) if slot < len(node.inputs)}
+    read_as_parameter = {
+        node.inputs[slot] for node in nodes for slot in PARAMETER_SLOTS.get(node.op, ()) if slot < len(node.inputs)
+    }
     return {p for p in params if p in read_as_parameter or _looks_like_parameter(p)}
 
 
 def _looks_like_parameter(name: str) -> bool:
-    return (bool(_STATE_DICT_NAME.fullmatch(name)) and not _EXPORTER_NAME.fullmatch(name)
-            and name.rsplit(".", 1)[-1] not in _BUFFER_LEAF)
+    return (
+        bool(_STATE_DICT_NAME.fullmatch(name))
+        and not _EXPORTER_NAME.fullmatch(name)
+        and name.rsplit(".", 1)[-1] not in _BUFFER_LEAF
+    )
 
 
 def _meta(node) -> dict[str, str]:
@@ -87,10 +103,13 @@ def check_batchnorm(proto: onnx.ModelProto, frozen_bn: bool) -> None:
             f"{', '.join(map(repr, folded[:3]))}{', ...' if len(folded) > 3 else ''}), so BatchNorm's scale, bias and "
             "running statistics would not train: export with torch.onnx.export(..., dynamo=False, "
             "training=torch.onnx.TrainingMode.TRAINING) or with dynamo=True, optimize=False to train BatchNorm, "
-            "or pass frozen_bn=True (--frozen-bn) to train the folded model on purpose")
+            "or pass frozen_bn=True (--frozen-bn) to train the folded model on purpose"
+        )
     if folded:
-        note(f"BatchNormalization folded into {len(folded)} convolution(s) trains as the folded convolution "
-             "(frozen_bn=True)")
+        note(
+            f"BatchNormalization folded into {len(folded)} convolution(s) trains as the folded convolution "
+            "(frozen_bn=True)"
+        )
     restored = []
     for node in proto.graph.node:
         training = any(key in _meta(node).get("pkg.torch.onnx.fx_node", "") for key in _TRAINING_BN)
@@ -103,9 +122,11 @@ def check_batchnorm(proto: onnx.ModelProto, frozen_bn: bool) -> None:
         node.output.extend([f"{node.output[0]}__running_mean", f"{node.output[0]}__running_var"])
         restored.append(node.name)
     if restored:
-        note(f"{len(restored)} BatchNormalization node(s) that torch's exporter wrote in inference form were "
-             "training-mode batch norms in PyTorch: they train with batch statistics and update their running "
-             "statistics (frozen_bn=True keeps them frozen)")
+        note(
+            f"{len(restored)} BatchNormalization node(s) that torch's exporter wrote in inference form were "
+            "training-mode batch norms in PyTorch: they train with batch statistics and update their running "
+            "statistics (frozen_bn=True keeps them frozen)"
+        )
 
 
 def restore_names(proto: onnx.ModelProto) -> None:
@@ -122,15 +143,22 @@ def restore_names(proto: onnx.ModelProto) -> None:
             continue
         name, module = node.input[1], _module_path(node)
         init = inits.get(name)
-        if (init is None or module is None or readers[name] != 1 or not _EXPORTER_NAME.fullmatch(name)
-                or len(init.dims) != 2 or f"{module}.weight" in taken):
+        if (
+            init is None
+            or module is None
+            or readers[name] != 1
+            or not _EXPORTER_NAME.fullmatch(name)
+            or len(init.dims) != 2
+            or f"{module}.weight" in taken
+        ):
             continue
         weight = numpy_helper.to_array(init).T
         public = f"{module}.weight"
         graph.initializer.remove(init)
         graph.initializer.append(numpy_helper.from_array(np.ascontiguousarray(weight), public))
-        graph.node.insert(index, onnx.helper.make_node("Transpose", [public], [name], perm=[1, 0],
-                                                        name=f"{node.name}__weight_t"))
+        graph.node.insert(
+            index, onnx.helper.make_node("Transpose", [public], [name], perm=[1, 0], name=f"{node.name}__weight_t")
+        )
         taken.add(public)
 
 
@@ -152,8 +180,10 @@ def tied_parameters(proto: onnx.ModelProto, params: set[str], untie: bool) -> No
         return
     if not untie:
         shown = "; ".join(f"'{name}' by {len(r)} layers" for name, r in list(tied.items())[:4])
-        note(f"{len(tied)} parameter(s) are shared between layers and train as one tied parameter ({shown}"
-             f"{'; ...' if len(tied) > 4 else ''}); untie=True (--untie) gives each layer its own copy")
+        note(
+            f"{len(tied)} parameter(s) are shared between layers and train as one tied parameter ({shown}"
+            f"{'; ...' if len(tied) > 4 else ''}); untie=True (--untie) gives each layer its own copy"
+        )
         return
     inits = {i.name: i for i in graph.initializer}
     taken = set(inits) | {o for n in graph.node for o in n.output}
@@ -182,8 +212,13 @@ def bernoulli_patterns(proto: onnx.ModelProto) -> None:
     for less in [n for n in graph.node if n.op_type == "Less"]:
         uniform = producer.get(less.input[0])
         cast = next((n for n in graph.node if n.op_type == "Cast" and list(n.input) == [less.output[0]]), None)
-        if (uniform is None or uniform.op_type != "RandomUniformLike" or cast is None
-                or readers[uniform.output[0]] != 1 or readers[less.output[0]] != 1):
+        if (
+            uniform is None
+            or uniform.op_type != "RandomUniformLike"
+            or cast is None
+            or readers[uniform.output[0]] != 1
+            or readers[less.output[0]] != 1
+        ):
             continue
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in uniform.attribute}
         to = {a.name: a.i for a in cast.attribute}.get("to")
@@ -191,10 +226,13 @@ def bernoulli_patterns(proto: onnx.ModelProto) -> None:
             continue
         shape, probs = f"{less.output[0]}__shape", f"{less.output[0]}__p"
         seed = {"seed": attrs["seed"]} if "seed" in attrs else {}
-        replacement = [onnx.helper.make_node("Shape", [uniform.input[0]], [shape], name=f"{less.name}__shape"),
-                       onnx.helper.make_node("Expand", [less.input[1], shape], [probs], name=f"{less.name}__p"),
-                       onnx.helper.make_node("Bernoulli", [probs], [cast.output[0]], name=less.name,
-                                             dtype=onnx.TensorProto.FLOAT, **seed)]
+        replacement = [
+            onnx.helper.make_node("Shape", [uniform.input[0]], [shape], name=f"{less.name}__shape"),
+            onnx.helper.make_node("Expand", [less.input[1], shape], [probs], name=f"{less.name}__p"),
+            onnx.helper.make_node(
+                "Bernoulli", [probs], [cast.output[0]], name=less.name, dtype=onnx.TensorProto.FLOAT, **seed
+            ),
+        ]
         at = list(graph.node).index(less)
         for node in (uniform, less, cast):
             graph.node.remove(node)

@@ -25,8 +25,14 @@ MIN_OPSET = 13
 IR_OPSET = 18  # gradient rules emit opset-18 forms (axes and split sizes as inputs)
 
 
-def load_model(model: str | os.PathLike | onnx.ModelProto, batch_size: int | None = None,
-               dim_values: dict[str, int] | None = None, *, untie: bool = False, frozen_bn: bool = False) -> Graph:
+def load_model(
+    model: str | os.PathLike | onnx.ModelProto,
+    batch_size: int | None = None,
+    dim_values: dict[str, int] | None = None,
+    *,
+    untie: bool = False,
+    frozen_bn: bool = False,
+) -> Graph:
     """dim_values fixes symbolic input dimensions by their name ("seq") or by "input:axis"; untie and
     frozen_bn: see frontend.imports."""
     proto = _read(model)
@@ -36,8 +42,9 @@ def load_model(model: str | os.PathLike | onnx.ModelProto, batch_size: int | Non
     imports.check_batchnorm(proto, frozen_bn)
     imports.restore_names(proto)
     imports.bernoulli_patterns(proto)
-    imports.tied_parameters(proto, {i.name for i in proto.graph.initializer if i.data_type == onnx.TensorProto.FLOAT},
-                            untie)
+    imports.tied_parameters(
+        proto, {i.name for i in proto.graph.initializer if i.data_type == onnx.TensorProto.FLOAT}, untie
+    )
     _fix_dims(proto, dim_values or {})
     dims.tie_to_constants(proto, _data_inputs(proto))
     _fix_batch(proto, batch_size)
@@ -66,8 +73,9 @@ def _normalize_opset(proto):
     if opset < MIN_OPSET:
         raise EdgetrainError(f"model uses opset {opset}; edgetrain needs opset {MIN_OPSET} or newer")
     if opset > onnx.defs.onnx_opset_version():
-        raise EdgetrainError(f"model uses opset {opset}, newer than this onnx supports "
-                             f"({onnx.defs.onnx_opset_version()})")
+        raise EdgetrainError(
+            f"model uses opset {opset}, newer than this onnx supports ({onnx.defs.onnx_opset_version()})"
+        )
     if opset >= IR_OPSET:
         return proto
     try:
@@ -95,8 +103,10 @@ def _fix_dims(proto, dim_values: dict[str, int]) -> None:
                     dim.dim_value = int(size)
                     unused.pop(key, None)
     if unused:
-        raise EdgetrainError(f"dim_values names no symbolic input dimension: {', '.join(map(repr, unused))}; the "
-                             f"model's are: {', '.join(map(repr, known)) or 'none'} (or 'input:axis')")
+        raise EdgetrainError(
+            f"dim_values names no symbolic input dimension: {', '.join(map(repr, unused))}; the "
+            f"model's are: {', '.join(map(repr, known)) or 'none'} (or 'input:axis')"
+        )
 
 
 def _fix_batch(proto, batch_size):
@@ -107,8 +117,9 @@ def _fix_batch(proto, batch_size):
             if dim.HasField("dim_value") and dim.dim_value > 0:
                 continue
             if dim.HasField("dim_value") and dim.dim_value == 0:
-                raise EdgetrainError(f"input '{value.name}' is empty (axis {axis} has size 0); edgetrain computes "
-                                     "non-empty tensors")
+                raise EdgetrainError(
+                    f"input '{value.name}' is empty (axis {axis} has size 0); edgetrain computes non-empty tensors"
+                )
             if axis == 0 and batch_size is not None:
                 dim.dim_value = int(batch_size)
             else:
@@ -147,10 +158,14 @@ def _fold_constants(proto):
         del proto.graph.value_info[:]
         proto = _infer(proto)
         infos = list(proto.graph.input) + list(proto.graph.value_info) + list(proto.graph.output)
-        shapes = ({v.name: _static_shape(v.type) for v in infos}
-                  | {i.name: tuple(i.dims) for i in proto.graph.initializer})
-        _cast_like_to_cast(proto, {v.name: v.type.tensor_type.elem_type for v in infos}
-                           | {i.name: i.data_type for i in proto.graph.initializer})
+        shapes = {v.name: _static_shape(v.type) for v in infos} | {
+            i.name: tuple(i.dims) for i in proto.graph.initializer
+        }
+        _cast_like_to_cast(
+            proto,
+            {v.name: v.type.tensor_type.elem_type for v in infos}
+            | {i.name: i.data_type for i in proto.graph.initializer},
+        )
         kept, folded = [], _split_sequences(proto, constants, shapes)
         for node in proto.graph.node:
             value = _evaluate(node, constants, shapes)
@@ -174,8 +189,9 @@ def _cast_like_to_cast(proto, elem_types: dict[str, int]) -> None:
     constants of the input's type)."""
     for index, node in enumerate(proto.graph.node):
         if node.op_type == "CastLike" and node.domain in ("", "ai.onnx") and elem_types.get(node.input[1]):
-            cast = onnx.helper.make_node("Cast", [node.input[0]], list(node.output), name=node.name,
-                                         to=elem_types[node.input[1]])
+            cast = onnx.helper.make_node(
+                "Cast", [node.input[0]], list(node.output), name=node.name, to=elem_types[node.input[1]]
+            )
             proto.graph.node[index].CopyFrom(cast)
 
 
@@ -217,16 +233,18 @@ def _split_sequences(proto, constants, shapes) -> bool:
         split_sizes = onnx.numpy_helper.from_array(np.array(sizes, np.int64), f"{node.output[0]}__sizes")
         graph.initializer.append(split_sizes)
         constants[split_sizes.name] = np.array(sizes, np.int64)
-        replacement = onnx.helper.make_node("Split", [node.input[0], split_sizes.name], outputs, name=node.name,
-                                            axis=axis)
+        replacement = onnx.helper.make_node(
+            "Split", [node.input[0], split_sizes.name], outputs, name=node.name, axis=axis
+        )
         graph.node[list(graph.node).index(node)].CopyFrom(replacement)
         rewrote = True
     return rewrote
 
 
 # Random ops draw new values at every training step, so they are never folded to constants.
-RANDOM_OPS = frozenset({"RandomUniform", "RandomNormal", "RandomUniformLike", "RandomNormalLike", "Bernoulli",
-                        "Multinomial"})
+RANDOM_OPS = frozenset(
+    {"RandomUniform", "RandomNormal", "RandomUniformLike", "RandomNormalLike", "Bernoulli", "Multinomial"}
+)
 
 
 def _evaluate(node, constants, shapes) -> dict[str, np.ndarray] | None:
@@ -236,7 +254,7 @@ def _evaluate(node, constants, shapes) -> dict[str, np.ndarray] | None:
         return dict(zip(node.output, ReferenceEvaluator(_single(node, {})).run(None, {})))
     if node.op_type == "Shape" and shapes.get(node.input[0]) is not None:
         attrs = {a.name: a.i for a in node.attribute}
-        dims = shapes[node.input[0]][attrs.get("start", 0):attrs.get("end", None)]
+        dims = shapes[node.input[0]][attrs.get("start", 0) : attrs.get("end", None)]
         return {node.output[0]: np.array(dims, dtype=np.int64)}
     if node.op_type == "Size" and shapes.get(node.input[0]) is not None:
         return {node.output[0]: np.array(int(np.prod(shapes[node.input[0]])), dtype=np.int64)}
@@ -270,8 +288,12 @@ _FOLDERS = {"GatherElements": _gather_elements}
 
 
 def _single(node, feeds) -> onnx.ModelProto:
-    inputs = [onnx.helper.make_tensor_value_info(name, onnx.helper.np_dtype_to_tensor_dtype(np.asarray(v).dtype),
-                                                 np.asarray(v).shape) for name, v in feeds.items()]
+    inputs = [
+        onnx.helper.make_tensor_value_info(
+            name, onnx.helper.np_dtype_to_tensor_dtype(np.asarray(v).dtype), np.asarray(v).shape
+        )
+        for name, v in feeds.items()
+    ]
     outputs = [onnx.helper.make_empty_tensor_value_info(name) for name in node.output if name]
     graph = onnx.helper.make_graph([node], "fold", inputs, outputs)
     return onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", IR_OPSET)])
@@ -305,16 +327,27 @@ def _ir_nodes(g, problems: list[str]) -> list[Node]:
         attrs = {a.name: _attr(a) for a in n.attribute}
         nodes.append(Node(n.op_type, tuple(n.input), tuple(n.output), frozen_attrs(attrs), name))
     if unsupported:  # values downstream of an unknown op have no shapes: naming the op says it all
-        raise EdgetrainError("; ".join(["unsupported ops: " + "; ".join(
-            f"{op} (nodes {', '.join(repr(x) for x in names)})" for op, names in sorted(unsupported.items()))]
-            + problems))
+        raise EdgetrainError(
+            "; ".join(
+                [
+                    "unsupported ops: "
+                    + "; ".join(
+                        f"{op} (nodes {', '.join(repr(x) for x in names)})" for op, names in sorted(unsupported.items())
+                    )
+                ]
+                + problems
+            )
+        )
     return nodes
 
 
 def _to_ir(proto, constants) -> Graph:
     g = proto.graph
-    params = {i.name: numpy_helper.to_array(i).astype(np.float32) for i in g.initializer
-              if i.data_type == onnx.TensorProto.FLOAT and i.name not in constants}
+    params = {
+        i.name: numpy_helper.to_array(i).astype(np.float32)
+        for i in g.initializer
+        if i.data_type == onnx.TensorProto.FLOAT and i.name not in constants
+    }
     values, shapeless = _values(g, params, constants)
     inputs = [i.name for i in g.input if i.name not in params and i.name not in constants]
     found = (_input_dtype_problem(g, name, values[name].dtype) for name in inputs if name in values)
@@ -335,7 +368,7 @@ def _to_ir(proto, constants) -> Graph:
     buffers = {}
     for node in nodes:
         spec = require(node)
-        for slot in (spec.state(node) if spec.state else {}):
+        for slot in spec.state(node) if spec.state else {}:
             name = node.inputs[slot]
             if name in params:
                 buffers[name] = params.pop(name)
@@ -348,14 +381,25 @@ def _to_ir(proto, constants) -> Graph:
         for slot, name in enumerate(node.inputs):
             if name and slot in const_slots and name not in constants:
                 problems.append(f"node '{node.name}' ({node.op}) needs input {slot} '{name}' to be a constant")
-        read = [(values[name], slot) for slot, name in enumerate(node.inputs)
-                if name and slot not in const_slots and name in values and values[name].dtype in COMPUTED]
+        read = [
+            (values[name], slot)
+            for slot, name in enumerate(node.inputs)
+            if name and slot not in const_slots and name in values and values[name].dtype in COMPUTED
+        ]
         made = [(values[name], None) for name in node.outputs if name in consumed and name in values]
         problems += [p for p in (_dtype_problem(node, *use) for use in read + made) if p][:1]
     if problems:
         raise EdgetrainError("; ".join(problems))
-    return Graph(values=values, nodes=nodes, inputs=inputs, outputs=[o.name for o in g.output],
-                 params=params, constants=constants, buffers=buffers, opset=max(_opset(proto), IR_OPSET))
+    return Graph(
+        values=values,
+        nodes=nodes,
+        inputs=inputs,
+        outputs=[o.name for o in g.output],
+        params=params,
+        constants=constants,
+        buffers=buffers,
+        opset=max(_opset(proto), IR_OPSET),
+    )
 
 
 # The dtypes the C computes at run time: float32 as float, integers and bools as int32_t (et_integer.h).
@@ -374,11 +418,16 @@ def _input_dtype_problem(g, name: str, dtype) -> str | None:
 def _dtype_problem(node, value: Value, slot: int | None) -> str | None:
     """What is wrong with `node` reading `value` at input `slot`, or producing it (slot None), at run time."""
     spec = require(node)
-    use = f"produces {value.dtype} '{value.name}'" if slot is None else \
-        f"reads {value.dtype} '{value.name}' at input {slot}"
+    use = (
+        f"produces {value.dtype} '{value.name}'"
+        if slot is None
+        else f"reads {value.dtype} '{value.name}' at input {slot}"
+    )
     if value.dtype not in COMPUTED:
-        return (f"node '{node.name}' ({node.op}) {use}; only float32, int32, int64 and bool tensors are computed at "
-                "run time")
+        return (
+            f"node '{node.name}' ({node.op}) {use}; only float32, int32, int64 and bool tensors are computed at "
+            "run time"
+        )
     if value.dtype != np.float32 and not spec.integer and slot not in spec.index_inputs:
         return f"node '{node.name}' ({node.op}) {use}; {node.op} computes float32 tensors only"
     return None
@@ -396,8 +445,7 @@ def _name_merged_initializers(nodes: list[Node], params: dict, values: dict) -> 
     """Eval-mode exports merge equal initializers and restore the other names through Identity
     nodes (a fresh BatchNorm's running_var becomes Identity(its weight)). An Identity of an
     initializer that a node reads as a constant or as state is that initializer's own copy again."""
-    held = {node.inputs[slot] for node in nodes for slot in set().union(*_held_slots(node))
-            if slot < len(node.inputs)}
+    held = {node.inputs[slot] for node in nodes for slot in set().union(*_held_slots(node)) if slot < len(node.inputs)}
     kept = []
     for node in nodes:
         if node.op == "Identity" and node.inputs[0] in params and node.outputs[0] in held:

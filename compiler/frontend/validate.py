@@ -20,8 +20,11 @@ from onnx import external_data_helper, numpy_helper
 from ..errors import EdgetrainError
 
 MAX_BYTES = 2**31
-FLOAT_TYPES = {onnx.TensorProto.DOUBLE: "float64", onnx.TensorProto.FLOAT16: "float16",
-               onnx.TensorProto.BFLOAT16: "bfloat16"}
+FLOAT_TYPES = {
+    onnx.TensorProto.DOUBLE: "float64",
+    onnx.TensorProto.FLOAT16: "float16",
+    onnx.TensorProto.BFLOAT16: "bfloat16",
+}
 
 
 def read_model(path: str | os.PathLike) -> onnx.ModelProto:
@@ -38,12 +41,12 @@ def read_model(path: str | os.PathLike) -> onnx.ModelProto:
     try:
         proto = onnx.load_from_string(raw)
     except Exception:  # protobuf's DecodeError says no more than this
-        raise EdgetrainError(f"cannot read ONNX model {path}: not an ONNX protobuf (truncated or corrupt file)") \
-            from None
+        raise EdgetrainError(
+            f"cannot read ONNX model {path}: not an ONNX protobuf (truncated or corrupt file)"
+        ) from None
     if not proto.HasField("graph"):
         raise EdgetrainError(f"cannot read ONNX model {path}: the file holds no graph (not an ONNX model?)")
-    external = [t for t in external_data_helper._get_all_tensors(proto)
-                if t.data_location == onnx.TensorProto.EXTERNAL]
+    external = [t for t in external_data_helper._get_all_tensors(proto) if t.data_location == onnx.TensorProto.EXTERNAL]
     base = path.resolve().parent
     for tensor in external:
         _check_external(tensor, base)
@@ -62,8 +65,7 @@ def _check_external(tensor: onnx.TensorProto, base: Path) -> None:
     if not location:
         raise EdgetrainError(f"initializer {tensor.name!r} is marked external but names no file")
     if os.path.isabs(location) or location.startswith(("/", "\\")) or ":" in location:
-        raise EdgetrainError(f"{what} {location!r}: external data must be a relative path inside the model's "
-                             "directory")
+        raise EdgetrainError(f"{what} {location!r}: external data must be a relative path inside the model's directory")
     file = (base / location).resolve()  # resolves '..' and symbolic links alike
     if file != base and base not in file.parents:
         raise EdgetrainError(f"{what} {location!r}, outside the model's directory; refused")
@@ -76,8 +78,10 @@ def _check_external(tensor: onnx.TensorProto, base: Path) -> None:
         raise EdgetrainError(f"initializer {tensor.name!r} has a non-numeric external data offset or length") from None
     available = file.stat().st_size - offset
     if offset < 0 or available < 0 or (length is not None and not 0 <= length <= available):
-        raise EdgetrainError(f"{what} {location!r} at offset {offset} with length {length}, past the end of "
-                             f"that {file.stat().st_size}-byte file")
+        raise EdgetrainError(
+            f"{what} {location!r} at offset {offset} with length {length}, past the end of "
+            f"that {file.stat().st_size}-byte file"
+        )
 
 
 def check_model(proto: onnx.ModelProto) -> None:
@@ -86,8 +90,10 @@ def check_model(proto: onnx.ModelProto) -> None:
         raise EdgetrainError(f"model has IR version {proto.ir_version}; this onnx reads up to {onnx.IR_VERSION}")
     for tensor in external_data_helper._get_all_tensors(proto):
         if tensor.data_location == onnx.TensorProto.EXTERNAL:  # read_model loads it: a ModelProto was passed
-            raise EdgetrainError(f"tensor {tensor.name!r} keeps its data in an external file; pass the model's path "
-                                 "so edgetrain can check where that file is")
+            raise EdgetrainError(
+                f"tensor {tensor.name!r} keeps its data in an external file; pass the model's path "
+                "so edgetrain can check where that file is"
+            )
     g = proto.graph
     if not g.output:
         raise EdgetrainError("the graph has no outputs")
@@ -114,8 +120,11 @@ def _check_dtypes(g: onnx.GraphProto) -> None:
     typed += [(i.name, i.data_type) for i in g.initializer]
     bad = [f"{name!r} is {FLOAT_TYPES[t]}" for name, t in typed if t in FLOAT_TYPES]
     if bad:
-        raise EdgetrainError("unsupported dtype: " + ", ".join(dict.fromkeys(bad)) +
-                             "; edgetrain trains float32 models (convert the model to float32)")
+        raise EdgetrainError(
+            "unsupported dtype: "
+            + ", ".join(dict.fromkeys(bad))
+            + "; edgetrain trains float32 models (convert the model to float32)"
+        )
 
 
 def _check_initializers(g: onnx.GraphProto) -> None:
@@ -126,11 +135,14 @@ def _check_initializers(g: onnx.GraphProto) -> None:
         try:
             array = numpy_helper.to_array(tensor)
         except Exception as exc:
-            raise EdgetrainError(f"initializer {tensor.name!r} of shape {tuple(tensor.dims)} has unreadable data: "
-                                 f"{one_line(exc)}") from None
+            raise EdgetrainError(
+                f"initializer {tensor.name!r} of shape {tuple(tensor.dims)} has unreadable data: {one_line(exc)}"
+            ) from None
         if array.shape != tuple(tensor.dims):
-            raise EdgetrainError(f"initializer {tensor.name!r} holds {array.size} values; its shape "
-                                 f"{tuple(tensor.dims)} needs {int(np.prod(tensor.dims, dtype=object))}")
+            raise EdgetrainError(
+                f"initializer {tensor.name!r} holds {array.size} values; its shape "
+                f"{tuple(tensor.dims)} needs {int(np.prod(tensor.dims, dtype=object))}"
+            )
 
 
 def _label(node: onnx.NodeProto, index: int) -> str:
@@ -150,8 +162,9 @@ def _check_structure(g: onnx.GraphProto) -> None:
             if not name:
                 continue
             if name in producer:
-                raise EdgetrainError(f"value {name!r} is produced twice: by {producer[name]} and by "
-                                     f"{_label(node, index)}")
+                raise EdgetrainError(
+                    f"value {name!r} is produced twice: by {producer[name]} and by {_label(node, index)}"
+                )
             producer[name] = _label(node, index)
     available = {i.name for i in g.input} | {i.name for i in g.initializer} | {""}
     later = set()
@@ -160,8 +173,9 @@ def _check_structure(g: onnx.GraphProto) -> None:
             if name in available:
                 continue
             if name not in producer:
-                raise EdgetrainError(f"{_label(node, index)} reads {name!r}, which no node, graph input or "
-                                     "initializer provides")
+                raise EdgetrainError(
+                    f"{_label(node, index)} reads {name!r}, which no node, graph input or initializer provides"
+                )
             later.add(index)
         available.update(node.output)
     if later:
@@ -171,8 +185,10 @@ def _check_structure(g: onnx.GraphProto) -> None:
         index = min(later)
         node = g.node[index]
         name = next(n for n in node.input if n not in _available_before(g, index))
-        raise EdgetrainError(f"the graph is not topologically sorted: {_label(node, index)} reads {name!r} before "
-                             f"{producer[name]} produces it")
+        raise EdgetrainError(
+            f"the graph is not topologically sorted: {_label(node, index)} reads {name!r} before "
+            f"{producer[name]} produces it"
+        )
     for out in g.output:
         if out.name not in producer:
             raise EdgetrainError(f"graph output {out.name!r} is not produced by any node, input or initializer")
@@ -181,7 +197,8 @@ def _check_structure(g: onnx.GraphProto) -> None:
 # Names the artifacts derive from a parameter p (training_model.onnx's gradients and updated
 # buffers, optimizer_model.onnx's state and outputs), and names the trainer adds itself.
 _DERIVED = ("{}_grad", "{}_updated", "{}.updated") + tuple(
-    f"{{}}.{slot}{end}" for slot in ("exp_avg", "exp_avg_sq", "momentum_buffer") for end in ("", ".updated"))
+    f"{{}}.{slot}{end}" for slot in ("exp_avg", "exp_avg_sq", "momentum_buffer") for end in ("", ".updated")
+)
 RESERVED = ("dropout_counter",)
 MAX_NAME_BYTES = 65535  # the checkpoint stores a parameter name's length in 16 bits
 
@@ -194,15 +211,19 @@ def _check_names(g: onnx.GraphProto) -> None:
             raise EdgetrainError(f"the model has a value named {name!r}, a name edgetrain reserves; rename it")
     for tensor in g.initializer:
         if len(tensor.name.encode()) > MAX_NAME_BYTES:
-            raise EdgetrainError(f"initializer name of {len(tensor.name.encode())} bytes; checkpoints hold names of "
-                                 f"up to {MAX_NAME_BYTES} bytes")
+            raise EdgetrainError(
+                f"initializer name of {len(tensor.name.encode())} bytes; checkpoints hold names of "
+                f"up to {MAX_NAME_BYTES} bytes"
+            )
         if tensor.data_type != onnx.TensorProto.FLOAT:
             continue
         for pattern in _DERIVED:
             if pattern.format(tensor.name) in names:
-                raise EdgetrainError(f"the model has a value named {pattern.format(tensor.name)!r}, the name the "
-                                     f"training artifacts give to a tensor derived from parameter {tensor.name!r}; "
-                                     "rename it")
+                raise EdgetrainError(
+                    f"the model has a value named {pattern.format(tensor.name)!r}, the name the "
+                    f"training artifacts give to a tensor derived from parameter {tensor.name!r}; "
+                    "rename it"
+                )
 
 
 def check_prefix(prefix: str) -> None:
@@ -235,7 +256,7 @@ def _cycle(g: onnx.GraphProto) -> list[str]:
     while at not in walk:
         walk.append(at)
         at = min(deps[at] & left)
-    loop = walk[walk.index(at):] + [at]
+    loop = walk[walk.index(at) :] + [at]
     return [_label(g.node[i], i) for i in reversed(loop)]
 
 
@@ -244,14 +265,18 @@ def check_tensor_size(name: str, shape: tuple[int, ...]) -> None:
     for d in shape:
         size *= int(d)  # Python ints: a product that would overflow in C is just large here
     if size > MAX_BYTES:
-        raise EdgetrainError(f"tensor {name!r} of shape {tuple(shape)} needs {_bytes(size)}; edgetrain's limit is "
-                             f"{_bytes(MAX_BYTES)} per tensor and per trainer")
+        raise EdgetrainError(
+            f"tensor {name!r} of shape {tuple(shape)} needs {_bytes(size)}; edgetrain's limit is "
+            f"{_bytes(MAX_BYTES)} per tensor and per trainer"
+        )
 
 
 def check_ram(ram_bytes: int) -> None:
     if ram_bytes > MAX_BYTES:
-        raise EdgetrainError(f"the trainer needs {_bytes(ram_bytes)} of RAM; edgetrain's limit is {_bytes(MAX_BYTES)}"
-                             " (use a smaller batch size or freeze parameters)")
+        raise EdgetrainError(
+            f"the trainer needs {_bytes(ram_bytes)} of RAM; edgetrain's limit is {_bytes(MAX_BYTES)}"
+            " (use a smaller batch size or freeze parameters)"
+        )
 
 
 def _bytes(n: int) -> str:

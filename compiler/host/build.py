@@ -25,9 +25,19 @@ from ..errors import EdgetrainError
 # The step functions are long runs of kernel calls, where value numbering made up to 1000 alias
 # queries for each memory access (resnet18: about 0.3 s of its build); 200 gives the same machine
 # code for resnet18, the digits MLP and the MLPerf Tiny models, function by function.
-CFLAGS = ["-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-pedantic", "-Wdouble-promotion",
-          "-ffp-contract=off", "-fno-math-errno", "-fvect-cost-model=cheap",
-          "--param=sccvn-max-alias-queries-per-access=200"]
+CFLAGS = [
+    "-std=c99",
+    "-O2",
+    "-Wall",
+    "-Wextra",
+    "-Werror",
+    "-pedantic",
+    "-Wdouble-promotion",
+    "-ffp-contract=off",
+    "-fno-math-errno",
+    "-fvect-cost-model=cheap",
+    "--param=sccvn-max-alias-queries-per-access=200",
+]
 # Both builds use this machine's vector units (-march=native, where the compiler can say what they
 # are): the kernels fix the order of every sum in their C text and nothing contracts, so wider
 # vectors change no bit (tests/target compare the host's results with the ARM targets').
@@ -35,12 +45,19 @@ NATIVE = ["-march=native"]
 # EDGETRAIN_BUILD=fast: FMA, and sums the compiler may reorder (so it vectorizes reductions too).
 # Faster on the host, no longer bit-identical to other targets; NaN and infinity keep their meaning,
 # which the non-finite checks need.
-BUILD_MODES = {"reproducible": [], "fast": ["-O3", "-ffp-contract=fast", "-fassociative-math",
-                                            "-fno-signed-zeros", "-fno-trapping-math"]}
+BUILD_MODES = {
+    "reproducible": [],
+    "fast": ["-O3", "-ffp-contract=fast", "-fassociative-math", "-fno-signed-zeros", "-fno-trapping-math"],
+}
 # EDGETRAIN_SANITIZE=1: every trainer is built under AddressSanitizer and UndefinedBehaviorSanitizer,
 # any report aborts (the C test tier's second pass; the process must preload libasan).
-SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-g",
-            "-O0"]  # instrumentation catches as much at -O0, and compiles ten times faster than at -O2
+SANITIZE = [
+    "-fsanitize=address,undefined",
+    "-fno-sanitize-recover=all",
+    "-fno-omit-frame-pointer",
+    "-g",
+    "-O0",
+]  # instrumentation catches as much at -O0, and compiles ten times faster than at -O2
 
 # Every Python use of a trainer goes through load_library, which keeps frozen parameters in RAM so
 # api.Parameter.data can set them (ONNX Runtime's semantics); target builds keep them in flash.
@@ -52,7 +69,8 @@ PROGRESS_AFTER = 2.0  # seconds of compiling before saying what is being compile
 
 def cache_dir() -> Path:
     root = os.environ.get("EDGETRAIN_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "edgetrain")
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "edgetrain"
+    )
     return Path(root)
 
 
@@ -118,6 +136,7 @@ def _progress(description: str):
     if sys.stderr.isatty():
         try:
             from tqdm import tqdm
+
             return tqdm(desc=description, bar_format="{desc}", leave=False, file=sys.stderr)
         except ImportError:
             pass
@@ -138,8 +157,15 @@ def load_library(directory: str | os.PathLike, extra_flags: tuple[str, ...] = ()
     directory = Path(directory)
     cc = _compiler()
     native = _native_target(cc)
-    flags = [*CFLAGS, *FROZEN_WRITABLE, *(NATIVE if native else []), *build_mode_flags(), *extra_flags,
-             "-fPIC", "-shared"]
+    flags = [
+        *CFLAGS,
+        *FROZEN_WRITABLE,
+        *(NATIVE if native else []),
+        *build_mode_flags(),
+        *extra_flags,
+        "-fPIC",
+        "-shared",
+    ]
     flags += SANITIZE if os.environ.get("EDGETRAIN_SANITIZE") == "1" else []
     cache = cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
@@ -157,8 +183,7 @@ def load_library(directory: str | os.PathLike, extra_flags: tuple[str, ...] = ()
         entry = cache / f"{key.hexdigest()[:24]}.so"
         library = _cached(entry, key.digest())
         if library is None:
-            result = run_compiler([cc, *flags, "-o", "model.so", "model.c", "-lm"], f"{directory / 'model.c'}",
-                                  cwd=tmp)
+            result = run_compiler([cc, *flags, "-o", "model.so", "model.c", "-lm"], f"{directory / 'model.c'}", cwd=tmp)
             if result.returncode != 0:
                 raise EdgetrainError(f"compiling the generated C failed: {result.stderr.strip()[:2000]}")
             library = Path(tmp, "model.so").read_bytes()

@@ -7,9 +7,20 @@ inside train_step) bound through the registry like every other op; and what the 
 functions and the parameter table need. No arena offsets: memory planning (edgetrain.memory.plan)
 takes the Program and places the arena tensors; codegen emits the C from both."""
 
-from .program import (Affine, Arg, Floats, GradRef, LoweredFunction, NodeInfo, ParamInfo, Program, StateRef,
-                      TensorType)
+from .program import Affine, Arg, Floats, GradRef, LoweredFunction, NodeInfo, ParamInfo, Program, StateRef, TensorType
 from .lowering import lower, lower_inference
 
-__all__ = ["Affine", "Arg", "Floats", "GradRef", "LoweredFunction", "NodeInfo", "ParamInfo", "Program", "StateRef",
-           "TensorType", "lower", "lower_inference"]
+__all__ = [
+    "Affine",
+    "Arg",
+    "Floats",
+    "GradRef",
+    "LoweredFunction",
+    "NodeInfo",
+    "ParamInfo",
+    "Program",
+    "StateRef",
+    "TensorType",
+    "lower",
+    "lower_inference",
+]

@@ -14,15 +14,15 @@ from ..checkpoint import HEADER, table_bytes
 from ..errors import EdgetrainError
 from ..ir import Node
 from ..ops import Call, KernelCtx, OpDef, Tensor, Update, Var, lookup
-from .program import (Affine, Arg, Floats, GradRef, LoweredFunction, NodeInfo, ParamInfo, Program, StateRef,
-                      TensorType)
+from .program import Affine, Arg, Floats, GradRef, LoweredFunction, NodeInfo, ParamInfo, Program, StateRef, TensorType
 
 
 class _Storage:
     """Where every tensor lives: caller buffers, parameters, compiled constants or the arena."""
 
-    def __init__(self, trainer: Trainer, batch_consts: dict[str, Affine | int] | None = None,
-                 frozen_array: bool = True):
+    def __init__(
+        self, trainer: Trainer, batch_consts: dict[str, Affine | int] | None = None, frozen_array: bool = True
+    ):
         """frozen_array: the frozen parameters go to et_frozen (a trainer's, see ModelC.frozen_init);
         otherwise to et_consts with the constants (an inference C, where nothing is ever set)."""
         g = trainer.graph
@@ -63,8 +63,10 @@ class _Storage:
         array = np.asarray(array).ravel().astype(np.int64)
         outside = array[(array < -(2**31)) | (array >= 2**31)]
         if outside.size:
-            raise EdgetrainError(f"constant '{name}' holds {int(outside[0])}, outside int32's range: the C keeps "
-                                 "integer tensors as int32_t")
+            raise EdgetrainError(
+                f"constant '{name}' holds {int(outside[0])}, outside int32's range: the C keeps "
+                "integer tensors as int32_t"
+            )
         self.fixed[name] = Arg("ptr", "et_int_consts", len(self.int_consts))
         self.int_consts += array.tolist()
 
@@ -104,8 +106,14 @@ def offset_of(arg: Arg) -> int:
     return arg.offset
 
 
-def _function(trainer: Trainer, storage: _Storage, nodes: list[Node], results: list[str],
-              after: dict[int, list[Call]] | None = None, backward_from: int | None = None) -> LoweredFunction:
+def _function(
+    trainer: Trainer,
+    storage: _Storage,
+    nodes: list[Node],
+    results: list[str],
+    after: dict[int, list[Call]] | None = None,
+    backward_from: int | None = None,
+) -> LoweredFunction:
     """Kernel calls for `nodes`, and the `after[i]` calls right after node i's."""
     ctx = KernelCtx(trainer.graph)
     calls: list[Call] = []
@@ -127,12 +135,14 @@ def _function(trainer: Trainer, storage: _Storage, nodes: list[Node], results: l
     used = dict.fromkeys([a.name for call in calls for a in call.args if isinstance(a, Tensor)] + list(results))
     arena = tuple(name for name in used if storage.locate(name) is None)
     infos = tuple(NodeInfo(n.op, n.name, tuple(n.inputs), tuple(n.outputs), tuple(_op(n).inplace)) for n in nodes)
-    return LoweredFunction(tuple(calls), tuple(owner), infos, tuple(span), arena, tuple(results), backward_from,
-                           tuple(after_calls))
+    return LoweredFunction(
+        tuple(calls), tuple(owner), infos, tuple(span), arena, tuple(results), backward_from, tuple(after_calls)
+    )
 
 
-def _fused_updates(trainer: Trainer, storage: _Storage, nodes: list[Node],
-                   outer: dict[str, Node]) -> dict[int, list[Call]]:
+def _fused_updates(
+    trainer: Trainer, storage: _Storage, nodes: list[Node], outer: dict[str, Node]
+) -> dict[int, list[Call]]:
     """Operator reordering: each parameter's optimizer update, placed right after the node where
     its gradient is final and the parameter's last reader has run (so every gradient is computed
     from the step's starting weights, as with a separate optimizer step). The gradient is then an
@@ -150,11 +160,16 @@ def _fused_updates(trainer: Trainer, storage: _Storage, nodes: list[Node],
 
     buffers = trainer.state_updates.items()
     forward_done = max([index[trainer.loss]] + [index[value] for _, value in buffers])
-    copies = [Call("et_copy_f32", (g.values[value].size, Tensor(value),
-                                   Arg("ptr", "et_buffers", offset_of(storage.fixed[buffer]))))
-              for buffer, value in buffers]
-    after = {forward_done: [check_finite(1, trainer.loss)] + [check_finite(g.values[v].size, v) for _, v in buffers]
-             + copies}
+    copies = [
+        Call(
+            "et_copy_f32",
+            (g.values[value].size, Tensor(value), Arg("ptr", "et_buffers", offset_of(storage.fixed[buffer]))),
+        )
+        for buffer, value in buffers
+    ]
+    after = {
+        forward_done: [check_finite(1, trainer.loss)] + [check_finite(g.values[v].size, v) for _, v in buffers] + copies
+    }
     lr = Var("et_lr")
     for param in trainer.trainable:
         size, at = g.values[param].size, offset_of(storage.fixed[param])
@@ -183,8 +198,10 @@ def _whole_update(trainer: Trainer, trainable_floats: int) -> Call:
     """optimizer_step's update: every trainable parameter at once, from the accumulated gradients."""
     opt = trainer.optimizer
     state = tuple(Arg("ptr", "et_state", slot * trainable_floats) for slot in range(len(opt.state_slots)))
-    return opt.binding.update(Update((Var("ET_TRAINABLE"),), (Arg("ptr", "et_grads"),), Arg("ptr", "et_params"),
-                                     state, Var("et_lr")), opt.attrs())
+    return opt.binding.update(
+        Update((Var("ET_TRAINABLE"),), (Arg("ptr", "et_grads"),), Arg("ptr", "et_params"), state, Var("et_lr")),
+        opt.attrs(),
+    )
 
 
 def _outer_products(trainer: Trainer) -> dict[str, Node]:
@@ -194,7 +211,7 @@ def _outer_products(trainer: Trainer) -> dict[str, Node]:
     gradient's size and the step two passes over it."""
     g = trainer.graph
     read = {name for node in trainer.train_nodes for name in node.inputs}
-    made = {node.outputs[0]: node for node in trainer.train_nodes[trainer.backward_start:] if node.op == "Gemm"}
+    made = {node.outputs[0]: node for node in trainer.train_nodes[trainer.backward_start :] if node.op == "Gemm"}
     products: dict[str, Node] = {}
     for grad in trainer.grads.values():
         node = made.get(grad) if grad else None
@@ -226,54 +243,94 @@ def _grads(trainer: Trainer, storage: _Storage, outer: dict[str, Node], fused_up
     return tuple(grads)
 
 
-def lower(trainer: Trainer, prefix: str, federated: bool = False, fused_update: bool = False,
-          batch_consts: dict[str, Affine | int] | None = None) -> Program:
+def lower(
+    trainer: Trainer,
+    prefix: str,
+    federated: bool = False,
+    fused_update: bool = False,
+    batch_consts: dict[str, Affine | int] | None = None,
+) -> Program:
     """fused_update: train_step applies the optimizer itself (see _fused_updates), and there are no
     gradient buffers; otherwise gradients accumulate into them for optimizer_step (ORT's semantics)."""
     g = trainer.graph
     storage = _Storage(trainer, batch_consts)
     # A fused update writes gradients and buffers inside the step; otherwise they are results.
     outer = _outer_products(trainer)
-    kept = [] if fused_update else ([v for v in trainer.grads.values() if v and v not in outer]
-                                    + [f for node in outer.values() for f in node.inputs]
-                                    + list(trainer.state_updates.values()))
+    kept = (
+        []
+        if fused_update
+        else (
+            [v for v in trainer.grads.values() if v and v not in outer]
+            + [f for node in outer.values() for f in node.inputs]
+            + list(trainer.state_updates.values())
+        )
+    )
     train_nodes = [node for node in trainer.train_nodes if node not in outer.values()]
     extra = list(trainer.extra_outputs)
-    train = _function(trainer, storage, train_nodes, [trainer.loss] + extra + kept,
-                      _fused_updates(trainer, storage, train_nodes, outer) if fused_update else None,
-                      trainer.backward_start)
+    train = _function(
+        trainer,
+        storage,
+        train_nodes,
+        [trainer.loss] + extra + kept,
+        _fused_updates(trainer, storage, train_nodes, outer) if fused_update else None,
+        trainer.backward_start,
+    )
     evaluate = _function(trainer, storage, trainer.eval_nodes, [trainer.loss] + extra)
     infer = _function(trainer, storage, trainer.infer_nodes, list(g.outputs))
     entries = trainer.checkpoint_entries
     opt = trainer.optimizer
     labels = g.values[trainer.labels] if trainer.labels else None
     return Program(
-        prefix=prefix, **_interface(trainer), infer=infer, infer_outputs=tuple(g.outputs),
-        tensors=_tensors(trainer, (train, evaluate, infer)), fixed=dict(storage.fixed),
-        buffer_init=Floats(g.buffers[n] for n in trainer.buffers), consts=Floats(storage.consts),
-        int_consts=tuple(storage.int_consts), batch_consts=tuple(storage.batch_values),
-        label_type=None if labels is None else c_type(labels.dtype), label_size=labels.size if labels else 0,
-        train=train, eval=evaluate, loss=trainer.loss, grads=_grads(trainer, storage, outer, fused_update),
-        state_updates=tuple(StateRef(value, offset_of(storage.fixed[buffer]), g.values[buffer].size)
-                            for buffer, value in trainer.state_updates.items() if not fused_update),
-        params=tuple(ParamInfo(kind, offset_of(storage.fixed[name]), g.values[name].size, name)
-                     for name, kind in entries),
+        prefix=prefix,
+        **_interface(trainer),
+        infer=infer,
+        infer_outputs=tuple(g.outputs),
+        tensors=_tensors(trainer, (train, evaluate, infer)),
+        fixed=dict(storage.fixed),
+        buffer_init=Floats(g.buffers[n] for n in trainer.buffers),
+        consts=Floats(storage.consts),
+        int_consts=tuple(storage.int_consts),
+        batch_consts=tuple(storage.batch_values),
+        label_type=None if labels is None else c_type(labels.dtype),
+        label_size=labels.size if labels else 0,
+        train=train,
+        eval=evaluate,
+        loss=trainer.loss,
+        grads=_grads(trainer, storage, outer, fused_update),
+        state_updates=tuple(
+            StateRef(value, offset_of(storage.fixed[buffer]), g.values[buffer].size)
+            for buffer, value in trainer.state_updates.items()
+            if not fused_update
+        ),
+        params=tuple(
+            ParamInfo(kind, offset_of(storage.fixed[name]), g.values[name].size, name) for name, kind in entries
+        ),
         param_init=Floats(g.params[n] for n in trainer.trainable),
-        state_slots=len(opt.state_slots), step_values=tuple(opt.binding.step_values(opt.attrs())),
+        state_slots=len(opt.state_slots),
+        step_values=tuple(opt.binding.step_values(opt.attrs())),
         optimizer_update=_whole_update(trainer, storage.trainable_floats),
-        learning_rate=opt.lr, max_grad_norm=opt.max_grad_norm, fingerprint=trainer.fingerprint(),
+        learning_rate=opt.lr,
+        max_grad_norm=opt.max_grad_norm,
+        fingerprint=trainer.fingerprint(),
         table=table_bytes([n for n, _ in entries], [k for _, k in entries], [g.shape(n) for n, _ in entries]),
-        header_bytes=HEADER.size, trainable_floats=storage.trainable_floats, frozen_floats=storage.frozen_floats,
-        federated=bool(federated), fused_update=bool(fused_update),
-        extra_outputs=tuple(g.outputs.index(n) for n in extra), extra=tuple(extra))
+        header_bytes=HEADER.size,
+        trainable_floats=storage.trainable_floats,
+        frozen_floats=storage.frozen_floats,
+        federated=bool(federated),
+        fused_update=bool(fused_update),
+        extra_outputs=tuple(g.outputs.index(n) for n in extra),
+        extra=tuple(extra),
+    )
 
 
 def _interface(trainer: Trainer) -> dict[str, Any]:
     g = trainer.graph
-    return dict(input_sizes=tuple(g.values[n].size for n in g.inputs),
-                input_types=tuple(c_type(g.values[n].dtype) for n in g.inputs),
-                output_sizes=tuple(g.values[n].size for n in g.outputs),
-                output_types=tuple(c_type(g.values[n].dtype) for n in g.outputs))
+    return dict(
+        input_sizes=tuple(g.values[n].size for n in g.inputs),
+        input_types=tuple(c_type(g.values[n].dtype) for n in g.inputs),
+        output_sizes=tuple(g.values[n].size for n in g.outputs),
+        output_types=tuple(c_type(g.values[n].dtype) for n in g.outputs),
+    )
 
 
 def lower_inference(trainer: Trainer, prefix: str, batch_consts: dict[str, Affine | int] | None = None) -> Program:
@@ -281,7 +338,16 @@ def lower_inference(trainer: Trainer, prefix: str, batch_consts: dict[str, Affin
     g = trainer.graph
     storage = _Storage(trainer, batch_consts, frozen_array=False)
     infer = _function(trainer, storage, trainer.infer_nodes, list(g.outputs))
-    return Program(prefix=prefix, **_interface(trainer), infer=infer, infer_outputs=tuple(g.outputs),
-                   tensors=_tensors(trainer, (infer,)), fixed=dict(storage.fixed),
-                   buffer_init=Floats(g.buffers[n] for n in trainer.buffers), consts=Floats(storage.consts),
-                   int_consts=tuple(storage.int_consts), batch_consts=tuple(storage.batch_values), trainer=False)
+    return Program(
+        prefix=prefix,
+        **_interface(trainer),
+        infer=infer,
+        infer_outputs=tuple(g.outputs),
+        tensors=_tensors(trainer, (infer,)),
+        fixed=dict(storage.fixed),
+        buffer_init=Floats(g.buffers[n] for n in trainer.buffers),
+        consts=Floats(storage.consts),
+        int_consts=tuple(storage.int_consts),
+        batch_consts=tuple(storage.batch_values),
+        trainer=False,
+    )

@@ -15,6 +15,7 @@ from ..ops import Call, StepValue
 class Affine:
     """a * n + b, n the batch count a C function runs (its first argument). inverse: the float
     nearest 1 / (a * n + b), rounded as Python's np.float32(1.0 / count) is (a mean's scale)."""
+
     a: int
     b: int
     inverse: bool = False
@@ -27,6 +28,7 @@ class Affine:
 @dataclass(frozen=True)
 class Arg:
     """A kernel argument as the C writes it."""
+
     kind: str  # ptr | int | float | ints | null | counter | var
     base: str = ""  # ptr: one of the generated storage identifiers; var: a train_step variable
     offset: int | Affine = 0
@@ -42,6 +44,7 @@ class TensorType:
 @dataclass(frozen=True)
 class NodeInfo:
     """What memory planning needs of a node: its tensors and the input slots its output may reuse."""
+
     op: str
     name: str
     inputs: tuple[str, ...]
@@ -56,6 +59,7 @@ class LoweredFunction:
     its span). arena: the tensors with no fixed storage, in order of first use; results: tensors the
     function leaves for its caller, alive to its end. Values made from node backward_from on are
     gradients (for the memory report), the others activations."""
+
     calls: tuple[Call, ...]
     owner: tuple[int, ...]
     nodes: tuple[NodeInfo, ...]
@@ -103,6 +107,7 @@ class ParamInfo:
 @dataclass(frozen=True)
 class GradRef:
     """A trainable parameter's gradient as train_step leaves it for accumulation."""
+
     grad: str | None  # None: the loss does not depend on this parameter, or `factors` make it
     offset: int
     size: int
@@ -120,6 +125,7 @@ class StateRef:
 @dataclass(frozen=True)
 class Program:
     """A trainer lowered (functions None for an inference-only C, which has `infer` alone)."""
+
     prefix: str
     input_sizes: tuple[int, ...]
     input_types: tuple[str, ...]  # "float" | "int32_t" (integer and bool tensors)

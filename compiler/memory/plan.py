@@ -25,6 +25,7 @@ class FunctionPlan:
 class MemoryPlan:
     """functions: "train", "eval", "infer" (an inference C: "infer" alone). ram: bytes of every
     mutable static category of the C; ram_bytes their sum."""
+
     functions: dict[str, FunctionPlan]
     ram: dict[str, int]
     ram_bytes: int
@@ -73,8 +74,13 @@ def _in_place(program: Program, f: LoweredFunction, last: dict[str, int]) -> dic
         y = node.outputs[0]
         for slot in node.inplace:
             x = node.inputs[slot] if slot < len(node.inputs) else ""
-            if (x in arena and y in arena and x not in results and last[x] == last_stmt
-                    and (types[x].words, types[x].dtype) == (types[y].words, types[y].dtype)):
+            if (
+                x in arena
+                and y in arena
+                and x not in results
+                and last[x] == last_stmt
+                and (types[x].words, types[x].dtype) == (types[y].words, types[y].dtype)
+            ):
                 root[y] = root.get(x, x)
                 break
     return root
@@ -82,10 +88,12 @@ def _in_place(program: Program, f: LoweredFunction, last: dict[str, int]) -> dic
 
 def _kinds(f: LoweredFunction, roots: dict[str, list[str]]) -> dict[str, str]:
     """Gradients are made by the backward pass, except forward nodes recomputed there (same name)."""
-    forward = {(n.op, n.name) for n in f.nodes[:f.backward_from]}
-    producer = {name: node for node in f.nodes[f.backward_from:] for name in node.outputs}
-    return {r: "gradient" if r in producer and (producer[r].op, producer[r].name) not in forward else "activation"
-            for r in roots}
+    forward = {(n.op, n.name) for n in f.nodes[: f.backward_from]}
+    producer = {name: node for node in f.nodes[f.backward_from :] for name in node.outputs}
+    return {
+        r: "gradient" if r in producer and (producer[r].op, producer[r].name) not in forward else "activation"
+        for r in roots
+    }
 
 
 def plan_function(program: Program, f: LoweredFunction) -> FunctionPlan:
@@ -94,12 +102,15 @@ def plan_function(program: Program, f: LoweredFunction) -> FunctionPlan:
     groups: dict[str, list[str]] = {}
     for name in sorted(f.arena, key=lambda n: (first[n], n)):
         groups.setdefault(root.get(name, name), []).append(name)
-    intervals = [Interval(r, first[r], max(last[m] for m in members), program.tensors[r].words)
-                 for r, members in groups.items()]
+    intervals = [
+        Interval(r, first[r], max(last[m] for m in members), program.tensors[r].words) for r, members in groups.items()
+    ]
     offsets, total = place(intervals)
     kind = _kinds(f, groups)
-    blocks = tuple(Block(" -> ".join(groups[iv.name]), kind[iv.name], 4 * offsets[iv.name], 4 * iv.size, iv.start,
-                         iv.end) for iv in sorted(intervals, key=lambda iv: (iv.start, iv.name)))
+    blocks = tuple(
+        Block(" -> ".join(groups[iv.name]), kind[iv.name], 4 * offsets[iv.name], 4 * iv.size, iv.start, iv.end)
+        for iv in sorted(intervals, key=lambda iv: (iv.start, iv.name))
+    )
     where = {name: offsets[root.get(name, name)] for name in f.arena}
     return FunctionPlan(where, total, liveness_lower_bound(intervals), blocks)
 
@@ -110,10 +121,13 @@ def _ram(program: Program, arena_floats: int) -> dict[str, int]:
     scalar counters: step, counter, learning rate, reset flag[, reference flag]; a fused update
     never reads the reset flag, so the compiler drops it and it is not counted)."""
     trainable = program.trainable_floats * F32
-    ram = {"arena": 0, "parameters": trainable,
-           "gradients": 0 if program.fused_update else trainable,
-           "optimizer_state": program.state_slots * trainable,
-           "federated_reference": trainable if program.federated else 0}
+    ram = {
+        "arena": 0,
+        "parameters": trainable,
+        "gradients": 0 if program.fused_update else trainable,
+        "optimizer_state": program.state_slots * trainable,
+        "federated_reference": trainable if program.federated else 0,
+    }
     scalars = 3 + (not program.fused_update) + program.federated
     copies = 1 + (not program.fused_update) + program.state_slots + program.federated
     total = F32 * (max(arena_floats, 1) + copies * program.trainable_floats + len(program.buffer_init) + scalars)
@@ -125,7 +139,13 @@ def _ram(program: Program, arena_floats: int) -> dict[str, int]:
 def plan(program: Program) -> MemoryPlan:
     functions = {name: plan_function(program, f) for name, f in program.functions().items()}
     arena = max(f.arena_floats for f in functions.values())
-    ram = _ram(program, arena) if program.trainer else {"arena": arena * F32,
-                                                        "other": F32 * len(program.buffer_init)}
-    return MemoryPlan(functions, ram, sum(ram.values()), len(program.consts) * F32, program.trainable_floats,
-                      program.frozen_floats, program.fused_update)
+    ram = _ram(program, arena) if program.trainer else {"arena": arena * F32, "other": F32 * len(program.buffer_init)}
+    return MemoryPlan(
+        functions,
+        ram,
+        sum(ram.values()),
+        len(program.consts) * F32,
+        program.trainable_floats,
+        program.frozen_floats,
+        program.fused_update,
+    )

@@ -20,6 +20,7 @@ class Interval:
 @dataclass(frozen=True)
 class Block:
     """One arena tensor as the memory report shows it."""
+
     name: str
     kind: str  # one of KINDS; workspace = a kernel's scratch tensor
     offset: int  # bytes from the start of the arena

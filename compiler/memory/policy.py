@@ -10,8 +10,15 @@ from ..errors import EdgetrainError
 from ..ir import Graph
 
 # A parameter of these ops at this input slot adds to the op's result: a bias.
-_BIAS_SLOTS = {"Conv": 2, "ConvTranspose": 2, "Gemm": 2, "BatchNormalization": 2, "LayerNormalization": 2,
-               "InstanceNormalization": 2, "GroupNormalization": 2}
+_BIAS_SLOTS = {
+    "Conv": 2,
+    "ConvTranspose": 2,
+    "Gemm": 2,
+    "BatchNormalization": 2,
+    "LayerNormalization": 2,
+    "InstanceNormalization": 2,
+    "GroupNormalization": 2,
+}
 _POLICY = re.compile(r"(bias)?(?:(?:^|\+)last:(\d+))?")
 
 
@@ -29,8 +36,9 @@ def policy_parameters(graph: Graph, policy: str) -> list[str]:
     if last is not None:
         k = int(last)
         if not 0 < k <= len(layers):
-            raise EdgetrainError(f"update policy {policy!r}: K must lie in [1, {len(layers)}] (the model's "
-                                 f"parameterized layers)")
+            raise EdgetrainError(
+                f"update policy {policy!r}: K must lie in [1, {len(layers)}] (the model's parameterized layers)"
+            )
         chosen.update(n for names in layers[-k:] for n in names)
     if bias:
         chosen.update(_biases(graph))
@@ -55,6 +63,7 @@ NOTHING_KEPT = 1 << 30  # keep_every beyond any model's activations: recompute f
 class Plan:
     """How a trainer trades RAM: fused update, then recomputation of cheap forward ops, then of
     every op but every keep_every-th activation the backward pass reads (0: keep them all)."""
+
     fused_update: bool = False
     recompute: bool = False
     keep_every: int = 0
@@ -93,6 +102,8 @@ def meet_budget(compile_, plan: Plan, budget: int | None, *, can_fuse: bool):
             best = (size, candidate)
     assert best is not None
     size, smallest = best
-    raise EdgetrainError(f"RAM budget of {budget:,} B not met: the smallest footprint reached is {size:,} B, with "
-                         f"{smallest.describe()}; train fewer parameters (update_policy 'bias' or 'bias+last:K') "
-                         "or a smaller batch")
+    raise EdgetrainError(
+        f"RAM budget of {budget:,} B not met: the smallest footprint reached is {size:,} B, with "
+        f"{smallest.describe()}; train fewer parameters (update_policy 'bias' or 'bias+last:K') "
+        "or a smaller batch"
+    )

@@ -14,8 +14,7 @@ from ..files import write_artifact
 from .planner import KINDS
 
 F32 = 4
-COLOURS = {"activation": "tab:blue", "gradient": "tab:orange", "optimizer_state": "tab:green",
-           "workspace": "tab:gray"}
+COLOURS = {"activation": "tab:blue", "gradient": "tab:orange", "optimizer_state": "tab:green", "workspace": "tab:gray"}
 PLOT = "memory.png"
 NO_MATPLOTLIB = "the memory plot needs matplotlib: pip install 'edgetrain[report]'"
 
@@ -48,17 +47,20 @@ def memory_report(trainer, memory) -> dict:
 
 
 def _recomputed(trainer) -> int:
-    forward = {(n.op, n.name) for n in trainer.train_nodes[:trainer.backward_start]}
-    return sum((n.op, n.name) in forward for n in trainer.train_nodes[trainer.backward_start:])
+    forward = {(n.op, n.name) for n in trainer.train_nodes[: trainer.backward_start]}
+    return sum((n.op, n.name) in forward for n in trainer.train_nodes[trainer.backward_start :])
 
 
 def _function(f) -> dict:
     blocks = [asdict(b) for b in f.blocks]
     peak, live = _peak(blocks)
-    return {"arena_bytes": f.arena_floats * F32, "liveness_lower_bound_bytes": f.lower_bound * F32,
-            "peak_statement": peak, "peak_bytes_by_kind": {k: sum(b["size"] for b in live if b["kind"] == k)
-                                                           for k in KINDS},
-            "blocks": blocks}
+    return {
+        "arena_bytes": f.arena_floats * F32,
+        "liveness_lower_bound_bytes": f.lower_bound * F32,
+        "peak_statement": peak,
+        "peak_bytes_by_kind": {k: sum(b["size"] for b in live if b["kind"] == k) for k in KINDS},
+        "blocks": blocks,
+    }
 
 
 def _peak(blocks: list[dict]) -> tuple[int | None, list[dict]]:
@@ -74,26 +76,33 @@ def _peak(blocks: list[dict]) -> tuple[int | None, list[dict]]:
 def format_report(report: dict) -> str:
     """report.txt: RAM by category, then each function's arena beside its lower bound."""
     ram = report["ram_breakdown"]
-    rows = [("arena (by function below)", ram["arena"]),
-            ("trainable parameters", ram["parameters"]),
-            ("gradients" + (" (fused update: none kept)" if report["update"] == "fused" else ""), ram["gradients"]),
-            ("optimizer state", ram["optimizer_state"]),
-            *([("federated reference", ram["federated_reference"])] if ram["federated_reference"] else []),
-            ("other (buffers, counters, alignment)", ram["other"]),
-            ("total RAM", report["ram_bytes"]),
-            ("constants in flash (frozen weights)", report["flash_constants_bytes"])]
+    rows = [
+        ("arena (by function below)", ram["arena"]),
+        ("trainable parameters", ram["parameters"]),
+        ("gradients" + (" (fused update: none kept)" if report["update"] == "fused" else ""), ram["gradients"]),
+        ("optimizer state", ram["optimizer_state"]),
+        *([("federated reference", ram["federated_reference"])] if ram["federated_reference"] else []),
+        ("other (buffers, counters, alignment)", ram["other"]),
+        ("total RAM", report["ram_bytes"]),
+        ("constants in flash (frozen weights)", report["flash_constants_bytes"]),
+    ]
     width = max(len(r[0]) for r in rows)
     lines = [f"{label:<{width}}  {value:>12,} B" for label, value in rows]
     if report["recomputed_ops"]:
         lines.append(f"train_step recomputes {report['recomputed_ops']} forward ops instead of keeping their results")
     lines += format_sizes(report, width)
-    lines += ["", "arena per function (bytes; by kind: what is live at the function's peak statement)",
-              f"{'function':<10} {'arena':>10} {'lower bound':>12} {'ratio':>6} "
-              + " ".join(f"{k.replace('_', ' '):>15}" for k in KINDS)]
+    lines += [
+        "",
+        "arena per function (bytes; by kind: what is live at the function's peak statement)",
+        f"{'function':<10} {'arena':>10} {'lower bound':>12} {'ratio':>6} "
+        + " ".join(f"{k.replace('_', ' '):>15}" for k in KINDS),
+    ]
     for name, f in report["functions"].items():
         ratio = f["arena_bytes"] / f["liveness_lower_bound_bytes"] if f["liveness_lower_bound_bytes"] else 1.0
-        lines.append(f"{name:<10} {f['arena_bytes']:>10,} {f['liveness_lower_bound_bytes']:>12,} {ratio:>6.3f} "
-                     + " ".join(f"{f['peak_bytes_by_kind'][k]:>15,}" for k in KINDS))
+        lines.append(
+            f"{name:<10} {f['arena_bytes']:>10,} {f['liveness_lower_bound_bytes']:>12,} {ratio:>6.3f} "
+            + " ".join(f"{f['peak_bytes_by_kind'][k]:>15,}" for k in KINDS)
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -104,15 +113,21 @@ def format_sizes(report: dict, width: int) -> list[str]:
     if "size_breakdown" not in report:
         return []
     b = report["size_breakdown"]
-    rows = [("  code", b["code"]), ("  constant weights", b["constant_weights"]),
-            ("  initial values of RAM data", b["initial_values"]), ("  total flash", report["flash_bytes"]),
-            ("  arena", b["arena"]), ("  state (parameters, gradients, ...)", b["state"]),
-            ("  total RAM", report["ram_bytes"])]
+    rows = [
+        ("  code", b["code"]),
+        ("  constant weights", b["constant_weights"]),
+        ("  initial values of RAM data", b["initial_values"]),
+        ("  total flash", report["flash_bytes"]),
+        ("  arena", b["arena"]),
+        ("  state (parameters, gradients, ...)", b["state"]),
+        ("  total RAM", report["ram_bytes"]),
+    ]
     if "wasm_module_bytes" in report:
         rows.append(("  WebAssembly module", report["wasm_module_bytes"]))
     width = max(width, *(len(label) for label, _ in rows))
     return [f"measured for {report['target']} by {report['size_tool']}:"] + [
-        f"{label:<{width}}  {value:>12,} B" for label, value in rows]
+        f"{label:<{width}}  {value:>12,} B" for label, value in rows
+    ]
 
 
 def can_plot() -> bool:
@@ -149,13 +164,23 @@ def plot(report: dict, path: Path) -> Path:
     for kind in KINDS:
         blocks = [b for b in f["blocks"] if b["kind"] == kind]
         if blocks:
-            ax.bar([b["start"] - 0.5 for b in blocks], [b["size"] for b in blocks],
-                   width=[b["end"] - b["start"] + 1 for b in blocks], bottom=[b["offset"] for b in blocks],
-                   align="edge", color=COLOURS[kind], edgecolor="white", linewidth=0.3, label=kind.replace("_", " "))
+            ax.bar(
+                [b["start"] - 0.5 for b in blocks],
+                [b["size"] for b in blocks],
+                width=[b["end"] - b["start"] + 1 for b in blocks],
+                bottom=[b["offset"] for b in blocks],
+                align="edge",
+                color=COLOURS[kind],
+                edgecolor="white",
+                linewidth=0.3,
+                label=kind.replace("_", " "),
+            )
     ax.axhline(f["arena_bytes"], color="black", linewidth=1, label="planned arena")
     ax.axhline(f["liveness_lower_bound_bytes"], color="red", linestyle="--", linewidth=1, label="liveness lower bound")
-    ax.set_title(f"train_step: arena {f['arena_bytes']:,} B, liveness lower bound "
-                 f"{f['liveness_lower_bound_bytes']:,} B", fontsize=10)
+    ax.set_title(
+        f"train_step: arena {f['arena_bytes']:,} B, liveness lower bound {f['liveness_lower_bound_bytes']:,} B",
+        fontsize=10,
+    )
     ax.set_xlabel("statement")
     ax.set_ylabel("arena offset (bytes)")
     ax.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))

@@ -12,5 +12,14 @@ from .blocks import Block
 from .model_accessor import base, custom_op_library, empty_base
 from .onnxblock import ForwardBlock, TrainingBlock, with_loss
 
-__all__ = ["Block", "ForwardBlock", "TrainingBlock", "base", "blocks", "custom_op_library", "empty_base", "loss",
-           "with_loss"]
+__all__ = [
+    "Block",
+    "ForwardBlock",
+    "TrainingBlock",
+    "base",
+    "blocks",
+    "custom_op_library",
+    "empty_base",
+    "loss",
+    "with_loss",
+]

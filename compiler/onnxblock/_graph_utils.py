@@ -23,9 +23,11 @@ def node_arg_exists(model: onnx.ModelProto, name: str) -> bool:
     """Whether `name` is already a value of the model. Graph inputs and initializers count too, so a
     target the model declares but does not read yet is not declared twice."""
     graph = model.graph
-    return (any(name in node.input or name in node.output for node in graph.node)
-            or any(value.name == name for value in graph.input)
-            or any(tensor.name == name for tensor in graph.initializer))
+    return (
+        any(name in node.input or name in node.output for node in graph.node)
+        or any(value.name == name for value in graph.input)
+        or any(tensor.name == name for tensor in graph.initializer)
+    )
 
 
 def value_info_like(model: onnx.ModelProto, name: str) -> onnx.ValueInfoProto:

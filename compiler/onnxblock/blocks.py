@@ -14,8 +14,27 @@ import onnx
 from . import model_accessor
 from ._graph_utils import add_constant, generate_graph_name, value_info_like
 
-__all__ = ["Abs", "Add", "Block", "Cast", "Clip", "Constant", "Div", "InputLike", "Linear", "Log", "Mul", "Neg",
-           "PassThrough", "Pow", "ReduceMean", "ReduceSum", "SequenceConstruct", "Sigmoid", "Sub"]
+__all__ = [
+    "Abs",
+    "Add",
+    "Block",
+    "Cast",
+    "Clip",
+    "Constant",
+    "Div",
+    "InputLike",
+    "Linear",
+    "Log",
+    "Mul",
+    "Neg",
+    "PassThrough",
+    "Pow",
+    "ReduceMean",
+    "ReduceSum",
+    "SequenceConstruct",
+    "Sigmoid",
+    "Sub",
+]
 
 
 class Block(ABC):
@@ -47,11 +66,13 @@ class Block(ABC):
         return onnx.shape_inference.infer_shapes(model_accessor.current().model)
 
 
-def _add_node(model: onnx.ModelProto, op_type: str, inputs: list[str], output_token: str, node_token: str = "",
-              **attributes) -> str:
+def _add_node(
+    model: onnx.ModelProto, op_type: str, inputs: list[str], output_token: str, node_token: str = "", **attributes
+) -> str:
     output = generate_graph_name(output_token)
-    model.graph.node.append(onnx.helper.make_node(op_type, inputs, [output], generate_graph_name(node_token or op_type),
-                                                  **attributes))
+    model.graph.node.append(
+        onnx.helper.make_node(op_type, inputs, [output], generate_graph_name(node_token or op_type), **attributes)
+    )
     return output
 
 
@@ -96,8 +117,7 @@ class _UnaryOp(Block):
         self._attributes = attributes
 
     def build(self, input_name: str) -> str:
-        return _add_node(self.base, self._op_type, [input_name], f"{self._op_type.lower()}_output",
-                         **self._attributes)
+        return _add_node(self.base, self._op_type, [input_name], f"{self._op_type.lower()}_output", **self._attributes)
 
 
 class ReduceMean(_UnaryOp):
@@ -166,8 +186,10 @@ class Clip(Block):
         self._min, self._max = clip_min, clip_max
 
     def build(self, clip_input_name: str) -> str:
-        bounds = ["" if value is None else _add_float(self.base, token, value, dims=())
-                  for token, value in (("clip_min", self._min), ("clip_max", self._max))]
+        bounds = [
+            "" if value is None else _add_float(self.base, token, value, dims=())
+            for token, value in (("clip_min", self._min), ("clip_max", self._max))
+        ]
         while bounds and not bounds[-1]:
             bounds.pop()
         return _add_node(self.base, "Clip", [clip_input_name] + bounds, "clip_output")
@@ -214,8 +236,7 @@ class Linear(Block):
     (out_features,), both drawn from numpy's global standard normal generator as onnxblock does.
     They are recorded as parameters this block made, so a TrainingBlock around it trains them."""
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, alpha: float = 1.0,
-                 beta: float = 1.0):
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, alpha: float = 1.0, beta: float = 1.0):
         super().__init__()
         self._in_features, self._out_features = in_features, out_features
         self._bias, self._alpha, self._beta = bias, alpha, beta
@@ -228,7 +249,15 @@ class Linear(Block):
         for token, shape in shapes:
             names.append(generate_graph_name(token))
             self.base.graph.initializer.append(
-                onnx.numpy_helper.from_array(np.random.randn(*shape).astype(np.float32), names[-1]))
+                onnx.numpy_helper.from_array(np.random.randn(*shape).astype(np.float32), names[-1])
+            )
         model_accessor.current().parameters_made.extend(names)
-        return _add_node(self.base, "Gemm", [linear_input_name] + names, "linear.output", "linear",
-                         alpha=float(self._alpha), beta=float(self._beta))
+        return _add_node(
+            self.base,
+            "Gemm",
+            [linear_input_name] + names,
+            "linear.output",
+            "linear",
+            alpha=float(self._alpha),
+            beta=float(self._beta),
+        )

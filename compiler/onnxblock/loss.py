@@ -82,9 +82,16 @@ class CrossEntropyLoss(blocks.Block):
         if not node_arg_exists(self.base, labels_name):
             self.base.graph.input.append(_labels_like(self.base, scores_input_name, labels_name))
         loss, log_prob = generate_graph_name("loss"), generate_graph_name("log_prob")
-        self.base.graph.node.append(onnx.helper.make_node(
-            "SoftmaxCrossEntropyLoss", inputs, [loss, log_prob], generate_graph_name("SoftmaxCrossEntropyLoss"),
-            reduction=self._reduction, ignore_index=self._ignore_index))
+        self.base.graph.node.append(
+            onnx.helper.make_node(
+                "SoftmaxCrossEntropyLoss",
+                inputs,
+                [loss, log_prob],
+                generate_graph_name("SoftmaxCrossEntropyLoss"),
+                reduction=self._reduction,
+                ignore_index=self._ignore_index,
+            )
+        )
         return loss
 
 

@@ -34,8 +34,9 @@ _GLOBAL_ACCESSOR: ModelAccessor | None = None
 
 def current() -> ModelAccessor:
     if _GLOBAL_ACCESSOR is None:
-        raise RuntimeError("No base model: call blocks inside `with onnxblock.base(model)` or "
-                           "`with onnxblock.empty_base()`.")
+        raise RuntimeError(
+            "No base model: call blocks inside `with onnxblock.base(model)` or `with onnxblock.empty_base()`."
+        )
     return _GLOBAL_ACCESSOR
 
 
@@ -55,8 +56,10 @@ def _registered(model: onnx.ModelProto):
 def base(model: onnx.ModelProto):
     """Blocks called inside build on a copy of `model`; the accessor yielded holds it (`.model`)."""
     if model is None:
-        raise RuntimeError("Base onnx model cannot be None. Please use onnxblock.empty_base if you would like "
-                           "to build a model from scratch.")
+        raise RuntimeError(
+            "Base onnx model cannot be None. Please use onnxblock.empty_base if you would like "
+            "to build a model from scratch."
+        )
     with _registered(copy.deepcopy(model)) as accessor:
         yield accessor
 
@@ -76,6 +79,8 @@ def empty_base(opset_version: int | None = None):
 @contextmanager
 def custom_op_library(custom_op_library_path):
     """Refused: edgetrain compiles every op to C itself, so there is no op library to load."""
-    raise EdgetrainError("custom op libraries are not supported: edgetrain compiles each op of the model to C "
-                         "and has no runtime to load a library into")
+    raise EdgetrainError(
+        "custom op libraries are not supported: edgetrain compiles each op of the model to C "
+        "and has no runtime to load a library into"
+    )
     yield  # unreachable: it makes this a generator, so the refusal comes at `with`, where ORT checks the path

@@ -96,8 +96,10 @@ class TrainingBlock(Block):
         model = self.infer_shapes_on_base()
         register_graph_outputs(model, output)
         trainable = self._requires_grad | (set(accessor.parameters_made[made_before:]) - self._frozen_params)
-        self._parameters = ([t for t in model.graph.initializer if t.name in trainable],
-                            [t for t in model.graph.initializer if t.name in self._frozen_params])
+        self._parameters = (
+            [t for t in model.graph.initializer if t.name in trainable],
+            [t for t in model.graph.initializer if t.name in self._frozen_params],
+        )
         self._training_model, self._eval_model = model, _inference_mode(model)
         accessor.model.CopyFrom(model)
         return output
@@ -115,8 +117,13 @@ def _inference_mode(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
-def with_loss(block: Block, model: onnx.ModelProto, loss_input_names: list[str] | None = None, *,
-              additional_output_names: list[str] | None = None) -> onnx.ModelProto:
+def with_loss(
+    block: Block,
+    model: onnx.ModelProto,
+    loss_input_names: list[str] | None = None,
+    *,
+    additional_output_names: list[str] | None = None,
+) -> onnx.ModelProto:
     """`model` with the loss `block` on top, as generate_artifacts builds it for a loss given as a
     block: the block is called with `loss_input_names`, or else every output name of the model. The
     result's outputs are the loss (a scalar), then the block's other results and
@@ -131,8 +138,14 @@ def with_loss(block: Block, model: onnx.ModelProto, loss_input_names: list[str] 
             outputs = [output] if isinstance(output, str) else list(output)
             result = onnx.shape_inference.infer_shapes(accessor.model, strict_mode=True)
             register_graph_outputs(result, outputs + list(additional_output_names or []))
-    except (LookupError, RuntimeError, ValueError, TypeError, onnx.checker.ValidationError,
-            onnx.shape_inference.InferenceError) as exc:
+    except (
+        LookupError,
+        RuntimeError,
+        ValueError,
+        TypeError,
+        onnx.checker.ValidationError,
+        onnx.shape_inference.InferenceError,
+    ) as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise EdgetrainError(f"loss block {type(block).__name__}: {reason}") from None
     _check_scalar(result.graph.output[0])
@@ -143,5 +156,7 @@ def _check_scalar(loss: onnx.ValueInfoProto) -> None:
     dims = loss.type.tensor_type.shape.dim
     if any(not (dim.HasField("dim_value") and dim.dim_value == 1) for dim in dims):
         shape = ", ".join(str(d.dim_value) if d.HasField("dim_value") else d.dim_param or "?" for d in dims)
-        raise EdgetrainError(f"the loss '{loss.name}' must be a scalar, but has shape ({shape}); a loss with "
-                             "reduction='none' needs a reducing block after it")
+        raise EdgetrainError(
+            f"the loss '{loss.name}' must be a scalar, but has shape ({shape}); a loss with "
+            "reduction='none' needs a reducing block after it"
+        )

@@ -34,16 +34,28 @@ class Window:
 
     def attrs(self) -> dict:
         """Explicit attributes for the gradient ops (what onnx and the references read)."""
-        return {"kernel_shape": list(self.kernel), "strides": list(self.strides),
-                "dilations": list(self.dilations), "pads": list(self.begin + self.end)}
+        return {
+            "kernel_shape": list(self.kernel),
+            "strides": list(self.strides),
+            "dilations": list(self.dilations),
+            "pads": list(self.begin + self.end),
+        }
 
     def c_args(self, in_spatial, out_spatial, trailing_pads=False) -> tuple:
         """(in, out, kernel, strides, dilations, pads) as 3-axis int arrays for et_conv.h/et_pool.h."""
+
         def lift(values, fill):
             return (fill,) * (MAX_SPATIAL - len(values)) + tuple(int(v) for v in values)
+
         pads = lift(self.begin, 0) + (lift(self.end, 0) if trailing_pads else ())
-        return (lift(in_spatial, 1), lift(out_spatial, 1), lift(self.kernel, 1), lift(self.strides, 1),
-                lift(self.dilations, 1), pads)
+        return (
+            lift(in_spatial, 1),
+            lift(out_spatial, 1),
+            lift(self.kernel, 1),
+            lift(self.strides, 1),
+            lift(self.dilations, 1),
+            pads,
+        )
 
     def taps(self, axis: int, o: int, length: int) -> range:
         """The taps of output position `o` along `axis` that land inside an input of `length`."""
@@ -57,15 +69,18 @@ def window(node, in_spatial, out_spatial, kernel) -> Window:
     element at the end (SAME_UPPER) or the beginning (SAME_LOWER); VALID pads nothing."""
     rank = len(in_spatial)
     if not 1 <= rank <= MAX_SPATIAL:
-        raise EdgetrainError(f"{node.op} node '{node.name}' has {rank} spatial axes; "
-                             f"edgetrain supports 1 to {MAX_SPATIAL}")
+        raise EdgetrainError(
+            f"{node.op} node '{node.name}' has {rank} spatial axes; edgetrain supports 1 to {MAX_SPATIAL}"
+        )
     strides = tuple(int(s) for s in node.attr("strides") or (1,) * rank)
     dilations = tuple(int(d) for d in node.attr("dilations") or (1,) * rank)
     kernel = tuple(int(k) for k in kernel)
     auto_pad = node.attr("auto_pad", "NOTSET")
     if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        total = [max(0, (o - 1) * s + (k - 1) * d + 1 - i)
-                 for i, o, k, s, d in zip(in_spatial, out_spatial, kernel, strides, dilations)]
+        total = [
+            max(0, (o - 1) * s + (k - 1) * d + 1 - i)
+            for i, o, k, s, d in zip(in_spatial, out_spatial, kernel, strides, dilations)
+        ]
         begin = tuple(t // 2 if auto_pad == "SAME_UPPER" else t - t // 2 for t in total)
         end = tuple(t - b for t, b in zip(total, begin))
     elif auto_pad == "VALID":
@@ -78,11 +93,15 @@ def window(node, in_spatial, out_spatial, kernel) -> Window:
 
 def _conv_window(node, x_shape, w_shape, y_shape) -> Window:
     w = window(node, x_shape[2:], y_shape[2:], w_shape[2:])
-    natural = tuple((i + b + e - (k - 1) * d - 1) // s + 1 for i, b, e, k, d, s in
-                    zip(x_shape[2:], w.begin, w.end, w.kernel, w.dilations, w.strides))
+    natural = tuple(
+        (i + b + e - (k - 1) * d - 1) // s + 1
+        for i, b, e, k, d, s in zip(x_shape[2:], w.begin, w.end, w.kernel, w.dilations, w.strides)
+    )
     if natural != tuple(y_shape[2:]):  # a guard on the geometry both the kernels and the gradient rely on
-        raise EdgetrainError(f"Conv node '{node.name}': output size {tuple(y_shape[2:])} does not follow "
-                             f"from its pads {w.begin + w.end} (expected {natural})")
+        raise EdgetrainError(
+            f"Conv node '{node.name}': output size {tuple(y_shape[2:])} does not follow "
+            f"from its pads {w.begin + w.end} (expected {natural})"
+        )
     return w
 
 
@@ -100,18 +119,31 @@ class Conv:
         y = node.outputs[0]
         xs, ws, ys = k.shape(x), k.shape(w), k.shape(y)
         geo = _conv_window(node, xs, ws, ys)
-        return [k.call("et_conv_f32", xs[0], xs[1], ws[0], int(node.attr("group", 1)),
-                       *geo.c_args(xs[2:], ys[2:]), x, w, b or None, y)]
+        return [
+            k.call(
+                "et_conv_f32",
+                xs[0],
+                xs[1],
+                ws[0],
+                int(node.attr("group", 1)),
+                *geo.c_args(xs[2:], ys[2:]),
+                x,
+                w,
+                b or None,
+                y,
+            )
+        ]
 
     @staticmethod
     def grad(g, node, dy):
         x, w, b = (tuple(node.inputs) + ("",))[:3]
         xs = g.shape(x)
-        attrs = {**_conv_window(node, xs, g.shape(w), g.shape(node.outputs[0])).attrs(),
-                 "group": int(node.attr("group", 1))}
+        attrs = {
+            **_conv_window(node, xs, g.shape(w), g.shape(node.outputs[0])).attrs(),
+            "group": int(node.attr("group", 1)),
+        }
         d = dy[0]
-        dx = (g.emit("ConvGradX", [d, w], {**attrs, "shape": list(xs)}, domain=ET_DOMAIN)
-              if g.needs(0) else None)
+        dx = g.emit("ConvGradX", [d, w], {**attrs, "shape": list(xs)}, domain=ET_DOMAIN) if g.needs(0) else None
         dw = g.emit("ConvGradW", [d, x], attrs, domain=ET_DOMAIN) if g.needs(1) else None
         db = _bias_grad(g, d) if b and g.needs(2) else None
         return [dx, dw, db]
@@ -130,11 +162,15 @@ def _convtranspose_window(node, x_shape, w_shape, y_shape) -> Window:
     out_pad = tuple(int(p) for p in node.attr("output_padding") or (0,) * rank)
     if auto_pad != "NOTSET" and node.attr("output_shape") is None and any(out_pad):
         # Shape inference adds output_padding to in * stride; ONNX Runtime keeps in * stride.
-        raise EdgetrainError(f"ConvTranspose node '{node.name}': auto_pad {auto_pad} with output_padding has no "
-                             "agreed output size (onnx shape inference and ONNX Runtime differ); "
-                             "give explicit pads or output_shape")
-    total = [s * (i - 1) + op_ + (k - 1) * d + 1 - o for i, o, k, s, d, op_ in
-             zip(x_shape[2:], y_shape[2:], geo.kernel, geo.strides, geo.dilations, out_pad)]
+        raise EdgetrainError(
+            f"ConvTranspose node '{node.name}': auto_pad {auto_pad} with output_padding has no "
+            "agreed output size (onnx shape inference and ONNX Runtime differ); "
+            "give explicit pads or output_shape"
+        )
+    total = [
+        s * (i - 1) + op_ + (k - 1) * d + 1 - o
+        for i, o, k, s, d, op_ in zip(x_shape[2:], y_shape[2:], geo.kernel, geo.strides, geo.dilations, out_pad)
+    ]
     begin = tuple(t // 2 if auto_pad == "SAME_UPPER" else t - t // 2 for t in total)
     return Window(geo.kernel, geo.strides, geo.dilations, begin, tuple(t - b for t, b in zip(total, begin)))
 
@@ -147,8 +183,20 @@ class ConvTranspose:
         y = node.outputs[0]
         xs, ws, ys = k.shape(x), k.shape(w), k.shape(y)
         geo = _convtranspose_window(node, xs, ws, ys)
-        return [k.call("et_conv_transpose_f32", xs[0], xs[1], ys[1], int(node.attr("group", 1)),
-                       *geo.c_args(xs[2:], ys[2:]), x, w, b or None, y)]
+        return [
+            k.call(
+                "et_conv_transpose_f32",
+                xs[0],
+                xs[1],
+                ys[1],
+                int(node.attr("group", 1)),
+                *geo.c_args(xs[2:], ys[2:]),
+                x,
+                w,
+                b or None,
+                y,
+            )
+        ]
 
     @staticmethod
     def grad(g, node, dy):
@@ -162,11 +210,15 @@ class ConvTranspose:
         for i, o, k, s, d, b_ in zip(xs[2:], ys[2:], geo.kernel, geo.strides, geo.dilations, geo.begin):
             spare = o + b_ - (k - 1) * d - 1 - s * (i - 1)  # output positions past the last window
             if b_ < 0 or spare >= s:
-                raise EdgetrainError(f"ConvTranspose node '{node.name}': no gradient for leading pads {geo.begin} "
-                                     f"with output size {tuple(ys[2:])} (the equivalent Conv needs pads >= 0)")
+                raise EdgetrainError(
+                    f"ConvTranspose node '{node.name}': no gradient for leading pads {geo.begin} "
+                    f"with output size {tuple(ys[2:])} (the equivalent Conv needs pads >= 0)"
+                )
             end.append(max(0, -spare))
-        attrs = {**Window(geo.kernel, geo.strides, geo.dilations, geo.begin, tuple(end)).attrs(),
-                 "group": int(node.attr("group", 1))}
+        attrs = {
+            **Window(geo.kernel, geo.strides, geo.dilations, geo.begin, tuple(end)).attrs(),
+            "group": int(node.attr("group", 1)),
+        }
         d = dy[0]
         dx = g.emit("Conv", [d, w], attrs) if g.needs(0) else None
         dw = g.emit("ConvGradW", [x, d], attrs, domain=ET_DOMAIN) if g.needs(1) else None
@@ -188,8 +240,20 @@ class ConvGradX:
         dx = node.outputs[0]
         dys, xs = k.shape(dy), k.shape(dx)
         geo = _explicit(node, xs[2:], dys[2:])
-        return [k.call("et_conv_transpose_f32", dys[0], dys[1], xs[1], int(node.attr("group")),
-                       *geo.c_args(dys[2:], xs[2:]), dy, w, None, dx)]
+        return [
+            k.call(
+                "et_conv_transpose_f32",
+                dys[0],
+                dys[1],
+                xs[1],
+                int(node.attr("group")),
+                *geo.c_args(dys[2:], xs[2:]),
+                dy,
+                w,
+                None,
+                dx,
+            )
+        ]
 
     @staticmethod
     def shape(graph, node):
@@ -197,8 +261,13 @@ class ConvGradX:
 
     @staticmethod
     def reference(dy, w, kernel_shape, strides, dilations, pads, group, shape):
-        geo = Window(tuple(kernel_shape), tuple(strides), tuple(dilations), tuple(pads[:len(strides)]),
-                     tuple(pads[len(strides):]))
+        geo = Window(
+            tuple(kernel_shape),
+            tuple(strides),
+            tuple(dilations),
+            tuple(pads[: len(strides)]),
+            tuple(pads[len(strides) :]),
+        )
         n, m = dy.shape[:2]
         c = shape[1]
         dyg = dy.astype(np.float64).reshape(n, group, m // group, *dy.shape[2:])
@@ -218,8 +287,19 @@ class ConvGradW:
         dy, x = node.inputs
         dys, xs = k.shape(dy), k.shape(x)
         geo = _explicit(node, xs[2:], dys[2:])
-        return [k.call("et_conv_grad_w_f32", xs[0], xs[1], dys[1], int(node.attr("group")),
-                       *geo.c_args(xs[2:], dys[2:]), dy, x, node.outputs[0])]
+        return [
+            k.call(
+                "et_conv_grad_w_f32",
+                xs[0],
+                xs[1],
+                dys[1],
+                int(node.attr("group")),
+                *geo.c_args(xs[2:], dys[2:]),
+                dy,
+                x,
+                node.outputs[0],
+            )
+        ]
 
     @staticmethod
     def shape(graph, node):
@@ -228,8 +308,13 @@ class ConvGradW:
 
     @staticmethod
     def reference(dy, x, kernel_shape, strides, dilations, pads, group):
-        geo = Window(tuple(kernel_shape), tuple(strides), tuple(dilations), tuple(pads[:len(strides)]),
-                     tuple(pads[len(strides):]))
+        geo = Window(
+            tuple(kernel_shape),
+            tuple(strides),
+            tuple(dilations),
+            tuple(pads[: len(strides)]),
+            tuple(pads[len(strides) :]),
+        )
         n, c = x.shape[:2]
         m = dy.shape[1]
         dyg = dy.astype(np.float64).reshape(n, group, m // group, -1)
@@ -245,11 +330,14 @@ class ConvGradW:
 # NumPy references: the input (or its gradient) lives in a zero buffer padded so that every tap of
 # every window is inside it; a tap of all windows is then one strided slice.
 
+
 def _padded_zeros(geo: Window, lead, in_spatial, out_spatial):
     """(zeros of lead + padded spatial shape, the slices of the unpadded input inside it)."""
     left = [max(0, b) for b in geo.begin]
-    right = [max(0, (o - 1) * s + (k - 1) * d - b + 1 - i) for i, o, k, s, d, b in
-             zip(in_spatial, out_spatial, geo.kernel, geo.strides, geo.dilations, geo.begin)]
+    right = [
+        max(0, (o - 1) * s + (k - 1) * d - b + 1 - i)
+        for i, o, k, s, d, b in zip(in_spatial, out_spatial, geo.kernel, geo.strides, geo.dilations, geo.begin)
+    ]
     shape = tuple(i + lo + hi for i, lo, hi in zip(in_spatial, left, right))
     return np.zeros(tuple(lead) + shape), tuple(slice(lo, lo + i) for lo, i in zip(left, in_spatial))
 

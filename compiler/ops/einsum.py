@@ -21,11 +21,14 @@ def parse(node, shapes) -> tuple[list[str], str, dict[str, int]]:
     lhs, arrow, rhs = equation.partition("->")
     terms = lhs.split(",")
     if len(terms) != len(shapes):
-        raise EdgetrainError(f"Einsum node '{node.name}': equation '{equation}' names {len(terms)} operands, "
-                             f"the node has {len(shapes)}")
+        raise EdgetrainError(
+            f"Einsum node '{node.name}': equation '{equation}' names {len(terms)} operands, the node has {len(shapes)}"
+        )
     spare = iter(c for c in string.ascii_letters if c not in equation)
-    ellipses = [tuple(shape[:len(shape) - len(term.replace("...", ""))]) if "..." in term else ()
-                for term, shape in zip(terms, shapes)]
+    ellipses = [
+        tuple(shape[: len(shape) - len(term.replace("...", ""))]) if "..." in term else ()
+        for term, shape in zip(terms, shapes)
+    ]
     broadcast = np.broadcast_shapes(*ellipses)
     shared = "".join(next(spare) for _ in broadcast)
     operands: list[str] = []
@@ -66,8 +69,10 @@ def _gemm(a, b, y, extents):
     inner = "".join(c for c in a if c in b and c not in y)
     if y != batch + m + n or set(a + b) != set(y + inner):
         return None
+
     def size(letters):
         return int(np.prod([extents[c] for c in letters], dtype=np.int64))
+
     for trans_a, layout_a in enumerate((batch + m + inner, batch + inner + m)):
         for trans_b, layout_b in enumerate((batch + inner + n, batch + n + inner)):
             if a == layout_a and b == layout_b:
@@ -89,9 +94,11 @@ class Einsum:
             if perm == tuple(sorted(perm)):
                 return [k.call("et_copy_f32", k.size(y), names[0], y)]
             return [k.call("et_transpose_f32", len(perm), shapes[0], perm, names[0], y)]
+
         # Axes of extent 1 address nothing: without them, layouts compare on the axes that matter.
         def drop(letters):
             return "".join(c for c in letters if extents[c] != 1)
+
         if len(operands) == 2 and all(len(set(drop(t))) == len(drop(t)) for t in operands):
             for (a, b), (x1, x2) in (((0, 1), names), ((1, 0), names[::-1])):
                 plan = _gemm(drop(operands[a]), drop(operands[b]), drop(output), extents)
@@ -99,8 +106,10 @@ class Einsum:
                     batch, m, n, depth, trans_a, trans_b = plan
                     return [k.call("et_einsum_gemm_f32", batch, m, n, depth, x1, trans_a, x2, trans_b, y)]
         if len(operands) > MAX_OPERANDS:
-            raise EdgetrainError(f"Einsum node '{node.name}' has {len(operands)} operands; edgetrain contracts up "
-                                 f"to {MAX_OPERANDS} at once")
+            raise EdgetrainError(
+                f"Einsum node '{node.name}' has {len(operands)} operands; edgetrain contracts up "
+                f"to {MAX_OPERANDS} at once"
+            )
         free = drop(output)
         summed = "".join(dict.fromkeys(c for t in operands for c in drop(t) if c not in output))
         if max(len(free), len(summed)) > 8:  # ET_MAX_RANK
@@ -109,11 +118,20 @@ class Einsum:
         for i in range(MAX_OPERANDS):
             if i < len(operands):
                 strides = _strides(operands[i], shapes[i], free + summed)
-                args += [at_least_1d(strides[:len(free)]) + at_least_1d(strides[len(free):]), names[i]]
+                args += [at_least_1d(strides[: len(free)]) + at_least_1d(strides[len(free) :]), names[i]]
             else:
                 args += [None, None]
-        return [k.call("et_einsum_f32", max(len(free), 1), at_least_1d(tuple(extents[c] for c in free)),
-                       max(len(summed), 1), at_least_1d(tuple(extents[c] for c in summed)), *args, y)]
+        return [
+            k.call(
+                "et_einsum_f32",
+                max(len(free), 1),
+                at_least_1d(tuple(extents[c] for c in free)),
+                max(len(summed), 1),
+                at_least_1d(tuple(extents[c] for c in summed)),
+                *args,
+                y,
+            )
+        ]
 
     @staticmethod
     def grad(g, node, dy):
@@ -123,8 +141,8 @@ class Einsum:
             if not g.needs(i):
                 grads.append(None)
                 continue
-            terms = [output] + operands[:i] + operands[i + 1:]
-            inputs = [dy[0]] + list(node.inputs[:i] + node.inputs[i + 1:])
+            terms = [output] + operands[:i] + operands[i + 1 :]
+            inputs = [dy[0]] + list(node.inputs[:i] + node.inputs[i + 1 :])
             # A letter repeated in the operand (a diagonal) is a fresh letter at each repeat, tied to
             # the first by an identity matrix.
             spare = iter(c for c in string.ascii_letters if c not in "".join(terms) + operands[i])

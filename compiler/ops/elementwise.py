@@ -56,9 +56,10 @@ def _f32(x):
 # bit i % 32 of uint32 word i / 32. The forward pass keeps these bits, 1/32 of the result's bytes,
 # so the float result dies with its last forward reader. ----
 
+
 def _unpack_bits(mask, shape):
     bits = np.unpackbits(mask.astype("<u4").view(np.uint8), bitorder="little")
-    return bits[:int(np.prod(shape))].reshape(shape).astype(bool)
+    return bits[: int(np.prod(shape))].reshape(shape).astype(bool)
 
 
 @op("ReluMask", domain=ET_DOMAIN)
@@ -86,17 +87,24 @@ _grad_op("ReluGrad", "et_relu_grad_f32", lambda dy, mask: _f32(np.where(_unpack_
 _grad_op("SigmoidGrad", "et_sigmoid_grad_f32", lambda dy, y: _f32(dy * y * (1 - y)))
 _grad_op("TanhGrad", "et_tanh_grad_f32", lambda dy, y: _f32(dy * (1 - y * y)))
 _grad_op("SqrtGrad", "et_sqrt_grad_f32", lambda dy, y: _f32(dy / (2 * y)))
-_grad_op("LeakyReluGrad", "et_leaky_relu_grad_f32",
-         lambda dy, x, alpha: _f32(np.where(x > 0, dy, alpha * dy)), "alpha")
-_grad_op("PowGrad", "et_pow_grad_f32",
-         lambda dy, x, exponent: _f32(dy * exponent * np.power(x, exponent - 1)), "exponent")
-_grad_op("ClipGrad", "et_clip_grad_f32",
-         lambda dy, x, min, max: _f32(np.where((x >= min) & (x <= max), dy, 0)), "min", "max")
+_grad_op("LeakyReluGrad", "et_leaky_relu_grad_f32", lambda dy, x, alpha: _f32(np.where(x > 0, dy, alpha * dy)), "alpha")
+_grad_op(
+    "PowGrad", "et_pow_grad_f32", lambda dy, x, exponent: _f32(dy * exponent * np.power(x, exponent - 1)), "exponent"
+)
+_grad_op(
+    "ClipGrad", "et_clip_grad_f32", lambda dy, x, min, max: _f32(np.where((x >= min) & (x <= max), dy, 0)), "min", "max"
+)
 
-_unary("Relu", "et_relu_f32", lambda g, node, dy: [
-    g.emit("ReluGrad", [dy[0], g.emit("ReluMask", [node.outputs[0]], domain=ET_DOMAIN)], domain=ET_DOMAIN)])
-_unary("Sigmoid", "et_sigmoid_f32",
-       lambda g, node, dy: [g.emit("SigmoidGrad", [dy[0], node.outputs[0]], domain=ET_DOMAIN)])
+_unary(
+    "Relu",
+    "et_relu_f32",
+    lambda g, node, dy: [
+        g.emit("ReluGrad", [dy[0], g.emit("ReluMask", [node.outputs[0]], domain=ET_DOMAIN)], domain=ET_DOMAIN)
+    ],
+)
+_unary(
+    "Sigmoid", "et_sigmoid_f32", lambda g, node, dy: [g.emit("SigmoidGrad", [dy[0], node.outputs[0]], domain=ET_DOMAIN)]
+)
 _unary("Tanh", "et_tanh_f32", lambda g, node, dy: [g.emit("TanhGrad", [dy[0], node.outputs[0]], domain=ET_DOMAIN)])
 _unary("Sqrt", "et_sqrt_f32", lambda g, node, dy: [g.emit("SqrtGrad", [dy[0], node.outputs[0]], domain=ET_DOMAIN)])
 # exp' is the result itself (convention 2: rules may use the forward result).
@@ -110,10 +118,14 @@ _unary("Identity", "et_copy_f32", lambda g, node, dy: [dy[0]], integer="et_copy_
 
 # Sin and Cos (rotary embeddings) from et_math.h; 1/x's derivative -1/x^2 is -y*y (torch's order).
 _unary("Sin", "et_sin_f32", lambda g, node, dy: [g.emit("Mul", [dy[0], g.emit("Cos", [node.inputs[0]])])])
-_unary("Cos", "et_cos_f32",
-       lambda g, node, dy: [g.emit("Neg", [g.emit("Mul", [dy[0], g.emit("Sin", [node.inputs[0]])])])])
-_unary("Reciprocal", "et_reciprocal_f32", lambda g, node, dy: [
-    g.emit("Neg", [g.emit("Mul", [dy[0], g.emit("Mul", [node.outputs[0], node.outputs[0]])])])])
+_unary(
+    "Cos", "et_cos_f32", lambda g, node, dy: [g.emit("Neg", [g.emit("Mul", [dy[0], g.emit("Sin", [node.inputs[0]])])])]
+)
+_unary(
+    "Reciprocal",
+    "et_reciprocal_f32",
+    lambda g, node, dy: [g.emit("Neg", [g.emit("Mul", [dy[0], g.emit("Mul", [node.outputs[0], node.outputs[0]])])])],
+)
 
 
 @op("LeakyRelu")
@@ -159,8 +171,9 @@ class Pow:
     def exponent(k, node):
         p = k.value_of(node.inputs[1])
         if p.size != 1:
-            raise EdgetrainError(f"node '{node.name}' (Pow): the exponent must be one constant value, "
-                                 f"got shape {p.shape}")
+            raise EdgetrainError(
+                f"node '{node.name}' (Pow): the exponent must be one constant value, got shape {p.shape}"
+            )
         return float(p.reshape(()))
 
     @staticmethod
@@ -194,16 +207,32 @@ def _binary(name, fn, grad, integer=None):
 
 # Gradients come back in the output's (broadcast) shape; the driver reduces them to each input's.
 _binary("Add", "et_add_f32", lambda g, node, dy: [dy[0], dy[0]], integer="et_add_i32")
-_binary("Sub", "et_sub_f32", lambda g, node, dy: [dy[0], g.emit("Neg", [dy[0]]) if g.needs(1) else None],
-        integer="et_sub_i32")
-_binary("Mul", "et_mul_f32", lambda g, node, dy: [
-    g.emit("Mul", [dy[0], node.inputs[1]]) if g.needs(0) else None,
-    g.emit("Mul", [dy[0], node.inputs[0]]) if g.needs(1) else None], integer="et_mul_i32")
+_binary(
+    "Sub",
+    "et_sub_f32",
+    lambda g, node, dy: [dy[0], g.emit("Neg", [dy[0]]) if g.needs(1) else None],
+    integer="et_sub_i32",
+)
+_binary(
+    "Mul",
+    "et_mul_f32",
+    lambda g, node, dy: [
+        g.emit("Mul", [dy[0], node.inputs[1]]) if g.needs(0) else None,
+        g.emit("Mul", [dy[0], node.inputs[0]]) if g.needs(1) else None,
+    ],
+    integer="et_mul_i32",
+)
 # d(a/b)/db = -dy * a / b^2 = -dy * y / b
-_binary("Div", "et_div_f32", lambda g, node, dy: [
-    g.emit("Div", [dy[0], node.inputs[1]]) if g.needs(0) else None,
-    g.emit("Neg", [g.emit("Div", [g.emit("Mul", [dy[0], node.outputs[0]]), node.inputs[1]])])
-    if g.needs(1) else None])
+_binary(
+    "Div",
+    "et_div_f32",
+    lambda g, node, dy: [
+        g.emit("Div", [dy[0], node.inputs[1]]) if g.needs(0) else None,
+        g.emit("Neg", [g.emit("Div", [g.emit("Mul", [dy[0], node.outputs[0]]), node.inputs[1]])])
+        if g.needs(1)
+        else None,
+    ],
+)
 
 
 def _dropout_mask(shape, ratio, seed, counter):
@@ -223,8 +252,11 @@ class Dropout:
     def kernel(k, node):
         x, _ = node.inputs
         y, mask = node.outputs
-        return [k.call("et_dropout_f32", k.size(y), float(node.attr("ratio")), int(node.attr("seed")),
-                       Counter(), x, y, mask)]
+        return [
+            k.call(
+                "et_dropout_f32", k.size(y), float(node.attr("ratio")), int(node.attr("seed")), Counter(), x, y, mask
+            )
+        ]
 
     @staticmethod
     def grad(g, node, dy):
@@ -238,7 +270,6 @@ class Dropout:
     def reference(x, counter, ratio, seed):
         mask = _dropout_mask(x.shape, ratio, seed, int(counter))
         return x * mask, mask
-
 
 
 @op("Dropout", const_inputs=(1, 2))

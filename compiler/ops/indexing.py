@@ -12,6 +12,7 @@ from .registry import Tensor, at_least_1d, broadcast_strides, contiguous_strides
 
 # ---- Slice: starts, ends, axes and steps are compile-time constants ----
 
+
 def _slice_ranges(shape, starts, ends, axes=None, steps=None) -> list[range]:
     """The indices each axis keeps. Python's slice.indices clamps exactly as ONNX Slice does
     (negative starts/ends count from the end; out-of-range values clamp, per step direction)."""
@@ -49,8 +50,12 @@ class Slice:
     @staticmethod
     def grad(g, node, dy):
         offset, strides = _slice_view(g, node)
-        dx = g.emit("SliceGrad", [dy[0]], {"shape": list(g.shape(node.inputs[0])), "offset": offset,
-                                           "strides": list(strides)}, domain=ET_DOMAIN)
+        dx = g.emit(
+            "SliceGrad",
+            [dy[0]],
+            {"shape": list(g.shape(node.inputs[0])), "offset": offset, "strides": list(strides)},
+            domain=ET_DOMAIN,
+        )
         return [dx] + [None] * (len(node.inputs) - 1)
 
 
@@ -62,9 +67,17 @@ class SliceGrad:
     @staticmethod
     def kernel(k, node):
         dy, dx = node.inputs[0], node.outputs[0]
-        return [k.call("et_fill_f32", k.size(dx), 0.0, dx),
-                k.call("et_slice_grad_f32", len(k.shape(dy)), k.shape(dy), dy, Tensor(dx, node.attr("offset")),
-                       tuple(node.attr("strides")))]
+        return [
+            k.call("et_fill_f32", k.size(dx), 0.0, dx),
+            k.call(
+                "et_slice_grad_f32",
+                len(k.shape(dy)),
+                k.shape(dy),
+                dy,
+                Tensor(dx, node.attr("offset")),
+                tuple(node.attr("strides")),
+            ),
+        ]
 
     @staticmethod
     def shape(graph, node):
@@ -73,13 +86,16 @@ class SliceGrad:
     @staticmethod
     def reference(dy, shape, offset, strides):
         dx = np.zeros(int(np.prod(shape)), np.float32)
-        index = offset + sum(np.arange(n).reshape((-1,) + (1,) * (dy.ndim - 1 - axis)) * s
-                             for axis, (n, s) in enumerate(zip(dy.shape, strides)))
+        index = offset + sum(
+            np.arange(n).reshape((-1,) + (1,) * (dy.ndim - 1 - axis)) * s
+            for axis, (n, s) in enumerate(zip(dy.shape, strides))
+        )
         dx[np.asarray(index).ravel()] = dy.ravel()
         return (dx.reshape(shape),)
 
 
 # ---- Tile ----
+
 
 def _repeats(k, node) -> tuple[int, ...]:
     return tuple(int(r) for r in k.value_of(node.inputs[1]))
@@ -116,6 +132,7 @@ class Tile:
 # ---- Gather (gradient: scatter-add into the data). Indices are compile-time constants or
 # integer tensors known at run time (token ids, position ids), range-checked before use. ----
 
+
 def node_label(node) -> str:
     return f"node '{node.name}' ({node.op})"
 
@@ -128,15 +145,19 @@ def checked_indices(k, node, dims, name=None) -> tuple[list, tuple | None, str |
     dims = tuple(int(d) for d in dims)
     if name not in k.graph.constants:
         count = k.size(name)
-        check = (k.call("et_check_indices", count, name, dims[0], checked=True) if len(dims) == 1 else
-                 k.call("et_check_nd_indices", count // len(dims), len(dims), name, dims, checked=True))
+        check = (
+            k.call("et_check_indices", count, name, dims[0], checked=True)
+            if len(dims) == 1
+            else k.call("et_check_nd_indices", count // len(dims), len(dims), name, dims, checked=True)
+        )
         return [check], None, name
     values = k.value_of(name).astype(np.int64).reshape(-1, len(dims))
     bad = (values < -np.array(dims)) | (values >= np.array(dims))
     if bad.any():
         row, col = np.argwhere(bad)[0]
-        raise EdgetrainError(f"{node_label(node)}: index {int(values[row, col])} out of range for an axis of "
-                             f"{dims[col]}")
+        raise EdgetrainError(
+            f"{node_label(node)}: index {int(values[row, col])} out of range for an axis of {dims[col]}"
+        )
     return [], tuple(int(i) for i in values.ravel()), None
 
 
@@ -192,12 +213,13 @@ class GatherGrad:
         axis = axis % len(shape)
         idx = np.where(indices < 0, indices + shape[axis], indices).ravel()
         moved = np.moveaxis(dx, axis, 0)  # a view: adding into it fills dx
-        rows = np.moveaxis(dy.reshape(shape[:axis] + (idx.size,) + tuple(shape[axis + 1:])), axis, 0)
+        rows = np.moveaxis(dy.reshape(shape[:axis] + (idx.size,) + tuple(shape[axis + 1 :])), axis, 0)
         np.add.at(moved, idx, rows)
         return (dx,)
 
 
 # ---- Trilu with a constant k (a Trilu of a constant, such as a causal mask, folds before this) ----
+
 
 def _trilu_args(k, node) -> tuple[int, ...]:
     """(matrices, rows, cols, diagonal, upper) with the diagonal clamped to where it still matters."""
@@ -205,8 +227,13 @@ def _trilu_args(k, node) -> tuple[int, ...]:
     rows, cols = shape[-2], shape[-1]
     given = (tuple(node.inputs) + ("",))[1]
     diagonal = int(k.value_of(given)) if given else 0
-    return (int(np.prod(shape[:-2], dtype=np.int64)), rows, cols, max(-rows, min(cols, diagonal)),
-            int(node.attr("upper", 1)))
+    return (
+        int(np.prod(shape[:-2], dtype=np.int64)),
+        rows,
+        cols,
+        max(-rows, min(cols, diagonal)),
+        int(node.attr("upper", 1)),
+    )
 
 
 @op("Trilu", const_inputs=(1,))
@@ -223,6 +250,7 @@ class Trilu:
 
 # ---- Where: a bool condition (constant or computed), float or integer branches ----
 
+
 @op("Where")
 class Where:
     integer = True
@@ -238,12 +266,15 @@ class Where:
     def grad(g, node, dy):
         cond = node.inputs[0]
         zero = g.const(np.float32(0))
-        return [None,
-                g.emit("Where", [cond, dy[0], zero]) if g.needs(1) else None,
-                g.emit("Where", [cond, zero, dy[0]]) if g.needs(2) else None]
+        return [
+            None,
+            g.emit("Where", [cond, dy[0], zero]) if g.needs(1) else None,
+            g.emit("Where", [cond, zero, dy[0]]) if g.needs(2) else None,
+        ]
 
 
 # ---- Max / Min: variadic, broadcasting; ties share the gradient equally ----
+
 
 def _extremum(fn):
     class Extremum:
@@ -265,8 +296,12 @@ def _extremum(fn):
         def grad(g, node, dy):
             if len(node.inputs) == 1:
                 return [dy[0]]
-            return [g.emit("MinMaxGrad", [dy[0], node.outputs[0], *node.inputs], {"index": i}, domain=ET_DOMAIN)
-                    if g.needs(i) else None for i in range(len(node.inputs))]
+            return [
+                g.emit("MinMaxGrad", [dy[0], node.outputs[0], *node.inputs], {"index": i}, domain=ET_DOMAIN)
+                if g.needs(i)
+                else None
+                for i in range(len(node.inputs))
+            ]
 
     return Extremum
 
@@ -287,9 +322,11 @@ class MinMaxGrad:
         shape = at_least_1d(k.shape(y))
         strides = [broadcast_strides(k.shape(x), shape) for x in xs]
         target = int(node.attr("index"))
-        return ([k.call("et_fill_f32", k.size(dx), 0.0, dx)] +
-                [k.call("et_count_equal_f32", len(shape), shape, x, s, y, dx) for x, s in zip(xs, strides)] +
-                [k.call("et_minmax_grad_f32", len(shape), shape, dy, y, xs[target], strides[target], dx)])
+        return (
+            [k.call("et_fill_f32", k.size(dx), 0.0, dx)]
+            + [k.call("et_count_equal_f32", len(shape), shape, x, s, y, dx) for x, s in zip(xs, strides)]
+            + [k.call("et_minmax_grad_f32", len(shape), shape, dy, y, xs[target], strides[target], dx)]
+        )
 
     @staticmethod
     def shape(graph, node):

@@ -25,8 +25,9 @@ def broadcast_call(k, fn: str, a: str, b: str, y: str):
     """The call of `fn(rank, shape, A, a_strides, B, b_strides, Y)` over Y's shape, A and B
     broadcast to it, with the axes they agree on merged."""
     out = at_least_1d(k.shape(y))
-    shape, a_strides, b_strides = merged_axes(out, broadcast_strides(k.shape(a), out),
-                                              broadcast_strides(k.shape(b), out))
+    shape, a_strides, b_strides = merged_axes(
+        out, broadcast_strides(k.shape(a), out), broadcast_strides(k.shape(b), out)
+    )
     return k.call(fn, len(shape), shape, a, a_strides, b, b_strides, y)
 
 
@@ -38,8 +39,13 @@ def _kind(graph, name: str) -> str:
 # ---- Cast: float <-> integer <-> bool; a cast that keeps the C type (int64 -> int32, bool -> int,
 # float -> float) is a copy ----
 
-_CASTS = {("float", "int"): "et_f32_to_i32", ("float", "bool"): "et_f32_to_bool",
-          ("int", "float"): "et_i32_to_f32", ("bool", "float"): "et_i32_to_f32", ("int", "bool"): "et_i32_to_bool"}
+_CASTS = {
+    ("float", "int"): "et_f32_to_i32",
+    ("float", "bool"): "et_f32_to_bool",
+    ("int", "float"): "et_i32_to_f32",
+    ("bool", "float"): "et_i32_to_f32",
+    ("int", "bool"): "et_i32_to_bool",
+}
 
 
 @op("Cast")
@@ -60,6 +66,7 @@ class Cast:
 
 # ---- broadcasting comparisons (bool result) and logic ----
 
+
 def _broadcast(name, stem, by_input=True):
     """Register `name`, whose kernel `stem`_f32 / _i32 (picked by the first input's dtype, or always
     _i32) is fn(rank, shape, A, a_strides, B, b_strides, Y)."""
@@ -75,8 +82,13 @@ def _broadcast(name, stem, by_input=True):
     op(name)(Broadcast)
 
 
-for _name, _stem in (("Equal", "et_equal"), ("Less", "et_less"), ("Greater", "et_greater"),
-                     ("LessOrEqual", "et_less_equal"), ("GreaterOrEqual", "et_greater_equal")):
+for _name, _stem in (
+    ("Equal", "et_equal"),
+    ("Less", "et_less"),
+    ("Greater", "et_greater"),
+    ("LessOrEqual", "et_less_equal"),
+    ("GreaterOrEqual", "et_greater_equal"),
+):
     _broadcast(_name, _stem)
 for _name, _stem in (("And", "et_and"), ("Or", "et_or"), ("Xor", "et_xor")):
     _broadcast(_name, _stem, by_input=False)
@@ -105,6 +117,7 @@ _elementwise("IsInf", "et_isinf_f32", ("detect_negative", 1), ("detect_positive"
 # Integer bounds fold in the frontend (position ids as torch.arange exports them); float ones held
 # in initializers reach the kernel. A bound computed at run time is refused, naming it. ----
 
+
 @op("Range", const_inputs=(0, 1, 2))
 class Range:
     @staticmethod
@@ -115,6 +128,7 @@ class Range:
 
 
 # ---- CumSum (the axis is a compile-time constant) ----
+
 
 def _cumsum_axis(k, node) -> int:
     return int(np.asarray(k.value_of(node.inputs[1])).reshape(()))
@@ -128,8 +142,18 @@ class CumSum:
     def kernel(k, node):
         x, y = node.inputs[0], node.outputs[0]
         outer, dim, inner = split_axis(at_least_1d(k.shape(x)), _cumsum_axis(k, node))
-        return [k.call(typed(k, "et_cumsum", x), outer, dim, inner, int(node.attr("exclusive", 0)),
-                       int(node.attr("reverse", 0)), x, y)]
+        return [
+            k.call(
+                typed(k, "et_cumsum", x),
+                outer,
+                dim,
+                inner,
+                int(node.attr("exclusive", 0)),
+                int(node.attr("reverse", 0)),
+                x,
+                y,
+            )
+        ]
 
     @staticmethod
     def grad(g, node, dy):
@@ -140,6 +164,7 @@ class CumSum:
 
 
 # ---- ArgMax / ArgMin ----
+
 
 def _arg(stem):
     class Arg:

@@ -16,8 +16,10 @@ def _rows(k, node, x, params) -> tuple[int, int]:
     rows, inner = int(np.prod(shape[:axis], dtype=np.int64)), int(np.prod(shape[axis:], dtype=np.int64))
     for name in params:
         if name and k.size(name) != inner:
-            raise EdgetrainError(f"node '{node.name}' (LayerNormalization): '{name}' of shape {k.shape(name)} "
-                                 f"must hold one value per normalized position {shape[axis:]}")
+            raise EdgetrainError(
+                f"node '{node.name}' (LayerNormalization): '{name}' of shape {k.shape(name)} "
+                f"must hold one value per normalized position {shape[axis:]}"
+            )
     return rows, inner
 
 
@@ -34,17 +36,32 @@ class LayerNormalization:
         x, scale, b = (tuple(node.inputs) + ("",))[:3]
         y, mean, inv_std = (tuple(node.outputs) + ("", ""))[:3]
         eps = float(node.attr("epsilon", 1e-5))
-        return [k.call("et_layernorm_f32", *_rows(k, node, x, (scale, b)), eps, x, scale, b or None,
-                       y, mean or None, inv_std or None)]
+        return [
+            k.call(
+                "et_layernorm_f32",
+                *_rows(k, node, x, (scale, b)),
+                eps,
+                x,
+                scale,
+                b or None,
+                y,
+                mean or None,
+                inv_std or None,
+            )
+        ]
 
     @staticmethod
     def grad(g, node, dy):
         x, scale, b = (tuple(node.inputs) + ("",))[:3]
         dy = list(dy) + [None] * (3 - len(dy))
         dy_y = dy[0] or g.const(np.zeros(g.shape(x), np.float32))
-        dx, dscale, db = g.emit("LayerNormalizationGrad", [dy_y, x, scale, dy[1] or "", dy[2] or ""],
-                                {"axis": int(node.attr("axis", -1)), "epsilon": float(node.attr("epsilon", 1e-5))},
-                                domain=ET_DOMAIN, outputs=3)
+        dx, dscale, db = g.emit(
+            "LayerNormalizationGrad",
+            [dy_y, x, scale, dy[1] or "", dy[2] or ""],
+            {"axis": int(node.attr("axis", -1)), "epsilon": float(node.attr("epsilon", 1e-5))},
+            domain=ET_DOMAIN,
+            outputs=3,
+        )
         return [dx, dscale, db if b else None]
 
 
@@ -55,8 +72,19 @@ class LayerNormalizationGrad:
     @staticmethod
     def kernel(k, node):
         dy, x, scale, dmean, dinv = node.inputs
-        return [k.call("et_layernorm_grad_f32", *_rows(k, node, x, (scale,)), float(node.attr("epsilon")), dy, x,
-                       scale, dmean or None, dinv or None, *node.outputs)]
+        return [
+            k.call(
+                "et_layernorm_grad_f32",
+                *_rows(k, node, x, (scale,)),
+                float(node.attr("epsilon")),
+                dy,
+                x,
+                scale,
+                dmean or None,
+                dinv or None,
+                *node.outputs,
+            )
+        ]
 
     @staticmethod
     def shape(graph, node):

@@ -24,16 +24,30 @@ class SoftmaxCrossEntropyLoss:
         scores, labels, weights = (tuple(node.inputs) + ("",))[:3]
         reduction = node.attr("reduction", "mean")
         if reduction != "mean":
-            raise EdgetrainError(f"node '{node.name}' (SoftmaxCrossEntropyLoss): reduction '{reduction}' is not "
-                                 "supported (mean is)")
+            raise EdgetrainError(
+                f"node '{node.name}' (SoftmaxCrossEntropyLoss): reduction '{reduction}' is not supported (mean is)"
+            )
         if labels in k.graph.constants:
-            raise EdgetrainError(f"node '{node.name}' (SoftmaxCrossEntropyLoss): the labels must be a model input, "
-                                 "not a constant")
+            raise EdgetrainError(
+                f"node '{node.name}' (SoftmaxCrossEntropyLoss): the labels must be a model input, not a constant"
+            )
         n, c, d = _ce_dims(k, scores)
         ignore = int(node.attr("ignore_index", NO_IGNORE))
-        return [k.call("et_check_labels", n * d, labels, c, ignore, checked=True),
-                k.call("et_softmax_cross_entropy_f32", n, c, d, scores, labels, weights or None, ignore,
-                       node.outputs[0], node.outputs[1])]
+        return [
+            k.call("et_check_labels", n * d, labels, c, ignore, checked=True),
+            k.call(
+                "et_softmax_cross_entropy_f32",
+                n,
+                c,
+                d,
+                scores,
+                labels,
+                weights or None,
+                ignore,
+                node.outputs[0],
+                node.outputs[1],
+            ),
+        ]
 
     @staticmethod
     def grad(g, node, dy):
@@ -57,8 +71,20 @@ class SoftmaxCrossEntropyLossGrad:
     def kernel(k, node):
         dloss, log_prob, labels, weights = (tuple(node.inputs) + ("",))[:4]
         n, c, d = _ce_dims(k, log_prob)
-        return [k.call("et_softmax_cross_entropy_grad_f32", n, c, d, dloss, log_prob, labels, weights or None,
-                       int(node.attr("ignore_index")), node.outputs[0])]
+        return [
+            k.call(
+                "et_softmax_cross_entropy_grad_f32",
+                n,
+                c,
+                d,
+                dloss,
+                log_prob,
+                labels,
+                weights or None,
+                int(node.attr("ignore_index")),
+                node.outputs[0],
+            )
+        ]
 
     @staticmethod
     def shape(graph, node):
@@ -76,7 +102,7 @@ class SoftmaxCrossEntropyLossGrad:
         np.put_along_axis(onehot, safe[:, None, :], 1.0, axis=1)
         total = w.sum()
         scale = np.float32(dloss) * w / total if total > 0 else np.zeros_like(w)
-        return ((np.exp(lp) - onehot) * scale[:, None, :]).reshape(log_prob.shape).astype(np.float32),
+        return (((np.exp(lp) - onehot) * scale[:, None, :]).reshape(log_prob.shape).astype(np.float32),)
 
 
 @op("BCEWithLogits", domain=ET_DOMAIN)
@@ -99,7 +125,7 @@ class BCEWithLogits:
 
     @staticmethod
     def reference(x, t):
-        return (np.maximum(x, 0) - x * t + np.log1p(np.exp(-np.abs(x)))).astype(np.float32),
+        return ((np.maximum(x, 0) - x * t + np.log1p(np.exp(-np.abs(x)))).astype(np.float32),)
 
 
 @op("BCEWithLogitsGrad", domain=ET_DOMAIN)
@@ -114,4 +140,4 @@ class BCEWithLogitsGrad:
 
     @staticmethod
     def reference(dl, x, t):
-        return (dl * (1 / (1 + np.exp(-x)) - t)).astype(np.float32),
+        return ((dl * (1 / (1 + np.exp(-x)) - t)).astype(np.float32),)

@@ -45,8 +45,24 @@ class BatchNormalization:
         x, scale, b, mean, var = node.inputs
         eps = float(node.attr("epsilon", 1e-5))
         if node.attr("training_mode", 0):
-            return [k.call("et_batchnorm_train_f32", *_dims(k.shape(x)), eps, 0.0, x, scale, b, None, None,
-                           node.outputs[0], None, None, None, None)]
+            return [
+                k.call(
+                    "et_batchnorm_train_f32",
+                    *_dims(k.shape(x)),
+                    eps,
+                    0.0,
+                    x,
+                    scale,
+                    b,
+                    None,
+                    None,
+                    node.outputs[0],
+                    None,
+                    None,
+                    None,
+                    None,
+                )
+            ]
         return [k.call("et_batchnorm_f32", *_dims(k.shape(x)), eps, x, scale, b, mean, var, node.outputs[0])]
 
     @staticmethod
@@ -54,8 +70,13 @@ class BatchNormalization:
         x, scale, b, mean, var = node.inputs
         eps = float(node.attr("epsilon", 1e-5))
         if g.needs(1):
-            dx, dscale, db = g.emit("BatchNormalizationInferenceGrad", [dy[0], x, scale, mean, var],
-                                    {"epsilon": eps}, domain=ET_DOMAIN, outputs=3)
+            dx, dscale, db = g.emit(
+                "BatchNormalizationInferenceGrad",
+                [dy[0], x, scale, mean, var],
+                {"epsilon": eps},
+                domain=ET_DOMAIN,
+                outputs=3,
+            )
             return [dx, dscale, db, None, None]
         # Without the scale's gradient, nothing of the forward pass is read (frozen statistics, as
         # when training a deployed model's biases): dB sums dY per channel, and dX scales dY per
@@ -83,14 +104,23 @@ class BatchNormalization:
         tracked = mean in graph.buffers and var in graph.buffers
         if not training:
             if tracked and set(node.outputs[1:]) & set(graph.outputs):
-                raise EdgetrainError(f"BatchNormalization '{node.name}': its running statistics are state that "
-                                     "training updates, not model outputs")
-            return Node(node.op, node.inputs, node.outputs[:1], frozen_attrs({**node.attrs, "training_mode": 0}),
-                        node.name) if tracked else node
+                raise EdgetrainError(
+                    f"BatchNormalization '{node.name}': its running statistics are state that "
+                    "training updates, not model outputs"
+                )
+            return (
+                Node(
+                    node.op, node.inputs, node.outputs[:1], frozen_attrs({**node.attrs, "training_mode": 0}), node.name
+                )
+                if tracked
+                else node
+            )
         n, c, inner = _dims(graph.shape(x))
         if n * inner < 2:
-            raise EdgetrainError(f"BatchNormalization '{node.name}' in training mode needs more than one value "
-                                 f"per channel (batch {n} x spatial {inner}), as PyTorch does")
+            raise EdgetrainError(
+                f"BatchNormalization '{node.name}' in training mode needs more than one value "
+                f"per channel (batch {n} x spatial {inner}), as PyTorch does"
+            )
         outputs = list(node.outputs) + [""] * (3 - len(node.outputs))
         if tracked:  # the running statistics are updated even when the model leaves them unnamed
             outputs[1:3] = [o or graph.add_value(graph.fresh("running_stat"), (c,)) for o in outputs[1:3]]
@@ -98,8 +128,14 @@ class BatchNormalization:
             outputs[1:3] = ["", ""]
         saved = [graph.add_value(graph.fresh(hint), (c,)) for hint in ("batch_mean", "batch_inv_std")]
         attrs = {"epsilon": float(node.attr("epsilon", 1e-5)), "momentum": float(node.attr("momentum", 0.9))}
-        return Node("BatchNormalizationTraining", (x, scale, b) + ((mean, var) if tracked else ()),
-                    tuple(outputs[:3] + saved), frozen_attrs(attrs), node.name, ET_DOMAIN)
+        return Node(
+            "BatchNormalizationTraining",
+            (x, scale, b) + ((mean, var) if tracked else ()),
+            tuple(outputs[:3] + saved),
+            frozen_attrs(attrs),
+            node.name,
+            ET_DOMAIN,
+        )
 
 
 @op("BatchNormalizationTraining", domain=ET_DOMAIN)
@@ -113,16 +149,32 @@ class BatchNormalizationTraining:
     def kernel(k, node):
         x, scale, b, mean, var = tuple(node.inputs) + ("",) * (5 - len(node.inputs))
         y, mean_out, var_out, saved_mean, saved_inv_std = node.outputs
-        return [k.call("et_batchnorm_train_f32", *_dims(k.shape(x)), float(node.attr("epsilon")),
-                       float(node.attr("momentum")), x, scale, b, mean or None, var or None, y,
-                       mean_out or None, var_out or None, saved_mean, saved_inv_std)]
+        return [
+            k.call(
+                "et_batchnorm_train_f32",
+                *_dims(k.shape(x)),
+                float(node.attr("epsilon")),
+                float(node.attr("momentum")),
+                x,
+                scale,
+                b,
+                mean or None,
+                var or None,
+                y,
+                mean_out or None,
+                var_out or None,
+                saved_mean,
+                saved_inv_std,
+            )
+        ]
 
     @staticmethod
     def grad(g, node, dy):
         x, scale = node.inputs[:2]
-        dx, dscale, db = g.emit("BatchNormalizationGrad", [dy[0], x, scale, *node.outputs[3:]],
-                                domain=ET_DOMAIN, outputs=3)
-        return [dx, dscale, db, None, None][:len(node.inputs)]
+        dx, dscale, db = g.emit(
+            "BatchNormalizationGrad", [dy[0], x, scale, *node.outputs[3:]], domain=ET_DOMAIN, outputs=3
+        )
+        return [dx, dscale, db, None, None][: len(node.inputs)]
 
     @staticmethod
     def state(node):
@@ -154,7 +206,7 @@ def _norm_grad(dy, x, scale, mean, inv_std, axes, bshape):
     xmu = x - mean
     sum_dy = dy.sum(axis=axes, keepdims=True)
     sum_dy_xmu = (dy * xmu).sum(axis=axes, keepdims=True)
-    dx = (dy - sum_dy / count - xmu * sum_dy_xmu * inv_std ** 2 / count) * scale.reshape(bshape) * inv_std
+    dx = (dy - sum_dy / count - xmu * sum_dy_xmu * inv_std**2 / count) * scale.reshape(bshape) * inv_std
     return dx, sum_dy, sum_dy_xmu * inv_std
 
 
@@ -186,8 +238,15 @@ class BatchNormalizationInferenceGrad:
 
     @staticmethod
     def kernel(k, node):
-        return [k.call("et_batchnorm_inference_grad_f32", *_dims(k.shape(node.inputs[1])),
-                       float(node.attr("epsilon")), *node.inputs, *node.outputs)]
+        return [
+            k.call(
+                "et_batchnorm_inference_grad_f32",
+                *_dims(k.shape(node.inputs[1])),
+                float(node.attr("epsilon")),
+                *node.inputs,
+                *node.outputs,
+            )
+        ]
 
     @staticmethod
     def shape(graph, node):
@@ -207,14 +266,28 @@ class InstanceNormalization:
     @staticmethod
     def kernel(k, node):
         x, scale, b = node.inputs
-        return [k.call("et_instancenorm_f32", *_dims(k.shape(x)), float(node.attr("epsilon", 1e-5)),
-                       x, scale, b, node.outputs[0])]
+        return [
+            k.call(
+                "et_instancenorm_f32",
+                *_dims(k.shape(x)),
+                float(node.attr("epsilon", 1e-5)),
+                x,
+                scale,
+                b,
+                node.outputs[0],
+            )
+        ]
 
     @staticmethod
     def grad(g, node, dy):
         x, scale, _ = node.inputs
-        dx, dscale, db = g.emit("InstanceNormalizationGrad", [dy[0], x, scale],
-                                {"epsilon": float(node.attr("epsilon", 1e-5))}, domain=ET_DOMAIN, outputs=3)
+        dx, dscale, db = g.emit(
+            "InstanceNormalizationGrad",
+            [dy[0], x, scale],
+            {"epsilon": float(node.attr("epsilon", 1e-5))},
+            domain=ET_DOMAIN,
+            outputs=3,
+        )
         return [dx, dscale, db]
 
 
@@ -224,8 +297,15 @@ class InstanceNormalizationGrad:
 
     @staticmethod
     def kernel(k, node):
-        return [k.call("et_instancenorm_grad_f32", *_dims(k.shape(node.inputs[1])),
-                       float(node.attr("epsilon")), *node.inputs, *node.outputs)]
+        return [
+            k.call(
+                "et_instancenorm_grad_f32",
+                *_dims(k.shape(node.inputs[1])),
+                float(node.attr("epsilon")),
+                *node.inputs,
+                *node.outputs,
+            )
+        ]
 
     @staticmethod
     def shape(graph, node):

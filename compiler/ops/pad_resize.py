@@ -68,8 +68,19 @@ class Pad:
         inputs = tuple(node.inputs) + ("",) * 3
         value = k.value_of(inputs[2]).ravel()[0] if inputs[2] else 0
         value = int(value) if is_integer(k.graph, x) else float(value)
-        return [k.call(typed(k, "et_pad", x), len(k.shape(x)), k.shape(x), k.shape(y), tuple(begins),
-                       PAD_MODES[_pad_mode(node)], value, x, y)]
+        return [
+            k.call(
+                typed(k, "et_pad", x),
+                len(k.shape(x)),
+                k.shape(x),
+                k.shape(y),
+                tuple(begins),
+                PAD_MODES[_pad_mode(node)],
+                value,
+                x,
+                y,
+            )
+        ]
 
     @staticmethod
     def grad(g, node, dy):
@@ -87,13 +98,23 @@ class PadGrad:
     def kernel(k, node):
         dy, dx = node.inputs[0], node.outputs[0]
         rank = len(k.shape(dx))
-        return [k.call("et_pad_grad_f32", rank, k.shape(dx), k.shape(dy), tuple(node.attr("pads")[:rank]),
-                       PAD_MODES[node.attr("mode")], dy, dx)]
+        return [
+            k.call(
+                "et_pad_grad_f32",
+                rank,
+                k.shape(dx),
+                k.shape(dy),
+                tuple(node.attr("pads")[:rank]),
+                PAD_MODES[node.attr("mode")],
+                dy,
+                dx,
+            )
+        ]
 
     @staticmethod
     def shape(graph, node):
         out, pads = graph.shape(node.inputs[0]), node.attr("pads")
-        return [tuple(n - b - e for n, b, e in zip(out, pads[:len(out)], pads[len(out):]))]
+        return [tuple(n - b - e for n, b, e in zip(out, pads[: len(out)], pads[len(out) :]))]
 
     @staticmethod
     def reference(dy, pads, mode):
@@ -151,8 +172,18 @@ def _scales_input(k, node, slot: int) -> str | None:
 
 def _resize_call(k, fn, attrs, name, scales, src, dst, in_shape, out_shape):
     coord, mode = _resize_modes(attrs, name)
-    return k.call(fn, len(in_shape), in_shape, out_shape, scales,
-                  _scale_index(attrs, len(in_shape), scales), coord, mode, src, dst)
+    return k.call(
+        fn,
+        len(in_shape),
+        in_shape,
+        out_shape,
+        scales,
+        _scale_index(attrs, len(in_shape), scales),
+        coord,
+        mode,
+        src,
+        dst,
+    )
 
 
 @op("Resize", const_inputs=(1, 2, 3))
@@ -160,15 +191,22 @@ class Resize:
     @staticmethod
     def kernel(k, node):
         x, y = node.inputs[0], node.outputs[0]
-        return [_resize_call(k, "et_resize_f32", node.attrs, node.name, _scales_input(k, node, 2), x, y,
-                             k.shape(x), k.shape(y))]
+        return [
+            _resize_call(
+                k, "et_resize_f32", node.attrs, node.name, _scales_input(k, node, 2), x, y, k.shape(x), k.shape(y)
+            )
+        ]
 
     @staticmethod
     def grad(g, node, dy):
         x = node.inputs[0]
         scales = _scales_input(g, node, 2)
-        dx = g.emit("ResizeGrad", [dy[0]] + ([scales] if scales else []),
-                    {**node.attrs, "shape": list(g.shape(x))}, domain=ET_DOMAIN)
+        dx = g.emit(
+            "ResizeGrad",
+            [dy[0]] + ([scales] if scales else []),
+            {**node.attrs, "shape": list(g.shape(x))},
+            domain=ET_DOMAIN,
+        )
         return [dx] + [None] * (len(node.inputs) - 1)
 
 
@@ -190,8 +228,11 @@ def _sample(o, n_in, n_out, scale, coord, mode):
         return i, min(i + 1, n_in - 1), x - f(i)
     i = int(x)
     frac = x - f(i)
-    if (mode == NEAREST_MODES["ceil"] and frac > 0) or (mode == NEAREST_MODES["round_prefer_floor"] and frac > 0.5) \
-            or (mode == NEAREST_MODES["round_prefer_ceil"] and frac >= 0.5):
+    if (
+        (mode == NEAREST_MODES["ceil"] and frac > 0)
+        or (mode == NEAREST_MODES["round_prefer_floor"] and frac > 0.5)
+        or (mode == NEAREST_MODES["round_prefer_ceil"] and frac >= 0.5)
+    ):
         i += 1
     i = min(i, n_in - 1)
     return i, i, f(0)
@@ -204,8 +245,19 @@ class ResizeGrad:
     @staticmethod
     def kernel(k, node):
         dy, dx = node.inputs[0], node.outputs[0]
-        return [_resize_call(k, "et_resize_grad_f32", node.attrs, node.name, _scales_input(k, node, 1), dy, dx,
-                             k.shape(dx), k.shape(dy))]
+        return [
+            _resize_call(
+                k,
+                "et_resize_grad_f32",
+                node.attrs,
+                node.name,
+                _scales_input(k, node, 1),
+                dy,
+                dx,
+                k.shape(dx),
+                k.shape(dy),
+            )
+        ]
 
     @staticmethod
     def shape(graph, node):

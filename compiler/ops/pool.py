@@ -26,9 +26,11 @@ def _pool_window(node, x_shape, y_shape) -> Window:
     for axis, (i, o) in enumerate(zip(x_shape[2:], y_shape[2:])):
         empty = [j for j in range(o) if not geo.taps(axis, j, i)]
         if empty:
-            raise EdgetrainError(f"{node.op} node '{node.name}': output position {empty[0]} of spatial axis "
-                                 f"{axis} covers only padding (ceil_mode with pads {geo.begin + geo.end}); "
-                                 "edgetrain cannot pool an empty window")
+            raise EdgetrainError(
+                f"{node.op} node '{node.name}': output position {empty[0]} of spatial axis "
+                f"{axis} covers only padding (ceil_mode with pads {geo.begin + geo.end}); "
+                "edgetrain cannot pool an empty window"
+            )
     return geo
 
 
@@ -44,8 +46,14 @@ def _max_pool_call(k, geo, x, y):
 
 def _average_pool_call(k, geo, count_include_pad, x, y):
     xs, ys = k.shape(x), k.shape(y)
-    return k.call("et_average_pool_f32", xs[0] * xs[1], *geo.c_args(xs[2:], ys[2:], trailing_pads=True),
-                  int(count_include_pad), x, y)
+    return k.call(
+        "et_average_pool_f32",
+        xs[0] * xs[1],
+        *geo.c_args(xs[2:], ys[2:], trailing_pads=True),
+        int(count_include_pad),
+        x,
+        y,
+    )
 
 
 def _max_pool_grad(g, geo, dy, x):
@@ -121,8 +129,13 @@ def _explicit(node, in_spatial, out_spatial) -> Window:
 def _windows(geo: Window, in_spatial, out_spatial):
     """(output position, [input taps' positions per axis]) for every window, in output order."""
     for o in itertools.product(*map(range, out_spatial)):
-        yield o, [[j * geo.strides[a] - geo.begin[a] + t * geo.dilations[a] for t in geo.taps(a, j, i)]
-                  for a, (j, i) in enumerate(zip(o, in_spatial))]
+        yield (
+            o,
+            [
+                [j * geo.strides[a] - geo.begin[a] + t * geo.dilations[a] for t in geo.taps(a, j, i)]
+                for a, (j, i) in enumerate(zip(o, in_spatial))
+            ],
+        )
 
 
 @op("MaxPoolGrad", domain=ET_DOMAIN)
@@ -134,8 +147,16 @@ class MaxPoolGrad:
         dy, x = node.inputs
         xs, dys = k.shape(x), k.shape(dy)
         geo = _explicit(node, xs[2:], dys[2:])
-        return [k.call("et_max_pool_grad_f32", xs[0] * xs[1], *geo.c_args(xs[2:], dys[2:], trailing_pads=True),
-                       dy, x, node.outputs[0])]
+        return [
+            k.call(
+                "et_max_pool_grad_f32",
+                xs[0] * xs[1],
+                *geo.c_args(xs[2:], dys[2:], trailing_pads=True),
+                dy,
+                x,
+                node.outputs[0],
+            )
+        ]
 
     @staticmethod
     def shape(graph, node):
@@ -163,9 +184,16 @@ class AveragePoolGrad:
         dy, dx = node.inputs[0], node.outputs[0]
         xs, dys = k.shape(dx), k.shape(dy)
         geo = _explicit(node, xs[2:], dys[2:])
-        return [k.call("et_average_pool_grad_f32", xs[0] * xs[1],
-                       *geo.c_args(xs[2:], dys[2:], trailing_pads=True), int(node.attr("count_include_pad")),
-                       dy, dx)]
+        return [
+            k.call(
+                "et_average_pool_grad_f32",
+                xs[0] * xs[1],
+                *geo.c_args(xs[2:], dys[2:], trailing_pads=True),
+                int(node.attr("count_include_pad")),
+                dy,
+                dx,
+            )
+        ]
 
     @staticmethod
     def shape(graph, node):
@@ -179,10 +207,15 @@ class AveragePoolGrad:
         dx = np.zeros(shape, np.float64)
         for o, taps in _windows(geo, shape[2:], dy.shape[2:]):
             if count_include_pad:  # taps inside the padded extent [-begin, in + end)
-                count = np.prod([len(padded.taps(a, j, i + b + e)) for a, (j, i, b, e) in
-                                 enumerate(zip(o, shape[2:], geo.begin, geo.end))])
+                count = np.prod(
+                    [
+                        len(padded.taps(a, j, i + b + e))
+                        for a, (j, i, b, e) in enumerate(zip(o, shape[2:], geo.begin, geo.end))
+                    ]
+                )
             else:
                 count = np.prod([len(t) for t in taps])
             dx[(slice(None), slice(None)) + np.ix_(*taps)] += (dy[(slice(None), slice(None)) + o] / count)[
-                (...,) + (None,) * rank]
+                (...,) + (None,) * rank
+            ]
         return (dx.astype(np.float32),)

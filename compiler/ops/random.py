@@ -47,8 +47,16 @@ def _logf(x):
     fe = (e + big).astype(np.float32)
     z = f * f
     p = np.full_like(f, np.float32(7.0376836292e-2))
-    for c in (-1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1, 1.4249322787e-1, -1.6668057665e-1,
-              2.0000714765e-1, -2.4999993993e-1, 3.3333331174e-1):
+    for c in (
+        -1.1514610310e-1,
+        1.1676998740e-1,
+        -1.2420140846e-1,
+        1.4249322787e-1,
+        -1.6668057665e-1,
+        2.0000714765e-1,
+        -2.4999993993e-1,
+        3.3333331174e-1,
+    ):
         p = p * f + np.float32(c)
     y = p * f * z
     y = y + fe * np.float32(-2.12194440e-4)
@@ -87,8 +95,10 @@ def _seed(node, index: int) -> int:
 def _float32_only(graph, node):
     dtype = graph.values[node.outputs[0]].dtype
     if dtype != np.float32:
-        raise EdgetrainError(f"node '{node.name}' ({node.op}) draws {dtype} values; only float32 random "
-                             "values are supported (dtype attribute)")
+        raise EdgetrainError(
+            f"node '{node.name}' ({node.op}) draws {dtype} values; only float32 random "
+            "values are supported (dtype attribute)"
+        )
 
 
 def _counter(graph) -> str:
@@ -110,17 +120,18 @@ def _fill_variant(kind, params):
             return Node(kind, (_counter(graph),), (y,), frozen_attrs(attrs), node.name, ET_DOMAIN)
         mean = (a + b) / 2 if kind == "RandomUniformTraining" else a
         shape = graph.add_constant(np.array(graph.shape(y), np.int64), "shape")
-        return Node("Expand", (graph.add_constant(np.array(mean, np.float32), "mean"), shape), (y,),
-                    name=node.name)
+        return Node("Expand", (graph.add_constant(np.array(mean, np.float32), "mean"), shape), (y,), name=node.name)
 
     return staticmethod(variant)
 
 
 # As the model writes them, these are never lowered: the variant replaces them in every graph.
-for _name, _kind, _params in (("RandomUniform", "RandomUniformTraining", ("low", "high")),
-                              ("RandomUniformLike", "RandomUniformTraining", ("low", "high")),
-                              ("RandomNormal", "RandomNormalTraining", ("mean", "scale")),
-                              ("RandomNormalLike", "RandomNormalTraining", ("mean", "scale"))):
+for _name, _kind, _params in (
+    ("RandomUniform", "RandomUniformTraining", ("low", "high")),
+    ("RandomUniformLike", "RandomUniformTraining", ("low", "high")),
+    ("RandomNormal", "RandomNormalTraining", ("mean", "scale")),
+    ("RandomNormalLike", "RandomNormalTraining", ("mean", "scale")),
+):
     op(_name)(type(_name, (), {"kernel": None, "variant": _fill_variant(_kind, _params)}))
 
 
@@ -132,8 +143,14 @@ class Bernoulli:
     def variant(graph, node, index, training):
         _float32_only(graph, node)
         if training:
-            return Node("BernoulliTraining", (node.inputs[0], _counter(graph)), node.outputs,
-                        frozen_attrs({"seed": _seed(node, index)}), node.name, ET_DOMAIN)
+            return Node(
+                "BernoulliTraining",
+                (node.inputs[0], _counter(graph)),
+                node.outputs,
+                frozen_attrs({"seed": _seed(node, index)}),
+                node.name,
+                ET_DOMAIN,
+            )
         return Node("Identity", node.inputs, node.outputs, name=node.name)
 
 
@@ -153,16 +170,21 @@ def _draw_op(name, fn, params, value):
 
         @staticmethod
         def reference(counter, shape, seed, **attrs):
-            return value(*(np.float32(attrs[p]) for p in params), _bits(shape, seed, counter)).reshape(shape),
+            return (value(*(np.float32(attrs[p]) for p in params), _bits(shape, seed, counter)).reshape(shape),)
 
     op(name, domain=ET_DOMAIN)(Draw)
 
 
 # low + (high - low) * u, u uniform on [0, 1); mean + scale * z, z standard normal
-_draw_op("RandomUniformTraining", "et_random_uniform_f32", ("low", "high"),
-         lambda low, high, h: low + (high - low) * _unit(h))
-_draw_op("RandomNormalTraining", "et_random_normal_f32", ("mean", "scale"),
-         lambda mean, scale, h: mean + scale * _normal(h))
+_draw_op(
+    "RandomUniformTraining",
+    "et_random_uniform_f32",
+    ("low", "high"),
+    lambda low, high, h: low + (high - low) * _unit(h),
+)
+_draw_op(
+    "RandomNormalTraining", "et_random_normal_f32", ("mean", "scale"), lambda mean, scale, h: mean + scale * _normal(h)
+)
 
 
 @op("BernoulliTraining", domain=ET_DOMAIN)
@@ -173,8 +195,16 @@ class BernoulliTraining:
 
     @staticmethod
     def kernel(k, node):
-        return [k.call("et_bernoulli_f32", k.size(node.outputs[0]), int(node.attr("seed")), Counter(),
-                       node.inputs[0], node.outputs[0])]
+        return [
+            k.call(
+                "et_bernoulli_f32",
+                k.size(node.outputs[0]),
+                int(node.attr("seed")),
+                Counter(),
+                node.inputs[0],
+                node.outputs[0],
+            )
+        ]
 
     @staticmethod
     def grad(g, node, dy):
@@ -187,4 +217,4 @@ class BernoulliTraining:
     @staticmethod
     def reference(p, counter, seed):
         u = _unit(_bits(p.shape, seed, counter)).reshape(p.shape)
-        return np.where(u < p, np.float32(1), np.float32(0)),
+        return (np.where(u < p, np.float32(1), np.float32(0)),)

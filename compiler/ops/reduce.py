@@ -24,8 +24,18 @@ def _reduce(mean: bool):
             out_strides = tuple(0 if i in axes else s for i, s in enumerate(contiguous_strides(kept)))
             count = int(np.prod([shape[i] for i in axes], dtype=np.int64))
             scale = 1.0 / count if mean and count else 1.0
-            return [k.call("et_reduce_sum_f32", len(at_least_1d(shape)), at_least_1d(shape),
-                           at_least_1d(out_strides) if shape else (0,), scale, x, y, k.size(y))]
+            return [
+                k.call(
+                    "et_reduce_sum_f32",
+                    len(at_least_1d(shape)),
+                    at_least_1d(shape),
+                    at_least_1d(out_strides) if shape else (0,),
+                    scale,
+                    x,
+                    y,
+                    k.size(y),
+                )
+            ]
 
         @staticmethod
         def grad(g, node, dy):
@@ -48,6 +58,7 @@ op("ReduceMean", const_inputs=(1,))(_reduce(mean=True))
 # ---- ReduceMax, ReduceMin, ReduceL2, ReduceLogSumExp: kernels that walk each output's group of
 # inputs, given X as two strided views (the kept axes in Y's order, the reduced axes) ----
 
+
 def _views(shape, axes) -> tuple:
     """(rank, shape, strides) of the kept axes, then of the reduced axes, neighbours merged."""
     strides = contiguous_strides(shape)
@@ -63,14 +74,16 @@ def _reduce_group(fn, grad_op):
     class Reduce:
         @staticmethod
         def kernel(k, node):
-            return [k.call(fn, *_views(k.shape(node.inputs[0]), reduced_axes(k, node)), node.inputs[0],
-                           node.outputs[0])]
+            return [
+                k.call(fn, *_views(k.shape(node.inputs[0]), reduced_axes(k, node)), node.inputs[0], node.outputs[0])
+            ]
 
         @staticmethod
         def grad(g, node, dy):
             axes = g.ints(reduced_axes(g, node))
-            return [g.emit(grad_op, [dy[0], node.inputs[0], node.outputs[0], axes], domain=ET_DOMAIN)
-                    ] + [None] * (len(node.inputs) - 1)
+            return [g.emit(grad_op, [dy[0], node.inputs[0], node.outputs[0], axes], domain=ET_DOMAIN)] + [None] * (
+                len(node.inputs) - 1
+            )
 
     return Reduce
 
@@ -89,8 +102,7 @@ def _group_grad_op(name, fn, reference):
         @staticmethod
         def kernel(k, node):
             dy, x, y, axes = node.inputs
-            return [k.call(fn, *_views(k.shape(x), tuple(int(a) for a in k.value_of(axes))), dy, x, y,
-                           node.outputs[0])]
+            return [k.call(fn, *_views(k.shape(x), tuple(int(a) for a in k.value_of(axes))), dy, x, y, node.outputs[0])]
 
         @staticmethod
         def shape(graph, node):

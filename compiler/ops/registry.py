@@ -29,6 +29,7 @@ class Counter:
 class Var:
     """A variable of the generated C function the call sits in, by its C name (the learning rate,
     a scalar an optimizer computes once per step)."""
+
     name: str
 
 
@@ -65,6 +66,7 @@ class KernelCtx:
 class StepValue:
     """A scalar an optimizer computes once per step, before any of its updates:
     `const <type> <name> = <fn>(<args>);`, or `= <args[0]>` when fn is None."""
+
     type: str  # "float" | "int"
     name: str
     fn: str | None
@@ -77,6 +79,7 @@ class Update:
     into: a whole trainable array (optimizer_step) or one parameter (a fused update). operand is
     (size,) with grad (G,), or (rows, A, cols, B) with grad () for a gradient the update makes as the
     outer product of A and B (suffix "_outer": the kernel name's variant for it)."""
+
     operand: tuple
     grad: tuple
     weights: object
@@ -91,6 +94,7 @@ class OptimizerDef:
     (whose types the values take); slots(h), its per-parameter state buffers in checkpoint order;
     step_values(h), scalars each step computes once; update(Update, h), the kernel call; check(h),
     why the hyperparameters cannot go together (None when they can)."""
+
     hyper: dict
     slots: Callable[[dict], tuple[str, ...]]
     step_values: Callable[[dict], list[StepValue]]
@@ -163,8 +167,13 @@ def op(name: str, *, domain: str = "", const_inputs=(), index_inputs=()):
 def _optimizer(cls) -> OptimizerDef | None:
     if not hasattr(cls, "update"):
         return None
-    return OptimizerDef(hyper=dict(cls.hyper), slots=cls.slots, step_values=getattr(cls, "step_values", lambda h: []),
-                        update=cls.update, check=getattr(cls, "check", None))
+    return OptimizerDef(
+        hyper=dict(cls.hyper),
+        slots=cls.slots,
+        step_values=getattr(cls, "step_values", lambda h: []),
+        update=cls.update,
+        check=getattr(cls, "check", None),
+    )
 
 
 def lookup(node: Node) -> OpDef | None:
@@ -175,8 +184,9 @@ def require(node: Node) -> OpDef:
     """The block of `node`'s op, past the frontend, which admits registered ops only."""
     spec = lookup(node)
     if spec is None:
-        raise EdgetrainError(f"node '{node.name}': op {node.domain + '.' if node.domain else ''}{node.op} "
-                             "is not registered")
+        raise EdgetrainError(
+            f"node '{node.name}': op {node.domain + '.' if node.domain else ''}{node.op} is not registered"
+        )
     return spec
 
 
@@ -200,6 +210,7 @@ def reference_ops() -> list[type[OpRun]]:
 
 # Helpers shared by op blocks.
 
+
 def contiguous_strides(shape) -> tuple[int, ...]:
     strides, step = [], 1
     for dim in reversed(shape):
@@ -211,8 +222,9 @@ def contiguous_strides(shape) -> tuple[int, ...]:
 def broadcast_strides(shape, out_shape) -> tuple[int, ...]:
     """Element strides of a contiguous `shape` read as `out_shape` (0 on broadcast axes)."""
     padded = (1,) * (len(out_shape) - len(shape)) + tuple(shape)
-    return tuple(0 if dim == 1 and out != 1 else s
-                 for dim, out, s in zip(padded, out_shape, contiguous_strides(padded)))
+    return tuple(
+        0 if dim == 1 and out != 1 else s for dim, out, s in zip(padded, out_shape, contiguous_strides(padded))
+    )
 
 
 def merged_axes(shape, *strides) -> tuple[tuple[int, ...], ...]:
@@ -238,5 +250,4 @@ def at_least_1d(shape) -> tuple[int, ...]:
 def split_axis(shape, axis: int) -> tuple[int, int, int]:
     """View `shape` as [outer, shape[axis], inner]."""
     axis = axis % len(shape)
-    return (int(np.prod(shape[:axis], dtype=np.int64)), shape[axis],
-            int(np.prod(shape[axis + 1:], dtype=np.int64)))
+    return (int(np.prod(shape[:axis], dtype=np.int64)), shape[axis], int(np.prod(shape[axis + 1 :], dtype=np.int64)))

@@ -66,8 +66,9 @@ class _Dims:
         layout = int(node.attr("layout", 0))
         t, n, i = (x_shape[1], x_shape[0], x_shape[2]) if layout else x_shape
         direction = node.attr("direction", "forward")
-        return _Dims(t, n, i, int(node.attr("hidden_size")), 2 if direction == "bidirectional" else 1, layout,
-                     direction)
+        return _Dims(
+            t, n, i, int(node.attr("hidden_size")), 2 if direction == "bidirectional" else 1, layout, direction
+        )
 
     def y_shape(self) -> tuple[int, ...]:
         return (self.N, self.T, self.D, self.H) if self.layout else (self.T, self.D, self.N, self.H)
@@ -98,8 +99,13 @@ class _Slices:
 
     def __init__(self, fam: _Family, dims: _Dims, d: int):
         g, h = fam.gates, dims.H
-        self.offsets = {"W": d * g * h * dims.I, "R": d * g * h * h, "B": d * 2 * g * h,
-                        "state": dims.state_offset(d), "saved": d * dims.T * dims.N * fam.saved * h}
+        self.offsets = {
+            "W": d * g * h * dims.I,
+            "R": d * g * h * h,
+            "B": d * 2 * g * h,
+            "state": dims.state_offset(d),
+            "saved": d * dims.T * dims.N * fam.saved * h,
+        }
 
     def __call__(self, name: str, kind: str):
         return Tensor(name, self.offsets[kind]) if name else None
@@ -116,11 +122,13 @@ def _initial_states(fam: _Family, node: Node) -> list[str]:
 def _check(fam: _Family, graph, node: Node, dims: _Dims) -> None:
     """Refuse, naming the node, what the kernels do not compute."""
     where = f"{fam.op} node '{node.name}'"
-    activations = tuple((a.decode() if isinstance(a, bytes) else a).lower()
-                        for a in node.attr("activations", fam.activations * dims.D))
+    activations = tuple(
+        (a.decode() if isinstance(a, bytes) else a).lower() for a in node.attr("activations", fam.activations * dims.D)
+    )
     if activations != fam.activations * dims.D:
-        raise EdgetrainError(f"{where}: activations {list(activations)} are not supported; only the defaults "
-                             f"{list(fam.activations)}")
+        raise EdgetrainError(
+            f"{where}: activations {list(activations)} are not supported; only the defaults {list(fam.activations)}"
+        )
     if node.attr("clip") is not None:
         raise EdgetrainError(f"{where}: the clip attribute is not supported")
     if node.attr("input_forget", 0):
@@ -148,54 +156,98 @@ def _forward_kernel(fam: _Family, k, node: Node):
     """Forward calls; the training form's last output is `saved`."""
     x, w, r, b = (list(node.inputs) + [""])[:4]
     dims = _Dims.of(k.shape(x), node)
-    states = list(node.outputs[:1 + fam.states])
+    states = list(node.outputs[: 1 + fam.states])
     saved = node.outputs[1 + fam.states] if len(node.outputs) > 1 + fam.states else ""
     calls = []
     for d in range(dims.D):
         at = _Slices(fam, dims, d)
-        calls.append(k.call(fam.forward_kernel(), dims.geometry(d), *fam.flags(node), x, at(w, "W"), at(r, "R"),
-                            at(b, "B"), *[at(s, "state") for s in _initial_states(fam, node)],
-                            *[at(y, "state") for y in states], at(saved, "saved")))
+        calls.append(
+            k.call(
+                fam.forward_kernel(),
+                dims.geometry(d),
+                *fam.flags(node),
+                x,
+                at(w, "W"),
+                at(r, "R"),
+                at(b, "B"),
+                *[at(s, "state") for s in _initial_states(fam, node)],
+                *[at(y, "state") for y in states],
+                at(saved, "saved"),
+            )
+        )
     return calls
 
 
 def _grad_rule(fam: _Family, g, node: Node, dy):
     x, w, r = node.inputs[:3]
     inits = _initial_states(fam, node)
-    attrs = {key: node.attrs[key] for key in ("direction", "hidden_size", "layout", "linear_before_reset")
-             if key in node.attrs}
-    outs = g.emit(f"{fam.op}Grad", [d or "" for d in dy[:1 + fam.states]] + [x, w, r] + inits
-                  + [node.outputs[0], node.outputs[-1]], attrs, domain=ET_DOMAIN, outputs=5 + fam.states)
+    attrs = {
+        key: node.attrs[key]
+        for key in ("direction", "hidden_size", "layout", "linear_before_reset")
+        if key in node.attrs
+    }
+    outs = g.emit(
+        f"{fam.op}Grad",
+        [d or "" for d in dy[: 1 + fam.states]] + [x, w, r] + inits + [node.outputs[0], node.outputs[-1]],
+        attrs,
+        domain=ET_DOMAIN,
+        outputs=5 + fam.states,
+    )
     dx, dw, dr, db = outs[:4]
-    d_inits = [d if init else None for d, init in zip(outs[4:4 + fam.states], inits)]
+    d_inits = [d if init else None for d, init in zip(outs[4 : 4 + fam.states], inits)]
     return [dx, dw, dr, db if _given(node, 3) else None, None] + d_inits
 
 
 def _grad_kernel(fam: _Family, k, node: Node):
     s = fam.states
-    dys, (x, w, r), inits, (y, saved) = node.inputs[:1 + s], node.inputs[1 + s:4 + s], \
-        node.inputs[4 + s:4 + 2 * s], node.inputs[4 + 2 * s:]
+    dys, (x, w, r), inits, (y, saved) = (
+        node.inputs[: 1 + s],
+        node.inputs[1 + s : 4 + s],
+        node.inputs[4 + s : 4 + 2 * s],
+        node.inputs[4 + 2 * s :],
+    )
     dx, dw, dr, db = node.outputs[:4]
-    d_inits, work = node.outputs[4:4 + s], node.outputs[-1]
+    d_inits, work = node.outputs[4 : 4 + s], node.outputs[-1]
     dims = _Dims.of(k.shape(x), node)
     calls = []
     for d in range(dims.D):
         at = _Slices(fam, dims, d)
-        calls.append(k.call(fam.grad_kernel(), dims.geometry(d), *fam.flags(node), int(d > 0),
-                            *[at(v, "state") for v in dys], x, at(w, "W"), at(r, "R"),
-                            *[at(v, "state") for v in inits], at(y, "state"), at(saved, "saved"),
-                            dx, at(dw, "W"), at(dr, "R"), at(db, "B"), *[at(v, "state") for v in d_inits], work))
+        calls.append(
+            k.call(
+                fam.grad_kernel(),
+                dims.geometry(d),
+                *fam.flags(node),
+                int(d > 0),
+                *[at(v, "state") for v in dys],
+                x,
+                at(w, "W"),
+                at(r, "R"),
+                *[at(v, "state") for v in inits],
+                at(y, "state"),
+                at(saved, "saved"),
+                dx,
+                at(dw, "W"),
+                at(dr, "R"),
+                at(db, "B"),
+                *[at(v, "state") for v in d_inits],
+                work,
+            )
+        )
     return calls
 
 
 def _grad_shapes(fam: _Family, graph, node: Node):
-    x, w, r = node.inputs[1 + fam.states:4 + fam.states]
+    x, w, r = node.inputs[1 + fam.states : 4 + fam.states]
     dims = _Dims.of(graph.shape(x), node)
-    return ([graph.shape(x), graph.shape(w), graph.shape(r), (dims.D, 2 * fam.gates * dims.H)]
-            + [dims.state_shape()] * fam.states + [(GRAD_WORK * dims.H,)])
+    return (
+        [graph.shape(x), graph.shape(w), graph.shape(r), (dims.D, 2 * fam.gates * dims.H)]
+        + [dims.state_shape()] * fam.states
+        + [(GRAD_WORK * dims.H,)]
+    )
 
 
 # ---- NumPy references (what onnx.reference runs for the training graph), in time-major layout ----
+
 
 def _sigmoid(v):
     return 1 / (1 + np.exp(-v))
@@ -219,12 +271,12 @@ def _forward_reference(fam: _Family, x, w, r, b, inits, lbr: int, reverse: bool)
     wb, rb = np.split(np.zeros(2 * fam.gates * hidden) if b is None else b, 2)
     h, c = (np.zeros((batch, hidden)) if a is None else a for a in (list(inits) + [None])[:2])
     y, saved = np.zeros((steps, batch, hidden)), np.zeros((steps, batch, fam.saved * hidden))
-    for t in (range(steps - 1, -1, -1) if reverse else range(steps)):
+    for t in range(steps - 1, -1, -1) if reverse else range(steps):
         gx, gh = x[t] @ w.T + wb, h @ r.T + rb
         if fam is GRU:
             (xz, xr, xh), (hz, hr, hh) = np.split(gx, 3, axis=1), np.split(gh, 3, axis=1)
             z, reset = _sigmoid(xz + hz), _sigmoid(xr + hr)
-            cand = np.tanh(xh + (reset * hh if lbr else (reset * h) @ r[2 * hidden:].T + rb[2 * hidden:]))
+            cand = np.tanh(xh + (reset * hh if lbr else (reset * h) @ r[2 * hidden :].T + rb[2 * hidden :]))
             saved[t] = np.concatenate([z, reset, cand, hh if lbr else np.zeros_like(z)], axis=1)
             h = (1 - z) * cand + z * h
         else:
@@ -251,29 +303,31 @@ def _backward_reference(fam: _Family, dy, dh, dc, x, w, r, inits, y, saved, lbr:
         d = dh + (0 if dy is None else dy[t])
         if fam is GRU:
             z, reset, cand, hr = np.split(saved[t], 4, axis=1)
-            rh = r[2 * hidden:]
-            da_c, da_z = d * (1 - z) * (1 - cand ** 2), d * (h - cand) * z * (1 - z)
+            rh = r[2 * hidden :]
+            da_c, da_z = d * (1 - z) * (1 - cand**2), d * (h - cand) * z * (1 - z)
             if lbr:  # d_rec: the gradient of Rh h + Rbh
                 d_rec = da_c * reset
                 da_r = da_c * hr * reset * (1 - reset)
                 dh = d * z + d_rec @ rh
-                dr[2 * hidden:] += d_rec.T @ h
+                dr[2 * hidden :] += d_rec.T @ h
             else:  # d_rec: the gradient of Rh (r . h) + Rbh
                 d_rec, d_rh = da_c, da_c @ rh
                 da_r = d_rh * h * reset * (1 - reset)
                 dh = d * z + d_rh * reset
-                dr[2 * hidden:] += da_c.T @ (reset * h)
+                dr[2 * hidden :] += da_c.T @ (reset * h)
             da = np.concatenate([da_z, da_r, da_c], axis=1)
-            dh = dh + da[:, :2 * hidden] @ r[:2 * hidden]
-            dr[:2 * hidden] += da[:, :2 * hidden].T @ h
+            dh = dh + da[:, : 2 * hidden] @ r[: 2 * hidden]
+            dr[: 2 * hidden] += da[:, : 2 * hidden].T @ h
             db += np.concatenate([da.sum(0), da_z.sum(0), da_r.sum(0), d_rec.sum(0)])
         else:
             i, o, f, cand, cell = np.split(saved[t], 5, axis=1)
-            c_prev = saved[order[s - 1]][:, 4 * hidden:] if s else c0
+            c_prev = saved[order[s - 1]][:, 4 * hidden :] if s else c0
             tc = np.tanh(cell)
-            d_c = dc + d * o * (1 - tc ** 2)
-            da = np.concatenate([d_c * cand * i * (1 - i), d * tc * o * (1 - o), d_c * c_prev * f * (1 - f),
-                                 d_c * i * (1 - cand ** 2)], axis=1)
+            d_c = dc + d * o * (1 - tc**2)
+            da = np.concatenate(
+                [d_c * cand * i * (1 - i), d * tc * o * (1 - o), d_c * c_prev * f * (1 - f), d_c * i * (1 - cand**2)],
+                axis=1,
+            )
             dc, dh = d_c * f, da @ r
             dr += da.T @ h
             db += np.tile(da.sum(0), 2)
@@ -289,31 +343,56 @@ def _at(a, d):
 def _training_reference(fam: _Family):
     def reference(x, w, r, b=None, sequence_lens=None, initial_h=None, initial_c=None, **attrs):
         layout, lbr = attrs.get("layout", 0), attrs.get("linear_before_reset", 0)
-        x, inits = _time_major(layout, x, [initial_h, initial_c][:fam.states])
-        runs = [_forward_reference(fam, x, w[d], r[d], _at(b, d), [_at(a, d) for a in inits], lbr, reverse)
-                for d, reverse in enumerate(_directions(attrs, w.shape[0]))]
+        x, inits = _time_major(layout, x, [initial_h, initial_c][: fam.states])
+        runs = [
+            _forward_reference(fam, x, w[d], r[d], _at(b, d), [_at(a, d) for a in inits], lbr, reverse)
+            for d, reverse in enumerate(_directions(attrs, w.shape[0]))
+        ]
         y = np.stack([run[0] for run in runs], 1)  # (T, D, N, H)
         _, states = _time_major(layout, None, [np.stack([run[2 + k] for run in runs]) for k in range(fam.states)])
         return _f32(y.transpose(2, 0, 1, 3) if layout else y, *states, np.stack([run[1] for run in runs]))
+
     return reference
 
 
 def _grad_reference(fam: _Family):
     def reference(*inputs, **attrs):
         k, layout, lbr = fam.states, attrs.get("layout", 0), attrs.get("linear_before_reset", 0)
-        (dy, *d_states), (x, w, r), inits, (y, saved) = \
-            inputs[:1 + k], inputs[1 + k:4 + k], inputs[4 + k:4 + 2 * k], inputs[4 + 2 * k:]
+        (dy, *d_states), (x, w, r), inits, (y, saved) = (
+            inputs[: 1 + k],
+            inputs[1 + k : 4 + k],
+            inputs[4 + k : 4 + 2 * k],
+            inputs[4 + 2 * k :],
+        )
         x, inits = _time_major(layout, x, list(inits))
         _, d_states = _time_major(layout, None, d_states)
         dy, y = (None if a is None else (a.transpose(1, 2, 0, 3) if layout else a) for a in (dy, y))  # (T, D, N, H)
-        runs = [_backward_reference(fam, None if dy is None else dy[:, d], *[_at(a, d) for a in d_states],
-                                    *[None] * (2 - k), x, w[d], r[d], [_at(a, d) for a in inits], y[:, d], saved[d],
-                                    lbr, reverse)
-                for d, reverse in enumerate(_directions(attrs, w.shape[0]))]
+        runs = [
+            _backward_reference(
+                fam,
+                None if dy is None else dy[:, d],
+                *[_at(a, d) for a in d_states],
+                *[None] * (2 - k),
+                x,
+                w[d],
+                r[d],
+                [_at(a, d) for a in inits],
+                y[:, d],
+                saved[d],
+                lbr,
+                reverse,
+            )
+            for d, reverse in enumerate(_directions(attrs, w.shape[0]))
+        ]
         dx = sum(run[0] for run in runs)
         _, d_inits = _time_major(layout, None, [np.stack([run[4 + j] for run in runs]) for j in range(k)])
-        return _f32(dx.swapaxes(0, 1) if layout else dx, *[np.stack([run[j] for run in runs]) for j in (1, 2, 3)],
-                    *d_inits, np.zeros(GRAD_WORK * r.shape[-1]))
+        return _f32(
+            dx.swapaxes(0, 1) if layout else dx,
+            *[np.stack([run[j] for run in runs]) for j in (1, 2, 3)],
+            *d_inits,
+            np.zeros(GRAD_WORK * r.shape[-1]),
+        )
+
     return reference
 
 
@@ -326,6 +405,7 @@ def _register(fam: _Family) -> None:
     @op(f"{fam.op}Training", domain=ET_DOMAIN, const_inputs=(SEQUENCE_LENS,))
     class Training:
         """The op's inputs -> (Y, Y_h[, Y_c], saved gates and cell states per step)."""
+
         kernel = staticmethod(lambda k, node: _forward_kernel(fam, k, node))
         grad = staticmethod(lambda g, node, dy: _grad_rule(fam, g, node, dy))
         reference = staticmethod(_training_reference(fam))
@@ -333,13 +413,13 @@ def _register(fam: _Family) -> None:
         @staticmethod
         def shape(graph, node):
             dims = _Dims.of(graph.shape(node.inputs[0]), node)
-            return ([dims.y_shape()] + [dims.state_shape()] * fam.states
-                    + [(dims.D, dims.T, dims.N, fam.saved * dims.H)])
+            return [dims.y_shape()] + [dims.state_shape()] * fam.states + [(dims.D, dims.T, dims.N, fam.saved * dims.H)]
 
     @op(f"{fam.op}Grad", domain=ET_DOMAIN)
     class Grad:
         """(dY, dY_h[, dY_c], X, W, R, initial_h[, initial_c], Y, saved) -> (dX, dW, dR, dB,
         d initial_h[, d initial_c], scratch); absent gradients and initial states are ""."""
+
         kernel = staticmethod(lambda k, node: _grad_kernel(fam, k, node))
         shape = staticmethod(lambda graph, node: _grad_shapes(fam, graph, node))
         reference = staticmethod(_grad_reference(fam))

@@ -25,8 +25,7 @@ def _reduction(node) -> int:
 def _scatter(k, node, call, fn, start, reduction, updates):
     """Y = `start` (zeros when None), then `updates` (zeros when None) combined into it by kernel `fn`."""
     y = node.outputs[0]
-    first = (k.call("et_fill_f32", k.size(y), 0.0, y) if start is None else
-             k.call("et_copy_f32", k.size(y), start, y))
+    first = k.call("et_fill_f32", k.size(y), 0.0, y) if start is None else k.call("et_copy_f32", k.size(y), start, y)
     return [first] + call(k, node, k.shape(y), fn, reduction, updates, y)
 
 
@@ -49,12 +48,20 @@ def _scatter_ops(family, call, fn, where, attr, update_grad):
         def grad(g, node, dy):
             reduction, indices = node.attr("reduction", "none"), node.inputs[1]
             if reduction not in ("none", "add"):
-                raise EdgetrainError(f"{node_label(node)}: no gradient for reduction '{reduction}' "
-                                     "(only 'none' and 'add')")
+                raise EdgetrainError(
+                    f"{node_label(node)}: no gradient for reduction '{reduction}' (only 'none' and 'add')"
+                )
             attrs = {attr: int(node.attr(attr, 0))} if attr else {}
             # An overwritten element's gradient is 0; an added-to one passes dY through.
-            ddata = (g.emit(f"Scatter{family}Grad", [dy[0], indices], attrs, domain=ET_DOMAIN)
-                     if reduction == "none" else dy[0]) if g.needs(0) else None
+            ddata = (
+                (
+                    g.emit(f"Scatter{family}Grad", [dy[0], indices], attrs, domain=ET_DOMAIN)
+                    if reduction == "none"
+                    else dy[0]
+                )
+                if g.needs(0)
+                else None
+            )
             gather, domain = update_grad
             dupdates = g.emit(gather, [dy[0], indices], attrs, domain=domain) if g.needs(2) else None
             return [ddata, None, dupdates]
@@ -99,15 +106,19 @@ def _scatter_ops(family, call, fn, where, attr, update_grad):
 
 # ---- GatherElements / ScatterElements: one index per element, along `axis` ----
 
+
 def _elements_walk(k, node, data_shape):
     """(index shape, data strides with 0 on the axis, the axis's stride, its extent): how position p
     of the indices addresses the data (et_scatter.h)."""
     index_shape = k.shape(node.inputs[1])
     axis = int(node.attr("axis", 0)) % len(data_shape)
-    if len(index_shape) != len(data_shape) or any(i > d for a, (i, d) in enumerate(zip(index_shape, data_shape))
-                                                  if a != axis):
-        raise EdgetrainError(f"{node_label(node)}: indices of shape {tuple(index_shape)} do not fit data of shape "
-                             f"{tuple(data_shape)} along axis {axis}")
+    if len(index_shape) != len(data_shape) or any(
+        i > d for a, (i, d) in enumerate(zip(index_shape, data_shape)) if a != axis
+    ):
+        raise EdgetrainError(
+            f"{node_label(node)}: indices of shape {tuple(index_shape)} do not fit data of shape "
+            f"{tuple(data_shape)} along axis {axis}"
+        )
     strides = contiguous_strides(data_shape)
     return index_shape, tuple(0 if a == axis else s for a, s in enumerate(strides)), strides[axis], data_shape[axis]
 
@@ -144,14 +155,17 @@ _scatter_ops("Elements", _elements_call, "et_scatter_elements_f32", _positions, 
 # ---- GatherND / ScatterND: each index tuple (the indices' last axis) selects a slice of the data,
 # within its batch: GatherND's first batch_dims axes of data and indices go together ----
 
+
 def _nd_view(k, node, data_shape):
     """(tuples, tuples per batch, tuple length, the axes' extents and strides within a batch, slice
     size)."""
     index_shape = k.shape(node.inputs[1])
     batch, depth = int(node.attr("batch_dims", 0)), index_shape[-1]
     if tuple(index_shape[:batch]) != tuple(data_shape[:batch]) or not 1 <= depth <= len(data_shape) - batch:
-        raise EdgetrainError(f"{node_label(node)}: index tuples of shape {tuple(index_shape)} for data of shape "
-                             f"{tuple(data_shape)} with batch_dims {batch}")
+        raise EdgetrainError(
+            f"{node_label(node)}: index tuples of shape {tuple(index_shape)} for data of shape "
+            f"{tuple(data_shape)} with batch_dims {batch}"
+        )
     axes = data_shape[batch:]
     count = int(np.prod(index_shape[:-1], dtype=np.int64))
     per_batch = int(np.prod(index_shape[batch:-1], dtype=np.int64))
@@ -164,8 +178,7 @@ def _nd_call(k, node, data_shape, fn, *args):
     indices, run-time indices, *args[-2:])`."""
     count, per_batch, depth, dims, strides, inner = _nd_view(k, node, data_shape)
     checks, consts, runtime = checked_indices(k, node, dims)
-    return checks + [k.call(fn, count, per_batch, depth, dims, strides, inner, *args[:-2], consts, runtime,
-                            *args[-2:])]
+    return checks + [k.call(fn, count, per_batch, depth, dims, strides, inner, *args[:-2], consts, runtime, *args[-2:])]
 
 
 def _nd_positions(indices, shape, batch_dims=0):
@@ -197,7 +210,7 @@ class GatherNDSlices:
     @staticmethod
     def shape(graph, node):
         index_shape = graph.shape(node.inputs[1])
-        return [tuple(index_shape[:-1]) + tuple(graph.shape(node.inputs[0])[index_shape[-1]:])]
+        return [tuple(index_shape[:-1]) + tuple(graph.shape(node.inputs[0])[index_shape[-1] :])]
 
     @staticmethod
     def reference(x, indices):
@@ -209,6 +222,7 @@ _scatter_ops("ND", _nd_call, "et_scatter_nd_f32", _nd_positions, None, ("GatherN
 
 # ---- TopK with a constant K, on float or integer data; its int64 indices are int32_t in the C, as
 # every integer tensor. The gradient finds the chosen elements again. ----
+
 
 def _topk_args(k, node, x, count) -> tuple[int, ...]:
     """(outer, line length, inner, K, largest) of TopK(x, count) viewed along its axis."""
@@ -228,13 +242,18 @@ class TopK:
         x, values = node.inputs[0], node.outputs[0]
         indices = (tuple(node.outputs) + ("",))[1]
         used = indices and (indices in k.graph.outputs or any(indices in n.inputs for n in k.graph.nodes))
-        return [k.call(typed(k, "et_topk", x), *_topk_args(k, node, *node.inputs), x, values,
-                       indices if used else None)]
+        return [
+            k.call(typed(k, "et_topk", x), *_topk_args(k, node, *node.inputs), x, values, indices if used else None)
+        ]
 
     @staticmethod
     def grad(g, node, dy):
-        dx = g.emit("TopKGrad", [dy[0], node.inputs[0], node.inputs[1]],
-                    {"axis": int(node.attr("axis", -1)), "largest": int(node.attr("largest", 1))}, domain=ET_DOMAIN)
+        dx = g.emit(
+            "TopKGrad",
+            [dy[0], node.inputs[0], node.inputs[1]],
+            {"axis": int(node.attr("axis", -1)), "largest": int(node.attr("largest", 1))},
+            domain=ET_DOMAIN,
+        )
         return [dx, None]
 
 

@@ -16,8 +16,9 @@ def _copy(k, node):
 
 
 for _name, _consts in (("Reshape", (1,)), ("Flatten", ()), ("Squeeze", (1,)), ("Unsqueeze", (1,))):
-    op(_name, const_inputs=_consts)(type(_name, (), {"kernel": staticmethod(_copy), "integer": True,
-                                                     "grad": staticmethod(_as_reshape)}))
+    op(_name, const_inputs=_consts)(
+        type(_name, (), {"kernel": staticmethod(_copy), "integer": True, "grad": staticmethod(_as_reshape)})
+    )
 
 
 def _perm(node, rank):
@@ -32,8 +33,16 @@ class Transpose:
     @staticmethod
     def kernel(k, node):
         shape = k.shape(node.inputs[0])
-        return [k.call(typed(k, "et_transpose", node.outputs[0]), len(shape), at_least_1d(shape),
-                       at_least_1d(_perm(node, len(shape))), node.inputs[0], node.outputs[0])]
+        return [
+            k.call(
+                typed(k, "et_transpose", node.outputs[0]),
+                len(shape),
+                at_least_1d(shape),
+                at_least_1d(_perm(node, len(shape))),
+                node.inputs[0],
+                node.outputs[0],
+            )
+        ]
 
     @staticmethod
     def grad(g, node, dy):

@@ -32,7 +32,17 @@ def _softmax(name, fn, grad_name, grad_fn, reference):
     op(grad_name, domain=ET_DOMAIN)(Backward)
 
 
-_softmax("Softmax", "et_softmax_f32", "SoftmaxGrad", "et_softmax_grad_f32",
-         lambda dy, y, axis: (y * (dy - np.sum(dy * y, axis=axis, keepdims=True)),))
-_softmax("LogSoftmax", "et_log_softmax_f32", "LogSoftmaxGrad", "et_log_softmax_grad_f32",
-         lambda dy, y, axis: (dy - np.exp(y) * np.sum(dy, axis=axis, keepdims=True),))
+_softmax(
+    "Softmax",
+    "et_softmax_f32",
+    "SoftmaxGrad",
+    "et_softmax_grad_f32",
+    lambda dy, y, axis: (y * (dy - np.sum(dy * y, axis=axis, keepdims=True)),),
+)
+_softmax(
+    "LogSoftmax",
+    "et_log_softmax_f32",
+    "LogSoftmaxGrad",
+    "et_log_softmax_grad_f32",
+    lambda dy, y, axis: (dy - np.exp(y) * np.sum(dy, axis=axis, keepdims=True),),
+)

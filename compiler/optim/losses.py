@@ -22,14 +22,17 @@ class LossType(Enum):
 LABELS = "labels"
 
 
-def append_loss(graph: Graph, loss: LossType | None, *, ignore_index: int | None = None,
-                class_weights=None) -> tuple[str, str | None]:
+def append_loss(
+    graph: Graph, loss: LossType | None, *, ignore_index: int | None = None, class_weights=None
+) -> tuple[str, str | None]:
     """Add the loss on the model's first output. Returns (loss value, labels input or None)."""
     output = graph.outputs[0]
     if loss is None:
         if graph.values[output].size != 1:
-            raise EdgetrainError(f"loss=None needs the model's first output to be a scalar loss; "
-                                 f"'{output}' has shape {graph.shape(output)}")
+            raise EdgetrainError(
+                f"loss=None needs the model's first output to be a scalar loss; "
+                f"'{output}' has shape {graph.shape(output)}"
+            )
         return output, None
     if LABELS in graph.values:
         raise EdgetrainError(f"the model already has a value named '{LABELS}'")

@@ -16,6 +16,7 @@ from ..ops.registry import Call, OptimizerDef, StepValue, Update, Var, op, optim
 class OptimizerSpec:
     """The optimizer a trainer compiles in: its kind (an op block below), learning rate and the
     hyperparameters; each kind takes those its block's `hyper` names, the others are ignored."""
+
     kind: OptimType
     lr: float = 1e-3
     # AdamW defaults are ONNX Runtime 1.19's generated AdamW.
@@ -52,6 +53,7 @@ class OptimizerSpec:
 # tests/c/test_optimizer_registry.py. Nothing else names an optimizer: OptimType, the CLI's choices, the
 # generated C and the checkpoint's state all follow the registry.
 
+
 @op("AdamW", domain=ET_DOMAIN)
 class AdamW:
     """(lr, step, W, G, M, V) -> (W, M, V): ONNX Runtime 1.19's AdamW, with t = step + 1."""
@@ -65,13 +67,32 @@ class AdamW:
     @staticmethod
     def step_values(h):
         # Adam's bias corrections, folded into one step size per step
-        return [StepValue("float", "et_step_size", "et_adam_step_size",
-                          (Var("et_lr"), h["beta1"], h["beta2"], Var("et_step + 1u")))]
+        return [
+            StepValue(
+                "float",
+                "et_step_size",
+                "et_adam_step_size",
+                (Var("et_lr"), h["beta1"], h["beta2"], Var("et_step + 1u")),
+            )
+        ]
 
     @staticmethod
     def update(u: Update, h) -> Call:
-        return Call(f"et_adamw{u.suffix}_f32", (*u.operand, Var("et_step_size"), u.lr, h["beta1"], h["beta2"], h["eps"],
-                                                h["weight_decay"], u.weights, *u.grad, *u.state))
+        return Call(
+            f"et_adamw{u.suffix}_f32",
+            (
+                *u.operand,
+                Var("et_step_size"),
+                u.lr,
+                h["beta1"],
+                h["beta2"],
+                h["eps"],
+                h["weight_decay"],
+                u.weights,
+                *u.grad,
+                *u.state,
+            ),
+        )
 
     @staticmethod
     def shape(graph, node):
@@ -82,7 +103,7 @@ class AdamW:
         t = int(step) + 1
         m = beta1 * m + (1 - beta1) * g
         v = beta2 * v + (1 - beta2) * g * g
-        step_size = lr * np.sqrt(1 - beta2 ** t) / (1 - beta1 ** t)
+        step_size = lr * np.sqrt(1 - beta2**t) / (1 - beta1**t)
         w = w - step_size * m / (np.sqrt(v) + eps)
         w = w - lr * weight_decay * w
         return [np.asarray(x, np.float32) for x in (w, m, v)]
@@ -108,9 +129,21 @@ class SGD:
 
     @staticmethod
     def update(u: Update, h) -> Call:
-        return Call(f"et_sgd{u.suffix}_f32", (*u.operand, u.lr, h["momentum"], h["dampening"], h["nesterov"],
-                                              h["weight_decay"], Var("et_first_step"), u.weights, *u.grad,
-                                              *(u.state or [None])))
+        return Call(
+            f"et_sgd{u.suffix}_f32",
+            (
+                *u.operand,
+                u.lr,
+                h["momentum"],
+                h["dampening"],
+                h["nesterov"],
+                h["weight_decay"],
+                Var("et_first_step"),
+                u.weights,
+                *u.grad,
+                *(u.state or [None]),
+            ),
+        )
 
     @staticmethod
     def shape(graph, node):

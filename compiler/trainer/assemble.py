@@ -52,7 +52,7 @@ class Trainer:
         checkpoints. The activations' shapes are left out: builds for another batch or input size
         (the host's Module compiles them as its inputs need) share checkpoints too."""
         h = hashlib.sha256()
-        for node in self.train_nodes[:self.backward_start]:
+        for node in self.train_nodes[: self.backward_start]:
             h.update(repr((node.op, node.domain, len(node.inputs), sorted(node.attrs.items(), key=str))).encode())
         for name, kind in self.checkpoint_entries:
             h.update(repr((name, kind, self.graph.shape(name))).encode())
@@ -69,13 +69,17 @@ def _resolve_params(graph: Graph, requires_grad, frozen_params) -> tuple[list[st
     initializers = set(graph.params) | set(graph.buffers) | set(graph.constants)
     unknown = [n for n in list(requires_grad or []) + list(frozen_params or []) if n not in initializers]
     if unknown:
-        raise EdgetrainError("unknown initializer name(s) in requires_grad/frozen_params: " +
-                             ", ".join(repr(n) for n in unknown) +
-                             f"; trainable float initializers are: {', '.join(graph.params) or 'none'}")
+        raise EdgetrainError(
+            "unknown initializer name(s) in requires_grad/frozen_params: "
+            + ", ".join(repr(n) for n in unknown)
+            + f"; trainable float initializers are: {', '.join(graph.params) or 'none'}"
+        )
     not_trainable = [n for n in requires_grad or [] if n not in graph.params]
     if not_trainable:
-        raise EdgetrainError("requires_grad names initializer(s) that cannot train: " +
-                             ", ".join(f"{n!r} ({_why_not_trainable(graph, n)})" for n in not_trainable))
+        raise EdgetrainError(
+            "requires_grad names initializer(s) that cannot train: "
+            + ", ".join(f"{n!r} ({_why_not_trainable(graph, n)})" for n in not_trainable)
+        )
     frozen = set(frozen_params or [])
     if requires_grad is None:
         default = default_trainable(graph.nodes, graph.params)
@@ -98,8 +102,10 @@ def _model_outputs(graph: Graph, names, what: str) -> list[str]:
     names = list(names or [])
     unknown = [n for n in names if n not in graph.outputs]
     if unknown:
-        raise EdgetrainError(f"{what} must name outputs of the model; {', '.join(map(repr, unknown))} "
-                             f"{'is' if len(unknown) == 1 else 'are'} not (its outputs: {', '.join(graph.outputs)})")
+        raise EdgetrainError(
+            f"{what} must name outputs of the model; {', '.join(map(repr, unknown))} "
+            f"{'is' if len(unknown) == 1 else 'are'} not (its outputs: {', '.join(graph.outputs)})"
+        )
     return names
 
 
@@ -108,8 +114,10 @@ def _append_loss(graph: Graph, loss, loss_input_names, **options) -> tuple[str, 
     places it on the first output."""
     names = _model_outputs(graph, loss_input_names, "loss_input_names")
     if len(names) > 1:
-        raise EdgetrainError(f"loss_input_names: a built-in loss (or loss=None) takes one model output, got "
-                             f"{len(names)}; write a loss with edgetrain.onnxblock to combine several")
+        raise EdgetrainError(
+            f"loss_input_names: a built-in loss (or loss=None) takes one model output, got "
+            f"{len(names)}; write a loss with edgetrain.onnxblock to combine several"
+        )
     outputs = list(graph.outputs)
     if names:
         graph.outputs = names + [n for n in outputs if n != names[0]]
@@ -148,9 +156,20 @@ def _state_updates(nodes: list[Node]) -> dict[str, str]:
     return updates
 
 
-def build_trainer(graph: Graph, *, loss: LossType | None, optimizer: OptimizerSpec, requires_grad=None,
-                  frozen_params=None, ignore_index=None, class_weights=None, recompute=False,
-                  keep_every=0, loss_input_names=None, additional_output_names=None) -> Trainer:
+def build_trainer(
+    graph: Graph,
+    *,
+    loss: LossType | None,
+    optimizer: OptimizerSpec,
+    requires_grad=None,
+    frozen_params=None,
+    ignore_index=None,
+    class_weights=None,
+    recompute=False,
+    keep_every=0,
+    loss_input_names=None,
+    additional_output_names=None,
+) -> Trainer:
     """recompute: forward activations the backward pass reads are computed again there
     (edgetrain.trainer.recompute: cheap ones, or with keep_every=K all but every K-th), trading
     time for RAM. loss_input_names: the model output the loss is on (default: the first).
@@ -158,24 +177,34 @@ def build_trainer(graph: Graph, *, loss: LossType | None, optimizer: OptimizerSp
     trainable, frozen = _resolve_params(graph, requires_grad, frozen_params)
     extra = _model_outputs(graph, additional_output_names, "additional_output_names")
     model_nodes = list(graph.nodes)
-    loss_value, labels = _append_loss(graph, loss, loss_input_names, ignore_index=ignore_index,
-                                      class_weights=class_weights)
+    loss_value, labels = _append_loss(
+        graph, loss, loss_input_names, ignore_index=ignore_index, class_weights=class_weights
+    )
     if loss_value in extra:
         raise EdgetrainError(f"additional_output_names: {loss_value!r} is the loss, which every step returns first")
-    loss_nodes = graph.nodes[len(model_nodes):]
+    loss_nodes = graph.nodes[len(model_nodes) :]
     training = _variants(graph, model_nodes, training=True)
     updates = _state_updates(training)
     graph.nodes = _live(training + loss_nodes, [loss_value] + extra + list(updates.values()))
     grads, backward_start = differentiate(graph, loss_value, trainable)
-    train_nodes = (recompute_cheap(graph, graph.nodes, backward_start, keep_every) if recompute
-                   else graph.nodes)
+    train_nodes = recompute_cheap(graph, graph.nodes, backward_start, keep_every) if recompute else graph.nodes
     inference = _variants(graph, model_nodes, training=False)
     graph.nodes = inference
-    return Trainer(graph=graph, train_nodes=train_nodes,
-                   eval_nodes=_live(inference + loss_nodes, [loss_value] + extra),
-                   infer_nodes=_live(inference, graph.outputs), loss=loss_value, labels=labels,
-                   trainable=trainable, frozen=frozen, grads=grads, optimizer=optimizer, state_updates=updates,
-                   backward_start=backward_start, extra_outputs=tuple(extra))
+    return Trainer(
+        graph=graph,
+        train_nodes=train_nodes,
+        eval_nodes=_live(inference + loss_nodes, [loss_value] + extra),
+        infer_nodes=_live(inference, graph.outputs),
+        loss=loss_value,
+        labels=labels,
+        trainable=trainable,
+        frozen=frozen,
+        grads=grads,
+        optimizer=optimizer,
+        state_updates=updates,
+        backward_start=backward_start,
+        extra_outputs=tuple(extra),
+    )
 
 
 def inference_only(graph: Graph) -> Trainer:

@@ -13,8 +13,7 @@ def _cheap(graph: Graph, node: Node) -> bool:
     element, against a full convolution's or matrix product's many."""
     if require(node).inplace or node.op == "BatchNormalizationTraining":
         return True
-    return (node.op == "Conv" and node.attr("group", 1) > 1
-            and node.attr("group") == graph.shape(node.inputs[0])[1])
+    return node.op == "Conv" and node.attr("group", 1) > 1 and node.attr("group") == graph.shape(node.inputs[0])[1]
 
 
 def recompute(graph: Graph, nodes: list[Node], backward_start: int, keep_every: int = 0) -> list[Node]:
@@ -26,11 +25,17 @@ def recompute(graph: Graph, nodes: list[Node], backward_start: int, keep_every: 
     read_back = {name for node in backward for name in node.inputs}
     # Kept: secondary outputs (saved statistics), residuals (made to be kept), and dear results
     # (every K-th one with keep_every).
-    dear = [node.outputs[0] for node in forward if node.outputs[0] in read_back and not _cheap(graph, node)
-            and not require(node).residual]
-    kept = {name for name in read_back if name in producer and (producer[name].outputs[0] != name
-                                                                 or require(producer[name]).residual)}
-    kept |= set(dear[keep_every - 1::keep_every] if keep_every else dear)
+    dear = [
+        node.outputs[0]
+        for node in forward
+        if node.outputs[0] in read_back and not _cheap(graph, node) and not require(node).residual
+    ]
+    kept = {
+        name
+        for name in read_back
+        if name in producer and (producer[name].outputs[0] != name or require(producer[name]).residual)
+    }
+    kept |= set(dear[keep_every - 1 :: keep_every] if keep_every else dear)
 
     def segment(value: str) -> list[Node] | None:
         """The forward nodes that recompute `value` from kept values, in order; None if there are none."""
@@ -56,16 +61,32 @@ def recompute(graph: Graph, nodes: list[Node], backward_start: int, keep_every: 
                 continue
             renamed: dict[str, str] = {}
             for original in chain:
-                outputs = tuple(graph.add_value(graph.fresh("recomputed"), graph.shape(o), graph.values[o].dtype)
-                                if o else "" for o in original.outputs)
+                outputs = tuple(
+                    graph.add_value(graph.fresh("recomputed"), graph.shape(o), graph.values[o].dtype) if o else ""
+                    for o in original.outputs
+                )
                 renamed.update(zip(original.outputs, outputs))
-                chain_nodes.append(Node(original.op, tuple(renamed.get(i, i) for i in original.inputs), outputs,
-                                        original.attrs, original.name, original.domain))
+                chain_nodes.append(
+                    Node(
+                        original.op,
+                        tuple(renamed.get(i, i) for i in original.inputs),
+                        outputs,
+                        original.attrs,
+                        original.name,
+                        original.domain,
+                    )
+                )
             for later in range(index, len(backward)):  # every later reader takes the recomputed value
                 b = backward[later]
                 if value in b.inputs:
-                    backward[later] = Node(b.op, tuple(renamed[value] if i == value else i for i in b.inputs),
-                                           b.outputs, b.attrs, b.name, b.domain)
+                    backward[later] = Node(
+                        b.op,
+                        tuple(renamed[value] if i == value else i for i in b.inputs),
+                        b.outputs,
+                        b.attrs,
+                        b.name,
+                        b.domain,
+                    )
         node = backward[index]
         if not chain_nodes:
             out.append(node)
@@ -78,7 +99,7 @@ def recompute(graph: Graph, nodes: list[Node], backward_start: int, keep_every: 
 
         def live(p: int, read_later: set[str] = read_later) -> int:
             read = read_later | {name for n in out[p:] for name in n.inputs}
-            return sum(graph.values[v].size for n in out[len(forward):p] for v in n.outputs if v in read)
+            return sum(graph.values[v].size for n in out[len(forward) : p] for v in n.outputs if v in read)
 
         best = min(range(at + 1, len(out) + 1), key=lambda p: (live(p), -p))
         out[best:best] = chain_nodes + [node]

@@ -71,8 +71,7 @@ class Processes:
 
     def start(self, name: str, args: list[str]) -> subprocess.Popen:
         with open(self.logs / f"{name}.log", "w") as log:
-            proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=self.env,
-                                    start_new_session=True)
+            proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True)
         self.running.append(proc)
         return proc
 
@@ -133,8 +132,13 @@ def _flwr_run(flwr: str, env: dict, run_config: str, log: Path, result: Path, ti
     deadline = time.monotonic() + timeout
     printed, run_id = 0, None
     result.unlink(missing_ok=True)
-    proc = subprocess.Popen([flwr, "run", str(APP), "edgetrain", "--stream", "--run-config", run_config],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    proc = subprocess.Popen(
+        [flwr, "run", str(APP), "edgetrain", "--stream", "--run-config", run_config],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
     watchdog = threading.Timer(timeout, proc.kill)  # ends the stream below, too
     watchdog.start()
     try:
@@ -155,8 +159,9 @@ def _flwr_run(flwr: str, env: dict, run_config: str, log: Path, result: Path, ti
         proc.kill()
         proc.wait()
     while run_id and not result.exists() and time.monotonic() < deadline:
-        listing = subprocess.run([flwr, "ls", "edgetrain", "--run-id", run_id, "--format", "json"],
-                                 capture_output=True, text=True, env=env).stdout
+        listing = subprocess.run(
+            [flwr, "ls", "edgetrain", "--run-id", run_id, "--format", "json"], capture_output=True, text=True, env=env
+        ).stdout
         try:
             if json.loads(listing)["runs"][0]["status"].startswith("finished"):
                 break
@@ -164,57 +169,92 @@ def _flwr_run(flwr: str, env: dict, run_config: str, log: Path, result: Path, ti
             pass  # not listed yet
         time.sleep(2)
     if not result.exists():
-        raise RuntimeError(f"the federated run ended without a result (flwr run status {proc.returncode}; "
-                           f"logs: {log.parent})")
+        raise RuntimeError(
+            f"the federated run ended without a result (flwr run status {proc.returncode}; logs: {log.parent})"
+        )
     record = json.loads(result.read_text())
     for r, accuracy in enumerate(record["accuracy"][printed:], start=printed + 1):
         print(f"round {r} accuracy {accuracy:.4f}", flush=True)
     return record["accuracy"]
 
 
-def run(work: Path, clients: int, rounds: int, local_epochs: int, strategies: list[str], send_delta: bool,
-        timeout: float, seed: int = 0) -> dict:
+def run(
+    work: Path,
+    clients: int,
+    rounds: int,
+    local_epochs: int,
+    strategies: list[str],
+    send_delta: bool,
+    timeout: float,
+    seed: int = 0,
+) -> dict:
     started = time.monotonic()
     info = task.prepare(work, clients, seed)
     central = task.centralized_accuracy(work, rounds * local_epochs, seed)  # also builds the C library once
-    print(f"{clients} clients, non-IID digits (training examples per client: "
-          f"{', '.join(str(sum(c)) for c in info['class_counts'])}); {rounds} rounds of {local_epochs} local epochs",
-          flush=True)
+    print(
+        f"{clients} clients, non-IID digits (training examples per client: "
+        f"{', '.join(str(sum(c)) for c in info['class_counts'])}); {rounds} rounds of {local_epochs} local epochs",
+        flush=True,
+    )
 
     home, logs = work / "flwr", work / "logs"
     home.mkdir(exist_ok=True)
     logs.mkdir(exist_ok=True)
     port = _free_port()
     (home / "config.toml").write_text(
-        f'[superlink]\ndefault = "edgetrain"\n\n[superlink.edgetrain]\naddress = "127.0.0.1:{port}"\ninsecure = true\n')
+        f'[superlink]\ndefault = "edgetrain"\n\n[superlink.edgetrain]\naddress = "127.0.0.1:{port}"\ninsecure = true\n'
+    )
     # Everything Flower keeps (installed apps, configuration) stays in the work directory; the
     # clients share one build of the trainer; Flower starts its helpers (flower-superexec) from PATH.
-    env = {**os.environ, "FLWR_HOME": str(home), "EDGETRAIN_CACHE": str(work / "cache"), "PYTHONUNBUFFERED": "1",
-           "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
-           "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.2"}  # launch each ClientApp sooner (default 1 s)
+    env = {
+        **os.environ,
+        "FLWR_HOME": str(home),
+        "EDGETRAIN_CACHE": str(work / "cache"),
+        "PYTHONUNBUFFERED": "1",
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+        "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.2",
+    }  # launch each ClientApp sooner (default 1 s)
     results = {"central": central}
     with ExitStack() as stack:
         procs = Processes(logs, env)
         stack.callback(procs.stop)
-        superlink = procs.start("superlink", [_tool("flower-superlink"), "--insecure", "--port", str(port),
-                                              "--disable-runtime-dependency-installation"])
+        superlink = procs.start(
+            "superlink",
+            [_tool("flower-superlink"), "--insecure", "--port", str(port), "--disable-runtime-dependency-installation"],
+        )
         _wait_for_port(port, superlink, timeout=30)
         for cid in range(clients):
-            procs.start(f"supernode{cid}", [
-                _tool("flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{port}",
-                "--port", str(_free_port()), "--max-wait-time", "60",
-                "--node-config", f"partition-id={cid} num-partitions={clients}"])
+            procs.start(
+                f"supernode{cid}",
+                [
+                    _tool("flower-supernode"),
+                    "--insecure",
+                    "--superlink",
+                    f"127.0.0.1:{port}",
+                    "--port",
+                    str(_free_port()),
+                    "--max-wait-time",
+                    "60",
+                    "--node-config",
+                    f"partition-id={cid} num-partitions={clients}",
+                ],
+            )
         for strategy in strategies:
             print(f"strategy {strategy}", flush=True)
-            config = (f'work-dir="{work}" num-server-rounds={rounds} local-epochs={local_epochs} '
-                      f'strategy="{strategy}" send-delta={"true" if send_delta else "false"} min-clients={clients}')
+            config = (
+                f'work-dir="{work}" num-server-rounds={rounds} local-epochs={local_epochs} '
+                f'strategy="{strategy}" send-delta={"true" if send_delta else "false"} min-clients={clients}'
+            )
             remaining = timeout - (time.monotonic() - started)
-            results[strategy] = _flwr_run(_tool("flwr"), env, config, logs / f"run-{strategy}.log",
-                                          work / f"result-{strategy}.json", remaining)
+            results[strategy] = _flwr_run(
+                _tool("flwr"), env, config, logs / f"run-{strategy}.log", work / f"result-{strategy}.json", remaining
+            )
     for strategy in strategies:
         final = results[strategy][-1]
-        print(f"{strategy}: final global accuracy {final:.4f}; centralized training on the same data "
-              f"{central:.4f} ({100 * (final - central):+.1f} points)")
+        print(
+            f"{strategy}: final global accuracy {final:.4f}; centralized training on the same data "
+            f"{central:.4f} ({100 * (final - central):+.1f} points)"
+        )
     print(f"({time.monotonic() - started:.0f} s)")
     return results
 
@@ -234,8 +274,15 @@ def main() -> None:
         work = args.out.resolve() if args.out else Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         try:
-            run(work, args.clients, args.rounds, args.local_epochs, strategies, not args.send_parameters,
-                args.timeout or 280 * len(strategies))
+            run(
+                work,
+                args.clients,
+                args.rounds,
+                args.local_epochs,
+                strategies,
+                not args.send_parameters,
+                args.timeout or 280 * len(strategies),
+            )
         except (RuntimeError, TimeoutError) as exc:
             for log in sorted((work / "logs").glob("*.log")):  # the work directory may be temporary
                 tail = log.read_text(errors="replace").splitlines()[-15:]

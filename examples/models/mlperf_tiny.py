@@ -62,8 +62,9 @@ class _ResidualStack(nn.Module):
 
     def __init__(self, cin, cout, stride):
         super().__init__()
-        self.body = nn.Sequential(*_conv_bn_relu(cin, cout, 3, stride, 1), nn.Conv2d(cout, cout, 3, 1, 1),
-                                  nn.BatchNorm2d(cout))
+        self.body = nn.Sequential(
+            *_conv_bn_relu(cin, cout, 3, stride, 1), nn.Conv2d(cout, cout, 3, 1, 1), nn.BatchNorm2d(cout)
+        )
         self.shortcut = nn.Conv2d(cin, cout, 1, stride) if stride != 1 else nn.Identity()
 
     def forward(self, x):
@@ -73,9 +74,18 @@ class _ResidualStack(nn.Module):
 def resnet8(classes=10, filters=16) -> nn.Module:
     """Image classification ResNet-8 on 3x32x32: Conv 3x3, three residual stacks (16, 32, 64 channels,
     the last two at stride 2), 8x8 average pooling, Dense."""
-    return _for_input("ic", nn.Sequential(
-        *_conv_bn_relu(3, filters), _ResidualStack(filters, filters, 1), _ResidualStack(filters, 2 * filters, 2),
-        _ResidualStack(2 * filters, 4 * filters, 2), nn.AvgPool2d(8), nn.Flatten(), nn.Linear(4 * filters, classes)))
+    return _for_input(
+        "ic",
+        nn.Sequential(
+            *_conv_bn_relu(3, filters),
+            _ResidualStack(filters, filters, 1),
+            _ResidualStack(filters, 2 * filters, 2),
+            _ResidualStack(2 * filters, 4 * filters, 2),
+            nn.AvgPool2d(8),
+            nn.Flatten(),
+            nn.Linear(4 * filters, classes),
+        ),
+    )
 
 
 def fc_autoencoder(inputs=640, hidden=128, bottleneck=8) -> nn.Module:
@@ -104,9 +114,17 @@ def _export(model: nn.Module, batch: int, input_shape, mode) -> onnx.ModelProto:
     buffer = io.BytesIO()
     with warnings.catch_warnings():  # the exporter's notes on num_batches_tracked, which ONNX does not carry
         warnings.simplefilter("ignore")
-        torch.onnx.export(model, (torch.zeros(batch, *(input_shape or model.input_shape)),), buffer,
-                          input_names=["input"], output_names=["output"], opset_version=OPSET,
-                          training=mode, do_constant_folding=False, dynamo=False)
+        torch.onnx.export(
+            model,
+            (torch.zeros(batch, *(input_shape or model.input_shape)),),
+            buffer,
+            input_names=["input"],
+            output_names=["output"],
+            opset_version=OPSET,
+            training=mode,
+            do_constant_folding=False,
+            dynamo=False,
+        )
     return onnx.load_from_string(buffer.getvalue())
 
 

@@ -50,8 +50,8 @@ def split_lines(text: str, held_out: float = 0.1) -> tuple[str, str]:
 def random_windows(ids: np.ndarray, count: int, context: int, rng) -> tuple[np.ndarray, np.ndarray]:
     """`count` windows of the text: inputs and the next characters they predict."""
     starts = rng.integers(0, len(ids) - context - 1, size=count)
-    x = np.stack([ids[s:s + context] for s in starts])
-    return x, np.stack([ids[s + 1:s + context + 1] for s in starts])
+    x = np.stack([ids[s : s + context] for s in starts])
+    return x, np.stack([ids[s + 1 : s + context + 1] for s in starts])
 
 
 def held_out_batches(ids: np.ndarray, batch: int, context: int):
@@ -61,10 +61,10 @@ def held_out_batches(ids: np.ndarray, batch: int, context: int):
     x = np.zeros((math.ceil(windows / batch) * batch, context), np.int64)
     y = np.full_like(x, PAD)
     for w in range(windows):
-        chunk = ids[w * context:(w + 1) * context + 1]
-        x[w, :len(chunk) - 1], y[w, :len(chunk) - 1] = chunk[:-1], chunk[1:]
+        chunk = ids[w * context : (w + 1) * context + 1]
+        x[w, : len(chunk) - 1], y[w, : len(chunk) - 1] = chunk[:-1], chunk[1:]
     for start in range(0, len(x), batch):
-        yield x[start:start + batch], y[start:start + batch]
+        yield x[start : start + batch], y[start : start + batch]
 
 
 def perplexity(module, ids: np.ndarray, batch: int, context: int) -> float:
@@ -105,15 +105,22 @@ def sample(module, vocab: list[str], prompt: str, length: int, batch: int, conte
     for _ in range(length):
         window = text[-context:]
         x = np.zeros((batch, context), np.int64)
-        x[0, :len(window)] = window
+        x[0, : len(window)] = window
         logits = module.infer(x)[0][0, :, len(window) - 1].astype(np.float64)
         p = np.exp((logits - logits.max()) / 0.7)
         text.append(int(rng.choice(len(vocab), p=p / p.sum())))
     return "".join(vocab[i] for i in text)
 
 
-def run(out: Path, pretrain_steps: int = 1500, finetune_steps: int = 300, batch: int = 16, context: int = 64,
-        seed: int = 0, verbose: bool = False) -> dict:
+def run(
+    out: Path,
+    pretrain_steps: int = 1500,
+    finetune_steps: int = 300,
+    batch: int = 16,
+    context: int = 64,
+    seed: int = 0,
+    verbose: bool = False,
+) -> dict:
     pretrain_text, personal_text, vocab = load_texts()
     encode = lambda text: np.array([vocab.index(c) for c in text], np.int64)  # noqa: E731
     mark_train, mark_test = (encode(t) for t in split_lines(pretrain_text))
@@ -128,17 +135,26 @@ def run(out: Path, pretrain_steps: int = 1500, finetune_steps: int = 300, batch:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the tracer's notes about shapes it records as constants
         path = export(model, batch, context, out / "tinygpt.onnx")
-    artifacts.generate_artifacts(path, loss=artifacts.LossType.CrossEntropyLoss, ignore_index=PAD,
-                                 optimizer=artifacts.OptimType.AdamW, learning_rate=2e-3,
-                                 artifact_directory=out / "artifacts")
+    artifacts.generate_artifacts(
+        path,
+        loss=artifacts.LossType.CrossEntropyLoss,
+        ignore_index=PAD,
+        optimizer=artifacts.OptimType.AdamW,
+        learning_rate=2e-3,
+        artifact_directory=out / "artifacts",
+    )
     state = api.CheckpointState.load_checkpoint(out / "artifacts" / "checkpoint")
     module = api.Module(out / "artifacts" / "training_model.onnx", state, out / "artifacts" / "eval_model.onnx")
     opt = api.Optimizer(out / "artifacts" / "optimizer_model.onnx", module)
 
-    result = {"psalms_before": perplexity(module, psalms_test, batch, context),
-              "mark_before": perplexity(module, mark_test, batch, context)}
-    log(f"held-out perplexity before fine-tuning: Psalms (KJV) {result['psalms_before']:.2f}, "
-        f"Mark (WEB) {result['mark_before']:.2f}")
+    result = {
+        "psalms_before": perplexity(module, psalms_test, batch, context),
+        "mark_before": perplexity(module, mark_test, batch, context),
+    }
+    log(
+        f"held-out perplexity before fine-tuning: Psalms (KJV) {result['psalms_before']:.2f}, "
+        f"Mark (WEB) {result['mark_before']:.2f}"
+    )
     if verbose:
         log("sample before:", repr(sample(module, vocab, "Blessed is the ", 60, batch, context, seed)))
 
@@ -149,13 +165,17 @@ def run(out: Path, pretrain_steps: int = 1500, finetune_steps: int = 300, batch:
         opt.step()
         module.lazy_reset_grad()
     result["finetune_seconds"] = time.perf_counter() - started
-    log(f"fine-tuned on Psalms 1-41 (KJV) in the generated C: {finetune_steps} steps of {batch} x {context} "
-        f"characters, {result['finetune_seconds']:.1f} s")
+    log(
+        f"fine-tuned on Psalms 1-41 (KJV) in the generated C: {finetune_steps} steps of {batch} x {context} "
+        f"characters, {result['finetune_seconds']:.1f} s"
+    )
 
     result["psalms_after"] = perplexity(module, psalms_test, batch, context)
     result["mark_after"] = perplexity(module, mark_test, batch, context)
-    log(f"held-out perplexity after fine-tuning:  Psalms (KJV) {result['psalms_after']:.2f}, "
-        f"Mark (WEB) {result['mark_after']:.2f}")
+    log(
+        f"held-out perplexity after fine-tuning:  Psalms (KJV) {result['psalms_after']:.2f}, "
+        f"Mark (WEB) {result['mark_after']:.2f}"
+    )
     if verbose:
         log("sample after: ", repr(sample(module, vocab, "Blessed is the ", 60, batch, context, seed)))
     return result
@@ -163,8 +183,9 @@ def run(out: Path, pretrain_steps: int = 1500, finetune_steps: int = 300, batch:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, help="where to write the model and artifacts (default: a temporary "
-                                                 "directory)")
+    parser.add_argument(
+        "--out", type=Path, help="where to write the model and artifacts (default: a temporary directory)"
+    )
     parser.add_argument("--quick", action="store_true", help="a reduced run: fewer steps, smaller batches")
     args = parser.parse_args()
     steps = dict(pretrain_steps=300, finetune_steps=40, batch=8, context=32) if args.quick else {}

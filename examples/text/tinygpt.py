@@ -53,6 +53,14 @@ def export(model: TinyGPT, batch: int, context: int, path: Path) -> Path:
     Constants stay unfolded, so every parameter keeps its state_dict name (folding would turn the
     position rows the model slices into an exporter constant, which edgetrain freezes by default)."""
     ids = torch.zeros(batch, context, dtype=torch.int64)
-    torch.onnx.export(model, (ids,), str(path), input_names=["ids"], output_names=["logits"], opset_version=17,
-                      dynamo=False, do_constant_folding=False)
+    torch.onnx.export(
+        model,
+        (ids,),
+        str(path),
+        input_names=["ids"],
+        output_names=["logits"],
+        opset_version=17,
+        dynamo=False,
+        do_constant_folding=False,
+    )
     return path

@@ -45,7 +45,7 @@ def digits(seed: int = 0):
     y = data.target.astype(np.int32)
     x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=0.2, random_state=seed, stratify=y)
     batches = len(x_train) // BATCH
-    order = rng.permutation(len(x_train))[:batches * BATCH]
+    order = rng.permutation(len(x_train))[: batches * BATCH]
     return model, x_train[order].reshape(batches, BATCH, -1), y_train[order].reshape(batches, BATCH), x_test, y_test
 
 
@@ -54,18 +54,24 @@ def prepare(out: Path = HERE / "build") -> Path:
     model, x_train, y_train, x_test, y_test = digits()
     out.mkdir(parents=True, exist_ok=True)
     onnx.save(model, str(out / "digits.onnx"))
-    directory = artifacts.generate_artifacts(out / "digits.onnx", loss=artifacts.LossType.CrossEntropyLoss,
-                                             optimizer=artifacts.OptimType.AdamW, batch_size=BATCH,
-                                             learning_rate=LEARNING_RATE, federated=True,
-                                             artifact_directory=out / "artifacts")
+    directory = artifacts.generate_artifacts(
+        out / "digits.onnx",
+        loss=artifacts.LossType.CrossEntropyLoss,
+        optimizer=artifacts.OptimType.AdamW,
+        batch_size=BATCH,
+        learning_rate=LEARNING_RATE,
+        federated=True,
+        artifact_directory=out / "artifacts",
+    )
     wasm.build_module(directory, out / "model.wasm")
     for name, array in (("train_x", x_train), ("train_y", y_train), ("test_x", x_test), ("test_y", y_test)):
         (out / f"{name}.bin").write_bytes(array.astype(array.dtype.newbyteorder("<")).tobytes())
     np.savez(out / "digits.npz", x=x_train, y=y_train)
     state = api.CheckpointState.load_checkpoint(directory / "checkpoint")
     trainable = sum(p.data.size for p in state.parameters.values() if p.requires_grad)
-    (out / "digits.json").write_text(json.dumps({"batches": len(x_train), "batchSize": BATCH, "pixels": 64,
-                                                 "classes": 10, "trainable": trainable}))
+    (out / "digits.json").write_text(
+        json.dumps({"batches": len(x_train), "batchSize": BATCH, "pixels": 64, "classes": 10, "trainable": trainable})
+    )
     for name in PAGE:
         shutil.copy(HERE / name, out / name)
     shutil.copy(wasm.javascript(), out / "edgetrain.js")
@@ -88,12 +94,19 @@ class Handler(SimpleHTTPRequestHandler):
         if delta.size != self.server.trainable:
             return self.send_error(400, f"expected {self.server.trainable} values, got {delta.size}")
         received.append(delta)
-        report = {"values": delta.size, "changed": int(np.count_nonzero(delta)),
-                  "norm": float(np.linalg.norm(delta)), "deltas": len(received),
-                  "average_norm": float(np.linalg.norm(np.mean(received, axis=0)))}
-        print(f"aggregator: delta {len(received)} from {self.client_address[0]}: {report['changed']} of "
-              f"{delta.size} values changed, L2 norm {report['norm']:.4g}; the average of all "
-              f"{len(received)} has norm {report['average_norm']:.4g}", flush=True)
+        report = {
+            "values": delta.size,
+            "changed": int(np.count_nonzero(delta)),
+            "norm": float(np.linalg.norm(delta)),
+            "deltas": len(received),
+            "average_norm": float(np.linalg.norm(np.mean(received, axis=0))),
+        }
+        print(
+            f"aggregator: delta {len(received)} from {self.client_address[0]}: {report['changed']} of "
+            f"{delta.size} values changed, L2 norm {report['norm']:.4g}; the average of all "
+            f"{len(received)} has norm {report['average_norm']:.4g}",
+            flush=True,
+        )
         body = json.dumps(report).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")

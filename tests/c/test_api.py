@@ -20,8 +20,13 @@ BATCH = 4
 @pytest.fixture(scope="module")
 def out(tmp_path_factory):
     directory = tmp_path_factory.mktemp("mlp")
-    return artifacts.generate_artifacts(mlp(dropout=0.25), artifact_directory=directory, batch_size=BATCH,
-                                        frozen_params=["fc0.bias"], learning_rate=0.05)
+    return artifacts.generate_artifacts(
+        mlp(dropout=0.25),
+        artifact_directory=directory,
+        batch_size=BATCH,
+        frozen_params=["fc0.bias"],
+        learning_rate=0.05,
+    )
 
 
 def fresh(out, path=None):
@@ -81,8 +86,9 @@ def test_bad_checkpoint_is_refused_and_state_untouched(out, tmp_path, damage):
         raw[len(raw) // 3] ^= 0x10
     before = module._save(True)
     if damage == "wrong_model":
-        other = artifacts.generate_artifacts(mlp(sizes=(8, 16, 3), seed=5), artifact_directory=tmp_path / "other",
-                                             batch_size=BATCH)
+        other = artifacts.generate_artifacts(
+            mlp(sizes=(8, 16, 3), seed=5), artifact_directory=tmp_path / "other", batch_size=BATCH
+        )
         raw = bytearray((other / "checkpoint").read_bytes())
         assert module._lib_call("load_checkpoint", bytes(raw), len(raw)) == api.WRONG_MODEL
     else:
@@ -174,23 +180,51 @@ def test_generated_c_is_strict_c99_without_heap_or_stdio(out, tmp_path):
     source = (out / "model.c").read_text()
     for banned in ("malloc", "free(", "stdio", "printf"):
         assert banned not in source
-    result = subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-c",
-                             str(out / "model.c"), "-o", str(tmp_path / "model.o")], capture_output=True, text=True)
+    result = subprocess.run(
+        [
+            "gcc",
+            "-std=c99",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-pedantic",
+            "-c",
+            str(out / "model.c"),
+            "-o",
+            str(tmp_path / "model.o"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr
 
 
 def test_two_prefixed_models_link_into_one_program(tmp_path):
     for prefix, sizes in (("alpha", (8, 16, 3)), ("beta", (8, 4, 2))):
-        artifacts.generate_artifacts(mlp(sizes=sizes), artifact_directory=tmp_path / prefix, batch_size=2,
-                                     c_prefix=prefix)
+        artifacts.generate_artifacts(
+            mlp(sizes=sizes), artifact_directory=tmp_path / prefix, batch_size=2, c_prefix=prefix
+        )
     (tmp_path / "main.c").write_text(
-        "int alpha_init(void);\nint beta_init(void);\n"
-        "int main(void) { return alpha_init() + beta_init(); }\n")
+        "int alpha_init(void);\nint beta_init(void);\nint main(void) { return alpha_init() + beta_init(); }\n"
+    )
     objects = []
     for prefix in ("alpha", "beta"):
         obj = tmp_path / f"{prefix}.o"
-        subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-c",
-                        str(tmp_path / prefix / "model.c"), "-o", str(obj)], check=True)
+        subprocess.run(
+            [
+                "gcc",
+                "-std=c99",
+                "-Wall",
+                "-Wextra",
+                "-Werror",
+                "-pedantic",
+                "-c",
+                str(tmp_path / prefix / "model.c"),
+                "-o",
+                str(obj),
+            ],
+            check=True,
+        )
         objects.append(str(obj))
     subprocess.run(["gcc", str(tmp_path / "main.c"), *objects, "-lm", "-o", str(tmp_path / "prog")], check=True)
     assert subprocess.run([str(tmp_path / "prog")]).returncode == 0

@@ -11,8 +11,9 @@ BATCH = 4
 
 @pytest.fixture(scope="module")
 def out(tmp_path_factory):
-    return artifacts.generate_artifacts(mlp(), artifact_directory=tmp_path_factory.mktemp("misuse"), batch_size=BATCH,
-                                        frozen_params=["fc0.bias"])
+    return artifacts.generate_artifacts(
+        mlp(), artifact_directory=tmp_path_factory.mktemp("misuse"), batch_size=BATCH, frozen_params=["fc0.bias"]
+    )
 
 
 @pytest.fixture

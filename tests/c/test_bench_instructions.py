@@ -29,8 +29,14 @@ def executed_instructions(build: Path, icount: str) -> int:
     emulator's stdout, the firmware's output would land inside the trace's lines. Under `icount`
     too, so minstret, which the firmware prints, reads the same in every run: on the host's clock
     its digits, and the instructions that print them, vary with the machine's load."""
-    run = targets.make(f"TARGET={TARGET}", "BUILD=.", "MODELS=model", "run",
-                       f"QEMU_FLAGS={icount} -singlestep -d exec,nochain -D trace.log", cwd=build)
+    run = targets.make(
+        f"TARGET={TARGET}",
+        "BUILD=.",
+        "MODELS=model",
+        "run",
+        f"QEMU_FLAGS={icount} -singlestep -d exec,nochain -D trace.log",
+        cwd=build,
+    )
     assert run.returncode == 0, run.stderr
     with open(build / "trace.log") as trace:
         return sum(line.startswith("Trace ") for line in trace)
@@ -46,8 +52,10 @@ def test_minstret_count_agrees_with_a_trace(tmp_path, figure):
     np.save(tmp_path / "x.npy", rng.standard_normal((1, 8), dtype=np.float32))
     np.save(tmp_path / "y.npy", np.array([2]))
     counted = instructions.count(tmp_path, ours, 1, TARGET)
-    traced = [executed_instructions(instructions.firmware(tmp_path, ours, steps, TARGET), instructions.ICOUNT)
-              for steps in (1, 2)]
+    traced = [
+        executed_instructions(instructions.firmware(tmp_path, ours, steps, TARGET), instructions.ICOUNT)
+        for steps in (1, 2)
+    ]
     figure(f"{counted:,} instructions per step of the MLP on {TARGET}, {traced[1] - traced[0]:,} traced")
     # The second firmware runs one step more; printing the figure costs the same to a few instructions.
     assert abs((traced[1] - traced[0]) - counted) < 1e-3 * counted

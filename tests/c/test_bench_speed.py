@@ -39,10 +39,18 @@ def test_step_flops_are_the_products_multiply_accumulates(speed):
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5])
     w = onnx.numpy_helper.from_array(np.zeros((4, 2, 3, 3), np.float32), "w")
     v = onnx.numpy_helper.from_array(np.zeros((5, 64), np.float32), "v")
-    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["c"], group=2),
-                               helper.make_node("Relu", ["c"], ["r"]),
-                               helper.make_node("Flatten", ["r"], ["f"]),
-                               helper.make_node("Gemm", ["f", "v"], ["y"], transB=1)], "g", [x], [y], [w, v])
+    graph = helper.make_graph(
+        [
+            helper.make_node("Conv", ["x", "w"], ["c"], group=2),
+            helper.make_node("Relu", ["c"], ["r"]),
+            helper.make_node("Flatten", ["r"], ["f"]),
+            helper.make_node("Gemm", ["f", "v"], ["y"], transB=1),
+        ],
+        "g",
+        [x],
+        [y],
+        [w, v],
+    )
     conv_macs = (2 * 4 * 4 * 4) * (2 * 3 * 3)  # outputs x (input channels per group x kernel)
     gemm_macs = (2 * 5) * 64
     # The Conv reads the model's input: no input gradient, so forward and weight gradient only.
@@ -67,8 +75,9 @@ def test_every_system_trains_the_same_model_and_its_flops_and_instructions_count
     if not counting:
         pytest.skip(f"{speed.instructions.TARGET} tools missing")
     counted = counts[case.key]["c"]
-    traced = [executed_instructions(speed.instructions.firmware(case.directory, case.ours("c"), steps))
-              for steps in (1, 2)]
+    traced = [
+        executed_instructions(speed.instructions.firmware(case.directory, case.ours("c"), steps)) for steps in (1, 2)
+    ]
     # The second firmware runs one step more; printing the figure costs the same to a few instructions.
     assert abs((traced[1] - traced[0]) - counted) < 1e-3 * counted
 
@@ -76,7 +85,13 @@ def test_every_system_trains_the_same_model_and_its_flops_and_instructions_count
 def executed_instructions(build: Path) -> int:
     """Every instruction the firmware in `build` executes, from QEMU's trace with one instruction
     per translation block (independent of the clock count.c reads)."""
-    trace = targets.make("TARGET=cortex-m4", "BUILD=.", "MODELS=model", "run",
-                         "QEMU_FLAGS=-singlestep -d exec,nochain -D /dev/stdout", cwd=build)
+    trace = targets.make(
+        "TARGET=cortex-m4",
+        "BUILD=.",
+        "MODELS=model",
+        "run",
+        "QEMU_FLAGS=-singlestep -d exec,nochain -D /dev/stdout",
+        cwd=build,
+    )
     assert trace.returncode == 0, trace.stderr
     return trace.stdout.count("\nTrace ") + trace.stdout.startswith("Trace ")

@@ -48,17 +48,27 @@ def _gru(tmp_path: Path):
     class Tagger(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.embed, self.rnn, self.head = torch.nn.Embedding(7, 4), torch.nn.GRU(4, 5, batch_first=True), \
-                torch.nn.Linear(5, 3)
+            self.embed, self.rnn, self.head = (
+                torch.nn.Embedding(7, 4),
+                torch.nn.GRU(4, 5, batch_first=True),
+                torch.nn.Linear(5, 3),
+            )
 
         def forward(self, tokens):
             return self.head(self.rnn(self.embed(tokens))[0]).transpose(1, 2)
 
     torch.manual_seed(0)
     path = tmp_path / "gru.onnx"
-    torch.onnx.export(Tagger(), (torch.zeros(2, 4, dtype=torch.int64),), str(path), input_names=["tokens"],
-                      output_names=["logits"], opset_version=17, dynamo=False,
-                      dynamic_axes={"tokens": {0: "batch"}, "logits": {0: "batch"}})
+    torch.onnx.export(
+        Tagger(),
+        (torch.zeros(2, 4, dtype=torch.int64),),
+        str(path),
+        input_names=["tokens"],
+        output_names=["logits"],
+        opset_version=17,
+        dynamo=False,
+        dynamic_axes={"tokens": {0: "batch"}, "logits": {0: "batch"}},
+    )
     return path
 
 
@@ -73,8 +83,10 @@ def _transformer(tmp_path: Path):
 # name -> (model builder taking tmp_path, generate_artifacts options); options None: generate_inference
 CASES = {
     "mlp-adamw": (lambda _: mlp(), {}),
-    "mlp-sgd-nesterov": (lambda _: mlp(), dict(optimizer=OptimType.SGD, momentum=0.9, nesterov=True,
-                                                weight_decay=0.01)),
+    "mlp-sgd-nesterov": (
+        lambda _: mlp(),
+        dict(optimizer=OptimType.SGD, momentum=0.9, nesterov=True, weight_decay=0.01),
+    ),
     "mlp-sgd-plain": (lambda _: mlp(dropout=0.25), dict(optimizer=OptimType.SGD, learning_rate=0.1)),
     "mlp-fused-adamw": (lambda _: mlp(), dict(fused_update=True, weight_decay=0.01)),
     "mlp-fused-sgd": (lambda _: mlp(), dict(fused_update=True, optimizer=OptimType.SGD, momentum=0.5)),
@@ -102,7 +114,7 @@ CASES = {
 def _digests(directory: Path) -> dict[str, str]:
     model_c = (directory / "model.c").read_text()
     assert MARKER in model_c
-    texts = {"model.c": model_c[model_c.index(MARKER):].encode()}
+    texts = {"model.c": model_c[model_c.index(MARKER) :].encode()}
     for name in ("model.h", "model_weights.h", "report.json"):
         if (directory / name).exists():
             texts[name] = (directory / name).read_bytes()

@@ -20,8 +20,13 @@ FORGED = 1500  # the CRC recomputed after the damage, so the parser behind it is
 def trained(tmp_path_factory):
     """A trainer some steps into AdamW (parameters, moments, step and dropout counter all non-trivial),
     and its checkpoint with optimizer state and properties."""
-    out = artifacts.generate_artifacts(mlp(dropout=0.25), artifact_directory=tmp_path_factory.mktemp("ck"),
-                                       batch_size=BATCH, frozen_params=["fc0.bias"], learning_rate=0.05)
+    out = artifacts.generate_artifacts(
+        mlp(dropout=0.25),
+        artifact_directory=tmp_path_factory.mktemp("ck"),
+        batch_size=BATCH,
+        frozen_params=["fc0.bias"],
+        learning_rate=0.05,
+    )
     state = api.CheckpointState.load_checkpoint(out / "checkpoint")
     module = api.Module(out / "training_model.onnx", state, out / "eval_model.onnx")
     opt = api.Optimizer(out / "optimizer_model.onnx", module)
@@ -44,7 +49,7 @@ def corrupt(raw: bytes, rng) -> bytes:
     data = bytearray(raw)
     kind = rng.integers(6)
     if kind == 0:
-        return bytes(data[:rng.integers(len(data))])
+        return bytes(data[: rng.integers(len(data))])
     if kind == 1:
         for _ in range(rng.integers(1, 4)):
             at = rng.integers(len(data))
@@ -58,7 +63,7 @@ def corrupt(raw: bytes, rng) -> bytes:
         data[at:at] = rng.integers(0, 256, rng.integers(1, 9), dtype=np.uint8).tobytes()
     elif kind == 4:
         at = rng.integers(len(data))
-        del data[at:at + rng.integers(1, 9)]
+        del data[at : at + rng.integers(1, 9)]
     else:
         data += rng.integers(0, 256, rng.integers(1, 9), dtype=np.uint8).tobytes()
     return bytes(data)
@@ -119,12 +124,18 @@ def header_field(raw: bytes, offset: int, fmt: str, value) -> bytes:
 
 
 CASES = {
-    "truncated": (lambda raw, other: raw[:len(raw) // 2], api.CORRUPT_CHECKPOINT, "truncated|corrupt|not an"),
-    "one bit flipped": (lambda raw, other: raw[:100] + bytes([raw[100] ^ 4]) + raw[101:], api.CORRUPT_CHECKPOINT,
-                        "CRC"),
+    "truncated": (lambda raw, other: raw[: len(raw) // 2], api.CORRUPT_CHECKPOINT, "truncated|corrupt|not an"),
+    "one bit flipped": (
+        lambda raw, other: raw[:100] + bytes([raw[100] ^ 4]) + raw[101:],
+        api.CORRUPT_CHECKPOINT,
+        "CRC",
+    ),
     "bit flipped in the CRC": (lambda raw, other: raw[:-1] + bytes([raw[-1] ^ 0x80]), api.CORRUPT_CHECKPOINT, "CRC"),
-    "wrong version": (lambda raw, other: header_field(raw, 4, "<H", checkpoint.VERSION + 1), api.CORRUPT_CHECKPOINT,
-                      "version"),
+    "wrong version": (
+        lambda raw, other: header_field(raw, 4, "<H", checkpoint.VERSION + 1),
+        api.CORRUPT_CHECKPOINT,
+        "version",
+    ),
     "wrong magic": (lambda raw, other: with_crc(b"ETCX" + raw[4:-4]), api.CORRUPT_CHECKPOINT, "not an edgetrain"),
     "empty": (lambda raw, other: b"", api.CORRUPT_CHECKPOINT, "not an edgetrain"),
     "wrong model": (lambda raw, other: other, api.WRONG_MODEL, None),
@@ -136,8 +147,13 @@ CASES = {
 def test_each_damage_has_its_status_and_exception(trained, tmp_path, case):
     out, module, raw = trained
     make, status, message = CASES[case]
-    other = artifacts.generate_artifacts(mlp(sizes=(8, 16, 3), seed=5), artifact_directory=tmp_path / "other",
-                                         batch_size=BATCH) if case == "wrong model" else None
+    other = (
+        artifacts.generate_artifacts(
+            mlp(sizes=(8, 16, 3), seed=5), artifact_directory=tmp_path / "other", batch_size=BATCH
+        )
+        if case == "wrong model"
+        else None
+    )
     bad = make(raw, other and (other / "checkpoint").read_bytes())
     before = module._save(True)
     assert load(module, bad) == status

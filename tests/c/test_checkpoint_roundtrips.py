@@ -13,18 +13,26 @@ from models import mlp, mlp_bn
 BATCH, STEPS = 4, 4
 # Dropout makes the restored step counter matter, the frozen bias the frozen check, BatchNorm's
 # running statistics the buffers; plain SGD has no optimizer state at all.
-CASES = {"adamw": (lambda: mlp(dropout=0.25), dict(optimizer="AdamW")),
-         "sgd_momentum": (lambda: mlp(dropout=0.25), dict(optimizer="SGD", momentum=0.9)),
-         "sgd": (lambda: mlp(dropout=0.25), dict(optimizer="SGD")),
-         "adamw_batchnorm": (mlp_bn, dict(optimizer="AdamW"))}
+CASES = {
+    "adamw": (lambda: mlp(dropout=0.25), dict(optimizer="AdamW")),
+    "sgd_momentum": (lambda: mlp(dropout=0.25), dict(optimizer="SGD", momentum=0.9)),
+    "sgd": (lambda: mlp(dropout=0.25), dict(optimizer="SGD")),
+    "adamw_batchnorm": (mlp_bn, dict(optimizer="AdamW")),
+}
 
 
 @pytest.fixture(scope="module", params=list(CASES))
 def out(request, tmp_path_factory):
     model, options = CASES[request.param]
-    return artifacts.generate_artifacts(model(), artifact_directory=tmp_path_factory.mktemp(request.param),
-                                        batch_size=BATCH, frozen_params=["fc0.bias"], learning_rate=0.05,
-                                        nominal_checkpoint=True, **options)
+    return artifacts.generate_artifacts(
+        model(),
+        artifact_directory=tmp_path_factory.mktemp(request.param),
+        batch_size=BATCH,
+        frozen_params=["fc0.bias"],
+        learning_rate=0.05,
+        nominal_checkpoint=True,
+        **options,
+    )
 
 
 def fresh(out, state=None):
@@ -133,8 +141,9 @@ def test_nominal_checkpoint_has_shapes_only_and_trains_once_given_weights(out, t
     assert later._save(True) == trained._save(True)
 
     # A nominal checkpoint still names its model: the C refuses another model's.
-    other = artifacts.generate_artifacts(mlp(seed=7), artifact_directory=tmp_path / "other", batch_size=BATCH,
-                                         nominal_checkpoint=True)
+    other = artifacts.generate_artifacts(
+        mlp(seed=7), artifact_directory=tmp_path / "other", batch_size=BATCH, nominal_checkpoint=True
+    )
     raw = (other / "nominal_checkpoint").read_bytes()
     assert module._lib_call("load_checkpoint", raw, len(raw)) == api.WRONG_MODEL
 

@@ -1,4 +1,5 @@
 """End-to-end: `edgetrain demo` trains digits through the generated C and matches onnxruntime."""
+
 import re
 
 import pytest

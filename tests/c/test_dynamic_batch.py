@@ -34,10 +34,18 @@ def export(module: nn.Module, shapes, names, outputs, training=False) -> onnx.Mo
     axes = {n: {0: "batch"} for n in names + outputs if n != "loss"}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the tracer's notes
-        torch.onnx.export(module, tuple(torch.zeros(2, *s) for s in shapes), buffer, input_names=names,
-                          output_names=outputs, opset_version=17, do_constant_folding=False, dynamic_axes=axes,
-                          training=torch.onnx.TrainingMode.TRAINING if training else torch.onnx.TrainingMode.EVAL,
-                          dynamo=False)
+        torch.onnx.export(
+            module,
+            tuple(torch.zeros(2, *s) for s in shapes),
+            buffer,
+            input_names=names,
+            output_names=outputs,
+            opset_version=17,
+            do_constant_folding=False,
+            dynamic_axes=axes,
+            training=torch.onnx.TrainingMode.TRAINING if training else torch.onnx.TrainingMode.EVAL,
+            dynamo=False,
+        )
     return onnx.load_from_string(buffer.getvalue())
 
 
@@ -61,8 +69,12 @@ class CNN(nn.Module):
 
     def __init__(self):
         super().__init__()
-        self.c1, self.bn, self.c2, self.fc = nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.Conv2d(4, 6, 3), \
-            nn.Linear(6, 3)
+        self.c1, self.bn, self.c2, self.fc = (
+            nn.Conv2d(1, 4, 3, padding=1),
+            nn.BatchNorm2d(4),
+            nn.Conv2d(4, 6, 3),
+            nn.Linear(6, 3),
+        )
 
     def forward(self, x):
         h = torch.max_pool2d(torch.relu(self.bn(self.c1(x))), 2)
@@ -108,18 +120,36 @@ def classes(rng, n):
 
 # name -> (model, loss, data maker: (rng, n) -> the step's arrays, inputs then labels)
 CASES = {
-    "mlp-dropout": (lambda: mlp(dropout=0.25), "CrossEntropyLoss",
-                    lambda r, n: [r.normal(size=(n, 8)).astype(np.float32), classes(r, n)]),
-    "cnn-batchnorm": (lambda: export(randomized(CNN(), 0), [(1, 8, 8)], ["x"], ["logits"], training=True),
-                      "CrossEntropyLoss", lambda r, n: [r.normal(size=(n, 1, 8, 8)).astype(np.float32), classes(r, n)]),
-    "sequence": (lambda: export(randomized(Sequence(), 1), [(5, 8)], ["x"], ["y"]), "MSELoss",
-                 lambda r, n: [r.normal(size=(n, 5, 8)).astype(np.float32), r.normal(size=(n, 3)).astype(np.float32)]),
-    "gru": (lambda: export(randomized(Recurrent("GRU"), 2), [(5, 4)], ["x"], ["logits"]), "CrossEntropyLoss",
-            lambda r, n: [r.normal(size=(n, 5, 4)).astype(np.float32), classes(r, n)]),
-    "lstm": (lambda: export(randomized(Recurrent("LSTM"), 3), [(5, 4)], ["x"], ["logits"]), "CrossEntropyLoss",
-             lambda r, n: [r.normal(size=(n, 5, 4)).astype(np.float32), classes(r, n)]),
-    "loss-none": (lambda: export(randomized(OwnLoss(), 4), [(4,), (2,)], ["x", "t"], ["loss"]), None,
-                  lambda r, n: [r.normal(size=(n, 4)).astype(np.float32), r.normal(size=(n, 2)).astype(np.float32)]),
+    "mlp-dropout": (
+        lambda: mlp(dropout=0.25),
+        "CrossEntropyLoss",
+        lambda r, n: [r.normal(size=(n, 8)).astype(np.float32), classes(r, n)],
+    ),
+    "cnn-batchnorm": (
+        lambda: export(randomized(CNN(), 0), [(1, 8, 8)], ["x"], ["logits"], training=True),
+        "CrossEntropyLoss",
+        lambda r, n: [r.normal(size=(n, 1, 8, 8)).astype(np.float32), classes(r, n)],
+    ),
+    "sequence": (
+        lambda: export(randomized(Sequence(), 1), [(5, 8)], ["x"], ["y"]),
+        "MSELoss",
+        lambda r, n: [r.normal(size=(n, 5, 8)).astype(np.float32), r.normal(size=(n, 3)).astype(np.float32)],
+    ),
+    "gru": (
+        lambda: export(randomized(Recurrent("GRU"), 2), [(5, 4)], ["x"], ["logits"]),
+        "CrossEntropyLoss",
+        lambda r, n: [r.normal(size=(n, 5, 4)).astype(np.float32), classes(r, n)],
+    ),
+    "lstm": (
+        lambda: export(randomized(Recurrent("LSTM"), 3), [(5, 4)], ["x"], ["logits"]),
+        "CrossEntropyLoss",
+        lambda r, n: [r.normal(size=(n, 5, 4)).astype(np.float32), classes(r, n)],
+    ),
+    "loss-none": (
+        lambda: export(randomized(OwnLoss(), 4), [(4,), (2,)], ["x", "t"], ["loss"]),
+        None,
+        lambda r, n: [r.normal(size=(n, 4)).astype(np.float32), r.normal(size=(n, 2)).astype(np.float32)],
+    ),
 }
 
 
@@ -139,8 +169,14 @@ def one_step(directory, arrays, infer_inputs: int):
     opt.step()
     params = module.get_contiguous_parameters()
     module.eval()
-    return {"loss": loss, "grads": grads, "buffers": buffers, "params": params, "eval": module(*arrays),
-            "infer": module.infer(*arrays[:infer_inputs])}
+    return {
+        "loss": loss,
+        "grads": grads,
+        "buffers": buffers,
+        "params": params,
+        "eval": module(*arrays),
+        "infer": module.infer(*arrays[:infer_inputs]),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -154,8 +190,14 @@ def compiled(tmp_path_factory):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # the import's notes (the RNN exports' tied weights)
                 built[name][batch] = artifacts.generate_artifacts(
-                    make(), loss=loss, optimizer="SGD", learning_rate=0.1, momentum=0.9, batch_size=batch,
-                    artifact_directory=tmp_path_factory.mktemp(f"{name}-{batch}"))
+                    make(),
+                    loss=loss,
+                    optimizer="SGD",
+                    learning_rate=0.1,
+                    momentum=0.9,
+                    batch_size=batch,
+                    artifact_directory=tmp_path_factory.mktemp(f"{name}-{batch}"),
+                )
         return built[name][batch]
 
     return get
@@ -192,10 +234,14 @@ def test_the_c_refuses_a_batch_out_of_range_before_anything_changes(compiled):
     y = np.full((MAX + 1, 3), 5.0, np.float32)
     before = np.frombuffer(ffi.buffer(lib.model_trainable_data(), 4 * 195), np.float32).copy()
     for n in (0, -1, MAX + 1):
-        assert lib.model_train_step(n, ffi.from_buffer("float[]", x), ffi.from_buffer("int32_t[]", labels), loss) \
+        assert (
+            lib.model_train_step(n, ffi.from_buffer("float[]", x), ffi.from_buffer("int32_t[]", labels), loss)
             == BAD_ARGUMENT
-        assert lib.model_eval_step(n, ffi.from_buffer("float[]", x), ffi.from_buffer("int32_t[]", labels), loss) \
+        )
+        assert (
+            lib.model_eval_step(n, ffi.from_buffer("float[]", x), ffi.from_buffer("int32_t[]", labels), loss)
             == BAD_ARGUMENT
+        )
         assert lib.model_infer(n, ffi.from_buffer("float[]", x), ffi.from_buffer("float[]", y)) == BAD_ARGUMENT
     assert loss[0] == 7.0 and np.all(y == 5.0)
     assert lib.model_optimizer_step() == BAD_ARGUMENT  # no gradient was accumulated
@@ -222,18 +268,27 @@ def range_added(batch="batch") -> onnx.ModelProto:
     """y = Gemm(x + Range(0, batch)[:, None]): the folded Range is a constant the C reads whose values
     (not only its size) change with the batch, which the C cannot follow."""
     rng = np.random.default_rng(0)
-    nodes = [helper.make_node("Shape", ["x"], ["shape"], end=1),
-             helper.make_node("Squeeze", ["shape"], ["count"]),
-             helper.make_node("Range", ["zero", "count", "one"], ["rows"]),
-             helper.make_node("Cast", ["rows"], ["rows_f"], to=TensorProto.FLOAT),
-             helper.make_node("Unsqueeze", ["rows_f", "axis"], ["column"]),
-             helper.make_node("Add", ["x", "column"], ["shifted"]),
-             helper.make_node("Gemm", ["shifted", "W", "B"], ["y"], transB=1)]
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"], end=1),
+        helper.make_node("Squeeze", ["shape"], ["count"]),
+        helper.make_node("Range", ["zero", "count", "one"], ["rows"]),
+        helper.make_node("Cast", ["rows"], ["rows_f"], to=TensorProto.FLOAT),
+        helper.make_node("Unsqueeze", ["rows_f", "axis"], ["column"]),
+        helper.make_node("Add", ["x", "column"], ["shifted"]),
+        helper.make_node("Gemm", ["shifted", "W", "B"], ["y"], transB=1),
+    ]
     inits = [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in (("zero", 0), ("one", 1), ("axis", [1]))]
-    inits += [numpy_helper.from_array(rng.normal(size=(3, 4)).astype(np.float32), "W"),
-              numpy_helper.from_array(np.zeros(3, np.float32), "B")]
-    graph = helper.make_graph(nodes, "range_added", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 4])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 3])], inits)
+    inits += [
+        numpy_helper.from_array(rng.normal(size=(3, 4)).astype(np.float32), "W"),
+        numpy_helper.from_array(np.zeros(3, np.float32), "B"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "range_added",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 3])],
+        inits,
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
 
 
@@ -245,10 +300,14 @@ def test_a_model_the_c_cannot_follow_runs_its_batch_only_and_says_why(tmp_path):
     rng = np.random.default_rng(1)
     x, t = rng.normal(size=(4, 4)).astype(np.float32), rng.normal(size=(4, 3)).astype(np.float32)
     assert np.isfinite(module(x, t))
-    np.testing.assert_allclose(module.infer(x)[0], (x + np.arange(4)[:, None]) @ module.state.parameters["W"].data.T,
-                               rtol=1e-5, atol=1e-5)
-    with pytest.raises(ValueError, match=r"expects shape \(4, 4\), got \(3, 4\); the trainer runs batches of 4 only: "
-                                         r"constant tensor '.+' read at run time depend on the batch"):
+    np.testing.assert_allclose(
+        module.infer(x)[0], (x + np.arange(4)[:, None]) @ module.state.parameters["W"].data.T, rtol=1e-5, atol=1e-5
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"expects shape \(4, 4\), got \(3, 4\); the trainer runs batches of 4 only: "
+        r"constant tensor '.+' read at run time depend on the batch",
+    ):
         module(x[:3], t[:3])
     ffi, lib = load_library(directory)
     assert lib.model_init() == 0
@@ -268,6 +327,7 @@ def test_a_model_without_a_batch_axis_runs_its_shapes(tmp_path):
 
 def test_a_batchnorm_over_one_value_per_channel_does_not_train_a_batch_of_one(tmp_path):
     from models import mlp_bn
+
     directory = artifacts.generate_artifacts(mlp_bn(), batch_size=4, artifact_directory=tmp_path)
     _, module, _ = fresh(directory)
     x, y = np.ones((1, 8), np.float32), np.zeros(1, np.int64)
@@ -276,8 +336,10 @@ def test_a_batchnorm_over_one_value_per_channel_does_not_train_a_batch_of_one(tm
     ffi, lib = load_library(directory)
     loss = ffi.new("float *")
     assert lib.model_init() == 0
-    assert lib.model_train_step(1, ffi.from_buffer("float[]", x), ffi.from_buffer("int32_t[]", y.astype(np.int32)),
-                                loss) == BAD_ARGUMENT
+    assert (
+        lib.model_train_step(1, ffi.from_buffer("float[]", x), ffi.from_buffer("int32_t[]", y.astype(np.int32)), loss)
+        == BAD_ARGUMENT
+    )
     module.eval()
     assert np.isfinite(module(x, y))  # evaluation uses the running statistics: one sample is fine
 
@@ -286,15 +348,20 @@ def test_ort_tutorial_loop_with_a_short_last_batch(tmp_path):
     """ONNX Runtime's training tutorial: artifacts without batch_size, an epoch over a loader whose
     last batch is short, then the inference model exported and run by onnxruntime at other batches."""
     make, loss, data = CASES["cnn-batchnorm"]
-    out = artifacts.generate_artifacts(make(), requires_grad=None, loss=artifacts.LossType.CrossEntropyLoss,
-                                       optimizer=artifacts.OptimType.AdamW, artifact_directory=tmp_path / "out")
+    out = artifacts.generate_artifacts(
+        make(),
+        requires_grad=None,
+        loss=artifacts.LossType.CrossEntropyLoss,
+        optimizer=artifacts.OptimType.AdamW,
+        artifact_directory=tmp_path / "out",
+    )
     assert "MODEL_MAX_BATCH 32" in (out / "model.h").read_text()
     state, module, opt = fresh(out)
     x, y = data(np.random.default_rng(0), 70)
     module.train()
     losses = []
     for start in range(0, 70, 32):  # batches of 32, 32 and 6
-        losses.append(module(x[start:start + 32], y[start:start + 32]))
+        losses.append(module(x[start : start + 32], y[start : start + 32]))
         opt.step()
         module.lazy_reset_grad()
     assert len(losses) == 3 and all(np.isfinite(losses))
@@ -315,10 +382,16 @@ def test_ort_tutorial_loop_with_a_short_last_batch(tmp_path):
 def test_a_fused_update_at_a_smaller_batch_is_the_batch_compiled_alone(tmp_path, optimizer):
     """At batch 1 a trainer compiled for 1 updates Gemm weights from outer-product factors; the
     trainer compiled for 8 runs its Gemms at n = 1 and must land on the same bits."""
+
     def trajectory(batch, n):
-        directory = artifacts.generate_artifacts(mlp(), optimizer=optimizer, momentum=0.9 * (optimizer == "SGD"),
-                                                 fused_update=True, batch_size=batch,
-                                                 artifact_directory=tmp_path / f"{batch}-{n}")
+        directory = artifacts.generate_artifacts(
+            mlp(),
+            optimizer=optimizer,
+            momentum=0.9 * (optimizer == "SGD"),
+            fused_update=True,
+            batch_size=batch,
+            artifact_directory=tmp_path / f"{batch}-{n}",
+        )
         _, module, opt = fresh(directory)
         losses = []
         for seed in range(3):

@@ -30,8 +30,10 @@ def _our_processes(flwr_home: Path) -> list[int]:
     found = []
     for environ in Path("/proc").glob("[0-9]*/environ"):
         try:
-            if marker in environ.read_bytes().split(b"\0") and \
-                    (environ.parent / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            if (
+                marker in environ.read_bytes().split(b"\0")
+                and (environ.parent / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+            ):
                 found.append(int(environ.parent.name))
         except OSError:
             continue
@@ -41,9 +43,26 @@ def _our_processes(flwr_home: Path) -> list[int]:
 def test_federated_example_runs_on_flowers_deployment_engine(tmp_path):
     pytest.importorskip("flwr")
     result = subprocess.run(
-        [sys.executable, str(EXAMPLES / "federated" / "run.py"), "--clients", "2", "--rounds", "2",
-         "--local-epochs", "2", "--strategy", "fedavg,fedadam", "--out", str(tmp_path), "--timeout", "280"],
-        capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            str(EXAMPLES / "federated" / "run.py"),
+            "--clients",
+            "2",
+            "--rounds",
+            "2",
+            "--local-epochs",
+            "2",
+            "--strategy",
+            "fedavg,fedadam",
+            "--out",
+            str(tmp_path),
+            "--timeout",
+            "280",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
     rounds = [float(line.split()[-1]) for line in lines if re.fullmatch(r"round \d+ accuracy [0-9.]+", line)]

@@ -15,15 +15,30 @@ from models import mlp, mlp_bn
 onnxruntime = pytest.importorskip("onnxruntime")
 
 BATCH = 8
-STRICT = ["gcc", "-std=c99", "-Wall", "-Wextra", "-Wshadow", "-Wdouble-promotion", "-Werror", "-pedantic",
-          "-ffp-contract=off", "-c"]
+STRICT = [
+    "gcc",
+    "-std=c99",
+    "-Wall",
+    "-Wextra",
+    "-Wshadow",
+    "-Wdouble-promotion",
+    "-Werror",
+    "-pedantic",
+    "-ffp-contract=off",
+    "-c",
+]
 
 
 @pytest.fixture(scope="module")
 def out(tmp_path_factory):
-    return artifacts.generate_artifacts(mlp(sizes=(64, 32, 16, 10), dropout=0.2), batch_size=BATCH,
-                                        artifact_directory=tmp_path_factory.mktemp("fed"),
-                                        frozen_params=["fc0.weight"], learning_rate=0.01, federated=True)
+    return artifacts.generate_artifacts(
+        mlp(sizes=(64, 32, 16, 10), dropout=0.2),
+        batch_size=BATCH,
+        artifact_directory=tmp_path_factory.mktemp("fed"),
+        frozen_params=["fc0.weight"],
+        learning_rate=0.01,
+        federated=True,
+    )
 
 
 def fresh(out):
@@ -68,8 +83,9 @@ def test_exported_model_is_clean_and_matches_the_c_infer(out, tmp_path):
 
 
 def test_batchnorm_exports_in_inference_form_with_the_trained_running_statistics(tmp_path):
-    out = artifacts.generate_artifacts(mlp_bn(sizes=(64, 32, 10)), batch_size=BATCH, artifact_directory=tmp_path,
-                                       learning_rate=0.01)
+    out = artifacts.generate_artifacts(
+        mlp_bn(sizes=(64, 32, 10)), batch_size=BATCH, artifact_directory=tmp_path, learning_rate=0.01
+    )
     state, module, opt = fresh(out)
     before = state.parameters["bn0.running_mean"].data.copy()
     train(module, opt, 5)
@@ -104,9 +120,13 @@ def test_device_blob_merges_into_the_inference_model(out, tmp_path):
 
 
 def test_merge_refuses_another_models_blob_and_nominal_checkpoints(out, tmp_path):
-    other = artifacts.generate_artifacts(mlp(sizes=(64, 32, 16, 10), seed=3), batch_size=BATCH,
-                                         artifact_directory=tmp_path / "other", frozen_params=["fc0.weight"],
-                                         nominal_checkpoint=True)
+    other = artifacts.generate_artifacts(
+        mlp(sizes=(64, 32, 16, 10), seed=3),
+        batch_size=BATCH,
+        artifact_directory=tmp_path / "other",
+        frozen_params=["fc0.weight"],
+        nominal_checkpoint=True,
+    )
     with pytest.raises(api.CheckpointError, match="another model"):
         merge_parameter_blob(out, (other / "checkpoint").read_bytes())
     with pytest.raises(api.CheckpointError, match="nominal"):
@@ -129,7 +149,7 @@ def test_delta_and_update_follow_their_definition_bit_for_bit(out):
     updated = reference + np.float32(0.8) * aggregated
     np.testing.assert_array_equal(module.get_contiguous_parameters(trainable_only=True), updated)
     # fc1.weight follows fc0.bias in the blob
-    np.testing.assert_array_equal(state.parameters["fc1.weight"].data.ravel(), updated[32:32 + 16 * 32])
+    np.testing.assert_array_equal(state.parameters["fc1.weight"].data.ravel(), updated[32 : 32 + 16 * 32])
     assert not module.get_delta().any()
     # Frozen parameters are not part of the federated vector.
     assert delta.size == module.get_parameters_size(trainable_only=True) < module.get_parameters_size(False)
@@ -157,9 +177,13 @@ def test_federated_calls_refuse_bad_input_and_leave_the_trainer_unchanged(out):
 
 
 def test_federated_is_opt_in_and_costs_one_copy_of_the_trainable_parameters(out, tmp_path):
-    plain = artifacts.generate_artifacts(mlp(sizes=(64, 32, 16, 10), dropout=0.2), batch_size=BATCH,
-                                         artifact_directory=tmp_path / "plain", frozen_params=["fc0.weight"],
-                                         learning_rate=0.01)
+    plain = artifacts.generate_artifacts(
+        mlp(sizes=(64, 32, 16, 10), dropout=0.2),
+        batch_size=BATCH,
+        artifact_directory=tmp_path / "plain",
+        frozen_params=["fc0.weight"],
+        learning_rate=0.01,
+    )
     fed, base = (json.loads((d / "report.json").read_text()) for d in (out, plain))
     assert fed["ram_breakdown"]["federated_reference"] == fed["ram_breakdown"]["parameters"]
     assert base["ram_breakdown"]["federated_reference"] == 0
@@ -172,6 +196,7 @@ def test_federated_is_opt_in_and_costs_one_copy_of_the_trainable_parameters(out,
     with pytest.raises(RuntimeError, match="federated=True"):
         module.set_reference()
     for directory in (out, plain):
-        result = subprocess.run([*STRICT, str(directory / "model.c"), "-o", str(tmp_path / "m.o")],
-                                capture_output=True, text=True)
+        result = subprocess.run(
+            [*STRICT, str(directory / "model.c"), "-o", str(tmp_path / "m.o")], capture_output=True, text=True
+        )
         assert result.returncode == 0, result.stderr

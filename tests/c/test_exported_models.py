@@ -27,12 +27,26 @@ class Net(torch.nn.Module):
 def export(net, path, exporter):
     x = torch.randn(BATCH, 4, 4)
     if exporter == "torchscript":
-        torch.onnx.export(net, (x,), path, dynamo=False, training=torch.onnx.TrainingMode.TRAINING,
-                          do_constant_folding=False, input_names=["x"], output_names=["logits"],
-                          dynamic_axes={"x": {0: "batch"}})
+        torch.onnx.export(
+            net,
+            (x,),
+            path,
+            dynamo=False,
+            training=torch.onnx.TrainingMode.TRAINING,
+            do_constant_folding=False,
+            input_names=["x"],
+            output_names=["logits"],
+            dynamic_axes={"x": {0: "batch"}},
+        )
     else:
-        torch.onnx.export(net, (x,), path, input_names=["x"], output_names=["logits"],
-                          dynamic_shapes={"x": {0: torch.export.Dim("batch")}})
+        torch.onnx.export(
+            net,
+            (x,),
+            path,
+            input_names=["x"],
+            output_names=["logits"],
+            dynamic_shapes={"x": {0: torch.export.Dim("batch")}},
+        )
 
 
 def load(out):
@@ -66,8 +80,9 @@ def test_dropout_model_trains_and_evaluates_like_torch(tmp_path, exporter):
     torch.manual_seed(1)
     net = Net(dropout=0.3)
     export(net, tmp_path / "net.onnx", exporter)
-    out = artifacts.generate_artifacts(tmp_path / "net.onnx", artifact_directory=tmp_path / "out", batch_size=BATCH,
-                                       learning_rate=0.01)
+    out = artifacts.generate_artifacts(
+        tmp_path / "net.onnx", artifact_directory=tmp_path / "out", batch_size=BATCH, learning_rate=0.01
+    )
     state, module = load(out)
     opt = api.Optimizer(out / "optimizer_model.onnx", module)
     x = torch.randn(BATCH, 4, 4)
@@ -100,7 +115,7 @@ class ShapeArithmetic(torch.nn.Module):
 
     def forward(self, x):
         b = x.size(0)
-        h = x.view(b, x.size(1), -1)              # (B, 2, 4)
+        h = x.view(b, x.size(1), -1)  # (B, 2, 4)
         h = torch.matmul(h, self.w) * self.scale  # (B, 2, 3)
         return h.reshape(b, -1).softmax(dim=-1)
 
@@ -110,14 +125,23 @@ def test_shape_subgraphs_fold_to_constants(tmp_path):
     torch.manual_seed(2)
     net = ShapeArithmetic()
     x = torch.randn(BATCH, 2, 2, 2)
-    torch.onnx.export(net, (x,), tmp_path / "net.onnx", dynamo=False, training=torch.onnx.TrainingMode.TRAINING,
-                      do_constant_folding=False, input_names=["x"], output_names=["y"],
-                      dynamic_axes={"x": {0: "batch"}})
+    torch.onnx.export(
+        net,
+        (x,),
+        tmp_path / "net.onnx",
+        dynamo=False,
+        training=torch.onnx.TrainingMode.TRAINING,
+        do_constant_folding=False,
+        input_names=["x"],
+        output_names=["y"],
+        dynamic_axes={"x": {0: "batch"}},
+    )
     exported_ops = {n.op_type for n in onnx.load(tmp_path / "net.onnx").graph.node}
     assert {"Shape", "Gather"} <= exported_ops
     target = torch.rand(BATCH, 6)
-    out = artifacts.generate_artifacts(tmp_path / "net.onnx", loss=artifacts.LossType.MSELoss,
-                                       artifact_directory=tmp_path / "out", batch_size=BATCH)
+    out = artifacts.generate_artifacts(
+        tmp_path / "net.onnx", loss=artifacts.LossType.MSELoss, artifact_directory=tmp_path / "out", batch_size=BATCH
+    )
     training_ops = {n.op_type for n in onnx.load(out / "training_model.onnx").graph.node}
     assert not training_ops & {"Shape", "Gather", "ConstantOfShape", "Cast"}
     state, module = load(out)

@@ -42,23 +42,34 @@ TIMES_TORCH = 3
 def _conv_bn_block() -> nn.Module:
     """Conv 3x3 -> BatchNormalization (statistics and gradients over 2 x 96 x 96 values) -> ReLU ->
     global average pooling -> Dense."""
-    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
-                          nn.Flatten(), nn.Linear(8, 4))
+    model = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1),
+        nn.BatchNorm2d(8),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(8, 4),
+    )
     model.input_shape = (3, 96, 96)
     return model
 
 
 # builder, classes, floor
-CASES = {"kws": (MODELS["kws"]["build"], 12, 1e-4), "vww": (MODELS["vww"]["build"], 2, 1e-4),
-         "conv_bn": (_conv_bn_block, 4, 1e-6)}
+CASES = {
+    "kws": (MODELS["kws"]["build"], 12, 1e-4),
+    "vww": (MODELS["vww"]["build"], 2, 1e-4),
+    "conv_bn": (_conv_bn_block, 4, 1e-6),
+}
 
 
 def _step(net, x, target, dtype):
     """(gradients, running statistics) of one training step of `net` in `dtype`, as float64 arrays."""
     net = copy.deepcopy(net).to(dtype).train()
     nn.functional.cross_entropy(net(torch.from_numpy(x).to(dtype)), torch.from_numpy(target)).backward()
-    return ({name: p.grad.double().numpy() for name, p in net.named_parameters()},
-            {name: b.double().numpy() for name, b in net.named_buffers() if "running" in name})
+    return (
+        {name: p.grad.double().numpy() for name, p in net.named_parameters()},
+        {name: b.double().numpy() for name, b in net.named_buffers() if "running" in name},
+    )
 
 
 def _relu_inputs(net, x, dtype) -> list[np.ndarray]:
@@ -87,8 +98,12 @@ def _batch(net, classes):
 def case(request, tmp_path_factory):
     build, classes, floor = CASES[request.param]
     model, net = export_training(build(), BATCH)
-    out = artifacts.generate_artifacts(model, artifact_directory=tmp_path_factory.mktemp(request.param),
-                                       loss=artifacts.LossType.CrossEntropyLoss, optimizer=artifacts.OptimType.SGD)
+    out = artifacts.generate_artifacts(
+        model,
+        artifact_directory=tmp_path_factory.mktemp(request.param),
+        loss=artifacts.LossType.CrossEntropyLoss,
+        optimizer=artifacts.OptimType.SGD,
+    )
     return request.param, out, net, classes, floor
 
 
@@ -114,7 +129,9 @@ def test_gradients_and_statistics_are_as_accurate_as_torch_float32(case):
     for ratio, k, err, torch_err, bound in sorted(rows, reverse=True):
         print(f"  {k:22s} {err:9.3g} {torch_err:9.3g} {bound:9.3g}  ({ratio:.2f} of the bound)")
     assert len(rows) == len(list(net.parameters())) + 2 * sum(
-        isinstance(m, nn.modules.batchnorm._BatchNorm) for m in net.modules())
+        isinstance(m, nn.modules.batchnorm._BatchNorm) for m in net.modules()
+    )
     worst = max(rows)
-    assert worst[0] <= 1, (f"{worst[1]}: max|C - float64| = {worst[2]:.3g} > {worst[4]:.3g} "
-                           f"(torch float32: {worst[3]:.3g})")
+    assert worst[0] <= 1, (
+        f"{worst[1]}: max|C - float64| = {worst[2]:.3g} > {worst[4]:.3g} (torch float32: {worst[3]:.3g})"
+    )

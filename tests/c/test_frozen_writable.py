@@ -27,8 +27,9 @@ def compile_mlp(directory, frozen_values=None):
     for init in model.graph.initializer:
         if frozen_values and init.name in frozen_values:
             init.CopyFrom(numpy_helper.from_array(frozen_values[init.name], init.name))
-    return artifacts.generate_artifacts(model, artifact_directory=directory, batch_size=BATCH, frozen_params=FROZEN,
-                                        learning_rate=0.05)
+    return artifacts.generate_artifacts(
+        model, artifact_directory=directory, batch_size=BATCH, frozen_params=FROZEN, learning_rate=0.05
+    )
 
 
 def other_values(state, seed=1) -> dict[str, np.ndarray]:

@@ -34,12 +34,14 @@ def f32(value) -> np.ndarray:
 
 # ---- Gemm: Y = alpha * A' B' + beta * C ----
 
+
 def _gemm(alpha=1.0, beta=1.0, trans_a=0, trans_b=0):
     def fn(a, b, c=None):
         a = a.T if trans_a else a
         b = b.T if trans_b else b
         y = alpha * (a @ b)
         return y if c is None else y + beta * c
+
     return fn
 
 
@@ -57,15 +59,24 @@ for name, ta, tb, alpha, beta, c_shape in [
     ops = {"A": (K, M) if ta else (M, K), "B": (N, K) if tb else (K, N)}
     if c_shape is not None:
         ops["C"] = c_shape
-    case(name, "Gemm", ops, _gemm(alpha, beta, ta, tb),
-         attrs={"alpha": alpha, "beta": beta, "transA": ta, "transB": tb})
+    case(
+        name, "Gemm", ops, _gemm(alpha, beta, ta, tb), attrs={"alpha": alpha, "beta": beta, "transA": ta, "transB": tb}
+    )
 
 # A batch of one: a weight gradient that contracts over it is an outer product, which train_step
 # never stores (the accumulator sums it from its two factors).
-for name, ta, tb, (m, k, n) in [("outer-transB", 0, 1, (1, 4, 5)), ("outer-transA", 1, 0, (1, 4, 5)),
-                                ("outer-N1", 0, 0, (3, 4, 1))]:
-    case(name, "Gemm", {"A": (k, m) if ta else (m, k), "B": (n, k) if tb else (k, n)}, _gemm(1.0, 1.0, ta, tb),
-         attrs={"transA": ta, "transB": tb})
+for name, ta, tb, (m, k, n) in [
+    ("outer-transB", 0, 1, (1, 4, 5)),
+    ("outer-transA", 1, 0, (1, 4, 5)),
+    ("outer-N1", 0, 0, (3, 4, 1)),
+]:
+    case(
+        name,
+        "Gemm",
+        {"A": (k, m) if ta else (m, k), "B": (n, k) if tb else (k, n)},
+        _gemm(1.0, 1.0, ta, tb),
+        attrs={"transA": ta, "transB": tb},
+    )
 
 # ---- MatMul (NumPy semantics) ----
 for name, a, b in [
@@ -121,12 +132,27 @@ case("scalar", "Identity", {"X": ()}, lambda x: x)
 for p in (2.0, 3.0, 0.5, -1.0, 1.7):
     case(f"exp{p:g}", "Pow", {"X": positive((3, 4))}, lambda x, p=p: torch.pow(x, p), consts={"P": f32(p)})
 
-case("min", "Clip", {"X": normal((3, 4), avoid=(-0.3,))}, lambda x: torch.clamp(x, min=-0.3),
-     consts={"lo": f32(-0.3), "hi": None})
-case("max", "Clip", {"X": normal((3, 4), avoid=(0.4,))}, lambda x: torch.clamp(x, max=0.4),
-     consts={"lo": None, "hi": f32(0.4)})
-case("min-max", "Clip", {"X": normal((2, 3, 4), avoid=(-0.5, 0.6))}, lambda x: torch.clamp(x, -0.5, 0.6),
-     consts={"lo": f32(-0.5), "hi": f32(0.6)})
+case(
+    "min",
+    "Clip",
+    {"X": normal((3, 4), avoid=(-0.3,))},
+    lambda x: torch.clamp(x, min=-0.3),
+    consts={"lo": f32(-0.3), "hi": None},
+)
+case(
+    "max",
+    "Clip",
+    {"X": normal((3, 4), avoid=(0.4,))},
+    lambda x: torch.clamp(x, max=0.4),
+    consts={"lo": None, "hi": f32(0.4)},
+)
+case(
+    "min-max",
+    "Clip",
+    {"X": normal((2, 3, 4), avoid=(-0.5, 0.6))},
+    lambda x: torch.clamp(x, -0.5, 0.6),
+    consts={"lo": f32(-0.5), "hi": f32(0.6)},
+)
 case("none", "Clip", {"X": (3, 4)}, lambda x: x)
 
 # ---- Softmax / LogSoftmax ----
@@ -141,9 +167,13 @@ case("minus1", "Reshape", {"X": (2, 3, 4)}, lambda x: x.reshape(4, -1), consts={
 case("zero-copies-dim", "Reshape", {"X": (2, 3, 4)}, lambda x: x.reshape(2, 12), consts={"shape": i64(0, -1)})
 case("to-4d", "Reshape", {"X": (6, 4)}, lambda x: x.reshape(2, 3, 2, 2), consts={"shape": i64(2, 3, 2, 2)})
 for axis in (0, 1, 2, -1):
-    case(f"axis{axis}", "Flatten", {"X": (2, 3, 4)},
-         lambda x, axis=axis: x.reshape(int(np.prod((2, 3, 4)[:axis % 3 if axis < 0 else axis])), -1),
-         attrs={"axis": axis})
+    case(
+        f"axis{axis}",
+        "Flatten",
+        {"X": (2, 3, 4)},
+        lambda x, axis=axis: x.reshape(int(np.prod((2, 3, 4)[: axis % 3 if axis < 0 else axis])), -1),
+        attrs={"axis": axis},
+    )
 case("default", "Transpose", {"X": (2, 3, 4)}, lambda x: x.permute(2, 1, 0))
 case("default-2d", "Transpose", {"X": (3, 5)}, lambda x: x.T)
 case("perm102", "Transpose", {"X": (2, 3, 4)}, lambda x: x.permute(1, 0, 2), attrs={"perm": [1, 0, 2]})
@@ -156,34 +186,83 @@ case("axis0", "Unsqueeze", {"X": (3, 4)}, lambda x: x.reshape(1, 3, 4), consts={
 case("axes1-neg1", "Unsqueeze", {"X": (3, 4)}, lambda x: x.reshape(3, 1, 4, 1), consts={"axes": i64(1, -1)})
 case("axes0-3", "Unsqueeze", {"X": (3, 4)}, lambda x: x.reshape(1, 3, 4, 1), consts={"axes": i64(0, 3)})
 case("axis0-2in", "Concat", {"A": (2, 3), "B": (1, 3)}, lambda a, b: torch.cat([a, b], 0), attrs={"axis": 0})
-case("axis1-3in", "Concat", {"A": (2, 3), "B": (2, 1), "C": (2, 2)}, lambda a, b, c: torch.cat([a, b, c], 1),
-     attrs={"axis": 1})
-case("axis0-3in-3d", "Concat", {"A": (1, 2, 3), "B": (2, 2, 3), "C": (1, 2, 3)},
-     lambda a, b, c: torch.cat([a, b, c], 0), attrs={"axis": 0})
-case("axis1-2in-3d", "Concat", {"A": (2, 1, 3), "B": (2, 3, 3)}, lambda a, b: torch.cat([a, b], 1),
-     attrs={"axis": 1})
-case("axis-neg1-2in", "Concat", {"A": (2, 3, 2), "B": (2, 3, 1)}, lambda a, b: torch.cat([a, b], -1),
-     attrs={"axis": -1})
-case("axis1-sizes", "Split", {"X": (2, 5)}, lambda x: torch.split(x, [2, 3], 1), attrs={"axis": 1},
-     consts={"split": i64(2, 3)}, n_outputs=2)
-case("axis0-3way", "Split", {"X": (6, 2)}, lambda x: torch.split(x, [1, 2, 3], 0), attrs={"axis": 0},
-     consts={"split": i64(1, 2, 3)}, n_outputs=3)
+case(
+    "axis1-3in",
+    "Concat",
+    {"A": (2, 3), "B": (2, 1), "C": (2, 2)},
+    lambda a, b, c: torch.cat([a, b, c], 1),
+    attrs={"axis": 1},
+)
+case(
+    "axis0-3in-3d",
+    "Concat",
+    {"A": (1, 2, 3), "B": (2, 2, 3), "C": (1, 2, 3)},
+    lambda a, b, c: torch.cat([a, b, c], 0),
+    attrs={"axis": 0},
+)
+case("axis1-2in-3d", "Concat", {"A": (2, 1, 3), "B": (2, 3, 3)}, lambda a, b: torch.cat([a, b], 1), attrs={"axis": 1})
+case(
+    "axis-neg1-2in", "Concat", {"A": (2, 3, 2), "B": (2, 3, 1)}, lambda a, b: torch.cat([a, b], -1), attrs={"axis": -1}
+)
+case(
+    "axis1-sizes",
+    "Split",
+    {"X": (2, 5)},
+    lambda x: torch.split(x, [2, 3], 1),
+    attrs={"axis": 1},
+    consts={"split": i64(2, 3)},
+    n_outputs=2,
+)
+case(
+    "axis0-3way",
+    "Split",
+    {"X": (6, 2)},
+    lambda x: torch.split(x, [1, 2, 3], 0),
+    attrs={"axis": 0},
+    consts={"split": i64(1, 2, 3)},
+    n_outputs=3,
+)
 
 # ---- reductions (opset 18: axes as an input) ----
 for op, fn in [("ReduceSum", torch.sum), ("ReduceMean", torch.mean)]:
-    case("axis1-keep", op, {"X": (2, 3, 4)}, lambda x, fn=fn: fn(x, dim=(1,), keepdim=True),
-         attrs={"keepdims": 1}, consts={"axes": i64(1)})
-    case("axes0,2-nokeep", op, {"X": (2, 3, 4)}, lambda x, fn=fn: fn(x, dim=(0, 2)),
-         attrs={"keepdims": 0}, consts={"axes": i64(0, 2)})
-    case("axis-neg1-nokeep", op, {"X": (2, 3, 4)}, lambda x, fn=fn: fn(x, dim=(-1,)),
-         attrs={"keepdims": 0}, consts={"axes": i64(-1)})
+    case(
+        "axis1-keep",
+        op,
+        {"X": (2, 3, 4)},
+        lambda x, fn=fn: fn(x, dim=(1,), keepdim=True),
+        attrs={"keepdims": 1},
+        consts={"axes": i64(1)},
+    )
+    case(
+        "axes0,2-nokeep",
+        op,
+        {"X": (2, 3, 4)},
+        lambda x, fn=fn: fn(x, dim=(0, 2)),
+        attrs={"keepdims": 0},
+        consts={"axes": i64(0, 2)},
+    )
+    case(
+        "axis-neg1-nokeep",
+        op,
+        {"X": (2, 3, 4)},
+        lambda x, fn=fn: fn(x, dim=(-1,)),
+        attrs={"keepdims": 0},
+        consts={"axes": i64(-1)},
+    )
     case("all-omitted-nokeep", op, {"X": (2, 3, 4)}, lambda x, fn=fn: fn(x), attrs={"keepdims": 0})
     case("all-omitted-keep", op, {"X": (2, 3, 4)}, lambda x, fn=fn: fn(x, dim=(0, 1, 2), keepdim=True))
-    case("all-explicit-keep", op, {"X": (3, 4)}, lambda x, fn=fn: fn(x, dim=(0, 1), keepdim=True),
-         attrs={"keepdims": 1}, consts={"axes": i64(0, 1)})
+    case(
+        "all-explicit-keep",
+        op,
+        {"X": (3, 4)},
+        lambda x, fn=fn: fn(x, dim=(0, 1), keepdim=True),
+        attrs={"keepdims": 1},
+        consts={"axes": i64(0, 1)},
+    )
 
 
 # ---- Dropout: counter-based mask in training, identity in eval ----
+
 
 def _dropout_model(shape, ratio, seed_attr=None, rng=None, training_mode=None):
     """W -> Identity -> Dropout(ratio) -> * R -> ReduceSum: Dropout is node 1, so its default seed is 1.
@@ -199,13 +278,19 @@ def _dropout_model(shape, ratio, seed_attr=None, rng=None, training_mode=None):
         consts.append(numpy_helper.from_array(np.array(training_mode, np.bool_), "training_mode"))
     while not drop_inputs[-1]:
         drop_inputs.pop()
-    nodes = [helper.make_node("Identity", ["W"], ["X"]),
-             helper.make_node("Dropout", drop_inputs, ["Y"], **drop_attrs),
-             helper.make_node("Mul", ["Y", "R"], ["YR"]),
-             helper.make_node("ReduceSum", ["YR"], ["loss"], keepdims=0)]
-    graph = helper.make_graph(nodes, "dropout", [helper.make_tensor_value_info("R", TensorProto.FLOAT, shape)],
-                              [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])],
-                              consts)
+    nodes = [
+        helper.make_node("Identity", ["W"], ["X"]),
+        helper.make_node("Dropout", drop_inputs, ["Y"], **drop_attrs),
+        helper.make_node("Mul", ["Y", "R"], ["YR"]),
+        helper.make_node("ReduceSum", ["YR"], ["loss"], keepdims=0),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "dropout",
+        [helper.make_tensor_value_info("R", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])],
+        consts,
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), w
 
 
@@ -236,10 +321,12 @@ class DropoutCase:
                 else:
                     assert np.any(mask == 0) and np.any(mask != 0)
                 errors.append(assert_close(grad, r * mask, f"dropout grad, step {counter}"))
-                errors.append(assert_close(loss, np.sum((w * mask * r).astype(np.float64)),
-                                           f"dropout loss, step {counter}"))
-            assert ratio == 0 or not np.array_equal(_dropout_mask(self.shape, ratio, mask_seed, 0),
-                                                    _dropout_mask(self.shape, ratio, mask_seed, 1))
+                errors.append(
+                    assert_close(loss, np.sum((w * mask * r).astype(np.float64)), f"dropout loss, step {counter}")
+                )
+            assert ratio == 0 or not np.array_equal(
+                _dropout_mask(self.shape, ratio, mask_seed, 0), _dropout_mask(self.shape, ratio, mask_seed, 1)
+            )
             return max(errors)
         if self.check == "eval":
             module.eval()

@@ -37,38 +37,87 @@ case("large-angles", "Cos", {"X": fixed([[1e3, -2.5e4, 65536.0, 1e5], [3.1415927
 case("2d", "Reciprocal", {"X": normal((3, 4), 2.0, avoid=(0.0,))}, torch.reciprocal)
 case("3d", "Reciprocal", {"X": normal((2, 3, 4), 0.5, avoid=(0.0,))}, torch.reciprocal)
 case("2d", "Mish", {"X": normal((3, 4), 3.0)}, F.mish)
-case("wide-range", "Mish", {"X": fixed([[-100.0, -30.0, -8.0, -1.2, -1e-3, 0.0],
-                                        [1e-3, 0.7, 5.0, 19.9, 20.1, 60.0]])}, F.mish)
+case(
+    "wide-range",
+    "Mish",
+    {"X": fixed([[-100.0, -30.0, -8.0, -1.2, -1e-3, 0.0], [1e-3, 0.7, 5.0, 19.9, 20.1, 60.0]])},
+    F.mish,
+)
 
 # ---- reductions (opset 18: axes as an input) ----
 # Ties in rows and columns, for both the largest and the smallest elements.
 TIES = [[1.0, 3.0, 3.0, 0.0], [2.0, 2.0, 2.0, 2.0], [-1.0, 5.0, -1.0, 2.0], [2.0, 2.0, -1.0, 0.0]]
 for op, fn in (("ReduceMax", torch.amax), ("ReduceMin", torch.amin)):
     case("axis1-keepdims", op, {"X": normal((2, 3, 4))}, lambda x, f=fn: f(x, 1, keepdim=True), consts={"axes": i64(1)})
-    case("two-axes", op, {"X": normal((2, 3, 4))}, lambda x, f=fn: f(x, (0, 2)), attrs={"keepdims": 0},
-         consts={"axes": i64(0, -1)})
+    case(
+        "two-axes",
+        op,
+        {"X": normal((2, 3, 4))},
+        lambda x, f=fn: f(x, (0, 2)),
+        attrs={"keepdims": 0},
+        consts={"axes": i64(0, -1)},
+    )
     case("all-axes", op, {"X": normal((3, 5))}, lambda x, f=fn: f(x), attrs={"keepdims": 0})
-    case("ties-rows", op, {"X": fixed(TIES)}, lambda x, f=fn: f(x, 1), attrs={"keepdims": 0},
-         consts={"axes": i64(1)})
+    case("ties-rows", op, {"X": fixed(TIES)}, lambda x, f=fn: f(x, 1), attrs={"keepdims": 0}, consts={"axes": i64(1)})
     case("ties-cols", op, {"X": fixed(TIES)}, lambda x, f=fn: f(x, 0, keepdim=True), consts={"axes": i64(0)})
-    case("noop-empty-axes", op, {"X": normal((2, 3))}, lambda x: x.clone(), attrs={"noop_with_empty_axes": 1},
-         consts={"axes": np.zeros(0, np.int64)})
-case("last-axis", "ReduceL2", {"X": normal((2, 3, 4))}, lambda x: torch.linalg.vector_norm(x, dim=2),
-     attrs={"keepdims": 0}, consts={"axes": i64(2)})
-case("middle-axis-keepdims", "ReduceL2", {"X": normal((2, 5, 3))},
-     lambda x: torch.linalg.vector_norm(x, dim=1, keepdim=True), consts={"axes": i64(-2)})
-case("zero-norm", "ReduceL2", {"X": fixed([[0.0, 0.0, 0.0], [1.0, -2.0, 2.0]])},
-     lambda x: torch.linalg.vector_norm(x, dim=1), attrs={"keepdims": 0}, consts={"axes": i64(1)})
+    case(
+        "noop-empty-axes",
+        op,
+        {"X": normal((2, 3))},
+        lambda x: x.clone(),
+        attrs={"noop_with_empty_axes": 1},
+        consts={"axes": np.zeros(0, np.int64)},
+    )
+case(
+    "last-axis",
+    "ReduceL2",
+    {"X": normal((2, 3, 4))},
+    lambda x: torch.linalg.vector_norm(x, dim=2),
+    attrs={"keepdims": 0},
+    consts={"axes": i64(2)},
+)
+case(
+    "middle-axis-keepdims",
+    "ReduceL2",
+    {"X": normal((2, 5, 3))},
+    lambda x: torch.linalg.vector_norm(x, dim=1, keepdim=True),
+    consts={"axes": i64(-2)},
+)
+case(
+    "zero-norm",
+    "ReduceL2",
+    {"X": fixed([[0.0, 0.0, 0.0], [1.0, -2.0, 2.0]])},
+    lambda x: torch.linalg.vector_norm(x, dim=1),
+    attrs={"keepdims": 0},
+    consts={"axes": i64(1)},
+)
 case("all-axes", "ReduceL2", {"X": normal((4, 3))}, lambda x: torch.linalg.vector_norm(x, keepdim=True))
-case("last-axis", "ReduceLogSumExp", {"X": normal((3, 5), 2.0)}, lambda x: torch.logsumexp(x, 1),
-     attrs={"keepdims": 0}, consts={"axes": i64(1)})
-case("large-values", "ReduceLogSumExp", {"X": normal((2, 3, 4), 60.0)},
-     lambda x: torch.logsumexp(x, (0, 2), keepdim=True), consts={"axes": i64(0, 2)})
-case("all-axes", "ReduceLogSumExp", {"X": fixed([[100.0, 100.0, -3.0], [1e3, -1e3, 999.0]])},
-     lambda x: torch.logsumexp(x, (0, 1)), attrs={"keepdims": 0})
+case(
+    "last-axis",
+    "ReduceLogSumExp",
+    {"X": normal((3, 5), 2.0)},
+    lambda x: torch.logsumexp(x, 1),
+    attrs={"keepdims": 0},
+    consts={"axes": i64(1)},
+)
+case(
+    "large-values",
+    "ReduceLogSumExp",
+    {"X": normal((2, 3, 4), 60.0)},
+    lambda x: torch.logsumexp(x, (0, 2), keepdim=True),
+    consts={"axes": i64(0, 2)},
+)
+case(
+    "all-axes",
+    "ReduceLogSumExp",
+    {"X": fixed([[100.0, 100.0, -3.0], [1e3, -1e3, 999.0]])},
+    lambda x: torch.logsumexp(x, (0, 1)),
+    attrs={"keepdims": 0},
+)
 
 
 # ---- DepthToSpace / SpaceToDepth (NCHW): DCR by hand, CRD is torch's pixel (un)shuffle ----
+
 
 def depth_to_space_dcr(x, b):
     n, c, h, w = x.shape
@@ -80,20 +129,48 @@ def space_to_depth_dcr(x, b):
     return x.reshape(n, c, h // b, b, w // b, b).permute(0, 3, 5, 1, 2, 4).reshape(n, c * b * b, h // b, w // b)
 
 
-case("dcr-b2", "DepthToSpace", {"X": normal((2, 8, 2, 3))}, lambda x: depth_to_space_dcr(x, 2),
-     attrs={"blocksize": 2, "mode": "DCR"})
-case("default-mode-b3", "DepthToSpace", {"X": normal((1, 9, 2, 2))}, lambda x: depth_to_space_dcr(x, 3),
-     attrs={"blocksize": 3})
-case("crd-b2", "DepthToSpace", {"X": normal((2, 12, 3, 2))}, lambda x: F.pixel_shuffle(x, 2),
-     attrs={"blocksize": 2, "mode": "CRD"})
+case(
+    "dcr-b2",
+    "DepthToSpace",
+    {"X": normal((2, 8, 2, 3))},
+    lambda x: depth_to_space_dcr(x, 2),
+    attrs={"blocksize": 2, "mode": "DCR"},
+)
+case(
+    "default-mode-b3",
+    "DepthToSpace",
+    {"X": normal((1, 9, 2, 2))},
+    lambda x: depth_to_space_dcr(x, 3),
+    attrs={"blocksize": 3},
+)
+case(
+    "crd-b2",
+    "DepthToSpace",
+    {"X": normal((2, 12, 3, 2))},
+    lambda x: F.pixel_shuffle(x, 2),
+    attrs={"blocksize": 2, "mode": "CRD"},
+)
 case("b2", "SpaceToDepth", {"X": normal((2, 3, 4, 6))}, lambda x: space_to_depth_dcr(x, 2), attrs={"blocksize": 2})
-case("dcr-b3-opset28", "SpaceToDepth", {"X": normal((1, 2, 6, 3))}, lambda x: space_to_depth_dcr(x, 3),
-     attrs={"blocksize": 3, "mode": "DCR"}, opset=28)
-case("crd-b2-opset28", "SpaceToDepth", {"X": normal((2, 3, 4, 2))}, lambda x: F.pixel_unshuffle(x, 2),
-     attrs={"blocksize": 2, "mode": "CRD"}, opset=28)
+case(
+    "dcr-b3-opset28",
+    "SpaceToDepth",
+    {"X": normal((1, 2, 6, 3))},
+    lambda x: space_to_depth_dcr(x, 3),
+    attrs={"blocksize": 3, "mode": "DCR"},
+    opset=28,
+)
+case(
+    "crd-b2-opset28",
+    "SpaceToDepth",
+    {"X": normal((2, 3, 4, 2))},
+    lambda x: F.pixel_unshuffle(x, 2),
+    attrs={"blocksize": 2, "mode": "CRD"},
+    opset=28,
+)
 
 
 # ---- SiLU as exporters write it: Sigmoid then Mul, x * sigmoid(x) in either operand order ----
+
 
 @dataclass
 class SiluGraph:
@@ -104,33 +181,64 @@ class SiluGraph:
         x = normal((3, 4), 3.0)(rng)
         operands = ["X", "s"] if self.x_first else ["s", "X"]
         nodes = [helper.make_node("Sigmoid", ["X"], ["s"]), helper.make_node("Mul", operands, ["out"])]
-        graph = helper.make_graph(nodes, "silu", [], [helper.make_empty_tensor_value_info("out")],
-                                  [numpy_helper.from_array(x, "X")])
+        graph = helper.make_graph(
+            nodes, "silu", [], [helper.make_empty_tensor_value_info("out")], [numpy_helper.from_array(x, "X")]
+        )
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
         return check_graph_gradients(model, {"X": x}, lambda X: F.silu(X), tmp_path, rng)
 
 
 def _mix(net, h):
     """This file's ops as torch's TorchScript exporter writes them (mish as Softplus, Tanh, Mul)."""
-    return torch.cat([F.silu(h), F.mish(h), torch.sin(h), torch.cos(h), 1 / (h.abs() + 0.5),
-                      h.amax(1, keepdim=True), h.amin(0, keepdim=True).expand(3, 8),
-                      torch.logsumexp(h, 1, keepdim=True), torch.linalg.vector_norm(h, dim=1, keepdim=True),
-                      F.pixel_shuffle(h.reshape(3, 4, 1, 2), 2).reshape(3, 8)], 1)
+    return torch.cat(
+        [
+            F.silu(h),
+            F.mish(h),
+            torch.sin(h),
+            torch.cos(h),
+            1 / (h.abs() + 0.5),
+            h.amax(1, keepdim=True),
+            h.amin(0, keepdim=True).expand(3, 8),
+            torch.logsumexp(h, 1, keepdim=True),
+            torch.linalg.vector_norm(h, dim=1, keepdim=True),
+            F.pixel_shuffle(h.reshape(3, 4, 1, 2), 2).reshape(3, 8),
+        ],
+        1,
+    )
 
 
 CASES += [
     pytest.param(SiluGraph(x_first=True), id="SiLU-x-times-sigmoid"),
     pytest.param(SiluGraph(x_first=False), id="SiLU-sigmoid-times-x"),
     pytest.param(ExportCase(lambda net, h: F.silu(h), 17, ("Sigmoid", "Mul")), id="SiLU-exported"),
-    pytest.param(ExportCase(_mix, 17, ("Sigmoid", "Softplus", "Sin", "Cos", "Reciprocal", "ReduceMax", "ReduceMin",
-                                       "ReduceLogSumExp", "ReduceL2", "DepthToSpace"), width=8),
-                 id="Mix-exported-opset17"),
-    pytest.param(ExportCase(_mix, 18, ("Sin", "ReduceMax", "ReduceL2", "DepthToSpace"), width=8),
-                 id="Mix-exported-opset18"),
+    pytest.param(
+        ExportCase(
+            _mix,
+            17,
+            (
+                "Sigmoid",
+                "Softplus",
+                "Sin",
+                "Cos",
+                "Reciprocal",
+                "ReduceMax",
+                "ReduceMin",
+                "ReduceLogSumExp",
+                "ReduceL2",
+                "DepthToSpace",
+            ),
+            width=8,
+        ),
+        id="Mix-exported-opset17",
+    ),
+    pytest.param(
+        ExportCase(_mix, 18, ("Sin", "ReduceMax", "ReduceL2", "DepthToSpace"), width=8), id="Mix-exported-opset18"
+    ),
 ]
 
 
 # ---- et_sinf / et_cosf against float64 ----
+
 
 @dataclass
 class SinCosAccuracy:
@@ -141,17 +249,26 @@ class SinCosAccuracy:
 
     def run(self, tmp_path, seed: int) -> float:
         loop = "int i; for (i = 0; i < n; ++i) y[i] = {}(x[i]);"
-        fns = float_library(tmp_path, "\n".join((RUNTIME / h).read_text() for h in ("et_common.h", "et_math.h")),
-                            {"t_sin": loop.format("et_sinf"), "t_cos": loop.format("et_cosf")})
+        fns = float_library(
+            tmp_path,
+            "\n".join((RUNTIME / h).read_text() for h in ("et_common.h", "et_math.h")),
+            {"t_sin": loop.format("et_sinf"), "t_cos": loop.format("et_cosf")},
+        )
 
         rng = np.random.default_rng(seed)
         k = np.arange(1, 63662, dtype=np.float64)
         near = (k * (math.pi / 2)).astype(np.float32)
-        x = np.concatenate([rng.uniform(-10, 10, 100_000), rng.uniform(-1e5, 1e5, 100_000),
-                            np.exp(rng.uniform(-100, 88.7, 100_000)) * rng.choice([-1, 1], 100_000),
-                            near, np.nextafter(near, np.float32(0)), np.nextafter(near, np.float32(np.inf)),
-                            [0.7853981, 0.78539819, 1e-30, 1e-45, 3.4028235e38, 1e5, 2.0**24, 2.0**60]]
-                           ).astype(np.float32)
+        x = np.concatenate(
+            [
+                rng.uniform(-10, 10, 100_000),
+                rng.uniform(-1e5, 1e5, 100_000),
+                np.exp(rng.uniform(-100, 88.7, 100_000)) * rng.choice([-1, 1], 100_000),
+                near,
+                np.nextafter(near, np.float32(0)),
+                np.nextafter(near, np.float32(np.inf)),
+                [0.7853981, 0.78539819, 1e-30, 1e-45, 3.4028235e38, 1e5, 2.0**24, 2.0**60],
+            ]
+        ).astype(np.float32)
         x = np.concatenate([x, -x])
         worst = 0.0
         for name, ref in (("t_sin", np.sin), ("t_cos", np.cos)):

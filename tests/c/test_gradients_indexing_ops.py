@@ -42,14 +42,19 @@ def _model(op, operands: dict, attrs: dict, outputs: list[str], shape, feeds=(),
     def is_input(name, v):
         return name in feeds or (forward and v.dtype == np.float32)
 
-    inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
-              for n, v in operands.items() if is_input(n, v)]
+    inputs = [
+        helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+        for n, v in operands.items()
+        if is_input(n, v)
+    ]
     inits = [numpy_helper.from_array(v, n) for n, v in operands.items() if not is_input(n, v)]
     if forward:
         results = [helper.make_empty_tensor_value_info(o) for o in outputs]
     else:
-        nodes += [helper.make_node("Mul", [outputs[0], "R"], ["YR"]),
-                  helper.make_node("ReduceSum", ["YR"], ["loss"], keepdims=0)]
+        nodes += [
+            helper.make_node("Mul", [outputs[0], "R"], ["YR"]),
+            helper.make_node("ReduceSum", ["YR"], ["loss"], keepdims=0),
+        ]
         inputs.append(helper.make_tensor_value_info("R", TensorProto.FLOAT, shape))
         results = [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])]
     graph = helper.make_graph(nodes, op, inputs, results, inits)
@@ -57,8 +62,9 @@ def _model(op, operands: dict, attrs: dict, outputs: list[str], shape, feeds=(),
     return onnx.shape_inference.infer_shapes(model, strict_mode=True) if forward else model
 
 
-def check_node(op, operands: dict, torch_fn: Callable, attrs=None, *, tmp_path, outputs=("Y",), feeds=(),
-               seed=0) -> float:
+def check_node(
+    op, operands: dict, torch_fn: Callable, attrs=None, *, tmp_path, outputs=("Y",), feeds=(), seed=0
+) -> float:
     """check_op_gradients for a node whose operands come in any order (`operands`, by name), some
     integer ones fed at run time (`feeds`), and whose outputs after the first are unused. torch_fn
     takes the float operands, in order, as torch leaves."""
@@ -66,14 +72,17 @@ def check_node(op, operands: dict, torch_fn: Callable, attrs=None, *, tmp_path, 
     leaves = [torch.tensor(v, requires_grad=True) for v in floats.values()]
     y = torch_fn(*leaves)
     r = np.random.default_rng(seed + 12345).normal(size=tuple(y.shape)).astype(np.float32)
-    module, state = compile_module(_model(op, operands, attrs or {}, list(outputs), r.shape, feeds), tmp_path,
-                                   loss=None)
+    module, state = compile_module(
+        _model(op, operands, attrs or {}, list(outputs), r.shape, feeds), tmp_path, loss=None
+    )
     loss = module(*[operands[n] for n in feeds], r)
     total = (y * torch.from_numpy(r)).sum()
     total.backward()
     errors = [assert_close(loss, total.detach().numpy(), f"{op} loss")]
-    errors += [assert_close(state.parameters[n].grad, leaf.grad.numpy(), f"{op} d loss/d {n}")
-               for n, leaf in zip(floats, leaves)]
+    errors += [
+        assert_close(state.parameters[n].grad, leaf.grad.numpy(), f"{op} d loss/d {n}")
+        for n, leaf in zip(floats, leaves)
+    ]
     return max(errors)
 
 
@@ -127,18 +136,27 @@ def gather_elements(name, shape, indices, axis, feed=None):
             return torch.gather(x, axis, idx)
 
         if feed is None:
-            return check_op_gradients("GatherElements", {"X": x}, {"axis": axis}, torch_fn, {"indices": indices},
-                                      tmp_path=tmp_path)
-        return check_node("GatherElements", {"X": x, "indices": indices.astype(feed)}, torch_fn, {"axis": axis},
-                          tmp_path=tmp_path, feeds=("indices",))
+            return check_op_gradients(
+                "GatherElements", {"X": x}, {"axis": axis}, torch_fn, {"indices": indices}, tmp_path=tmp_path
+            )
+        return check_node(
+            "GatherElements",
+            {"X": x, "indices": indices.astype(feed)},
+            torch_fn,
+            {"axis": axis},
+            tmp_path=tmp_path,
+            feeds=("indices",),
+        )
+
     case(f"GatherElements-{name}", check)
 
 
 gather_elements("axis1-negative-repeated", (3, 4), i64([0, 3, -1], [2, 2, 0], [1, 0, -4]), 1)
 gather_elements("axis0-smaller-indices", (4, 3, 5), i64([[3, 0], [1, 1]], [[0, 2], [3, 3]], [[-1, 2], [2, 0]]), 0)
 gather_elements("axis-last-runtime-int64", (2, 5), i64([4, -5, 1, 1, 0, 3], [2, 2, -1, 0, 1, 3]), -1, np.int64)
-gather_elements("axis1-runtime-int32", (3, 4, 2), i64([[1, 0], [3, 3]], [[0, 1], [2, 0]], [[-1, 2], [0, 0]]), 1,
-                np.int32)
+gather_elements(
+    "axis1-runtime-int32", (3, 4, 2), i64([[1, 0], [3, 3]], [[0, 1], [2, 0]], [[-1, 2], [0, 0]]), 1, np.int32
+)
 
 
 # ScatterElements: 'none' (unique indices: torch's gradient of an overwritten update assumes them) and 'add'
@@ -148,10 +166,20 @@ def scatter_elements(name, shape, indices, axis, reduction, feed=None):
         ops = {"data": data, "indices": indices.astype(feed or np.int64), "updates": updates}
         if reduction in ("mul", "max", "min"):
             return check_forward("ScatterElements", ops, {"axis": axis, "reduction": reduction}, tmp_path=tmp_path)
-        torch_fn = (lambda d, u: d.scatter(axis, idx, u)) if reduction == "none" else (
-            lambda d, u: d.scatter_add(axis, idx, u))
-        return check_node("ScatterElements", ops, torch_fn, {"axis": axis, "reduction": reduction},
-                          tmp_path=tmp_path, feeds=("indices",) if feed else ())
+        torch_fn = (
+            (lambda d, u: d.scatter(axis, idx, u))
+            if reduction == "none"
+            else (lambda d, u: d.scatter_add(axis, idx, u))
+        )
+        return check_node(
+            "ScatterElements",
+            ops,
+            torch_fn,
+            {"axis": axis, "reduction": reduction},
+            tmp_path=tmp_path,
+            feeds=("indices",) if feed else (),
+        )
+
     case(f"ScatterElements-{name}", check)
 
 
@@ -177,8 +205,10 @@ def scatter_nd(name, shape, indices, reduction, feed=None):
         def torch_fn(d, u):
             return d.index_put(where, u, accumulate=reduction == "add")
 
-        return check_node("ScatterND", ops, torch_fn, {"reduction": reduction}, tmp_path=tmp_path,
-                          feeds=("indices",) if feed else ())
+        return check_node(
+            "ScatterND", ops, torch_fn, {"reduction": reduction}, tmp_path=tmp_path, feeds=("indices",) if feed else ()
+        )
+
     case(f"ScatterND-{name}", check)
 
 
@@ -202,8 +232,9 @@ def gather_nd(name, shape, indices, batch_dims=0, feed=None, data=None):
             return check_forward("GatherND", ops, attrs, tmp_path=tmp_path, feeds=("X", "indices") if feed else ("X",))
         lead = indices.shape[:-1]
         # torch indexes with one tensor per axis: the batch axes' own positions, then the tuples' columns.
-        where = tuple(torch.arange(shape[a]).view([-1 if d == a else 1 for d in range(len(lead))])
-                      for a in range(batch_dims))
+        where = tuple(
+            torch.arange(shape[a]).view([-1 if d == a else 1 for d in range(len(lead))]) for a in range(batch_dims)
+        )
         where += tuple(_wrap(indices[..., j], shape[batch_dims + j]) for j in range(indices.shape[-1]))
         x = normal(rng, *shape)
 
@@ -212,8 +243,15 @@ def gather_nd(name, shape, indices, batch_dims=0, feed=None, data=None):
 
         if feed is None:
             return check_op_gradients("GatherND", {"X": x}, attrs, torch_fn, {"indices": indices}, tmp_path=tmp_path)
-        return check_node("GatherND", {"X": x, "indices": indices.astype(feed)}, torch_fn, attrs, tmp_path=tmp_path,
-                          feeds=("indices",))
+        return check_node(
+            "GatherND",
+            {"X": x, "indices": indices.astype(feed)},
+            torch_fn,
+            attrs,
+            tmp_path=tmp_path,
+            feeds=("indices",),
+        )
+
     case(f"GatherND-{name}", check)
 
 
@@ -221,14 +259,21 @@ gather_nd("elements-repeated", (3, 4), i64([0, 1], [2, -1], [0, 1]))
 gather_nd("slices-negative-repeated", (4, 3, 2), i64([[2], [0]], [[-1], [2]]))
 gather_nd("one-tuple", (3, 4, 5), i64(1, -2))
 gather_nd("batch1-slices", (2, 3, 4), i64([[1], [1]], [[2], [-3]]), batch_dims=1)
-gather_nd("batch2-elements", (2, 3, 4, 5), i64([[[0, 4], [3, -1]], [[1, 1], [1, 1]], [[2, 0], [-4, 2]]],
-                                               [[[3, 3], [0, 0]], [[-1, -5], [2, 2]], [[1, 4], [0, 1]]]),
-          batch_dims=2)
+gather_nd(
+    "batch2-elements",
+    (2, 3, 4, 5),
+    i64(
+        [[[0, 4], [3, -1]], [[1, 1], [1, 1]], [[2, 0], [-4, 2]]],
+        [[[3, 3], [0, 0]], [[-1, -5], [2, 2]], [[1, 4], [0, 1]]],
+    ),
+    batch_dims=2,
+)
 gather_nd("runtime-int64", (3, 4, 2), i64([2, 3], [-3, 0]), feed=np.int64)
 gather_nd("batch1-runtime-int32", (2, 5, 3), i64([[4], [0], [4]], [[-1], [2], [3]]), batch_dims=1, feed=np.int32)
 gather_nd("bool-data", (2, 1, 4, 4), i64([[0, 0, 3], [1, 0, 1]], [[1, 0, 0], [0, 0, -1]]), data=np.bool_)
-gather_nd("int64-data-batch1-runtime", (2, 3, 4), i64([[1], [-1]], [[0], [2]]), batch_dims=1, feed=np.int64,
-          data=np.int64)
+gather_nd(
+    "int64-data-batch1-runtime", (2, 3, 4), i64([[1], [-1]], [[0], [2]]), batch_dims=1, feed=np.int64, data=np.int64
+)
 gather_nd("int32-data-elements", (4, 3), i64([3, 2], [-4, 0], [1, 1]), data=np.int32)
 
 
@@ -236,8 +281,15 @@ gather_nd("int32-data-elements", (4, 3), i64([3, 2], [-4, 0], [1, 1]), data=np.i
 def topk(name, shape, count, axis, largest):
     def check(tmp_path, rng):
         x = normal(rng, *shape)
-        return check_node("TopK", {"X": x, "K": i64(count)}, lambda x: torch.topk(x, count, axis, bool(largest))[0],
-                          {"axis": axis, "largest": largest}, tmp_path=tmp_path, outputs=("Y", "I"))
+        return check_node(
+            "TopK",
+            {"X": x, "K": i64(count)},
+            lambda x: torch.topk(x, count, axis, bool(largest))[0],
+            {"axis": axis, "largest": largest},
+            tmp_path=tmp_path,
+            outputs=("Y", "I"),
+        )
+
     case(f"TopK-{name}", check)
 
 
@@ -251,8 +303,15 @@ topk("middle-axis-all", (2, 4, 3), 4, 1, 1)
 def topk_indices(name, shape, count, axis, largest, data=np.float32):
     def check(tmp_path, rng):
         x = normal(rng, *shape) if data == np.float32 else rng.integers(-2, 3, size=shape).astype(data)
-        return check_forward("TopK", {"X": x, "K": i64(count)}, {"axis": axis, "largest": largest},
-                             tmp_path=tmp_path, feeds=("X",), outputs=("Y", "I"))
+        return check_forward(
+            "TopK",
+            {"X": x, "K": i64(count)},
+            {"axis": axis, "largest": largest},
+            tmp_path=tmp_path,
+            feeds=("X",),
+            outputs=("Y", "I"),
+        )
+
     case(f"TopK-indices-{name}", check)
 
 
@@ -266,8 +325,10 @@ topk_indices("int32-ties-smallest", (3, 8), 5, 1, 0, np.int32)
 def einsum(equation, *shapes, name=""):
     def check(tmp_path, rng):
         xs = {f"X{i}": normal(rng, *s) for i, s in enumerate(shapes)}
-        return check_op_gradients("Einsum", xs, {"equation": equation}, lambda *a: torch.einsum(equation, *a),
-                                  tmp_path=tmp_path)
+        return check_op_gradients(
+            "Einsum", xs, {"equation": equation}, lambda *a: torch.einsum(equation, *a), tmp_path=tmp_path
+        )
+
     case(f"Einsum-{equation}{name}", check)
 
 
@@ -296,13 +357,26 @@ def test_gradient(spec, tmp_path, request):
 # ---- run-time indices out of range, and what is refused ----
 
 RUNTIME = {
-    "GatherElements": ({"X": np.ones((3, 4), np.float32), "indices": np.zeros((2, 4), np.int64)}, {"axis": 0},
-                       (2, 4)),
+    "GatherElements": ({"X": np.ones((3, 4), np.float32), "indices": np.zeros((2, 4), np.int64)}, {"axis": 0}, (2, 4)),
     "GatherND": ({"X": np.ones((3, 4), np.float32), "indices": np.zeros((2, 2), np.int64)}, {}, (2,)),
-    "ScatterElements": ({"data": np.ones((3, 4), np.float32), "indices": np.zeros((2, 4), np.int64),
-                         "updates": np.ones((2, 4), np.float32)}, {"axis": 0, "reduction": "add"}, (3, 4)),
-    "ScatterND": ({"data": np.ones((3, 4), np.float32), "indices": np.zeros((2, 2), np.int64),
-                   "updates": np.ones((2,), np.float32)}, {}, (3, 4)),
+    "ScatterElements": (
+        {
+            "data": np.ones((3, 4), np.float32),
+            "indices": np.zeros((2, 4), np.int64),
+            "updates": np.ones((2, 4), np.float32),
+        },
+        {"axis": 0, "reduction": "add"},
+        (3, 4),
+    ),
+    "ScatterND": (
+        {
+            "data": np.ones((3, 4), np.float32),
+            "indices": np.zeros((2, 2), np.int64),
+            "updates": np.ones((2,), np.float32),
+        },
+        {},
+        (3, 4),
+    ),
 }
 
 
@@ -316,8 +390,7 @@ def test_runtime_indices_out_of_range_are_refused_with_state_untouched(op, tmp_p
     module(good, r)
     grads = {n: p.grad.copy() for n, p in state.parameters.items()}
     # Too large, too negative (index tuples: in the second column, whose extent is 4, not 3).
-    for bad in ([[2, 0], [0, 4]], [[-4, 0], [0, 0]]) if tuples else ([[3, 0, 0, 0], [0] * 4],
-                                                                     [[0] * 4, [0, 0, -4, 0]]):
+    for bad in ([[2, 0], [0, 4]], [[-4, 0], [0, 0]]) if tuples else ([[3, 0, 0, 0], [0] * 4], [[0] * 4, [0, 0, -4, 0]]):
         with pytest.raises(ValueError, match="out of range"):
             module(np.array(bad, np.int64), r)
         with pytest.raises(ValueError, match="out of range"):
@@ -330,15 +403,34 @@ def test_runtime_indices_out_of_range_are_refused_with_state_untouched(op, tmp_p
 
 
 REFUSED = [
-    ("GatherElements", {"X": np.ones((3, 4), np.float32), "indices": i64([0, 4])}, {"axis": 1}, (1, 2),
-     "index 4 out of range for an axis of 4"),
-    ("ScatterND", {"data": np.ones((3, 4), np.float32), "indices": i64([0, 1], [-4, 0]),
-                   "updates": np.ones(2, np.float32)}, {}, (3, 4), "index -4 out of range for an axis of 3"),
-    ("ScatterElements", {"data": np.ones((3, 4), np.float32), "indices": i64([0, 1]),
-                         "updates": np.ones((1, 2), np.float32)}, {"reduction": "max"}, (3, 4),
-     "no gradient for reduction 'max' \\(only 'none' and 'add'\\)"),
-    ("GatherND", {"X": np.ones((2, 3, 4), np.float32), "indices": i64([[1, 0]], [[3, 0]])}, {"batch_dims": 1},
-     (2, 1), "index 3 out of range for an axis of 3"),
+    (
+        "GatherElements",
+        {"X": np.ones((3, 4), np.float32), "indices": i64([0, 4])},
+        {"axis": 1},
+        (1, 2),
+        "index 4 out of range for an axis of 4",
+    ),
+    (
+        "ScatterND",
+        {"data": np.ones((3, 4), np.float32), "indices": i64([0, 1], [-4, 0]), "updates": np.ones(2, np.float32)},
+        {},
+        (3, 4),
+        "index -4 out of range for an axis of 3",
+    ),
+    (
+        "ScatterElements",
+        {"data": np.ones((3, 4), np.float32), "indices": i64([0, 1]), "updates": np.ones((1, 2), np.float32)},
+        {"reduction": "max"},
+        (3, 4),
+        "no gradient for reduction 'max' \\(only 'none' and 'add'\\)",
+    ),
+    (
+        "GatherND",
+        {"X": np.ones((2, 3, 4), np.float32), "indices": i64([[1, 0]], [[3, 0]])},
+        {"batch_dims": 1},
+        (2, 1),
+        "index 3 out of range for an axis of 3",
+    ),
 ]
 
 
@@ -350,19 +442,22 @@ def test_refused_in_one_line(op, operands, attrs, out_shape, error, tmp_path):
     assert "\n" not in str(refused.value)
 
 
-@pytest.mark.parametrize("equation, shapes, kernel", [
-    ("bhid,bhjd->bhij", [(2, 3, 4, 5), (2, 3, 6, 5)], "et_einsum_gemm_f32"),
-    ("bhij,bhjd->bhid", [(2, 3, 4, 6), (2, 3, 6, 5)], "et_einsum_gemm_f32"),
-    ("bhij,bhid->bhjd", [(2, 3, 4, 6), (2, 3, 4, 5)], "et_einsum_gemm_f32"),  # attention's key gradient
-    ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)], "et_einsum_gemm_f32"),
-    ("bik,bkj->bji", [(2, 3, 4), (2, 4, 5)], "et_einsum_gemm_f32"),  # operands swapped
-    ("...ij,...jk->...ik", [(1, 2, 3, 4), (1, 2, 4, 5)], "et_einsum_gemm_f32"),
-    ("i,j->ij", [(3,), (4,)], "et_einsum_gemm_f32"),
-    ("ij->ji", [(3, 4)], "et_transpose_f32"),
-    ("bij,bjk->bki", [(2, 3, 4), (2, 4, 5)], "et_einsum_gemm_f32"),  # both transposed
-    ("bij,bjk->ikb", [(2, 3, 4), (2, 4, 5)], "et_einsum_f32"),  # the batch axis last
-    ("ii->i", [(3, 3)], "et_einsum_f32"),
-])
+@pytest.mark.parametrize(
+    "equation, shapes, kernel",
+    [
+        ("bhid,bhjd->bhij", [(2, 3, 4, 5), (2, 3, 6, 5)], "et_einsum_gemm_f32"),
+        ("bhij,bhjd->bhid", [(2, 3, 4, 6), (2, 3, 6, 5)], "et_einsum_gemm_f32"),
+        ("bhij,bhid->bhjd", [(2, 3, 4, 6), (2, 3, 4, 5)], "et_einsum_gemm_f32"),  # attention's key gradient
+        ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)], "et_einsum_gemm_f32"),
+        ("bik,bkj->bji", [(2, 3, 4), (2, 4, 5)], "et_einsum_gemm_f32"),  # operands swapped
+        ("...ij,...jk->...ik", [(1, 2, 3, 4), (1, 2, 4, 5)], "et_einsum_gemm_f32"),
+        ("i,j->ij", [(3,), (4,)], "et_einsum_gemm_f32"),
+        ("ij->ji", [(3, 4)], "et_transpose_f32"),
+        ("bij,bjk->bki", [(2, 3, 4), (2, 4, 5)], "et_einsum_gemm_f32"),  # both transposed
+        ("bij,bjk->ikb", [(2, 3, 4), (2, 4, 5)], "et_einsum_f32"),  # the batch axis last
+        ("ii->i", [(3, 3)], "et_einsum_f32"),
+    ],
+)
 def test_einsum_kernel_choice(equation, shapes, kernel):
     """Batched matrix products run on the Gemm kernels, permutations on Transpose's."""
     inputs = [helper.make_tensor_value_info(f"X{i}", TensorProto.FLOAT, s) for i, s in enumerate(shapes)]

@@ -41,6 +41,7 @@ case = CASES.op
 
 # ---- BatchNormalization, inference form: constant statistics, trainable or frozen scale and B ----
 
+
 def _stats(c, seed):
     rng = np.random.default_rng(seed)
     return rng.normal(size=c).astype(np.float32), rng.uniform(0.5, 2.0, c).astype(np.float32)
@@ -54,19 +55,36 @@ for name, shape, eps, frozen in [
     ("3d-frozen-scale", (3, 2, 4), 1e-5, ("scale",)),
 ]:
     mean, var = _stats(shape[1], len(shape))
-    case(name, "BatchNormalization", {"X": shape, "scale": (shape[1],), "B": (shape[1],)},
-         lambda x, s, b, mean=mean, var=var, eps=eps: F.batch_norm(
-             x, torch.from_numpy(mean), torch.from_numpy(var), s, b, training=False, eps=eps),
-         attrs={"epsilon": eps}, consts={"mean": mean, "var": var}, frozen=frozen)
+    case(
+        name,
+        "BatchNormalization",
+        {"X": shape, "scale": (shape[1],), "B": (shape[1],)},
+        lambda x, s, b, mean=mean, var=var, eps=eps: F.batch_norm(
+            x, torch.from_numpy(mean), torch.from_numpy(var), s, b, training=False, eps=eps
+        ),
+        attrs={"epsilon": eps},
+        consts={"mean": mean, "var": var},
+        frozen=frozen,
+    )
 
 # ---- InstanceNormalization ----
-for name, shape, eps in [("3d", (2, 3, 5), 1e-5), ("4d", (2, 3, 3, 4), 1e-5), ("4d-eps1e-2", (1, 2, 3, 3), 1e-2),
-                         ("5d", (2, 2, 2, 2, 3), 1e-5)]:
-    case(name, "InstanceNormalization", {"X": shape, "scale": (shape[1],), "B": (shape[1],)},
-         lambda x, s, b, eps=eps: F.instance_norm(x, weight=s, bias=b, eps=eps), attrs={"epsilon": eps})
+for name, shape, eps in [
+    ("3d", (2, 3, 5), 1e-5),
+    ("4d", (2, 3, 3, 4), 1e-5),
+    ("4d-eps1e-2", (1, 2, 3, 3), 1e-2),
+    ("5d", (2, 2, 2, 2, 3), 1e-5),
+]:
+    case(
+        name,
+        "InstanceNormalization",
+        {"X": shape, "scale": (shape[1],), "B": (shape[1],)},
+        lambda x, s, b, eps=eps: F.instance_norm(x, weight=s, bias=b, eps=eps),
+        attrs={"epsilon": eps},
+    )
 
 
 # ---- Pad (opset 18: pads, constant_value and axes are inputs) ----
+
 
 def _torch_pads(pads):
     """ONNX [b0, b1, ..., e0, e1, ...] -> F.pad's (b_last, e_last, b_prev, e_prev, ...), without
@@ -89,27 +107,61 @@ for name, shape, pads, mode, value, axes in [  # onnx.reference's Pad (np.pad) c
     consts = {"pads": i64(*pads), "value": None if value is None else f32(value)}
     if axes is not None:
         consts["axes"] = axes
-    case(name, "Pad", {"X": shape},
-         lambda x, pads=pads, mode=mode, value=value: F.pad(
-             x, _torch_pads(pads), mode={"edge": "replicate"}.get(mode, mode), value=value or 0.0),
-         attrs={"mode": mode}, consts=consts, reference=min(pads) >= 0)
+    case(
+        name,
+        "Pad",
+        {"X": shape},
+        lambda x, pads=pads, mode=mode, value=value: F.pad(
+            x, _torch_pads(pads), mode={"edge": "replicate"}.get(mode, mode), value=value or 0.0
+        ),
+        attrs={"mode": mode},
+        consts=consts,
+        reference=min(pads) >= 0,
+    )
 
 # pads for some axes only (negative axes count from the end)
-case("axes-reflect", "Pad", {"X": (2, 3, 4, 5)}, lambda x: F.pad(x, (2, 1, 1, 2), mode="reflect"),
-     attrs={"mode": "reflect"}, consts={"pads": i64(1, 2, 2, 1), "value": None, "axes": i64(2, -1)})
-case("axes-constant", "Pad", {"X": (2, 3, 4)}, lambda x: F.pad(x, (1, 0, 0, 0, 2, 1), value=0.25),
-     attrs={"mode": "constant"}, consts={"pads": i64(2, 1, 1, 0), "value": f32(0.25), "axes": i64(0, 2)})
+case(
+    "axes-reflect",
+    "Pad",
+    {"X": (2, 3, 4, 5)},
+    lambda x: F.pad(x, (2, 1, 1, 2), mode="reflect"),
+    attrs={"mode": "reflect"},
+    consts={"pads": i64(1, 2, 2, 1), "value": None, "axes": i64(2, -1)},
+)
+case(
+    "axes-constant",
+    "Pad",
+    {"X": (2, 3, 4)},
+    lambda x: F.pad(x, (1, 0, 0, 0, 2, 1), value=0.25),
+    attrs={"mode": "constant"},
+    consts={"pads": i64(2, 1, 1, 0), "value": f32(0.25), "axes": i64(0, 2)},
+)
 # pads wider than the axis, which F.pad refuses: numpy.pad's indices, gathered by torch
 for mode, opset in (("reflect", 18), ("wrap", 19)):
     index = torch.from_numpy(np.pad(np.arange(3), (5, 7), mode))
-    case(f"{mode}-wider-than-axis", "Pad", {"X": (2, 3)}, lambda x, index=index: x[:, index],
-         attrs={"mode": mode}, consts={"pads": i64(0, 5, 0, 7)}, opset=opset)
+    case(
+        f"{mode}-wider-than-axis",
+        "Pad",
+        {"X": (2, 3)},
+        lambda x, index=index: x[:, index],
+        attrs={"mode": mode},
+        consts={"pads": i64(0, 5, 0, 7)},
+        opset=opset,
+    )
 # wrap (opset 19) is PyTorch's circular padding
-case("wrap-4d", "Pad", {"X": (1, 2, 3, 4)}, lambda x: F.pad(x, (1, 3, 2, 1), mode="circular"),
-     attrs={"mode": "wrap"}, consts={"pads": i64(0, 0, 2, 1, 0, 0, 1, 3)}, opset=19)
+case(
+    "wrap-4d",
+    "Pad",
+    {"X": (1, 2, 3, 4)},
+    lambda x: F.pad(x, (1, 3, 2, 1), mode="circular"),
+    attrs={"mode": "wrap"},
+    consts={"pads": i64(0, 0, 2, 1, 0, 0, 1, 3)},
+    opset=19,
+)
 
 
 # ---- Resize: nearest and linear, scales or sizes ----
+
 
 def _interp(**kwargs):
     return lambda x: F.interpolate(x, **kwargs)
@@ -120,8 +172,9 @@ def _resize(name, shape, torch_fn, *, scales=None, sizes=None, **attrs):
     if sizes is not None:
         consts["sizes"] = i64(*sizes)
     # onnx.reference's Resize cannot take negative axes
-    case(name, "Resize", {"X": shape}, torch_fn, attrs=attrs, consts=consts,
-         reference=min(attrs.get("axes", (0,))) >= 0)
+    case(
+        name, "Resize", {"X": shape}, torch_fn, attrs=attrs, consts=consts, reference=min(attrs.get("axes", (0,))) >= 0
+    )
 
 
 NEAREST = {"mode": "nearest", "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}
@@ -129,44 +182,90 @@ _resize("nearest-x2", (1, 2, 3, 4), _interp(scale_factor=2, mode="nearest"), sca
 _resize("nearest-x3-1d", (2, 2, 3), _interp(scale_factor=3, mode="nearest"), scales=(1, 1, 3), **NEAREST)
 _resize("nearest-sizes-up", (1, 2, 4, 4), _interp(size=(5, 7), mode="nearest"), sizes=(1, 2, 5, 7), **NEAREST)
 _resize("nearest-sizes-down", (1, 2, 6, 5), _interp(size=(4, 3), mode="nearest"), sizes=(1, 2, 4, 3), **NEAREST)
-_resize("nearest-x2-axes", (1, 2, 3, 2), _interp(scale_factor=2, mode="nearest"), scales=(2, 2), axes=(2, 3),
-        **NEAREST)
+_resize("nearest-x2-axes", (1, 2, 3, 2), _interp(scale_factor=2, mode="nearest"), scales=(2, 2), axes=(2, 3), **NEAREST)
 # F.interpolate(mode="nearest-exact"): half-pixel centres, halves rounded up
 for coord in ("half_pixel", "pytorch_half_pixel"):
     exact = {"mode": "nearest", "coordinate_transformation_mode": coord, "nearest_mode": "round_prefer_ceil"}
-    _resize(f"nearest-exact-x2-{coord}", (1, 2, 3, 3), _interp(scale_factor=2, mode="nearest-exact"),
-            scales=(1, 1, 2, 2), **exact)
-    _resize(f"nearest-exact-sizes-{coord}", (1, 1, 4, 6), _interp(size=(7, 4), mode="nearest-exact"),
-            sizes=(1, 1, 7, 4), **exact)
+    _resize(
+        f"nearest-exact-x2-{coord}",
+        (1, 2, 3, 3),
+        _interp(scale_factor=2, mode="nearest-exact"),
+        scales=(1, 1, 2, 2),
+        **exact,
+    )
+    _resize(
+        f"nearest-exact-sizes-{coord}",
+        (1, 1, 4, 6),
+        _interp(size=(7, 4), mode="nearest-exact"),
+        sizes=(1, 1, 7, 4),
+        **exact,
+    )
 # ONNX's default nearest_mode rounds halves down; with half-pixel centres and scale 2 no
 # coordinate is a half, so it agrees with nearest-exact
-_resize("nearest-round-prefer-floor-x2", (1, 2, 3, 3), _interp(scale_factor=2, mode="nearest-exact"),
-        scales=(1, 1, 2, 2), mode="nearest", coordinate_transformation_mode="half_pixel")
+_resize(
+    "nearest-round-prefer-floor-x2",
+    (1, 2, 3, 3),
+    _interp(scale_factor=2, mode="nearest-exact"),
+    scales=(1, 1, 2, 2),
+    mode="nearest",
+    coordinate_transformation_mode="half_pixel",
+)
 
 for coord in ("half_pixel", "pytorch_half_pixel"):
     linear = {"mode": "linear", "coordinate_transformation_mode": coord}
-    _resize(f"bilinear-x2-{coord}", (1, 2, 3, 4), _interp(scale_factor=2, mode="bilinear"), scales=(1, 1, 2, 2),
-            **linear)
-    _resize(f"bilinear-x1.5-{coord}", (2, 1, 4, 3), _interp(scale_factor=1.5, mode="bilinear"),
-            scales=(1, 1, 1.5, 1.5), **linear)
-    _resize(f"bilinear-sizes-{coord}", (1, 2, 4, 4), _interp(size=(5, 7), mode="bilinear"), sizes=(1, 2, 5, 7),
-            **linear)
-    _resize(f"bilinear-down-{coord}", (1, 2, 6, 5), _interp(size=(4, 2), mode="bilinear"), sizes=(1, 2, 4, 2),
-            **linear)
+    _resize(
+        f"bilinear-x2-{coord}", (1, 2, 3, 4), _interp(scale_factor=2, mode="bilinear"), scales=(1, 1, 2, 2), **linear
+    )
+    _resize(
+        f"bilinear-x1.5-{coord}",
+        (2, 1, 4, 3),
+        _interp(scale_factor=1.5, mode="bilinear"),
+        scales=(1, 1, 1.5, 1.5),
+        **linear,
+    )
+    _resize(
+        f"bilinear-sizes-{coord}", (1, 2, 4, 4), _interp(size=(5, 7), mode="bilinear"), sizes=(1, 2, 5, 7), **linear
+    )
+    _resize(f"bilinear-down-{coord}", (1, 2, 6, 5), _interp(size=(4, 2), mode="bilinear"), sizes=(1, 2, 4, 2), **linear)
     _resize(f"linear-1d-x2-{coord}", (2, 3, 4), _interp(scale_factor=2, mode="linear"), scales=(1, 1, 2), **linear)
-    _resize(f"trilinear-x2-{coord}", (1, 1, 2, 3, 2), _interp(scale_factor=2, mode="trilinear"),
-            scales=(1, 1, 2, 2, 2), **linear)
+    _resize(
+        f"trilinear-x2-{coord}",
+        (1, 1, 2, 3, 2),
+        _interp(scale_factor=2, mode="trilinear"),
+        scales=(1, 1, 2, 2, 2),
+        **linear,
+    )
 ALIGNED = {"mode": "linear", "coordinate_transformation_mode": "align_corners"}
-_resize("bilinear-align-corners-x2", (1, 2, 3, 4), _interp(scale_factor=2, mode="bilinear", align_corners=True),
-        scales=(1, 1, 2, 2), **ALIGNED)
-_resize("bilinear-align-corners-sizes", (1, 2, 4, 4), _interp(size=(5, 7), mode="bilinear", align_corners=True),
-        sizes=(1, 2, 5, 7), **ALIGNED)
-_resize("bilinear-align-corners-down", (1, 1, 5, 6), _interp(size=(3, 4), mode="bilinear", align_corners=True),
-        sizes=(1, 1, 3, 4), **ALIGNED)
-_resize("bilinear-axes", (1, 2, 3, 4), _interp(scale_factor=2, mode="bilinear"), scales=(2, 2), axes=(-2, -1),
-        mode="linear", coordinate_transformation_mode="half_pixel")
-
-
+_resize(
+    "bilinear-align-corners-x2",
+    (1, 2, 3, 4),
+    _interp(scale_factor=2, mode="bilinear", align_corners=True),
+    scales=(1, 1, 2, 2),
+    **ALIGNED,
+)
+_resize(
+    "bilinear-align-corners-sizes",
+    (1, 2, 4, 4),
+    _interp(size=(5, 7), mode="bilinear", align_corners=True),
+    sizes=(1, 2, 5, 7),
+    **ALIGNED,
+)
+_resize(
+    "bilinear-align-corners-down",
+    (1, 1, 5, 6),
+    _interp(size=(3, 4), mode="bilinear", align_corners=True),
+    sizes=(1, 1, 3, 4),
+    **ALIGNED,
+)
+_resize(
+    "bilinear-axes",
+    (1, 2, 3, 4),
+    _interp(scale_factor=2, mode="bilinear"),
+    scales=(2, 2),
+    axes=(-2, -1),
+    mode="linear",
+    coordinate_transformation_mode="half_pixel",
+)
 
 
 def _ort_resize(shape, *, scales=None, sizes=None, **attrs):
@@ -181,11 +280,15 @@ def _ort_resize(shape, *, scales=None, sizes=None, **attrs):
         consts = {"roi": None, "scales": axis_scales}
         if axis_sizes is not None:
             consts["sizes"] = axis_sizes
-        node = helper.make_node("Resize", ["X"] + [("" if v is None else k) for k, v in consts.items()], ["Y"],
-                                **attrs)
+        node = helper.make_node("Resize", ["X"] + [("" if v is None else k) for k, v in consts.items()], ["Y"], **attrs)
         inits = [numpy_helper.from_array(v, k) for k, v in consts.items() if v is not None]
-        graph = helper.make_graph([node], "m", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [n_in, n_in])],
-                                  [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)], inits)
+        graph = helper.make_graph(
+            [node],
+            "m",
+            [helper.make_tensor_value_info("X", TensorProto.FLOAT, [n_in, n_in])],
+            [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
+            inits,
+        )
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
         model.ir_version = 10
         session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
@@ -200,16 +303,41 @@ def _ort_resize(shape, *, scales=None, sizes=None, **attrs):
     _resize("-".join(["ort", *attrs.values(), given]), shape, fn, scales=scales, sizes=sizes, **attrs)
 
 
-_ort_resize((1, 1, 3, 4), scales=(1, 1, 2.5, 1.5), mode="nearest", coordinate_transformation_mode="asymmetric",
-            nearest_mode="ceil")
-_ort_resize((1, 2, 4, 3), scales=(1, 1, 1.5, 2), mode="nearest", coordinate_transformation_mode="half_pixel",
-            nearest_mode="floor")
-_ort_resize((1, 1, 6, 6), sizes=(1, 1, 4, 7), mode="nearest", coordinate_transformation_mode="asymmetric",
-            nearest_mode="round_prefer_floor")  # 6 -> 4: coordinates 1.5 and 4.5 are ties
-_ort_resize((1, 1, 6, 6), sizes=(1, 1, 4, 7), mode="nearest", coordinate_transformation_mode="asymmetric",
-            nearest_mode="round_prefer_ceil")
-_ort_resize((1, 1, 5, 3), sizes=(1, 1, 7, 5), mode="nearest", coordinate_transformation_mode="align_corners",
-            nearest_mode="round_prefer_floor")
+_ort_resize(
+    (1, 1, 3, 4),
+    scales=(1, 1, 2.5, 1.5),
+    mode="nearest",
+    coordinate_transformation_mode="asymmetric",
+    nearest_mode="ceil",
+)
+_ort_resize(
+    (1, 2, 4, 3),
+    scales=(1, 1, 1.5, 2),
+    mode="nearest",
+    coordinate_transformation_mode="half_pixel",
+    nearest_mode="floor",
+)
+_ort_resize(
+    (1, 1, 6, 6),
+    sizes=(1, 1, 4, 7),
+    mode="nearest",
+    coordinate_transformation_mode="asymmetric",
+    nearest_mode="round_prefer_floor",
+)  # 6 -> 4: coordinates 1.5 and 4.5 are ties
+_ort_resize(
+    (1, 1, 6, 6),
+    sizes=(1, 1, 4, 7),
+    mode="nearest",
+    coordinate_transformation_mode="asymmetric",
+    nearest_mode="round_prefer_ceil",
+)
+_ort_resize(
+    (1, 1, 5, 3),
+    sizes=(1, 1, 7, 5),
+    mode="nearest",
+    coordinate_transformation_mode="align_corners",
+    nearest_mode="round_prefer_floor",
+)
 _ort_resize((2, 1, 3, 4), scales=(1, 1, 2, 1.5), mode="linear", coordinate_transformation_mode="asymmetric")
 _ort_resize((1, 2, 5, 6), scales=(1, 1, 0.6, 0.5), mode="linear", coordinate_transformation_mode="half_pixel")
 _ort_resize((1, 1, 4, 5), sizes=(1, 1, 1, 3), mode="linear", coordinate_transformation_mode="pytorch_half_pixel")
@@ -217,18 +345,34 @@ _ort_resize((1, 1, 4, 5), sizes=(1, 1, 1, 3), mode="linear", coordinate_transfor
 
 # ---- BatchNormalization, training form: batch statistics, PyTorch's running statistics ----
 
+
 def _bn_training_model(x, scale, b, mean, var, momentum, eps, outputs):
     """loss = sum(BN(X) * R) with every operand an initializer; the running statistics outputs
     are named as exporters write them (outputs=3) or left empty (outputs=1)."""
     names = ["Y", "mean_out", "var_out"] if outputs == 3 else ["Y", "", ""]
-    nodes = [helper.make_node("BatchNormalization", ["X", "scale", "B", "mean", "var"], names, name="bn",
-                              epsilon=eps, momentum=momentum, training_mode=1),
-             helper.make_node("Mul", ["Y", "R0"], ["YR"]),
-             helper.make_node("ReduceSum", ["YR"], ["loss"], keepdims=0)]
-    inits = [numpy_helper.from_array(v, n) for n, v in
-             (("X", x), ("scale", scale), ("B", b), ("mean", mean), ("var", var))]
-    graph = helper.make_graph(nodes, "bn_training", [helper.make_tensor_value_info("R0", TensorProto.FLOAT, x.shape)],
-                              [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])], inits)
+    nodes = [
+        helper.make_node(
+            "BatchNormalization",
+            ["X", "scale", "B", "mean", "var"],
+            names,
+            name="bn",
+            epsilon=eps,
+            momentum=momentum,
+            training_mode=1,
+        ),
+        helper.make_node("Mul", ["Y", "R0"], ["YR"]),
+        helper.make_node("ReduceSum", ["YR"], ["loss"], keepdims=0),
+    ]
+    inits = [
+        numpy_helper.from_array(v, n) for n, v in (("X", x), ("scale", scale), ("B", b), ("mean", mean), ("var", var))
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "bn_training",
+        [helper.make_tensor_value_info("R0", TensorProto.FLOAT, x.shape)],
+        [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])],
+        inits,
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)])
 
 
@@ -237,6 +381,7 @@ class BatchNormTrainingCase:
     """Training steps (no optimizer step, so the batch stays the same) then eval: loss and
     gradients through the batch statistics, running statistics after each step, and the eval loss
     on the running statistics, all against F.batch_norm."""
+
     shape: tuple
     momentum: float = 0.9  # ONNX's: PyTorch's momentum is 1 - this
     eps: float = 1e-5
@@ -256,8 +401,9 @@ class BatchNormTrainingCase:
         assert {n for n, p in state.parameters.items() if p.requires_grad} == {"X", "scale", "B"} - set(self.frozen)
         before = {name: p.data.copy() for name, p in state.parameters.items()}
 
-        leaves = {n: torch.tensor(v, requires_grad=n not in self.frozen)
-                  for n, v in (("X", x), ("scale", scale), ("B", b))}
+        leaves = {
+            n: torch.tensor(v, requires_grad=n not in self.frozen) for n, v in (("X", x), ("scale", scale), ("B", b))
+        }
         running = {"mean": torch.from_numpy(mean.copy()), "var": torch.from_numpy(var.copy())}
         errors = []
         for step in range(self.steps):
@@ -265,8 +411,16 @@ class BatchNormTrainingCase:
                 leaf.grad = None
             module.lazy_reset_grad()
             loss = module(r)
-            y = F.batch_norm(leaves["X"], running["mean"], running["var"], leaves["scale"], leaves["B"],
-                             training=True, momentum=1 - self.momentum, eps=self.eps)
+            y = F.batch_norm(
+                leaves["X"],
+                running["mean"],
+                running["var"],
+                leaves["scale"],
+                leaves["B"],
+                training=True,
+                momentum=1 - self.momentum,
+                eps=self.eps,
+            )
             total = (y * torch.from_numpy(r)).sum()
             total.backward()
             errors.append(assert_close(loss, total.detach().numpy(), f"step {step} loss"))
@@ -282,15 +436,20 @@ class BatchNormTrainingCase:
                 errors.append(check_reference(tmp_path / "artifacts", {"R0": r, **before}, loss, grads))
                 training = onnx.load(tmp_path / "artifacts" / "training_model.onnx")
                 outs = ReferenceEvaluator(training, new_ops=reference_ops()).run(
-                    None, {i.name: {"R0": r, **before}[i.name] for i in training.graph.input})
+                    None, {i.name: {"R0": r, **before}[i.name] for i in training.graph.input}
+                )
                 got = dict(zip([o.name for o in training.graph.output], outs))
                 for name in running:
-                    errors.append(assert_close(got[f"{name}_updated"], state.parameters[name].data,
-                                               f"onnx.reference running {name}"))
+                    errors.append(
+                        assert_close(
+                            got[f"{name}_updated"], state.parameters[name].data, f"onnx.reference running {name}"
+                        )
+                    )
         module.eval()
         with torch.no_grad():
-            y = F.batch_norm(leaves["X"], running["mean"], running["var"], leaves["scale"], leaves["B"],
-                             training=False, eps=self.eps)
+            y = F.batch_norm(
+                leaves["X"], running["mean"], running["var"], leaves["scale"], leaves["B"], training=False, eps=self.eps
+            )
         errors.append(assert_close(module(r), (y * torch.from_numpy(r)).sum().numpy(), "eval loss"))
         for name, stat in running.items():  # eval steps leave the statistics alone
             errors.append(assert_close(state.parameters[name].data, stat.numpy(), f"eval running {name}"))
@@ -310,6 +469,7 @@ for name, spec in [
 
 # ---- what the compiler refuses, with a message naming the node and the reason ----
 
+
 @dataclass
 class ErrorCase:
     model: Callable  # () -> onnx.ModelProto
@@ -322,25 +482,35 @@ class ErrorCase:
 
 
 def _resize_model(**attrs):
-    return lambda: build_op_model("Resize", {"X": np.ones((1, 1, 2, 2), np.float32)}, attrs,
-                                  {"roi": None, "scales": f32(1, 1, 2, 2)})[0]
+    return lambda: build_op_model(
+        "Resize", {"X": np.ones((1, 1, 2, 2), np.float32)}, attrs, {"roi": None, "scales": f32(1, 1, 2, 2)}
+    )[0]
 
 
 _ones = np.ones(3, np.float32)
 for name, spec in [
-    ("BatchNormalization-training-one-value-per-channel", ErrorCase(
-        lambda: _bn_training_model(np.ones((1, 3), np.float32), _ones, _ones, _ones, _ones, 0.9, 1e-5, 3),
-        "BatchNormalization 'bn' in training mode needs more than one value per channel")),
+    (
+        "BatchNormalization-training-one-value-per-channel",
+        ErrorCase(
+            lambda: _bn_training_model(np.ones((1, 3), np.float32), _ones, _ones, _ones, _ones, 0.9, 1e-5, 3),
+            "BatchNormalization 'bn' in training mode needs more than one value per channel",
+        ),
+    ),
     ("Resize-cubic", ErrorCase(_resize_model(mode="cubic"), "Resize 'op': not supported: mode 'cubic'")),
-    ("Resize-tf-crop-and-resize", ErrorCase(_resize_model(mode="linear",
-                                                          coordinate_transformation_mode="tf_crop_and_resize"),
-                                            "coordinate_transformation_mode 'tf_crop_and_resize'")),
+    (
+        "Resize-tf-crop-and-resize",
+        ErrorCase(
+            _resize_model(mode="linear", coordinate_transformation_mode="tf_crop_and_resize"),
+            "coordinate_transformation_mode 'tf_crop_and_resize'",
+        ),
+    ),
     ("Resize-antialias", ErrorCase(_resize_model(mode="linear", antialias=1), "antialias=1")),
 ]:
     CASES.append(pytest.param(spec, id=f"error-{name}"))
 
 
 # ---- PyTorch models, exported and trained in C next to torch ----
+
 
 class MLP(torch.nn.Module):
     def __init__(self, **bn):
@@ -394,6 +564,7 @@ class ModelCase:
     """Exported model -> edgetrain (SGD) and torch.optim.SGD side by side: losses and parameters
     after every step, running statistics, eval loss (running statistics), and the running
     statistics surviving a checkpoint round trip into a fresh trainer."""
+
     make: Callable
     input_shape: tuple
     mode: str = "training"  # the export: "training", "eval" (TorchScript) or "dynamo" (eval)
@@ -401,7 +572,6 @@ class ModelCase:
     opset: int = 15
     steps: int = 4
     fresh: bool = False  # keep a fresh BatchNorm's statistics, which eval-mode exports merge with its affine
-
 
     def run(self, tmp_path, seed: int) -> float:
         torch.manual_seed(seed % 2**31)
@@ -422,13 +592,25 @@ class ModelCase:
         if self.mode == "dynamo":
             torch.onnx.export(net, (x,), path, input_names=["x"], output_names=["logits"])
         else:
-            torch.onnx.export(net, (x,), path, dynamo=False, opset_version=self.opset, input_names=["x"],
-                              output_names=["logits"], do_constant_folding=False,
-                              training=torch.onnx.TrainingMode.TRAINING if self.mode == "training"
-                              else torch.onnx.TrainingMode.EVAL)
-        out = artifacts.generate_artifacts(path, artifact_directory=tmp_path / "out", batch_size=batch,
-                                           optimizer=artifacts.OptimType.SGD, learning_rate=0.1,
-                                           frozen_params=list(self.frozen) or None)
+            torch.onnx.export(
+                net,
+                (x,),
+                path,
+                dynamo=False,
+                opset_version=self.opset,
+                input_names=["x"],
+                output_names=["logits"],
+                do_constant_folding=False,
+                training=torch.onnx.TrainingMode.TRAINING if self.mode == "training" else torch.onnx.TrainingMode.EVAL,
+            )
+        out = artifacts.generate_artifacts(
+            path,
+            artifact_directory=tmp_path / "out",
+            batch_size=batch,
+            optimizer=artifacts.OptimType.SGD,
+            learning_rate=0.1,
+            frozen_params=list(self.frozen) or None,
+        )
         state = api.CheckpointState.load_checkpoint(out / "checkpoint")
         module = api.Module(out / "training_model.onnx", state, out / "eval_model.onnx")
         opt = api.Optimizer(out / "optimizer_model.onnx", module)
@@ -449,8 +631,11 @@ class ModelCase:
             before = {n: p.data.copy() for n, p in state.parameters.items()}
             loss = module(x, y.astype(np.int32))
             if step == 0:
-                errors.append(check_reference(out, {"x": x, "labels": y, **before}, loss,
-                                               {n: state.parameters[n].grad for n in trainable}))
+                errors.append(
+                    check_reference(
+                        out, {"x": x, "labels": y, **before}, loss, {n: state.parameters[n].grad for n in trainable}
+                    )
+                )
             opt.step()
             module.lazy_reset_grad()
             torch_opt.zero_grad()

@@ -54,7 +54,7 @@ def onnx_recurrence(op: str, attrs: dict, x, w, r, b=None, h0=None, c0=None):
                 if lbr:
                     cand = torch.tanh(xh + reset * hh)
                 else:
-                    cand = torch.tanh(xh + (reset * h) @ r[d][2 * hidden:].T + rb[2 * hidden:])
+                    cand = torch.tanh(xh + (reset * h) @ r[d][2 * hidden :].T + rb[2 * hidden :])
                 h = (1 - z) * cand + z * h
             else:
                 i, o, f, cand = (gx + gh).chunk(4, 1)
@@ -64,7 +64,7 @@ def onnx_recurrence(op: str, attrs: dict, x, w, r, b=None, h0=None, c0=None):
         ys.append(torch.stack(out))
         hs.append(h)
         cs.append(c)
-    y, states = torch.stack(ys, 1), [torch.stack(hs), torch.stack(cs)][:len(STATES[op])]
+    y, states = torch.stack(ys, 1), [torch.stack(hs), torch.stack(cs)][: len(STATES[op])]
     if layout:
         y, states = y.permute(2, 0, 1, 3), [s.transpose(0, 1) for s in states]
     return (y, *states)
@@ -91,9 +91,12 @@ class Case:
         rng = np.random.default_rng(seed)
         (t, n, i, h), d, g = self.dims, 2 if self.direction == "bidirectional" else 1, GATES[self.op]
         state = (n, d, h) if self.layout else (d, n, h)
-        inputs = {"X": rng.normal(size=(n, t, i) if self.layout else (t, n, i)),
-                  "W": rng.normal(scale=0.5, size=(d, g * h, i)), "R": rng.normal(scale=0.5, size=(d, g * h, h)),
-                  "B": rng.normal(scale=0.5, size=(d, 2 * g * h)) if self.bias else None}
+        inputs = {
+            "X": rng.normal(size=(n, t, i) if self.layout else (t, n, i)),
+            "W": rng.normal(scale=0.5, size=(d, g * h, i)),
+            "R": rng.normal(scale=0.5, size=(d, g * h, h)),
+            "B": rng.normal(scale=0.5, size=(d, 2 * g * h)) if self.bias else None,
+        }
         if self.states:
             inputs["sequence_lens"] = None
             for name in STATES[self.op]:
@@ -106,9 +109,18 @@ class Case:
     def torch_fn(self, present: list[str]):
         def fn(*tensors):
             given = dict(zip(present, tensors))
-            outs = onnx_recurrence(self.op, self.attrs(), given["X"], given["W"], given["R"], given.get("B"),
-                                   given.get("initial_h"), given.get("initial_c"))
-            return outs[:self.outputs or len(outs)]
+            outs = onnx_recurrence(
+                self.op,
+                self.attrs(),
+                given["X"],
+                given["W"],
+                given["R"],
+                given.get("B"),
+                given.get("initial_h"),
+                given.get("initial_c"),
+            )
+            return outs[: self.outputs or len(outs)]
+
         return fn
 
     def run(self, tmp_path, seed: int) -> float:
@@ -121,16 +133,24 @@ class Case:
         want = torch_fn(*[torch.from_numpy(v) for v in present.values()])
         for i, (got, ref) in enumerate(zip(_onnx_forward(self, inputs, consts, n_outputs), want)):
             assert_close(ref.detach().numpy(), got, f"torch recurrence output {i} vs ONNX runtime")
-        result = op_gradients(self.op, inputs, self.attrs(), torch_fn, consts, tmp_path=tmp_path, n_outputs=n_outputs,
-                              seed=seed)
-        return max(result.error, check_reference(tmp_path / "artifacts", {**result.feeds, **present}, result.loss,
-                                                 result.grads))
+        result = op_gradients(
+            self.op, inputs, self.attrs(), torch_fn, consts, tmp_path=tmp_path, n_outputs=n_outputs, seed=seed
+        )
+        return max(
+            result.error,
+            check_reference(tmp_path / "artifacts", {**result.feeds, **present}, result.loss, result.grads),
+        )
 
 
 def _id(case: Case) -> str:
-    parts = [case.op, case.direction, f"layout{case.layout}"] + (["lbr"] if case.lbr else []) \
-        + ([] if case.bias else ["noB"]) + list(case.states) + (["lens"] if case.full_lens else []) \
+    parts = (
+        [case.op, case.direction, f"layout{case.layout}"]
+        + (["lbr"] if case.lbr else [])
+        + ([] if case.bias else ["noB"])
+        + list(case.states)
+        + (["lens"] if case.full_lens else [])
         + ([f"{case.outputs}out"] if case.outputs else [])
+    )
     return "-".join(parts)
 
 
@@ -156,9 +176,13 @@ for _case in [
 def _onnx_forward(case: Case, inputs: dict, consts: dict, n_outputs: int) -> list[np.ndarray]:
     """The node run by onnxruntime (layout 0) or onnx.reference (layout 1)."""
     model, names, _ = build_op_model(case.op, inputs, case.attrs(), consts, n_outputs)
-    graph = helper.make_graph([model.graph.node[0]], "forward", [],
-                              [helper.make_tensor_value_info(y, TensorProto.FLOAT, None) for y in names],
-                              list(model.graph.initializer))
+    graph = helper.make_graph(
+        [model.graph.node[0]],
+        "forward",
+        [],
+        [helper.make_tensor_value_info(y, TensorProto.FLOAT, None) for y in names],
+        list(model.graph.initializer),
+    )
     forward = helper.make_model(graph, opset_imports=list(model.opset_import))
     if case.layout == 0:
         forward.ir_version = 9
@@ -185,15 +209,28 @@ def _refused(tmp_path, op: str, attrs: dict, consts: dict | None, peephole: bool
     return str(err.value)
 
 
-@pytest.mark.parametrize("op, attrs, consts, peephole, message", [
-    ("LSTM", {}, None, True, "LSTM node 'rnn': peepholes (input P) are not supported"),
-    ("GRU", {"clip": 1.0}, None, False, "GRU node 'rnn': the clip attribute is not supported"),
-    ("LSTM", {"input_forget": 1}, None, False, "LSTM node 'rnn': input_forget=1 is not supported"),
-    ("GRU", {"activations": ["Relu", "Tanh"]}, None, False,
-     "GRU node 'rnn': activations ['relu', 'tanh'] are not supported"),
-    ("GRU", {}, {"B": None, "sequence_lens": np.array([1], np.int32)}, False,
-     "GRU node 'rnn': sequence_lens other than the full length 2 are not supported"),
-])
+@pytest.mark.parametrize(
+    "op, attrs, consts, peephole, message",
+    [
+        ("LSTM", {}, None, True, "LSTM node 'rnn': peepholes (input P) are not supported"),
+        ("GRU", {"clip": 1.0}, None, False, "GRU node 'rnn': the clip attribute is not supported"),
+        ("LSTM", {"input_forget": 1}, None, False, "LSTM node 'rnn': input_forget=1 is not supported"),
+        (
+            "GRU",
+            {"activations": ["Relu", "Tanh"]},
+            None,
+            False,
+            "GRU node 'rnn': activations ['relu', 'tanh'] are not supported",
+        ),
+        (
+            "GRU",
+            {},
+            {"B": None, "sequence_lens": np.array([1], np.int32)},
+            False,
+            "GRU node 'rnn': sequence_lens other than the full length 2 are not supported",
+        ),
+    ],
+)
 def test_refused(op, attrs, consts, peephole, message, tmp_path):
     error = _refused(tmp_path, op, attrs, consts, peephole)
     assert message in error and "\n" not in error

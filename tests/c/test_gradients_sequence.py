@@ -37,14 +37,19 @@ def normal(shape, scale=1.0) -> np.ndarray:
 def _graph_model(nodes, params: dict, graph_inputs: dict, out_shape, opset: int = 18):
     """loss = ReduceSum(Y * R) after `nodes`, which read `params` (initializers) and `graph_inputs`
     (arrays fed at run time, typed by their dtype)."""
-    nodes = list(nodes) + [helper.make_node("Mul", ["Y", "R"], ["YR"]),
-                           helper.make_node("ReduceSum", ["YR"], ["loss"], keepdims=0)]
-    inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
-              for n, v in graph_inputs.items()]
+    nodes = list(nodes) + [
+        helper.make_node("Mul", ["Y", "R"], ["YR"]),
+        helper.make_node("ReduceSum", ["YR"], ["loss"], keepdims=0),
+    ]
+    inputs = [
+        helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+        for n, v in graph_inputs.items()
+    ]
     inputs.append(helper.make_tensor_value_info("R", TensorProto.FLOAT, out_shape))
     inits = [numpy_helper.from_array(np.asarray(v), n) for n, v in params.items()]
-    graph = helper.make_graph(nodes, "sequence", inputs, [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])],
-                              inits)
+    graph = helper.make_graph(
+        nodes, "sequence", inputs, [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])], inits
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
@@ -78,12 +83,21 @@ def op_case(name: str, op: str, inputs: dict, torch_fn: Callable, **kwargs) -> N
 
 # ---- Embeddings: Gather with token ids fed at run time (int64 or int32), constant positions ----
 
+
 def embedding_case(name, vocab, dim, ids, axis=0):
     weight = normal((vocab, dim) if axis == 0 else (dim, vocab))
-    case(f"Gather-runtime-{name}", lambda tmp_path: _check_graph(
-        [helper.make_node("Gather", ["W", "ids"], ["Y"], axis=axis)], {"W": weight}, {"ids": ids},
-        lambda w, t: torch.index_select(w, axis, torch.where(t < 0, t + vocab, t).long().ravel()).reshape(
-            w.shape[:axis] + tuple(t.shape) + w.shape[axis + 1:]), tmp_path))
+    case(
+        f"Gather-runtime-{name}",
+        lambda tmp_path: _check_graph(
+            [helper.make_node("Gather", ["W", "ids"], ["Y"], axis=axis)],
+            {"W": weight},
+            {"ids": ids},
+            lambda w, t: torch.index_select(w, axis, torch.where(t < 0, t + vocab, t).long().ravel()).reshape(
+                w.shape[:axis] + tuple(t.shape) + w.shape[axis + 1 :]
+            ),
+            tmp_path,
+        ),
+    )
 
 
 for name, dtype in [("int64", np.int64), ("int32", np.int32)]:
@@ -99,9 +113,11 @@ def _token_and_position(tmp_path):
     gathered by constant indices (which the exporter writes for arange)."""
     tokens, positions = normal((9, 4)), normal((6, 4))
     ids = RNG.integers(0, 9, size=(2, 5)).astype(np.int64)
-    nodes = [helper.make_node("Gather", ["tok", "ids"], ["t"]),
-             helper.make_node("Gather", ["pos", "where"], ["p"]),
-             helper.make_node("Add", ["t", "p"], ["Y"])]
+    nodes = [
+        helper.make_node("Gather", ["tok", "ids"], ["t"]),
+        helper.make_node("Gather", ["pos", "where"], ["p"]),
+        helper.make_node("Add", ["t", "p"], ["Y"]),
+    ]
     params = {"tok": tokens, "pos": positions, "where": np.arange(5, dtype=np.int64)}
     return _check_graph(nodes, params, {"ids": ids}, lambda tok, pos, t: tok[t] + pos[:5], tmp_path)
 
@@ -111,16 +127,23 @@ case("Gather-token-plus-position", _token_and_position)
 
 # ---- LayerNormalization: Y alone (PyTorch's export) or with Mean and InvStdDev in the loss ----
 
+
 def _layernorm_torch(axis, eps, outputs):
     def fn(x, scale, b=None):
         axes = tuple(range(axis % x.ndim, x.ndim))
-        y = F.layer_norm(x, x.shape[axes[0]:], scale.reshape(x.shape[axes[0]:]),
-                         None if b is None else b.reshape(x.shape[axes[0]:]), eps)
+        y = F.layer_norm(
+            x,
+            x.shape[axes[0] :],
+            scale.reshape(x.shape[axes[0] :]),
+            None if b is None else b.reshape(x.shape[axes[0] :]),
+            eps,
+        )
         if outputs == 1:
             return y
         mean = x.mean(dim=axes, keepdim=True)
         var = ((x - mean) ** 2).mean(dim=axes, keepdim=True)
         return y, mean, 1 / torch.sqrt(var + eps)
+
     return fn
 
 
@@ -131,21 +154,43 @@ for rank, outputs, bias in [(2, 1, True), (3, 1, False), (4, 1, True), (3, 3, Tr
     inputs = {"X": normal(shape, 2.0) + 1.0, "Scale": normal(shape[axis:]) + 1.0}
     if bias:
         inputs["B"] = normal(shape[axis:])
-    op_case(f"{rank}d-axis{axis}-eps{eps:g}-{outputs}out{'' if bias else '-nobias'}", "LayerNormalization",
-            inputs, _layernorm_torch(axis, eps, outputs), attrs={"axis": axis, "epsilon": eps}, n_outputs=outputs,
-            opset=17)
+    op_case(
+        f"{rank}d-axis{axis}-eps{eps:g}-{outputs}out{'' if bias else '-nobias'}",
+        "LayerNormalization",
+        inputs,
+        _layernorm_torch(axis, eps, outputs),
+        attrs={"axis": axis, "epsilon": eps},
+        n_outputs=outputs,
+        opset=17,
+    )
 # PyTorch's normalized_shape as a flat scale of a row's values: one value per position either way
-op_case("scale-flat-over-2-axes", "LayerNormalization", {"X": normal((2, 3, 4)), "Scale": normal((12,))},
-        lambda x, s: F.layer_norm(x, (3, 4), s.reshape(3, 4)), attrs={"axis": 1}, opset=17)
+op_case(
+    "scale-flat-over-2-axes",
+    "LayerNormalization",
+    {"X": normal((2, 3, 4)), "Scale": normal((12,))},
+    lambda x, s: F.layer_norm(x, (3, 4), s.reshape(3, 4)),
+    attrs={"axis": 1},
+    opset=17,
+)
 
 
 # ---- Trilu (constant k), and causal masks that fold to constants ----
 
-for name, shape, upper, k in [("upper-k1-4d", (2, 2, 4, 4), 1, 1), ("lower-k-1", (3, 5), 0, -1),
-                              ("upper-default-k", (2, 4, 3), 1, None), ("lower-k-beyond", (3, 4), 0, -9)]:
+for name, shape, upper, k in [
+    ("upper-k1-4d", (2, 2, 4, 4), 1, 1),
+    ("lower-k-1", (3, 5), 0, -1),
+    ("upper-default-k", (2, 4, 3), 1, None),
+    ("lower-k-beyond", (3, 4), 0, -9),
+]:
     fn = (lambda x, k=k: torch.triu(x, k or 0)) if upper else (lambda x, k=k: torch.tril(x, k or 0))
-    op_case(name, "Trilu", {"X": normal(shape)}, fn, attrs={"upper": upper},
-            consts={} if k is None else {"k": np.array(k, np.int64)})
+    op_case(
+        name,
+        "Trilu",
+        {"X": normal(shape)},
+        fn,
+        attrs={"upper": upper},
+        consts={} if k is None else {"k": np.array(k, np.int64)},
+    )
 
 
 def _masked_softmax(tmp_path, use_where):
@@ -154,15 +199,19 @@ def _masked_softmax(tmp_path, use_where):
     t = 5
     x = normal((2, 2, t, t), 2.0)
     if use_where:
-        nodes = [helper.make_node("Trilu", ["ones"], ["lower"], upper=0),
-                 helper.make_node("Cast", ["lower"], ["keep"], to=TensorProto.BOOL),
-                 helper.make_node("Constant", [], ["neg_inf"], value_float=-np.inf),
-                 helper.make_node("Where", ["keep", "X", "neg_inf"], ["masked"])]
+        nodes = [
+            helper.make_node("Trilu", ["ones"], ["lower"], upper=0),
+            helper.make_node("Cast", ["lower"], ["keep"], to=TensorProto.BOOL),
+            helper.make_node("Constant", [], ["neg_inf"], value_float=-np.inf),
+            helper.make_node("Where", ["keep", "X", "neg_inf"], ["masked"]),
+        ]
         params = {"X": x, "ones": np.ones((t, t), np.int64)}
     else:
         mask = np.triu(np.full((t, t), -np.inf, np.float32), 1)
-        nodes = [helper.make_node("Constant", [], ["mask"], value=numpy_helper.from_array(mask)),
-                 helper.make_node("Add", ["X", "mask"], ["masked"])]
+        nodes = [
+            helper.make_node("Constant", [], ["mask"], value=numpy_helper.from_array(mask)),
+            helper.make_node("Add", ["X", "mask"], ["masked"]),
+        ]
         params = {"X": x}
     nodes.append(helper.make_node("Softmax", ["masked"], ["Y"], axis=-1))
     causal = torch.ones(t, t, dtype=torch.bool).tril()
@@ -176,26 +225,28 @@ case("causal-mask-additive-constant", lambda tmp_path: _masked_softmax(tmp_path,
 # ---- Attention's 4-D forms: batched MatMul with broadcasting, Softmax over any axis, ... ----
 
 for a, b in [((2, 1, 3, 4), (3, 4, 5)), ((1, 2, 3, 4), (2, 1, 4, 3))]:
-    op_case(f"{'x'.join(map(str, a))}@{'x'.join(map(str, b))}", "MatMul", {"A": normal(a), "B": normal(b)},
-            torch.matmul)
+    op_case(
+        f"{'x'.join(map(str, a))}@{'x'.join(map(str, b))}", "MatMul", {"A": normal(a), "B": normal(b)}, torch.matmul
+    )
 
 
 def _attention_chain(tmp_path):
     """One graph through the 4-D forms attention uses: Split into q, k, v; Transpose; batched MatMul;
     Softmax over a middle axis; Transpose back; a strided Slice; Gelu (both forms) and Erf."""
-    nodes = [helper.make_node("Split", ["X"], ["q", "k", "v"], axis=-1, num_outputs=3),
-             helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
-             helper.make_node("MatMul", ["q", "kt"], ["s"]),
-             helper.make_node("Softmax", ["s"], ["p"], axis=1),
-             helper.make_node("MatMul", ["p", "v"], ["o"]),
-             helper.make_node("Transpose", ["o"], ["t"], perm=[0, 2, 1, 3]),
-             helper.make_node("Slice", ["t", "starts", "ends", "axes", "steps"], ["sl"]),
-             helper.make_node("Gelu", ["sl"], ["g1"], approximate="tanh"),
-             helper.make_node("Gelu", ["sl"], ["g2"]),
-             helper.make_node("Erf", ["g2"], ["e"]),
-             helper.make_node("Add", ["g1", "e"], ["Y"])]
-    params = {"X": normal((2, 3, 4, 12)), "starts": i64(1, 0), "ends": i64(4, 4), "axes": i64(1, 3),
-              "steps": i64(1, 2)}
+    nodes = [
+        helper.make_node("Split", ["X"], ["q", "k", "v"], axis=-1, num_outputs=3),
+        helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+        helper.make_node("MatMul", ["q", "kt"], ["s"]),
+        helper.make_node("Softmax", ["s"], ["p"], axis=1),
+        helper.make_node("MatMul", ["p", "v"], ["o"]),
+        helper.make_node("Transpose", ["o"], ["t"], perm=[0, 2, 1, 3]),
+        helper.make_node("Slice", ["t", "starts", "ends", "axes", "steps"], ["sl"]),
+        helper.make_node("Gelu", ["sl"], ["g1"], approximate="tanh"),
+        helper.make_node("Gelu", ["sl"], ["g2"]),
+        helper.make_node("Erf", ["g2"], ["e"]),
+        helper.make_node("Add", ["g1", "e"], ["Y"]),
+    ]
+    params = {"X": normal((2, 3, 4, 12)), "starts": i64(1, 0), "ends": i64(4, 4), "axes": i64(1, 3), "steps": i64(1, 2)}
 
     def torch_fn(x):
         q, k, v = torch.split(x, 4, -1)
@@ -210,15 +261,24 @@ case("attention-4d-chain", _attention_chain)
 
 # ---- Cross entropy over sequences: logits (N, C, T...), labels (N, T...), padding ignored ----
 
+
 def ce_case(name, logits_shape, ignore_index):
     classes = logits_shape[1]
     labels = RNG.integers(0, classes, size=(logits_shape[0],) + logits_shape[2:]).astype(np.int64)
     if ignore_index is not None:
         labels.ravel()[RNG.choice(labels.size, labels.size // 3, replace=False)] = ignore_index
     kwargs = {} if ignore_index is None else {"ignore_index": ignore_index}
-    case(f"CrossEntropy-{name}", lambda tmp_path: check_loss_gradients(
-        artifacts.LossType.CrossEntropyLoss, normal(logits_shape, 2.0), labels,
-        lambda x, t: F.cross_entropy(x, t, reduction="mean", **kwargs), tmp_path=tmp_path, **kwargs))
+    case(
+        f"CrossEntropy-{name}",
+        lambda tmp_path: check_loss_gradients(
+            artifacts.LossType.CrossEntropyLoss,
+            normal(logits_shape, 2.0),
+            labels,
+            lambda x, t: F.cross_entropy(x, t, reduction="mean", **kwargs),
+            tmp_path=tmp_path,
+            **kwargs,
+        ),
+    )
 
 
 ce_case("NCT-padding-ignored", (3, 5, 6), -100)
@@ -233,9 +293,14 @@ def test_gradient(spec, tmp_path, request):
 
 # ---- Token ids out of range, and integer inputs where they cannot go ----
 
+
 def _embedding_module(tmp_path):
-    model = _graph_model([helper.make_node("Gather", ["W", "ids"], ["Y"])], {"W": normal((5, 3))},
-                         {"ids": np.zeros((2, 3), np.int64)}, (2, 3, 3))
+    model = _graph_model(
+        [helper.make_node("Gather", ["W", "ids"], ["Y"])],
+        {"W": normal((5, 3))},
+        {"ids": np.zeros((2, 3), np.int64)},
+        (2, 3, 3),
+    )
     return compile_module(model, tmp_path, loss=None)
 
 
@@ -262,14 +327,14 @@ def test_token_ids_out_of_range_are_refused_with_state_untouched(tmp_path):
 
 
 def test_integer_inputs_only_reach_integer_kernels(tmp_path):
-    nodes = [helper.make_node("Relu", ["ids"], ["row"], name="relu"),
-             helper.make_node("Gather", ["W", "row"], ["Y"])]
+    nodes = [helper.make_node("Relu", ["ids"], ["row"], name="relu"), helper.make_node("Gather", ["W", "row"], ["Y"])]
     model = _graph_model(nodes, {"W": normal((6, 3))}, {"ids": np.zeros((2, 3), np.int64)}, (2, 3, 3))
     refused = "node 'relu' \\(Relu\\) reads int64 'ids' at input 0; Relu computes float32 tensors only"
     with pytest.raises(EdgetrainError, match=refused):
         compile_module(model, tmp_path, loss=None)
-    model = _graph_model([helper.make_node("Add", ["x", "W"], ["Y"])], {"W": normal((2,))},
-                         {"x": np.zeros((2,), np.float64)}, (2,))
+    model = _graph_model(
+        [helper.make_node("Add", ["x", "W"], ["Y"])], {"W": normal((2,))}, {"x": np.zeros((2,), np.float64)}, (2,)
+    )
     with pytest.raises(EdgetrainError, match="float64"):
         compile_module(model, tmp_path, loss=None)
 

@@ -18,8 +18,25 @@ BATCH = 4
 # Tensor names in the twin with plain names; every case maps each one to a hostile name.
 TENSORS = ["x", "fc0.weight", "fc0.bias", "h", "hr", "ratio", "hd", "gain", "hg", "fc1.weight", "fc1.bias", "logits"]
 NODES = ["fc0", "relu", "drop", "gain_mul", "fc1"]
-KEYWORDS = ["int", "return", "static", "void", "main", "NULL", "et_arena", "et_params", "model_init", "x0",
-            "float", "while", "et_grads", "st", "loss", "buffer", "et_crc32"]
+KEYWORDS = [
+    "int",
+    "return",
+    "static",
+    "void",
+    "main",
+    "NULL",
+    "et_arena",
+    "et_params",
+    "model_init",
+    "x0",
+    "float",
+    "while",
+    "et_grads",
+    "st",
+    "loss",
+    "buffer",
+    "et_crc32",
+]
 
 
 def numbered(payload):
@@ -54,21 +71,35 @@ def build(name_of, hostile_text: str | None = None):
     def init(name, shape, bound=0.4):
         return numpy_helper.from_array(rng.uniform(-bound, bound, shape).astype(np.float32), t[name])
 
-    nodes = [helper.make_node("Gemm", [t["x"], t["fc0.weight"], t["fc0.bias"]], [t["h"]], transB=1, name=node["fc0"]),
-             helper.make_node("Relu", [t["h"]], [t["hr"]], name=node["relu"]),
-             helper.make_node("Dropout", [t["hr"], t["ratio"]], [t["hd"]], name=node["drop"]),
-             helper.make_node("Mul", [t["hd"], t["gain"]], [t["hg"]], name=node["gain_mul"]),
-             helper.make_node("Gemm", [t["hg"], t["fc1.weight"], t["fc1.bias"]], [t["logits"]], transB=1,
-                              name=node["fc1"])]
-    inits = [init("fc0.weight", (16, 8)), init("fc0.bias", (16,)),
-             numpy_helper.from_array(np.float32(0.25), t["ratio"]),
-             init("gain", (16,), 2.0), init("fc1.weight", (3, 16)), init("fc1.bias", (3,))]
-    graph = helper.make_graph(nodes, hostile_text or "mlp", [helper.make_tensor_value_info(t["x"], TensorProto.FLOAT,
-                                                                                           [BATCH, 8])],
-                              [helper.make_tensor_value_info(t["logits"], TensorProto.FLOAT, [BATCH, 3])], inits,
-                              doc_string=hostile_text or "")
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], producer_name=hostile_text or "t",
-                              doc_string=hostile_text or "")
+    nodes = [
+        helper.make_node("Gemm", [t["x"], t["fc0.weight"], t["fc0.bias"]], [t["h"]], transB=1, name=node["fc0"]),
+        helper.make_node("Relu", [t["h"]], [t["hr"]], name=node["relu"]),
+        helper.make_node("Dropout", [t["hr"], t["ratio"]], [t["hd"]], name=node["drop"]),
+        helper.make_node("Mul", [t["hd"], t["gain"]], [t["hg"]], name=node["gain_mul"]),
+        helper.make_node("Gemm", [t["hg"], t["fc1.weight"], t["fc1.bias"]], [t["logits"]], transB=1, name=node["fc1"]),
+    ]
+    inits = [
+        init("fc0.weight", (16, 8)),
+        init("fc0.bias", (16,)),
+        numpy_helper.from_array(np.float32(0.25), t["ratio"]),
+        init("gain", (16,), 2.0),
+        init("fc1.weight", (3, 16)),
+        init("fc1.bias", (3,)),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        hostile_text or "mlp",
+        [helper.make_tensor_value_info(t["x"], TensorProto.FLOAT, [BATCH, 8])],
+        [helper.make_tensor_value_info(t["logits"], TensorProto.FLOAT, [BATCH, 3])],
+        inits,
+        doc_string=hostile_text or "",
+    )
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", 18)],
+        producer_name=hostile_text or "t",
+        doc_string=hostile_text or "",
+    )
     if hostile_text:
         for n in model.graph.node:
             n.doc_string = hostile_text
@@ -77,8 +108,7 @@ def build(name_of, hostile_text: str | None = None):
 
 
 def compile_and_bind(model, directory, frozen):
-    out = artifacts.generate_artifacts(model, artifact_directory=directory, frozen_params=[frozen],
-                                       learning_rate=0.05)
+    out = artifacts.generate_artifacts(model, artifact_directory=directory, frozen_params=[frozen], learning_rate=0.05)
     state = api.CheckpointState.load_checkpoint(out / "checkpoint")
     module = api.Module(out / "training_model.onnx", state, out / "eval_model.onnx")
     return out, state, module, api.Optimizer(out / "optimizer_model.onnx", module)
@@ -91,8 +121,9 @@ def run(state, module, opt, names):
     for _ in range(2):
         x, y = rng.normal(size=(BATCH, 8)).astype(np.float32), rng.integers(0, 3, BATCH)
         results.append(module(x, y))
-        results += [state.parameters[names[p]].grad.copy()
-                    for p in ("fc0.weight", "fc0.bias", "fc1.weight", "fc1.bias")]
+        results += [
+            state.parameters[names[p]].grad.copy() for p in ("fc0.weight", "fc0.bias", "fc1.weight", "fc1.bias")
+        ]
         opt.step()
         module.lazy_reset_grad()
     results.append(module.get_contiguous_parameters())
@@ -125,13 +156,29 @@ def test_hostile_names(case, twin, tmp_path):
             for name in list(names.values()) + [hostile_text]:
                 assert name not in text
     # Beyond the host build's flags (already -Werror): comments, trigraphs and shadowing checked too.
-    result = subprocess.run(["gcc", "-std=c99", "-pedantic", "-Wall", "-Wextra", "-Werror", "-Wcomment", "-Wtrigraphs",
-                             "-Wshadow", "-Wdouble-promotion", "-fsyntax-only", str(out / "model.c")],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [
+            "gcc",
+            "-std=c99",
+            "-pedantic",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-Wcomment",
+            "-Wtrigraphs",
+            "-Wshadow",
+            "-Wdouble-promotion",
+            "-fsyntax-only",
+            str(out / "model.c"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr
 
-    assert set(state.parameters.keys()) == {names[p] for p in ("fc0.weight", "fc0.bias", "gain", "fc1.weight",
-                                                                "fc1.bias")}
+    assert set(state.parameters.keys()) == {
+        names[p] for p in ("fc0.weight", "fc0.bias", "gain", "fc1.weight", "fc1.bias")
+    }
     got = run(state, module, opt, names)
     for a, b in zip(got, twin):  # bit for bit: names change nothing but the arena layout
         np.testing.assert_array_equal(a, b)

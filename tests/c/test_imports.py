@@ -31,15 +31,24 @@ class ConvBN(torch.nn.Module):
 def dynamo_export(model, x, path, optimize):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(model, (x,), path, dynamo=True, optimize=optimize, input_names=["x"], verbose=False,
-                          dynamic_shapes=({0: torch.export.Dim("batch", min=1, max=16)},))
+        torch.onnx.export(
+            model,
+            (x,),
+            path,
+            dynamo=True,
+            optimize=optimize,
+            input_names=["x"],
+            verbose=False,
+            dynamic_shapes=({0: torch.export.Dim("batch", min=1, max=16)},),
+        )
 
 
 def compile_(path, tmp_path, **kwargs):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ImportNote)
-        out = artifacts.generate_artifacts(path, batch_size=B, artifact_directory=tmp_path / "out",
-                                           optimizer=artifacts.OptimType.SGD, **kwargs)
+        out = artifacts.generate_artifacts(
+            path, batch_size=B, artifact_directory=tmp_path / "out", optimizer=artifacts.OptimType.SGD, **kwargs
+        )
     notes = [str(w.message) for w in caught if issubclass(w.category, ImportNote)]
     state = api.CheckpointState.load_checkpoint(out / "checkpoint")
     return api.Module(out / "training_model.onnx", state, out / "eval_model.onnx"), state, notes
@@ -75,33 +84,50 @@ def test_dynamo_batchnorm_trains_in_training_mode_as_in_pytorch(tmp_path):
 
 
 def _model(nodes, inits, shape=(B, 4), out_shape=(B, 4)):
-    graph = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, out_shape)],
-                              [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in inits.items()])
+    graph = helper.make_graph(
+        nodes,
+        "m",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, out_shape)],
+        [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in inits.items()],
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
 
 
 def test_only_parameters_train_by_default(tmp_path):
     rng = np.random.default_rng(0)
-    model = _model([helper.make_node("Gemm", ["x", "w_0", "b_0"], ["h"], transB=1, name="fc"),
-                    helper.make_node("Mul", ["h", "val_74"], ["s"], name="scale_by_exporter_constant"),
-                    helper.make_node("Mul", ["s", "head.gamma"], ["g"], name="gamma"),
-                    helper.make_node("Add", ["g", "rotary.inv_freq"], ["y"], name="buffer")],
-                   {"w_0": rng.normal(size=(3, 4)), "b_0": np.zeros(3), "val_74": np.array(0.5),
-                    "head.gamma": np.ones(3), "rotary.inv_freq": np.ones(3)}, out_shape=(B, 3))
+    model = _model(
+        [
+            helper.make_node("Gemm", ["x", "w_0", "b_0"], ["h"], transB=1, name="fc"),
+            helper.make_node("Mul", ["h", "val_74"], ["s"], name="scale_by_exporter_constant"),
+            helper.make_node("Mul", ["s", "head.gamma"], ["g"], name="gamma"),
+            helper.make_node("Add", ["g", "rotary.inv_freq"], ["y"], name="buffer"),
+        ],
+        {
+            "w_0": rng.normal(size=(3, 4)),
+            "b_0": np.zeros(3),
+            "val_74": np.array(0.5),
+            "head.gamma": np.ones(3),
+            "rotary.inv_freq": np.ones(3),
+        },
+        out_shape=(B, 3),
+    )
     module, state, _ = compile_(model, tmp_path, loss=artifacts.LossType.MSELoss)
     trains = {n for n, p in state.parameters.items() if p.requires_grad}
     assert trains == {"w_0", "b_0", "head.gamma"}
-    module, state, _ = compile_(model, tmp_path / "2", loss=artifacts.LossType.MSELoss,
-                                requires_grad=["w_0", "val_74"])
+    module, state, _ = compile_(model, tmp_path / "2", loss=artifacts.LossType.MSELoss, requires_grad=["w_0", "val_74"])
     assert {n for n, p in state.parameters.items() if p.requires_grad} == {"w_0", "val_74"}
 
 
 def test_ties_are_reported_once_and_untie_gives_each_layer_a_copy(tmp_path):
     rng = np.random.default_rng(0)
-    model = _model([helper.make_node("LayerNormalization", ["x", "ln.weight", "ln.bias"], ["a"], name="ln1"),
-                    helper.make_node("LayerNormalization", ["a", "ln.weight", "ln.bias"], ["y"], name="ln2")],
-                   {"ln.weight": np.ones(4), "ln.bias": np.zeros(4)})
+    model = _model(
+        [
+            helper.make_node("LayerNormalization", ["x", "ln.weight", "ln.bias"], ["a"], name="ln1"),
+            helper.make_node("LayerNormalization", ["a", "ln.weight", "ln.bias"], ["y"], name="ln2"),
+        ],
+        {"ln.weight": np.ones(4), "ln.bias": np.zeros(4)},
+    )
     x, t = rng.normal(size=(B, 4)).astype(np.float32), rng.normal(size=(B, 4)).astype(np.float32)
     module, state, notes = compile_(model, tmp_path, loss=artifacts.LossType.MSELoss)
     assert len(notes) == 1 and "'ln.weight' by 2 layers" in notes[0] and "untie=True" in notes[0]
@@ -119,12 +145,30 @@ def test_ties_are_reported_once_and_untie_gives_each_layer_a_copy(tmp_path):
 def test_cli_prints_notes_and_what_trains(tmp_path):
     import subprocess
     import sys
-    model = _model([helper.make_node("LayerNormalization", ["x", "ln.weight", "ln.bias"], ["a"], name="ln1"),
-                    helper.make_node("LayerNormalization", ["a", "ln.weight", "ln.bias"], ["y"], name="ln2")],
-                   {"ln.weight": np.ones(4), "ln.bias": np.zeros(4)})
+
+    model = _model(
+        [
+            helper.make_node("LayerNormalization", ["x", "ln.weight", "ln.bias"], ["a"], name="ln1"),
+            helper.make_node("LayerNormalization", ["a", "ln.weight", "ln.bias"], ["y"], name="ln2"),
+        ],
+        {"ln.weight": np.ones(4), "ln.bias": np.zeros(4)},
+    )
     onnx.save(model, tmp_path / "m.onnx")
-    result = subprocess.run([sys.executable, "-m", "edgetrain.cli", "compile", tmp_path / "m.onnx", "-o",
-                             tmp_path / "out", "--loss", "MSELoss"], capture_output=True, text=True)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "edgetrain.cli",
+            "compile",
+            tmp_path / "m.onnx",
+            "-o",
+            tmp_path / "out",
+            "--loss",
+            "MSELoss",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr
     assert "edgetrain: note:" in result.stderr and "--untie" in result.stderr
     assert "trains 2 parameter(s): ln.weight, ln.bias" in result.stdout
@@ -152,8 +196,9 @@ def test_dynamo_export_keeps_state_dict_names_and_untie_separates_merged_layers(
     dynamo_export(model, x, tmp_path / "m.onnx", optimize=True)
     module, state, notes = compile_(tmp_path / "m.onnx", tmp_path, loss=artifacts.LossType.CrossEntropyLoss)
     assert any("shared between layers" in n and "untie=True" in n for n in notes), notes
-    module, state, notes = compile_(tmp_path / "m.onnx", tmp_path / "untied", untie=True,
-                                    loss=artifacts.LossType.CrossEntropyLoss)
+    module, state, notes = compile_(
+        tmp_path / "m.onnx", tmp_path / "untied", untie=True, loss=artifacts.LossType.CrossEntropyLoss
+    )
     loss = module(x.numpy(), labels.numpy())
     want = torch.nn.functional.cross_entropy(model(x), labels)
     want.backward()

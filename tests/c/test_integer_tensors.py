@@ -54,11 +54,13 @@ def bools(shape) -> np.ndarray:
 def _model(nodes, inputs: dict, consts: dict, opset: int = 18) -> onnx.ModelProto:
     """A model of `nodes` with `inputs` as graph inputs and `consts` as initializers; the outputs
     are the last node's, typed by onnx shape inference."""
-    infos = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
-             for n, a in inputs.items()]
+    infos = [
+        helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape) for n, a in inputs.items()
+    ]
     outputs = [helper.make_empty_tensor_value_info(o) for o in nodes[-1].output]
-    graph = helper.make_graph(nodes, "integer", infos, outputs,
-                              [numpy_helper.from_array(np.asarray(a), n) for n, a in consts.items()])
+    graph = helper.make_graph(
+        nodes, "integer", infos, outputs, [numpy_helper.from_array(np.asarray(a), n) for n, a in consts.items()]
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 9
     return onnx.shape_inference.infer_shapes(model, strict_mode=True)
@@ -72,8 +74,13 @@ def run_c(model: onnx.ModelProto, feeds: list[np.ndarray], tmp_path) -> tuple[in
     """(status, outputs) of the generated C's infer: integer and bool data go in and come out as int32."""
     ffi, lib = load_library(artifacts.generate_inference(model, tmp_path / "c"))
     args = [np.ascontiguousarray(a if a.dtype == np.float32 else a.astype(np.int32)) for a in feeds]
-    outs = [np.zeros([d.dim_value for d in o.type.tensor_type.shape.dim],
-                     np.float32 if o.type.tensor_type.elem_type == TP.FLOAT else np.int32) for o in model.graph.output]
+    outs = [
+        np.zeros(
+            [d.dim_value for d in o.type.tensor_type.shape.dim],
+            np.float32 if o.type.tensor_type.elem_type == TP.FLOAT else np.int32,
+        )
+        for o in model.graph.output
+    ]
     status = lib.model_infer(lib.MODEL_MAX_BATCH, *[_c_array(ffi, a) for a in args + outs])
     return status, outs
 
@@ -84,6 +91,7 @@ def run_ort(model: onnx.ModelProto, feeds: list[np.ndarray]) -> list[np.ndarray]
 
 
 # ---- one node on integer or bool data against onnxruntime ----
+
 
 @dataclass
 class OpCase:
@@ -110,12 +118,15 @@ OPS = {
     "Unsqueeze-int64": OpCase("Unsqueeze", {"X": ints((3,)), "axes": i64(0, -1)}, consts=("axes",)),
     "Identity-int64": OpCase("Identity", {"X": ints((2, 3))}),
     # HuggingFace's label shift: pad the labels with ignore_index, then slice
-    "Pad-int64-constant": OpCase("Pad", {"X": ints((2, 5)), "pads": i64(0, 0, 0, 1), "value": i64(-100)},
-                                 consts=("pads", "value")),
+    "Pad-int64-constant": OpCase(
+        "Pad", {"X": ints((2, 5)), "pads": i64(0, 0, 0, 1), "value": i64(-100)}, consts=("pads", "value")
+    ),
     "Pad-bool-edge": OpCase("Pad", {"X": bools((2, 3)), "pads": i64(1, 0, 0, 2)}, {"mode": "edge"}, ("pads",)),
-    "Slice-int64-negative-steps": OpCase("Slice", {"X": ints((4, 5)), "starts": i64(3, -1), "ends": i64(0, -6),
-                                                   "axes": i64(0, 1), "steps": i64(-1, -2)},
-                                         consts=("starts", "ends", "axes", "steps")),
+    "Slice-int64-negative-steps": OpCase(
+        "Slice",
+        {"X": ints((4, 5)), "starts": i64(3, -1), "ends": i64(0, -6), "axes": i64(0, 1), "steps": i64(-1, -2)},
+        consts=("starts", "ends", "axes", "steps"),
+    ),
     "Concat-int64-with-constant": OpCase("Concat", {"A": ints((2, 3)), "B": ints((2, 1))}, {"axis": 1}, ("B",)),
     "Concat-bool": OpCase("Concat", {"A": bools((1, 3)), "B": bools((2, 3))}, {"axis": 0}),
     "Expand-bool": OpCase("Expand", {"X": bools((1, 3)), "shape": i64(2, 1, 3)}, consts=("shape",)),
@@ -125,14 +136,16 @@ OPS = {
     "Gather-float-computed-indices": OpCase("Gather", {"X": floats((6, 2)), "I": ints((3,), 0, 6, np.int32)}),
     "Where-int64": OpCase("Where", {"C": bools((2, 3)), "X": ints((2, 3)), "Y": ints((3,))}),
     "Where-float-runtime-condition": OpCase("Where", {"C": bools((3, 1)), "X": floats((3, 4)), "Y": floats(())}),
-    "Where-int32-constant-condition": OpCase("Where", {"C": bools((4,)), "X": ints((2, 4), dtype=np.int32),
-                                                       "Y": ints((2, 1), dtype=np.int32)}, consts=("C",)),
+    "Where-int32-constant-condition": OpCase(
+        "Where", {"C": bools((4,)), "X": ints((2, 4), dtype=np.int32), "Y": ints((2, 1), dtype=np.int32)}, consts=("C",)
+    ),
     # Cast in every direction; float -> integer truncates toward zero
     "Cast-float-int64": OpCase("Cast", {"X": TRUNCATED}, {"to": TP.INT64}),
     "Cast-float-int32": OpCase("Cast", {"X": TRUNCATED}, {"to": TP.INT32}),
     "Cast-float-bool": OpCase("Cast", {"X": SPECIAL}, {"to": TP.BOOL}),
-    "Cast-int64-float": OpCase("Cast", {"X": np.array([[-3, 0, 2**24 + 1], [2**31 - 1, -2**31, 7]], np.int64)},
-                               {"to": TP.FLOAT}),
+    "Cast-int64-float": OpCase(
+        "Cast", {"X": np.array([[-3, 0, 2**24 + 1], [2**31 - 1, -(2**31), 7]], np.int64)}, {"to": TP.FLOAT}
+    ),
     "Cast-bool-float": OpCase("Cast", {"X": bools((2, 3))}, {"to": TP.FLOAT}),
     "Cast-int64-bool": OpCase("Cast", {"X": ints((2, 3), -2, 3)}, {"to": TP.BOOL}),
     "Cast-bool-int64": OpCase("Cast", {"X": bools((2, 3))}, {"to": TP.INT64}),
@@ -141,8 +154,9 @@ OPS = {
     "Cast-float-float": OpCase("Cast", {"X": SPECIAL}, {"to": TP.FLOAT}),
     # comparisons (float or integer operands, bool result) and logic
     "Equal-int64-bcast": OpCase("Equal", {"A": ints((2, 3), 0, 3), "B": ints((3,), 0, 3)}),
-    "Equal-float": OpCase("Equal", {"A": np.array([1.0, NAN, -0.0], np.float32),
-                                    "B": np.array([1.0, NAN, 0.0], np.float32)}),
+    "Equal-float": OpCase(
+        "Equal", {"A": np.array([1.0, NAN, -0.0], np.float32), "B": np.array([1.0, NAN, 0.0], np.float32)}
+    ),
     "Equal-bool": OpCase("Equal", {"A": bools((2, 3)), "B": bools((2, 3))}),
     "Less-float-nan": OpCase("Less", {"A": SPECIAL, "B": np.array([0.5, 2.0, -INF], np.float32)}),
     "Greater-int32": OpCase("Greater", {"A": ints((2, 3), dtype=np.int32), "B": ints((2, 1), dtype=np.int32)}),
@@ -162,15 +176,19 @@ OPS = {
     "Neg-int32": OpCase("Neg", {"X": ints((2, 3), dtype=np.int32)}),
     "CumSum-int64": OpCase("CumSum", {"X": ints((2, 5)), "axis": i64(1)}, consts=("axis",)),
     "CumSum-int64-exclusive": OpCase("CumSum", {"X": ints((2, 5)), "axis": i64(-1)}, {"exclusive": 1}, ("axis",)),
-    "CumSum-int32-reverse": OpCase("CumSum", {"X": ints((3, 4), dtype=np.int32), "axis": np.array(0, np.int32)},
-                                   {"reverse": 1}, ("axis",)),
-    "CumSum-int64-exclusive-reverse": OpCase("CumSum", {"X": ints((2, 3, 4)), "axis": i64(1)},
-                                             {"exclusive": 1, "reverse": 1}, ("axis",)),
+    "CumSum-int32-reverse": OpCase(
+        "CumSum", {"X": ints((3, 4), dtype=np.int32), "axis": np.array(0, np.int32)}, {"reverse": 1}, ("axis",)
+    ),
+    "CumSum-int64-exclusive-reverse": OpCase(
+        "CumSum", {"X": ints((2, 3, 4)), "axis": i64(1)}, {"exclusive": 1, "reverse": 1}, ("axis",)
+    ),
     "CumSum-float": OpCase("CumSum", {"X": floats((3, 4)), "axis": i64(0)}, consts=("axis",)),
-    "ArgMax-float-ties": OpCase("ArgMax", {"X": np.array([[1, 3, 3, 0], [2, 2, 1, 2]], np.float32)},
-                                {"axis": 1, "keepdims": 0}),
-    "ArgMax-float-ties-last": OpCase("ArgMax", {"X": np.array([[1, 3, 3, 0], [2, 2, 1, 2]], np.float32)},
-                                     {"axis": 1, "select_last_index": 1}),
+    "ArgMax-float-ties": OpCase(
+        "ArgMax", {"X": np.array([[1, 3, 3, 0], [2, 2, 1, 2]], np.float32)}, {"axis": 1, "keepdims": 0}
+    ),
+    "ArgMax-float-ties-last": OpCase(
+        "ArgMax", {"X": np.array([[1, 3, 3, 0], [2, 2, 1, 2]], np.float32)}, {"axis": 1, "select_last_index": 1}
+    ),
     "ArgMin-int64": OpCase("ArgMin", {"X": ints((3, 4, 2), -3, 3)}, {"axis": -2}),
     "ArgMax-int32-axis0": OpCase("ArgMax", {"X": ints((4, 3), dtype=np.int32)}),
 }
@@ -247,16 +265,30 @@ def hf_model() -> onnx.ModelProto:
     rng = np.random.default_rng(3)
     inits = {"P": rng.normal(size=(T, D)), "Wq": rng.normal(size=(D, D)) * 0.5, "W2": rng.normal(size=(D, C))}
     inits = {k: v.astype(np.float32) for k, v in inits.items()}
-    inits |= {"one_f": np.float32(1), "big_neg": np.float32(-1e4), "axis1": i64(1), "one_i": i64(1)[0],
-              "zero_i": i64(0)[0], "s0": i64(0), "e_last": i64(-1), "s1": i64(1), "e_end": i64(T),
-              "ignore": i64(IGNORE)[0]}
-    inputs = [helper.make_tensor_value_info("x", TP.FLOAT, [B, T, D]),
-              helper.make_tensor_value_info("mask", TP.INT64, [B, T]),
-              helper.make_tensor_value_info("labels", TP.INT64, [B, T])]
-    outputs = [helper.make_tensor_value_info("loss", TP.FLOAT, []),
-               helper.make_tensor_value_info("positions", TP.INT64, [B, T])]
-    graph = helper.make_graph(nodes, "hf", inputs, outputs,
-                              [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
+    inits |= {
+        "one_f": np.float32(1),
+        "big_neg": np.float32(-1e4),
+        "axis1": i64(1),
+        "one_i": i64(1)[0],
+        "zero_i": i64(0)[0],
+        "s0": i64(0),
+        "e_last": i64(-1),
+        "s1": i64(1),
+        "e_end": i64(T),
+        "ignore": i64(IGNORE)[0],
+    }
+    inputs = [
+        helper.make_tensor_value_info("x", TP.FLOAT, [B, T, D]),
+        helper.make_tensor_value_info("mask", TP.INT64, [B, T]),
+        helper.make_tensor_value_info("labels", TP.INT64, [B, T]),
+    ]
+    outputs = [
+        helper.make_tensor_value_info("loss", TP.FLOAT, []),
+        helper.make_tensor_value_info("positions", TP.INT64, [B, T]),
+    ]
+    graph = helper.make_graph(
+        nodes, "hf", inputs, outputs, [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()]
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
     model.ir_version = 9
     return model
@@ -287,8 +319,11 @@ def test_hf_style_graph_trains_like_torch(tmp_path):
     x, mask, labels = hf_data()
     loss = module(x, mask, labels)
 
-    params = {k: torch.tensor(numpy_helper.to_array(i), requires_grad=True) for k, i in
-              ((i.name, i) for i in model.graph.initializer) if k in ("P", "Wq", "W2")}
+    params = {
+        k: torch.tensor(numpy_helper.to_array(i), requires_grad=True)
+        for k, i in ((i.name, i) for i in model.graph.initializer)
+        if k in ("P", "Wq", "W2")
+    }
     want, positions = hf_torch(params, x, mask, labels)
     want.backward()
     assert_close(loss, want.detach().numpy(), "loss")
@@ -357,10 +392,18 @@ def dropout_model(random_op: bool) -> onnx.ModelProto:
     nodes.insert(0, n("MatMul", ["x", "W"], ["h"]))
     size = 16
     inputs = [helper.make_tensor_value_info(k, TP.FLOAT, [size, size]) for k in ["x", "R"] + ["u"] * (not random_op)]
-    inits = {"W": np.random.default_rng(5).normal(size=(size, size)).astype(np.float32),
-             "keep": np.float32(1 - P_DROP), "scale": np.float32(1 / (1 - P_DROP))}
-    graph = helper.make_graph(nodes, "dropout", inputs, [helper.make_tensor_value_info("loss", TP.FLOAT, [])],
-                              [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
+    inits = {
+        "W": np.random.default_rng(5).normal(size=(size, size)).astype(np.float32),
+        "keep": np.float32(1 - P_DROP),
+        "scale": np.float32(1 / (1 - P_DROP)),
+    }
+    graph = helper.make_graph(
+        nodes,
+        "dropout",
+        inputs,
+        [helper.make_tensor_value_info("loss", TP.FLOAT, [])],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
     model.ir_version = 9
     return model
@@ -370,8 +413,11 @@ def test_dynamo_dropout_pattern_with_given_random_values(tmp_path):
     model = dropout_model(random_op=False)
     module, state = compile_module(model, tmp_path, loss=None)
     rng = np.random.default_rng(9)
-    x, r, u = (rng.normal(size=(16, 16)).astype(np.float32), rng.normal(size=(16, 16)).astype(np.float32),
-               rng.random((16, 16)).astype(np.float32))
+    x, r, u = (
+        rng.normal(size=(16, 16)).astype(np.float32),
+        rng.normal(size=(16, 16)).astype(np.float32),
+        rng.random((16, 16)).astype(np.float32),
+    )
     loss = module(x, r, u)
     w = torch.tensor(numpy_helper.to_array(model.graph.initializer[0]), requires_grad=True)
     mask = (torch.from_numpy(u) < torch.tensor(np.float32(1 - P_DROP))).float()
@@ -396,6 +442,7 @@ def test_dynamo_dropout_pattern_with_random_uniform_like(tmp_path):
 
 # ---- refusals, in one line naming the tensor ----
 
+
 def _refusal(model, tmp_path) -> str:
     with pytest.raises(EdgetrainError) as refused:
         artifacts.generate_inference(model, tmp_path)
@@ -411,8 +458,9 @@ def test_int64_constant_outside_int32_is_refused(tmp_path):
 
 def test_integer_data_for_a_float_only_op_is_refused(tmp_path):
     model, _ = OpCase("Div", {"A": ints((2, 3)), "B": ints((2, 3))}).model()
-    assert "node 'Div_0' (Div) reads int64 'A' at input 0; Div computes float32 tensors only" in \
-        _refusal(model, tmp_path)
+    assert "node 'Div_0' (Div) reads int64 'A' at input 0; Div computes float32 tensors only" in _refusal(
+        model, tmp_path
+    )
 
 
 def test_runtime_range_is_refused_naming_its_bound(tmp_path):
@@ -424,5 +472,7 @@ def test_runtime_range_is_refused_naming_its_bound(tmp_path):
 def test_float64_tensor_is_refused(tmp_path):
     nodes = [helper.make_node("Cast", ["X"], ["D"], to=TP.DOUBLE), helper.make_node("Cast", ["D"], ["Y"], to=TP.FLOAT)]
     model = _model(nodes, {"X": floats((2, 3))}, {})
-    assert "node 'Cast_0' (Cast) produces float64 'D'; only float32, int32, int64 and bool tensors are computed" \
+    assert (
+        "node 'Cast_0' (Cast) produces float64 'D'; only float32, int32, int64 and bool tensors are computed"
         in _refusal(model, tmp_path)
+    )

@@ -52,8 +52,7 @@ CE_CASES = [
 ]
 
 
-@pytest.mark.parametrize("shape,dtype,ignore_index,weighted",
-                         [pytest.param(*c[1:], id=c[0]) for c in CE_CASES])
+@pytest.mark.parametrize("shape,dtype,ignore_index,weighted", [pytest.param(*c[1:], id=c[0]) for c in CE_CASES])
 def test_cross_entropy(shape, dtype, ignore_index, weighted, tmp_path, request):
     rng = _rng(request)
     n, c = shape[:2]
@@ -71,8 +70,15 @@ def test_cross_entropy(shape, dtype, ignore_index, weighted, tmp_path, request):
         w = None if weights is None else torch.from_numpy(weights)
         return F.cross_entropy(x, y, weight=w, reduction="mean", **kwargs)
 
-    err = check_loss_gradients(LossType.CrossEntropyLoss, logits, labels, torch_loss, tmp_path=tmp_path,
-                               ignore_index=ignore_index, class_weights=weights)
+    err = check_loss_gradients(
+        LossType.CrossEntropyLoss,
+        logits,
+        labels,
+        torch_loss,
+        tmp_path=tmp_path,
+        ignore_index=ignore_index,
+        class_weights=weights,
+    )
     print(f"max |C - torch| = {err:.3g}")
 
 
@@ -87,6 +93,7 @@ def test_bce_with_logits(case, tmp_path, request):
         shape = tuple(int(d) for d in case.split("x"))
         logits = (3 * rng.normal(size=shape)).astype(np.float32)
         target = rng.uniform(0, 1, size=shape).astype(np.float32)
-    err = check_loss_gradients(LossType.BCEWithLogitsLoss, logits, target, F.binary_cross_entropy_with_logits,
-                               tmp_path=tmp_path)
+    err = check_loss_gradients(
+        LossType.BCEWithLogitsLoss, logits, target, F.binary_cross_entropy_with_logits, tmp_path=tmp_path
+    )
     print(f"max |C - torch| = {err:.3g}")

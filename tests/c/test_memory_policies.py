@@ -30,8 +30,7 @@ def kws_small():
 
 def data(steps, seed=0):
     rng = np.random.default_rng(seed)
-    return [(rng.normal(size=(BATCH, 1, 49, 10)).astype(np.float32), rng.integers(0, 12, BATCH))
-            for _ in range(steps)]
+    return [(rng.normal(size=(BATCH, 1, 49, 10)).astype(np.float32), rng.integers(0, 12, BATCH)) for _ in range(steps)]
 
 
 def train(module, batches, lr_schedule=False):
@@ -102,8 +101,7 @@ def test_ram_budget_picks_a_cheaper_plan_or_names_the_smallest(kws_small, tmp_pa
     default = artifacts.generate_artifacts(kws_small, artifact_directory=tmp_path / "a", optimizer="SGD")
     full = json.loads((default / "report.json").read_text())
     budget = full["ram_bytes"] // 2
-    out = artifacts.generate_artifacts(kws_small, artifact_directory=tmp_path / "b", optimizer="SGD",
-                                       ram_budget=budget)
+    out = artifacts.generate_artifacts(kws_small, artifact_directory=tmp_path / "b", optimizer="SGD", ram_budget=budget)
     report = json.loads((out / "report.json").read_text())
     assert report["ram_bytes"] <= budget and report["update"] == "fused"
     with pytest.raises(EdgetrainError) as error:
@@ -116,9 +114,23 @@ def test_compile_command_takes_the_memory_options(kws_small, tmp_path, capsys):
     import onnx
 
     from edgetrain.cli import main
+
     onnx.save(kws_small, tmp_path / "kws.onnx")
-    main(["compile", str(tmp_path / "kws.onnx"), "-o", str(tmp_path / "out"), "--optimizer", "SGD",
-          "--fused-update", "--update-policy", "bias+last:2", "--ram-budget", "200000"])
+    main(
+        [
+            "compile",
+            str(tmp_path / "kws.onnx"),
+            "-o",
+            str(tmp_path / "out"),
+            "--optimizer",
+            "SGD",
+            "--fused-update",
+            "--update-policy",
+            "bias+last:2",
+            "--ram-budget",
+            "200000",
+        ]
+    )
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["update"] == "fused" and report["ram_bytes"] <= 200000
     assert report["trainable_parameters"] < 500  # biases and the last two layers only
@@ -152,13 +164,16 @@ def test_ram_bytes_is_what_the_target_compiler_allocates(tmp_path):
     missing = targets.load("cortex-m4").missing()
     if missing:
         (pytest.fail if os.environ.get("CI") else pytest.skip)(f"cortex-m4 tools missing: {missing}")
-    builds = {"adamw": {}, "fused-sgd-momentum-federated": {"fused_update": True, "optimizer": "SGD",
-                                                            "momentum": 0.9, "federated": True}}
+    builds = {
+        "adamw": {},
+        "fused-sgd-momentum-federated": {"fused_update": True, "optimizer": "SGD", "momentum": 0.9, "federated": True},
+    }
     for name, options in builds.items():
         reports = {}
         for target in (None, "cortex-m4"):  # None: the planner's count, without compiling
-            out = artifacts.generate_artifacts(mlp_bn(batch=4), artifact_directory=tmp_path / f"{name}-{target}",
-                                               target=target, **options)
+            out = artifacts.generate_artifacts(
+                mlp_bn(batch=4), artifact_directory=tmp_path / f"{name}-{target}", target=target, **options
+            )
             reports[target] = json.loads((out / "report.json").read_text())
         planned, measured = reports[None], reports["cortex-m4"]
         assert measured["size_tool"] == "arm-none-eabi-size", name

@@ -40,9 +40,12 @@ def compiled(request, tmp_path_factory):
     name = request.param
     spec = MODELS[name]
     model, net = export_training(spec["build"](), BATCH[name])
-    out = artifacts.generate_artifacts(model, artifact_directory=tmp_path_factory.mktemp(name),
-                                       loss=getattr(artifacts.LossType, spec["loss"]),
-                                       optimizer=artifacts.OptimType.SGD)
+    out = artifacts.generate_artifacts(
+        model,
+        artifact_directory=tmp_path_factory.mktemp(name),
+        loss=getattr(artifacts.LossType, spec["loss"]),
+        optimizer=artifacts.OptimType.SGD,
+    )
     return name, out, net
 
 
@@ -62,20 +65,27 @@ def _reference(net, spec, x, target, dtype=torch.float64):
     """{name: value} of one training-mode step in `dtype`: the loss, the parameter gradients
     ("d name") and the BatchNorm buffers, as float64."""
     net = copy.deepcopy(net).to(dtype).train()
-    loss = _loss(spec, net(torch.from_numpy(x).to(dtype)), torch.from_numpy(target).to(dtype)
-                 if spec["classes"] is None else torch.from_numpy(target))
+    loss = _loss(
+        spec,
+        net(torch.from_numpy(x).to(dtype)),
+        torch.from_numpy(target).to(dtype) if spec["classes"] is None else torch.from_numpy(target),
+    )
     loss.backward()
-    return {"loss": np.float64(loss.item()),
-            **{f"d {name}": p.grad.double().numpy() for name, p in net.named_parameters()},
-            **{name: b.double().numpy() for name, b in net.named_buffers() if "running" in name}}
+    return {
+        "loss": np.float64(loss.item()),
+        **{f"d {name}": p.grad.double().numpy() for name, p in net.named_parameters()},
+        **{name: b.double().numpy() for name, b in net.named_buffers() if "running" in name},
+    }
 
 
 def _errors(got: dict, exact: dict, rounded: dict) -> dict:
     """{name: max|C - float64| / the bound}, the bound max(FLOOR * max(1, max|float64|),
     TIMES_TORCH * max|torch float32 - float64|)."""
-    return {name: float(np.abs(got[name] - want).max()) / max(
-        FLOOR * max(1.0, float(np.abs(want).max())), TIMES_TORCH * float(np.abs(rounded[name] - want).max()))
-        for name, want in exact.items()}
+    return {
+        name: float(np.abs(got[name] - want).max())
+        / max(FLOOR * max(1.0, float(np.abs(want).max())), TIMES_TORCH * float(np.abs(rounded[name] - want).max()))
+        for name, want in exact.items()
+    }
 
 
 def test_one_step_matches_pytorch(compiled):
@@ -88,13 +98,20 @@ def test_one_step_matches_pytorch(compiled):
     loss = module(x, target)
 
     exact = _reference(net, spec, x, target)
-    got = {name: np.float64(loss) if name == "loss" else state.parameters[name[2:]].grad if name.startswith("d ")
-           else state.parameters[name].data for name in exact}
+    got = {
+        name: np.float64(loss)
+        if name == "loss"
+        else state.parameters[name[2:]].grad
+        if name.startswith("d ")
+        else state.parameters[name].data
+        for name in exact
+    }
     errors = _errors(got, exact, _reference(net, spec, x, target, torch.float32))
     worst = max(errors, key=errors.get)
     print(f"{name}: worst {worst} {errors[worst]:.2g} of the bound; loss {errors['loss']:.2g}")
     assert len(errors) == 1 + len(list(net.parameters())) + 2 * sum(
-        isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in net.modules())
+        isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in net.modules()
+    )
     assert errors[worst] <= 1, f"{worst}: max|C - float64| is {errors[worst]:.3g} of the bound"
 
 

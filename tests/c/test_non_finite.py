@@ -20,24 +20,45 @@ def bn_dropout_model():
     def init(name, shape, low=-0.5, high=0.5):
         return numpy_helper.from_array(rng.uniform(low, high, shape).astype(np.float32), name)
 
-    nodes = [helper.make_node("Gemm", ["x", "fc0.weight", "fc0.bias"], ["h"], transB=1, name="fc0"),
-             helper.make_node("BatchNormalization", ["h", "bn.scale", "bn.bias", "bn.mean", "bn.var"],
-                              ["hn", "bn.mean_out", "bn.var_out"], training_mode=1, name="bn"),
-             helper.make_node("Relu", ["hn"], ["hr"], name="relu"),
-             helper.make_node("Dropout", ["hr", "ratio"], ["hd"], name="drop"),
-             helper.make_node("Gemm", ["hd", "fc1.weight", "fc1.bias"], ["logits"], transB=1, name="fc1")]
-    inits = [init("fc0.weight", (6, 5)), init("fc0.bias", (6,)), init("bn.scale", (6,), 0.5, 1.5),
-             init("bn.bias", (6,)), init("bn.mean", (6,)), init("bn.var", (6,), 0.5, 1.5),
-             numpy_helper.from_array(np.float32(0.25), "ratio"), init("fc1.weight", (3, 6)), init("fc1.bias", (3,))]
-    graph = helper.make_graph(nodes, "bn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [BATCH, 5])],
-                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [BATCH, 3])], inits)
+    nodes = [
+        helper.make_node("Gemm", ["x", "fc0.weight", "fc0.bias"], ["h"], transB=1, name="fc0"),
+        helper.make_node(
+            "BatchNormalization",
+            ["h", "bn.scale", "bn.bias", "bn.mean", "bn.var"],
+            ["hn", "bn.mean_out", "bn.var_out"],
+            training_mode=1,
+            name="bn",
+        ),
+        helper.make_node("Relu", ["hn"], ["hr"], name="relu"),
+        helper.make_node("Dropout", ["hr", "ratio"], ["hd"], name="drop"),
+        helper.make_node("Gemm", ["hd", "fc1.weight", "fc1.bias"], ["logits"], transB=1, name="fc1"),
+    ]
+    inits = [
+        init("fc0.weight", (6, 5)),
+        init("fc0.bias", (6,)),
+        init("bn.scale", (6,), 0.5, 1.5),
+        init("bn.bias", (6,)),
+        init("bn.mean", (6,)),
+        init("bn.var", (6,), 0.5, 1.5),
+        numpy_helper.from_array(np.float32(0.25), "ratio"),
+        init("fc1.weight", (3, 6)),
+        init("fc1.bias", (3,)),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "bn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [BATCH, 5])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [BATCH, 3])],
+        inits,
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
 
 
 @pytest.fixture(scope="module")
 def out(tmp_path_factory):
-    return artifacts.generate_artifacts(bn_dropout_model(), artifact_directory=tmp_path_factory.mktemp("nf"),
-                                        learning_rate=0.05)
+    return artifacts.generate_artifacts(
+        bn_dropout_model(), artifact_directory=tmp_path_factory.mktemp("nf"), learning_rate=0.05
+    )
 
 
 def bind(out):
@@ -130,13 +151,21 @@ def outer_product_model():
     """loss = ReduceSum(Gemm(x, W, transB=1) * r) at batch 1: W's gradient is the outer product of r
     and x, which train_step checks from the two vectors without storing it. W is tiny, so an x
     near the float32 limit keeps the forward pass finite."""
-    nodes = [helper.make_node("Gemm", ["x", "W"], ["y"], transB=1),
-             helper.make_node("Mul", ["y", "r"], ["yr"]),
-             helper.make_node("ReduceSum", ["yr"], ["loss"], keepdims=0)]
-    graph = helper.make_graph(nodes, "outer", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3]),
-                                               helper.make_tensor_value_info("r", TensorProto.FLOAT, [1, 2])],
-                              [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])],
-                              [numpy_helper.from_array(np.full((2, 3), 1e-30, np.float32), "W")])
+    nodes = [
+        helper.make_node("Gemm", ["x", "W"], ["y"], transB=1),
+        helper.make_node("Mul", ["y", "r"], ["yr"]),
+        helper.make_node("ReduceSum", ["yr"], ["loss"], keepdims=0),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "outer",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3]),
+            helper.make_tensor_value_info("r", TensorProto.FLOAT, [1, 2]),
+        ],
+        [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])],
+        [numpy_helper.from_array(np.full((2, 3), 1e-30, np.float32), "W")],
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
 
 
@@ -166,8 +195,14 @@ def test_outer_product_gradients_checked_from_their_factors(tmp_path):
 def test_fused_update_from_outer_product_factors(tmp_path):
     """With a fused update the outer-product gradient is checked from its factors too, and a step
     whose products overflow updates nothing."""
-    out = artifacts.generate_artifacts(outer_product_model(), loss=None, optimizer="SGD", learning_rate=0.5,
-                                       fused_update=True, artifact_directory=tmp_path)
+    out = artifacts.generate_artifacts(
+        outer_product_model(),
+        loss=None,
+        optimizer="SGD",
+        learning_rate=0.5,
+        fused_update=True,
+        artifact_directory=tmp_path,
+    )
     assert "et_sgd_outer_f32(2, " in (out / "model.c").read_text()  # the path under test
     state = api.CheckpointState.load_checkpoint(out / "checkpoint")
     module = api.Module(out / "training_model.onnx", state)

@@ -21,8 +21,16 @@ F = torch.nn.functional
 
 def _export(module: torch.nn.Module, args: tuple, inputs: list[str], outputs: list[str]) -> onnx.ModelProto:
     buffer = io.BytesIO()
-    torch.onnx.export(module, args, buffer, dynamo=False, training=torch.onnx.TrainingMode.TRAINING,
-                      do_constant_folding=False, input_names=inputs, output_names=outputs)
+    torch.onnx.export(
+        module,
+        args,
+        buffer,
+        dynamo=False,
+        training=torch.onnx.TrainingMode.TRAINING,
+        do_constant_folding=False,
+        input_names=inputs,
+        output_names=outputs,
+    )
     return onnx.load_from_string(buffer.getvalue())
 
 
@@ -41,8 +49,13 @@ def test_dropout_alone_evaluates_torchs_cross_entropy_and_its_optimizer_only_cou
     torch.manual_seed(0)
     x, labels = torch.randn(4, 5), torch.tensor([0, 3, 1, 4])
     model = _export(torch.nn.Dropout(0.3), (x,), ["x"], ["y"])
-    directory = artifacts.generate_artifacts(model, loss=artifacts.LossType.CrossEntropyLoss, federated=True,
-                                             artifact_directory=tmp_path / "dropout", batch_size=4)
+    directory = artifacts.generate_artifacts(
+        model,
+        loss=artifacts.LossType.CrossEntropyLoss,
+        federated=True,
+        artifact_directory=tmp_path / "dropout",
+        batch_size=4,
+    )
     state, module, optimizer = _trainer(directory)
     assert len(state.parameters) == 0
     assert module.get_parameters_size() == module.get_parameters_size(trainable_only=False) == 0
@@ -103,12 +116,18 @@ def test_constants_added_to_the_inputs_with_a_custom_loss_match_torch(tmp_path, 
     net = _AddConstants(as_buffers)
     x, y, t1, t2 = torch.randn(3, 4), torch.randn(3, 4), torch.randn(3, 4), torch.rand(3, 4)
     model = _export(net, (x, y), ["x", "y"], ["out1", "out2"])
-    directory = artifacts.generate_artifacts(model, loss=_MSEPlusBCE(), requires_grad=[] if as_buffers else None,
-                                             optimizer=artifacts.OptimType.SGD, artifact_directory=tmp_path / "add",
-                                             batch_size=3)
+    directory = artifacts.generate_artifacts(
+        model,
+        loss=_MSEPlusBCE(),
+        requires_grad=[] if as_buffers else None,
+        optimizer=artifacts.OptimType.SGD,
+        artifact_directory=tmp_path / "add",
+        batch_size=3,
+    )
     state, module, optimizer = _trainer(directory)
     assert {name: p.requires_grad for name, p in state.parameters.items()} == (
-        {"a": False, "b": False} if as_buffers else {})
+        {"a": False, "b": False} if as_buffers else {}
+    )
     expected = (F.mse_loss(net.a + x, t1) + F.binary_cross_entropy_with_logits(net.b + y, t2)).item()
     feeds = [v.numpy() for v in (x, y, t1, t2)]
     for mode in (module.train, module.eval):
@@ -131,9 +150,14 @@ def test_batchnorm_with_frozen_scale_and_bias_updates_running_statistics_as_torc
         net[0].weight.uniform_(0.5, 1.5)
         net[0].bias.normal_()
     model = _export(net, (torch.randn(4, 3, 2, 2),), ["x"], ["y"])
-    directory = artifacts.generate_artifacts(model, loss=artifacts.LossType.MSELoss,
-                                             frozen_params=["0.weight", "0.bias"], fused_update=fused_update,
-                                             artifact_directory=tmp_path / "bn", batch_size=4)
+    directory = artifacts.generate_artifacts(
+        model,
+        loss=artifacts.LossType.MSELoss,
+        frozen_params=["0.weight", "0.bias"],
+        fused_update=fused_update,
+        artifact_directory=tmp_path / "bn",
+        batch_size=4,
+    )
     state, module, optimizer = _trainer(directory)
     assert module.get_parameters_size() == 0 and module.get_parameters_size(trainable_only=False) == 6
     frozen = np.asarray(module.get_contiguous_parameters()).copy()
@@ -146,11 +170,13 @@ def test_batchnorm_with_frozen_scale_and_bias_updates_running_statistics_as_torc
         with torch.no_grad():
             assert loss == pytest.approx(F.mse_loss(net(x), target).item(), rel=1e-5)
         for name in ("running_mean", "running_var"):
-            np.testing.assert_allclose(state.parameters[f"0.{name}"].data, getattr(net[0], name).numpy(),
-                                       rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(
+                state.parameters[f"0.{name}"].data, getattr(net[0], name).numpy(), rtol=1e-5, atol=1e-6
+            )
     np.testing.assert_array_equal(np.asarray(module.get_contiguous_parameters()), frozen)
-    np.testing.assert_array_equal(frozen, np.concatenate([net[0].weight.detach().numpy(),
-                                                          net[0].bias.detach().numpy()]))
+    np.testing.assert_array_equal(
+        frozen, np.concatenate([net[0].weight.detach().numpy(), net[0].bias.detach().numpy()])
+    )
     saved = _saved(state, tmp_path / "ckpt")
     assert saved.step == 3 and saved.kinds == [checkpoint.FROZEN] * 2 + [checkpoint.BUFFER] * 2
     np.testing.assert_array_equal(saved.arrays[2], state.parameters["0.running_mean"].data)

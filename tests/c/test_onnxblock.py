@@ -29,9 +29,13 @@ F = torch.nn.functional
 
 def _logits_model(logits: np.ndarray) -> onnx.ModelProto:
     """logits_init (an initializer, so it gets a gradient) -> Identity -> the output 'logits'."""
-    graph = helper.make_graph([helper.make_node("Identity", ["logits_init"], ["logits"])], "logits", [],
-                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, logits.shape)],
-                              [numpy_helper.from_array(logits, "logits_init")])
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["logits_init"], ["logits"])],
+        "logits",
+        [],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, logits.shape)],
+        [numpy_helper.from_array(logits, "logits_init")],
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
@@ -47,23 +51,38 @@ W4 = np.array([0.5, 2.0, 1.0, 0.25], np.float32)
 LOSS_CASES = {
     # id: (block factory, logits shape, target maker, torch loss(x, t))
     "mse": (lambda: onnxblock.loss.MSELoss(), (3, 4), "normal", F.mse_loss),
-    "mse-sum": (lambda: onnxblock.loss.MSELoss("sum"), (2, 3, 2), "normal",
-                lambda x, t: F.mse_loss(x, t, reduction="sum")),
+    "mse-sum": (
+        lambda: onnxblock.loss.MSELoss("sum"),
+        (2, 3, 2),
+        "normal",
+        lambda x, t: F.mse_loss(x, t, reduction="sum"),
+    ),
     "l1": (lambda: onnxblock.loss.L1Loss(), (3, 4), "apart", F.l1_loss),
     "l1-sum": (lambda: onnxblock.loss.L1Loss("sum"), (5,), "apart", lambda x, t: F.l1_loss(x, t, reduction="sum")),
     "bce": (lambda: onnxblock.loss.BCEWithLogitsLoss(), (3, 4), "unit", F.binary_cross_entropy_with_logits),
-    "bce-weights-sum": (lambda: onnxblock.loss.BCEWithLogitsLoss(weight=W4, reduction="sum",
-                                                                 pos_weight=W4[::-1].copy()),
-                        (3, 4), "unit", lambda x, t: F.binary_cross_entropy_with_logits(
-                            x, t, weight=torch.from_numpy(W4), pos_weight=torch.from_numpy(W4[::-1].copy()),
-                            reduction="sum")),
+    "bce-weights-sum": (
+        lambda: onnxblock.loss.BCEWithLogitsLoss(weight=W4, reduction="sum", pos_weight=W4[::-1].copy()),
+        (3, 4),
+        "unit",
+        lambda x, t: F.binary_cross_entropy_with_logits(
+            x, t, weight=torch.from_numpy(W4), pos_weight=torch.from_numpy(W4[::-1].copy()), reduction="sum"
+        ),
+    ),
     # onnxblock's log(sigmoid(x)) form is infinite here; torch's and ours stay finite.
     "bce-extreme": (lambda: onnxblock.loss.BCEWithLogitsLoss(), (2, 3), "extreme", F.binary_cross_entropy_with_logits),
     "ce": (lambda: onnxblock.loss.CrossEntropyLoss(), (5, 4), "classes", F.cross_entropy),
-    "ce-weight-ignore": (lambda: onnxblock.loss.CrossEntropyLoss(weight=W4, ignore_index=1), (6, 4), "classes",
-                         lambda x, t: F.cross_entropy(x, t, weight=torch.from_numpy(W4), ignore_index=1)),
-    "ce-NCd": (lambda: onnxblock.loss.CrossEntropyLoss(weight=W4), (2, 4, 3), "classes",
-               lambda x, t: F.cross_entropy(x, t, weight=torch.from_numpy(W4))),
+    "ce-weight-ignore": (
+        lambda: onnxblock.loss.CrossEntropyLoss(weight=W4, ignore_index=1),
+        (6, 4),
+        "classes",
+        lambda x, t: F.cross_entropy(x, t, weight=torch.from_numpy(W4), ignore_index=1),
+    ),
+    "ce-NCd": (
+        lambda: onnxblock.loss.CrossEntropyLoss(weight=W4),
+        (2, 4, 3),
+        "classes",
+        lambda x, t: F.cross_entropy(x, t, weight=torch.from_numpy(W4)),
+    ),
 }
 
 
@@ -138,6 +157,7 @@ def test_custom_loss_of_elementwise_blocks_matches_torch(tmp_path):
 
 # A network exported as ONNX Runtime's tests export theirs: every axis dynamic, opset 14, training mode.
 
+
 class SimpleNet(torch.nn.Module):
     def __init__(self, input_size=12, hidden_size=8, num_classes=4):
         super().__init__()
@@ -155,10 +175,18 @@ def _export(net: torch.nn.Module, *inputs: torch.Tensor) -> onnx.ModelProto:
     buffer = io.BytesIO()
     with warnings.catch_warnings():  # the TorchScript exporter, which ONNX Runtime's tests use, is deprecated
         warnings.simplefilter("ignore", DeprecationWarning)
-        torch.onnx.export(net, inputs, buffer, dynamo=False, opset_version=14, do_constant_folding=False,
-                          training=torch.onnx.TrainingMode.TRAINING, input_names=[n for n in names if n[0] == "i"],
-                          output_names=[n for n in names if n[0] == "o"],
-                          dynamic_axes={n: {d: f"{n}_dim{d}" for d in range(t.dim())} for n, t in names.items()})
+        torch.onnx.export(
+            net,
+            inputs,
+            buffer,
+            dynamo=False,
+            opset_version=14,
+            do_constant_folding=False,
+            training=torch.onnx.TrainingMode.TRAINING,
+            input_names=[n for n in names if n[0] == "i"],
+            output_names=[n for n in names if n[0] == "o"],
+            dynamic_axes={n: {d: f"{n}_dim{d}" for d in range(t.dim())} for n, t in names.items()},
+        )
     return onnx.load_from_string(buffer.getvalue())
 
 
@@ -197,8 +225,14 @@ def test_training_block_head_compiles_and_trains(simple_net, tmp_path):
     assert [o.name for o in training.graph.output] == [loss_name] == [o.name for o in evaluation.graph.output]
     assert [i.name for i in training.graph.input] == ["input-0", "labels"]
 
-    module, state = compile_module(training, tmp_path, loss=None, requires_grad=[t.name for t in trainable],
-                                   optimizer=artifacts.OptimType.AdamW, dim_values={"input-0_dim1": 12})
+    module, state = compile_module(
+        training,
+        tmp_path,
+        loss=None,
+        requires_grad=[t.name for t in trainable],
+        optimizer=artifacts.OptimType.AdamW,
+        dim_values={"input-0_dim1": 12},
+    )
     rng = np.random.default_rng(1)
     x = rng.normal(size=(8, 12)).astype(np.float32)
     labels = rng.integers(0, 3, size=8).astype(np.int64)
@@ -225,8 +259,12 @@ def test_training_block_head_compiles_and_trains(simple_net, tmp_path):
 
 # The behaviours ONNX Runtime's onnxblock tests check, for the blocks this package has.
 
-FORWARD_LOSSES = {"mse": onnxblock.loss.MSELoss, "l1": onnxblock.loss.L1Loss,
-                  "ce": onnxblock.loss.CrossEntropyLoss, "bce": onnxblock.loss.BCEWithLogitsLoss}
+FORWARD_LOSSES = {
+    "mse": onnxblock.loss.MSELoss,
+    "l1": onnxblock.loss.L1Loss,
+    "ce": onnxblock.loss.CrossEntropyLoss,
+    "bce": onnxblock.loss.BCEWithLogitsLoss,
+}
 
 
 def _simple_block(base_class, loss_class):
@@ -237,6 +275,7 @@ def _simple_block(base_class, loss_class):
 
         def build(self, output_name):
             return self.loss(output_name)
+
     return Simple()
 
 
@@ -254,8 +293,9 @@ def test_loss_composition_and_execution(simple_net, base_class, loss):
     x = rng.normal(size=(5, 12)).astype(np.float32)
     target = _class_labels(rng, (5, 4)) if loss == "ce" else rng.uniform(size=(5, 4)).astype(np.float32)
     (got,) = _run_onnx(built, {built.graph.input[0].name: x, built.graph.input[1].name: target})
-    torch_loss = {"mse": F.mse_loss, "l1": F.l1_loss, "ce": F.cross_entropy,
-                  "bce": F.binary_cross_entropy_with_logits}[loss]
+    torch_loss = {"mse": F.mse_loss, "l1": F.l1_loss, "ce": F.cross_entropy, "bce": F.binary_cross_entropy_with_logits}[
+        loss
+    ]
     with torch.no_grad():
         want = torch_loss(net(torch.from_numpy(x)), torch.from_numpy(target))
     assert np.allclose(got, want.numpy(), atol=1e-6)
@@ -314,8 +354,10 @@ def test_weighted_average_of_two_losses(base_class, tmp_path):
             self.mul, self.add = onnxblock.blocks.Mul(), onnxblock.blocks.Add()
 
         def build(self, name1, name2):
-            return self.add(self.mul(self.w1(), self.loss1(name1, labels_name="labels1")),
-                            self.mul(self.w2(), self.loss2(name2, labels_name="labels2")))
+            return self.add(
+                self.mul(self.w1(), self.loss1(name1, labels_name="labels1")),
+                self.mul(self.w2(), self.loss2(name2, labels_name="labels2")),
+            )
 
     torch.manual_seed(1)
     net = TwoOutputNet()
@@ -327,11 +369,16 @@ def test_weighted_average_of_two_losses(base_class, tmp_path):
     assert [i.name for i in built.graph.input] == ["input-0", "input-1", "labels1", "labels2"]
 
     rng = np.random.default_rng(3)
-    feeds = [rng.normal(size=(4, 6)).astype(np.float32), rng.normal(size=(4, 6)).astype(np.float32),
-             rng.integers(0, 3, 4).astype(np.int64), rng.integers(0, 3, 4).astype(np.int64)]
+    feeds = [
+        rng.normal(size=(4, 6)).astype(np.float32),
+        rng.normal(size=(4, 6)).astype(np.float32),
+        rng.integers(0, 3, 4).astype(np.int64),
+        rng.integers(0, 3, 4).astype(np.int64),
+    ]
     out1, out2 = net(*map(torch.from_numpy, feeds[:2]))
-    want = (0.3 * F.cross_entropy(out1, torch.from_numpy(feeds[2]))
-            + 0.7 * F.cross_entropy(out2, torch.from_numpy(feeds[3])))
+    want = 0.3 * F.cross_entropy(out1, torch.from_numpy(feeds[2])) + 0.7 * F.cross_entropy(
+        out2, torch.from_numpy(feeds[3])
+    )
     want.backward()
     module, state = compile_module(built, tmp_path, loss=None, dim_values={"input-0_dim1": 6, "input-1_dim1": 6})
     assert_close(np.reshape(module(*feeds), (1,)), [want.item()], "weighted loss (edgetrain)")
@@ -370,15 +417,19 @@ def test_custom_loss_on_outputs_of_two_ranks(tmp_path):
 
     rng = np.random.default_rng(4)
     feeds = [rng.normal(size=s).astype(np.float32) for s in shapes] + [
-        rng.normal(size=shapes[0]).astype(np.float32), rng.uniform(size=shapes[1]).astype(np.float32)]
+        rng.normal(size=shapes[0]).astype(np.float32),
+        rng.uniform(size=shapes[1]).astype(np.float32),
+    ]
     out1, out2 = net(*map(torch.from_numpy, feeds[:2]))
     want = F.mse_loss(out1, torch.from_numpy(feeds[2])) + F.binary_cross_entropy_with_logits(
-        out2, torch.from_numpy(feeds[3]))
+        out2, torch.from_numpy(feeds[3])
+    )
     want.backward()
     # Every axis is fixed (the two leading ones differ, so neither is a batch); the targets' axes
     # carry the outputs' names.
-    dims = {f"{io}-{i}_dim{d}": size for i, s in enumerate(shapes) for d, size in enumerate(s)
-            for io in ("input", "output")}
+    dims = {
+        f"{io}-{i}_dim{d}": size for i, s in enumerate(shapes) for d, size in enumerate(s) for io in ("input", "output")
+    }
     module, state = compile_module(built, tmp_path, loss=None, dim_values=dims)
     assert_close(module(*feeds), want.detach().numpy(), "custom loss (edgetrain)")
     assert_close(state.parameters["a"].grad, net.a.grad.numpy(), "d loss/d a")
@@ -387,14 +438,22 @@ def test_custom_loss_on_outputs_of_two_ranks(tmp_path):
 
 def test_eval_model_is_in_inference_mode():
     """What ORT's test_eval_model_has_no_training_mode_dropout/_batchnorm check of the eval model."""
-    nodes = [helper.make_node("Dropout", ["x", "ratio", "mode"], ["d"]),
-             helper.make_node("BatchNormalization", ["d", "s", "b", "m", "v"], ["y", "m_out", "v_out"],
-                              training_mode=1)]
-    inits = [numpy_helper.from_array(np.array(0.5, np.float32), "ratio"),
-             numpy_helper.from_array(np.array(True), "mode")]
+    nodes = [
+        helper.make_node("Dropout", ["x", "ratio", "mode"], ["d"]),
+        helper.make_node("BatchNormalization", ["d", "s", "b", "m", "v"], ["y", "m_out", "v_out"], training_mode=1),
+    ]
+    inits = [
+        numpy_helper.from_array(np.array(0.5, np.float32), "ratio"),
+        numpy_helper.from_array(np.array(True), "mode"),
+    ]
     inits += [numpy_helper.from_array(np.ones(3, np.float32), n) for n in "sbmv"]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])], inits)
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+        inits,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     block = _simple_block(onnxblock.TrainingBlock, onnxblock.loss.MSELoss)
     with onnxblock.base(model):
@@ -412,9 +471,13 @@ def test_with_loss_outputs_inputs_and_names(simple_net):
     loss, logits = [o.name for o in built.graph.output]
     assert logits == "output-0" and loss.startswith("onnx::reducemean_output::")
     assert [i.name for i in built.graph.input] == ["input-0", "target"]
-    ops = [(n.op_type, n.name.rsplit("::", 1)[0]) for n in built.graph.node[len(model.graph.node):]]
-    assert ops == [("Sub", "onnx::Sub"), ("Constant", "onnx::pow_exponent"), ("Pow", "onnx::Pow"),
-                   ("ReduceMean", "onnx::ReduceMean")]
+    ops = [(n.op_type, n.name.rsplit("::", 1)[0]) for n in built.graph.node[len(model.graph.node) :]]
+    assert ops == [
+        ("Sub", "onnx::Sub"),
+        ("Constant", "onnx::pow_exponent"),
+        ("Pow", "onnx::Pow"),
+        ("ReduceMean", "onnx::ReduceMean"),
+    ]
     onnx.checker.check_model(built, full_check=True)
     assert model.graph.output[0].name == "output-0" and len(model.graph.node) == len(built.graph.node) - 4
 
@@ -424,12 +487,15 @@ def test_with_loss_outputs_inputs_and_names(simple_net):
     assert len(target) == 2 and len(on_hidden.graph.output) == 1
 
 
-@pytest.mark.parametrize("bad, message", [
-    (lambda m: with_loss(onnxblock.loss.MSELoss("none"), m), "must be a scalar, but has shape"),
-    (lambda m: with_loss(onnxblock.loss.L1Loss(), m, ["no_such_value"]), "L1Loss: Could not find input or output"),
-    (lambda m: with_loss(torch.nn.MSELoss(), m), "a loss must be an edgetrain.onnxblock.Block"),
-    (lambda m: with_loss(onnxblock.loss.MSELoss(), m, additional_output_names=["nope"]), "nope is not a graph"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (lambda m: with_loss(onnxblock.loss.MSELoss("none"), m), "must be a scalar, but has shape"),
+        (lambda m: with_loss(onnxblock.loss.L1Loss(), m, ["no_such_value"]), "L1Loss: Could not find input or output"),
+        (lambda m: with_loss(torch.nn.MSELoss(), m), "a loss must be an edgetrain.onnxblock.Block"),
+        (lambda m: with_loss(onnxblock.loss.MSELoss(), m, additional_output_names=["nope"]), "nope is not a graph"),
+    ],
+)
 def test_with_loss_refuses_in_one_line(simple_net, bad, message):
     with pytest.raises(EdgetrainError, match=message) as caught:
         bad(simple_net[1])
@@ -464,13 +530,16 @@ class Stack(onnxblock.ForwardBlock):
         self.block, self.arity = block, arity
 
     def build(self, a, b):
-        return self.block(*(a, b)[:self.arity])
+        return self.block(*(a, b)[: self.arity])
 
 
 ELEMENTWISE = {
-    "Add": (onnxblock.blocks.Add(), 2, np.add), "Sub": (onnxblock.blocks.Sub(), 2, np.subtract),
-    "Mul": (onnxblock.blocks.Mul(), 2, np.multiply), "Div": (onnxblock.blocks.Div(), 2, np.divide),
-    "Pow": (onnxblock.blocks.Pow(3.0), 1, lambda a: a ** 3), "Neg": (onnxblock.blocks.Neg(), 1, np.negative),
+    "Add": (onnxblock.blocks.Add(), 2, np.add),
+    "Sub": (onnxblock.blocks.Sub(), 2, np.subtract),
+    "Mul": (onnxblock.blocks.Mul(), 2, np.multiply),
+    "Div": (onnxblock.blocks.Div(), 2, np.divide),
+    "Pow": (onnxblock.blocks.Pow(3.0), 1, lambda a: a**3),
+    "Neg": (onnxblock.blocks.Neg(), 1, np.negative),
     "Abs": (onnxblock.blocks.Abs(), 1, np.abs),
     "Sigmoid": (onnxblock.blocks.Sigmoid(), 1, lambda a: 1 / (1 + np.exp(-a))),
     "Log": (onnxblock.blocks.Log(), 1, lambda a: np.log(np.abs(a))),
@@ -528,7 +597,8 @@ def test_reductions_in_onnxruntime(loss, reduction):
         block("logits")
     built = block.to_model_proto()
     (got,) = _run_onnx(built, {built.graph.input[0].name: target})
-    torch_loss = {"mse": F.mse_loss, "l1": F.l1_loss, "ce": F.cross_entropy,
-                  "bce": F.binary_cross_entropy_with_logits}[loss]
+    torch_loss = {"mse": F.mse_loss, "l1": F.l1_loss, "ce": F.cross_entropy, "bce": F.binary_cross_entropy_with_logits}[
+        loss
+    ]
     want = torch_loss(torch.from_numpy(logits), torch.from_numpy(target), reduction=reduction).numpy()
     assert got.shape == want.shape and np.allclose(got, want, rtol=1e-6, atol=1e-6)

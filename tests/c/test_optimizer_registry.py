@@ -35,8 +35,15 @@ def _reference_trajectory(name: str, w: np.ndarray, grads: list[np.ndarray], hyp
 @pytest.mark.parametrize("fused", [False, True], ids=["optimizer-step", "fused-update"])
 @pytest.mark.parametrize("name", list(CASES))
 def test_optimizer_matches_its_reference(name, fused, tmp_path):
-    out = artifacts.generate_artifacts(weighted_sum(SHAPE), loss=None, optimizer=name, learning_rate=LR,
-                                       artifact_directory=tmp_path, fused_update=fused, **CASES[name])
+    out = artifacts.generate_artifacts(
+        weighted_sum(SHAPE),
+        loss=None,
+        optimizer=name,
+        learning_rate=LR,
+        artifact_directory=tmp_path,
+        fused_update=fused,
+        **CASES[name],
+    )
     state = api.CheckpointState.load_checkpoint(out / "checkpoint")
     module = api.Module(out / "training_model.onnx", state)
     opt = api.Optimizer(out / "optimizer_model.onnx", module)

@@ -19,7 +19,7 @@ def adamw(w, grads, lr, wd, lrs):
         t = step + 1
         m = b1 * m + (1 - b1) * g
         v = b2 * v + (1 - b2) * g * g
-        w = w - lr_now * np.sqrt(1 - b2 ** t) / (1 - b1 ** t) * m / (np.sqrt(v) + eps)
+        w = w - lr_now * np.sqrt(1 - b2**t) / (1 - b1**t) * m / (np.sqrt(v) + eps)
         w = w - lr_now * wd * w
     return w
 
@@ -39,8 +39,9 @@ def sgd(w, grads, lr, wd, lrs, momentum=0.0, nesterov=False, clip=None):
 
 
 def run(tmp_path, optimizer, lr, schedule=None, **options):
-    out = artifacts.generate_artifacts(weighted_sum(SHAPE), loss=None, optimizer=optimizer, learning_rate=lr,
-                                       artifact_directory=tmp_path, **options)
+    out = artifacts.generate_artifacts(
+        weighted_sum(SHAPE), loss=None, optimizer=optimizer, learning_rate=lr, artifact_directory=tmp_path, **options
+    )
     state = api.CheckpointState.load_checkpoint(out / "checkpoint")
     module = api.Module(out / "training_model.onnx", state)
     opt = api.Optimizer(out / "optimizer_model.onnx", module)
@@ -81,11 +82,20 @@ def test_adamw_with_linear_schedule(tmp_path):
     assert_close(w, adamw(w0, grads, 0.05, 0.0, lrs))
 
 
-@pytest.mark.parametrize("momentum,nesterov,wd,clip", [
-    (0.0, False, 0.0, None), (0.9, False, 0.0, None), (0.9, True, 0.01, None), (0.0, False, 0.0, 2.0)])
+@pytest.mark.parametrize(
+    "momentum,nesterov,wd,clip",
+    [(0.0, False, 0.0, None), (0.9, False, 0.0, None), (0.9, True, 0.01, None), (0.0, False, 0.0, 2.0)],
+)
 def test_sgd_trajectory(tmp_path, momentum, nesterov, wd, clip):
-    w0, grads, lrs, w = run(tmp_path, artifacts.OptimType.SGD, 0.02, momentum=momentum, nesterov=nesterov,
-                            weight_decay=wd, max_grad_norm=clip)
+    w0, grads, lrs, w = run(
+        tmp_path,
+        artifacts.OptimType.SGD,
+        0.02,
+        momentum=momentum,
+        nesterov=nesterov,
+        weight_decay=wd,
+        max_grad_norm=clip,
+    )
     assert_close(w, sgd(w0, grads, 0.02, wd, lrs, momentum, nesterov, clip))
 
 

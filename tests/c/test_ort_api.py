@@ -52,9 +52,14 @@ def torch_loss(model, x, y):
 
 @pytest.fixture(scope="module")
 def out(tmp_path_factory):
-    return artifacts.generate_artifacts(mlp(), artifact_directory=tmp_path_factory.mktemp("mlp"), batch_size=BATCH,
-                                        requires_grad=["fc1.weight", "fc1.bias"],
-                                        frozen_params=["fc0.weight", "fc0.bias"], nominal_checkpoint=True)
+    return artifacts.generate_artifacts(
+        mlp(),
+        artifact_directory=tmp_path_factory.mktemp("mlp"),
+        batch_size=BATCH,
+        requires_grad=["fc1.weight", "fc1.bias"],
+        frozen_params=["fc0.weight", "fc0.bias"],
+        nominal_checkpoint=True,
+    )
 
 
 def fresh(out, path="checkpoint", **options):
@@ -84,8 +89,12 @@ def test_names_and_ort_values_in_and_out(out):
     params = module.get_contiguous_parameters()
     assert isinstance(params, api.OrtValue) and params.shape() == [module.get_parameters_size(False)]
     assert params.element_type() is np.float32 and params.device_name() == "cpu"
-    np.testing.assert_array_equal(params.numpy(), np.concatenate(
-        [state.parameters[n].data.ravel() for n in ("fc0.weight", "fc0.bias", "fc1.weight", "fc1.bias")]))
+    np.testing.assert_array_equal(
+        params.numpy(),
+        np.concatenate(
+            [state.parameters[n].data.ravel() for n in ("fc0.weight", "fc0.bias", "fc1.weight", "fc1.bias")]
+        ),
+    )
     module.copy_buffer_to_parameters(api.OrtValue.ortvalue_from_numpy(params.numpy() * 0 + params.numpy()))
     with pytest.raises(ValueError, match="CPU"):
         api.OrtValue.ortvalue_from_numpy(x, "cuda")
@@ -147,8 +156,7 @@ def test_nominal_checkpoint_refuses_use_until_loaded(out):
         nominal.parameters["fc1.weight"]
     with pytest.raises(RuntimeError, match="Please load all the parameter states first"):
         nominal.parameters["fc1.weight"] = np.ones((3, 16), np.float32)
-    for call in (module.get_contiguous_parameters, lambda: module(x, y), opt.step,
-                 lambda: module.eval()(x, y)):
+    for call in (module.get_contiguous_parameters, lambda: module(x, y), opt.step, lambda: module.eval()(x, y)):
         with pytest.raises(RuntimeError, match=r"Please load the model parameters first\."):
             call()
     assert module.get_parameters_size() == 3 * 16 + 3
@@ -176,8 +184,13 @@ def test_additional_outputs_and_loss_input_names(tmp_path):
     proto = mlp()
     # A second output before the logits: the loss must be on the one loss_input_names names.
     proto.graph.output.insert(0, helper.make_tensor_value_info("h0r", onnx.TensorProto.FLOAT, ["batch", 16]))
-    out = artifacts.generate_artifacts(proto, artifact_directory=tmp_path, batch_size=BATCH,
-                                       loss_input_names=["logits"], additional_output_names=["logits", "h0r"])
+    out = artifacts.generate_artifacts(
+        proto,
+        artifact_directory=tmp_path,
+        batch_size=BATCH,
+        loss_input_names=["logits"],
+        additional_output_names=["logits", "h0r"],
+    )
     state, module, _ = fresh(out)
     assert module.output_names() == [o.name for o in onnx.load(out / "training_model.onnx").graph.output][:3]
     assert module.output_names()[1:] == ["logits", "h0r"]
@@ -197,12 +210,19 @@ def test_additional_outputs_and_loss_input_names(tmp_path):
     assert isinstance(got, tuple) and all(isinstance(v, api.OrtValue) for v in got)
     np.testing.assert_array_equal(got[1].numpy(), logits)
     with pytest.raises(EdgetrainError, match="'nope' is not"):
-        artifacts.generate_artifacts(proto, artifact_directory=tmp_path / "bad", batch_size=BATCH,
-                                     loss_input_names=["logits"], additional_output_names=["nope"])
+        artifacts.generate_artifacts(
+            proto,
+            artifact_directory=tmp_path / "bad",
+            batch_size=BATCH,
+            loss_input_names=["logits"],
+            additional_output_names=["nope"],
+        )
 
 
-@pytest.mark.parametrize("option, message", [(dict(ort_format=True), "ORT format"),
-                                             (dict(custom_op_library="libcustom.so"), "custom op library")])
+@pytest.mark.parametrize(
+    "option, message",
+    [(dict(ort_format=True), "ORT format"), (dict(custom_op_library="libcustom.so"), "custom op library")],
+)
 def test_onnx_runtime_only_options_are_refused_in_one_line(tmp_path, option, message):
     with pytest.raises(EdgetrainError, match=message) as refusal:
         artifacts.generate_artifacts(mlp(), artifact_directory=tmp_path, batch_size=BATCH, **option)
@@ -210,22 +230,28 @@ def test_onnx_runtime_only_options_are_refused_in_one_line(tmp_path, option, mes
 
 
 def test_prefix_is_onnx_runtimes_file_prefix_and_c_prefix_the_c_one(tmp_path):
-    out = artifacts.generate_artifacts(mlp(), artifact_directory=tmp_path / "ort", batch_size=BATCH,
-                                       prefix="mnist_", nominal_checkpoint=True)
+    out = artifacts.generate_artifacts(
+        mlp(), artifact_directory=tmp_path / "ort", batch_size=BATCH, prefix="mnist_", nominal_checkpoint=True
+    )
     names = {p.name for p in out.iterdir()}
-    assert {"mnist_training_model.onnx", "mnist_eval_model.onnx", "mnist_optimizer_model.onnx", "mnist_checkpoint",
-            "mnist_nominal_checkpoint"} <= names and "checkpoint" not in names
+    assert {
+        "mnist_training_model.onnx",
+        "mnist_eval_model.onnx",
+        "mnist_optimizer_model.onnx",
+        "mnist_checkpoint",
+        "mnist_nominal_checkpoint",
+    } <= names and "checkpoint" not in names
     assert "int model_train_step(" in (out / "model.h").read_text()
     state = api.CheckpointState.load_checkpoint(out / "mnist_checkpoint")
     assert np.isfinite(api.Module(out / "mnist_training_model.onnx", state)(*batch(5)))
 
-    both = artifacts.generate_artifacts(mlp(), artifact_directory=tmp_path / "both", batch_size=BATCH,
-                                        prefix="kws", c_prefix="kws_net")
+    both = artifacts.generate_artifacts(
+        mlp(), artifact_directory=tmp_path / "both", batch_size=BATCH, prefix="kws", c_prefix="kws_net"
+    )
     assert (both / "kwstraining_model.onnx").exists() and "int kws_net_train_step(" in (both / "model.h").read_text()
 
     with pytest.warns(DeprecationWarning, match="c_prefix='kws'"):
-        old = artifacts.generate_artifacts(mlp(), artifact_directory=tmp_path / "old", batch_size=BATCH,
-                                           prefix="kws")
+        old = artifacts.generate_artifacts(mlp(), artifact_directory=tmp_path / "old", batch_size=BATCH, prefix="kws")
     assert (old / "training_model.onnx").exists() and "int kws_train_step(" in (old / "model.h").read_text()
     with warnings.catch_warnings():
         warnings.simplefilter("error", DeprecationWarning)  # the new spelling warns of nothing
@@ -238,9 +264,14 @@ def test_frozen_params_may_name_buffers_which_train_as_batchnorm_says(tmp_path):
     proto = mlp_bn()
     everything = [t.name for t in proto.graph.initializer]
     frozen = ["fc0.weight", "fc0.bias", "bn0.running_mean", "bn0.running_var"]
-    out = artifacts.generate_artifacts(proto, artifact_directory=tmp_path, batch_size=BATCH, frozen_params=frozen,
-                                       requires_grad=[n for n in everything if n not in frozen],
-                                       optimizer=artifacts.OptimType.SGD)
+    out = artifacts.generate_artifacts(
+        proto,
+        artifact_directory=tmp_path,
+        batch_size=BATCH,
+        frozen_params=frozen,
+        requires_grad=[n for n in everything if n not in frozen],
+        optimizer=artifacts.OptimType.SGD,
+    )
     state, module, _ = fresh(out)
     pt = TorchMLP(proto, bn=True).train()
     # Every tensor of the state_dict but the batch counter, which torch's export leaves out.
@@ -253,8 +284,12 @@ def test_frozen_params_may_name_buffers_which_train_as_batchnorm_says(tmp_path):
         assert state.parameters[name].grad is None and not state.parameters[name].requires_grad
         np.testing.assert_allclose(state.parameters[name].data, pt.state_dict()[name].numpy(), atol=1e-6)
     with pytest.raises(EdgetrainError, match="'bn0.running_mean' .*buffer") as refusal:
-        artifacts.generate_artifacts(proto, artifact_directory=tmp_path / "bad", batch_size=BATCH,
-                                     requires_grad=["fc1.weight", "bn0.running_mean"])
+        artifacts.generate_artifacts(
+            proto,
+            artifact_directory=tmp_path / "bad",
+            batch_size=BATCH,
+            requires_grad=["fc1.weight", "bn0.running_mean"],
+        )
     assert "\n" not in str(refusal.value)
 
 
@@ -280,14 +315,23 @@ def foreign_copy(data: checkpoint.CheckpointData) -> checkpoint.CheckpointData:
     trainable = [data.names[i] for i in order if data.kinds[i] == checkpoint.TRAINABLE]
     ours = [n for n, k in zip(data.names, data.kinds) if k == checkpoint.TRAINABLE]
     state = [[slot[ours.index(n)] for n in trainable] for slot in data.optimizer_state or []] or None
-    return checkpoint.CheckpointData(None, [data.names[i] for i in order], [data.kinds[i] for i in order],
-                                     [data.arrays[i].copy() for i in order], state, data.step, 0,
-                                     data.learning_rate, {"epoch": 2})
+    return checkpoint.CheckpointData(
+        None,
+        [data.names[i] for i in order],
+        [data.kinds[i] for i in order],
+        [data.arrays[i].copy() for i in order],
+        state,
+        data.step,
+        0,
+        data.learning_rate,
+        {"epoch": 2},
+    )
 
 
 def test_another_trainers_checkpoint_maps_by_name_and_trains_on_identically(tmp_path, monkeypatch):
-    out = artifacts.generate_artifacts(mlp(), artifact_directory=tmp_path, batch_size=BATCH,
-                                       frozen_params=["fc0.bias"], learning_rate=0.05)
+    out = artifacts.generate_artifacts(
+        mlp(), artifact_directory=tmp_path, batch_size=BATCH, frozen_params=["fc0.bias"], learning_rate=0.05
+    )
     _, trained, opt = fresh(out)
     for seed in range(3):
         trained(*batch(seed))
@@ -297,8 +341,11 @@ def test_another_trainers_checkpoint_maps_by_name_and_trains_on_identically(tmp_
     foreign = foreign_copy(checkpoint.decode(trained._save(True)))
 
     # load_checkpoint hands a file edgetrain.ort_checkpoint recognizes to its reader.
-    fake = type("FakeOrtCheckpoint", (), {"is_ort_checkpoint": staticmethod(lambda raw: raw == b"ORT!"),
-                                          "read": staticmethod(lambda raw: foreign)})
+    fake = type(
+        "FakeOrtCheckpoint",
+        (),
+        {"is_ort_checkpoint": staticmethod(lambda raw: raw == b"ORT!"), "read": staticmethod(lambda raw: foreign)},
+    )
     monkeypatch.setattr(api, "_ort_checkpoint", lambda: fake)
     (tmp_path / "ort_checkpoint").write_bytes(b"ORT!")
     state = api.CheckpointState.load_checkpoint(tmp_path / "ort_checkpoint")
@@ -312,9 +359,13 @@ def test_another_trainers_checkpoint_maps_by_name_and_trains_on_identically(tmp_
         opt.step()
         np.testing.assert_array_equal(module.get_contiguous_parameters(), trained.get_contiguous_parameters())
 
-    for broken, message in ((lambda d: d.names.__setitem__(0, "renamed"), "'fc1.bias'"),
-                            (lambda d: d.arrays.__setitem__(0, np.zeros((2, 2), np.float32)),
-                             re.escape("shapes differ: 'fc1.bias' (2, 2) (the trainer's (3,))"))):
+    for broken, message in (
+        (lambda d: d.names.__setitem__(0, "renamed"), "'fc1.bias'"),
+        (
+            lambda d: d.arrays.__setitem__(0, np.zeros((2, 2), np.float32)),
+            re.escape("shapes differ: 'fc1.bias' (2, 2) (the trainer's (3,))"),
+        ),
+    ):
         data = foreign_copy(checkpoint.decode(trained._save(True)))
         broken(data)
         with pytest.raises(api.CheckpointError, match=message):

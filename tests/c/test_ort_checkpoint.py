@@ -80,11 +80,18 @@ def ort(tmp_path_factory):
     out = tmp_path_factory.mktemp("ort-checkpoint")
     onnx.save(mlp(), out / "model.onnx")
     rng = np.random.default_rng(7)
-    np.savez(out / "batches.npz", x=rng.normal(size=(TRAINED + RESUMED, BATCH, 8)).astype(np.float32),
-             y=rng.integers(0, 3, (TRAINED + RESUMED, BATCH)))
+    np.savez(
+        out / "batches.npz",
+        x=rng.normal(size=(TRAINED + RESUMED, BATCH, 8)).astype(np.float32),
+        y=rng.integers(0, 3, (TRAINED + RESUMED, BATCH)),
+    )
     (out / "ort_side.py").write_text(ORT_SCRIPT)
-    run = subprocess.run([python, out / "ort_side.py", out, str(TRAINED), str(RESUMED), str(LR), json.dumps(FROZEN)],
-                         capture_output=True, text=True, cwd=out)
+    run = subprocess.run(
+        [python, out / "ort_side.py", out, str(TRAINED), str(RESUMED), str(LR), json.dumps(FROZEN)],
+        capture_output=True,
+        text=True,
+        cwd=out,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     return out, json.loads(run.stdout.splitlines()[-1])
 
@@ -92,8 +99,13 @@ def ort(tmp_path_factory):
 @pytest.fixture(scope="module")
 def trainer(ort):
     out, _ = ort
-    return artifacts.generate_artifacts(str(out / "model.onnx"), frozen_params=FROZEN, batch_size=BATCH,
-                                        learning_rate=LR, artifact_directory=out / "edgetrain")
+    return artifacts.generate_artifacts(
+        str(out / "model.onnx"),
+        frozen_params=FROZEN,
+        batch_size=BATCH,
+        learning_rate=LR,
+        artifact_directory=out / "edgetrain",
+    )
 
 
 def _session(trainer, state):
@@ -125,8 +137,12 @@ def test_read_gives_ort_tensors_moments_step_and_properties(ort):
     data = ort_checkpoint.load(out / "trained.ckpt")
     assert data.fingerprint is None
     kinds = dict(zip(data.names, data.kinds))
-    assert kinds == {"fc0.weight": checkpoint.TRAINABLE, "fc1.weight": checkpoint.TRAINABLE,
-                     "fc1.bias": checkpoint.TRAINABLE, "fc0.bias": checkpoint.FROZEN}
+    assert kinds == {
+        "fc0.weight": checkpoint.TRAINABLE,
+        "fc1.weight": checkpoint.TRAINABLE,
+        "fc1.bias": checkpoint.TRAINABLE,
+        "fc0.bias": checkpoint.FROZEN,
+    }
     expected = np.load(out / "parameters.npz")
     for name, array in zip(data.names, data.arrays):
         np.testing.assert_array_equal(array, expected[name], strict=True)
@@ -141,8 +157,12 @@ def test_read_gives_ort_tensors_moments_step_and_properties(ort):
 
 def test_cli_import_trains_on_as_ort_does(ort, trainer, tmp_path, capsys):
     out, losses = ort
-    assert cli.main(["import-ort-checkpoint", str(out / "trained.ckpt"), str(tmp_path / "ck"),
-                     "--artifacts", str(trainer)]) == 0
+    assert (
+        cli.main(
+            ["import-ort-checkpoint", str(out / "trained.ckpt"), str(tmp_path / "ck"), "--artifacts", str(trainer)]
+        )
+        == 0
+    )
     assert "with its optimizer state, step 3" in capsys.readouterr().out
     state = api.CheckpointState.load_checkpoint(tmp_path / "ck")
     module, optimizer = _session(trainer, state)
@@ -176,12 +196,22 @@ def test_cli_names_what_does_not_fit(ort, tmp_path, capsys):
     for node in other.graph.node:
         node.input[:] = [n.replace("fc1", "head") for n in node.input]
     renamed = artifacts.generate_artifacts(other, batch_size=BATCH, artifact_directory=tmp_path / "r")
-    cases = [(wider, "shapes differ: 'fc0.weight' (16, 8) (the trainer's (12, 8))"),
-             (renamed, "lacks 'head.weight', 'head.bias'"), (tmp_path, "no trainer checkpoint in")]
+    cases = [
+        (wider, "shapes differ: 'fc0.weight' (16, 8) (the trainer's (12, 8))"),
+        (renamed, "lacks 'head.weight', 'head.bias'"),
+        (tmp_path, "no trainer checkpoint in"),
+    ]
     for directory, message in cases:
         with pytest.raises(SystemExit) as exit_:
-            cli.main(["import-ort-checkpoint", str(out / "trained.ckpt"), str(tmp_path / "ck"),
-                      "--artifacts", str(directory)])
+            cli.main(
+                [
+                    "import-ort-checkpoint",
+                    str(out / "trained.ckpt"),
+                    str(tmp_path / "ck"),
+                    "--artifacts",
+                    str(directory),
+                ]
+            )
         err = capsys.readouterr().err
         assert exit_.value.code == 2 and message in err and err.count("\n") == 1, err
     assert not (tmp_path / "ck").exists()
@@ -212,7 +242,7 @@ def test_damaged_checkpoints_raise_checkpoint_error_only(ort, figure):
     for trial in range(3000):
         damaged = bytearray(raw)
         if trial % 3 == 0:
-            damaged = damaged[:rng.randrange(len(raw))]
+            damaged = damaged[: rng.randrange(len(raw))]
         else:
             for _ in range(rng.randint(1, 4)):
                 at = rng.randrange(8, len(raw))  # past the identifier, which read() checks first
@@ -233,8 +263,9 @@ def test_missing_flatbuffers_is_one_line(ort, monkeypatch):
         ort_checkpoint.load(out / "trained.ckpt")
     # Telling the formats apart needs no flatbuffers: an edgetrain checkpoint still loads without it.
     assert ort_checkpoint.is_ort_checkpoint((out / "trained.ckpt").read_bytes())
-    assert not ort_checkpoint.is_ort_checkpoint(checkpoint.encode(checkpoint.CheckpointData(
-        1, ["w"], [checkpoint.TRAINABLE], [np.zeros(2, np.float32)])))
+    assert not ort_checkpoint.is_ort_checkpoint(
+        checkpoint.encode(checkpoint.CheckpointData(1, ["w"], [checkpoint.TRAINABLE], [np.zeros(2, np.float32)]))
+    )
 
 
 def _odtc(data, external: bool) -> tuple[bytes, bytes]:
@@ -263,8 +294,10 @@ def _odtc(data, external: bool) -> tuple[bytes, bytes]:
             builder.PrependUOffsetTRelative(at)
         return builder.EndVector()
 
-    params = [[tensor(n, a) for n, a, k in zip(data.names, data.arrays, data.kinds) if k == kind]
-              for kind in (checkpoint.TRAINABLE, checkpoint.FROZEN)]
+    params = [
+        [tensor(n, a) for n, a, k in zip(data.names, data.arrays, data.kinds) if k == kind]
+        for kind in (checkpoint.TRAINABLE, checkpoint.FROZEN)
+    ]
     trainable = [n for n, k in zip(data.names, data.kinds) if k == checkpoint.TRAINABLE]
     states = []
     for i, name in enumerate(trainable):

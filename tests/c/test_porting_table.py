@@ -52,13 +52,14 @@ print(json.dumps({"names": sorted(names), "signatures": signatures}))
 def porting_section() -> str:
     text = (ROOT / "README.md").read_text()
     start = text.index("### ONNX Runtime training → edgetrain")
-    return text[start:text.index("\n## ", start)]
+    return text[start : text.index("\n## ", start)]
 
 
 @pytest.fixture(scope="module")
 def ort_api() -> dict:
-    return json.loads(subprocess.run([ort_python(), "-c", LIST_NAMES], capture_output=True, text=True,
-                                     check=True).stdout)
+    return json.loads(
+        subprocess.run([ort_python(), "-c", LIST_NAMES], capture_output=True, text=True, check=True).stdout
+    )
 
 
 def test_readme_porting_table_names_every_public_name(ort_api):

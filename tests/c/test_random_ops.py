@@ -41,8 +41,10 @@ Z = 5.0  # bounds on sample statistics, in standard errors: a correct generator 
 def _ref(op, *inputs, **attrs):
     """Our op's Python reference, run by onnx.reference on a one-node model."""
     names = [f"in{i}" for i in range(len(inputs))]
-    infos = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(np.asarray(a).dtype), np.shape(a))
-             for n, a in zip(names, inputs)]
+    infos = [
+        helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(np.asarray(a).dtype), np.shape(a))
+        for n, a in zip(names, inputs)
+    ]
     node = helper.make_node(op, names, ["out"], domain="ai.edgetrain", **attrs)
     graph = helper.make_graph([node], "ref", infos, [helper.make_empty_tensor_value_info("out")])
     opsets = [helper.make_opsetid("", 18), helper.make_opsetid("ai.edgetrain", 1)]
@@ -55,8 +57,9 @@ def uniform(counter, shape, seed, low=0.0, high=1.0):
 
 
 def normal(counter, shape, seed, mean=0.0, scale=1.0):
-    return _ref("RandomNormalTraining", np.array(counter, np.int64), shape=list(shape), mean=mean, scale=scale,
-                seed=seed)
+    return _ref(
+        "RandomNormalTraining", np.array(counter, np.int64), shape=list(shape), mean=mean, scale=scale, seed=seed
+    )
 
 
 def bernoulli(p, counter, seed):
@@ -79,13 +82,14 @@ void t_bernoulli(int n, uint32_t seed, uint32_t counter, const float *P, float *
 def kernels(tmp_path_factory):
     build = tmp_path_factory.mktemp("et_random")
     src, so = build / "random.c", build / "librandom.so"
-    src.write_text("\n".join((RUNTIME / h).read_text() for h in ("et_common.h", "et_math.h", "et_random.h"))
-                   + WRAPPERS)
+    src.write_text("\n".join((RUNTIME / h).read_text() for h in ("et_common.h", "et_math.h", "et_random.h")) + WRAPPERS)
     subprocess.run(["gcc", *STRICT, "-shared", "-fPIC", str(src), "-o", str(so)], check=True, capture_output=True)
     ffi = cffi.FFI()
-    ffi.cdef("void t_uniform(int, float, float, uint32_t, uint32_t, float *);"
-             "void t_normal(int, float, float, uint32_t, uint32_t, float *);"
-             "void t_bernoulli(int, uint32_t, uint32_t, const float *, float *);")
+    ffi.cdef(
+        "void t_uniform(int, float, float, uint32_t, uint32_t, float *);"
+        "void t_normal(int, float, float, uint32_t, uint32_t, float *);"
+        "void t_bernoulli(int, uint32_t, uint32_t, const float *, float *);"
+    )
     lib = ffi.dlopen(str(so))
 
     def draw(kind, *args, p=None):
@@ -131,8 +135,9 @@ def test_kernels_draw_the_references_bits(draws, kernels):
     p = np.random.default_rng(0).uniform(size=4096).astype(np.float32)
     np.testing.assert_array_equal(kernels("bernoulli", 3, 9, p=p), bernoulli(p, 9, 3))
     u = kernels("uniform", 0.0, 1.0, 21, 4)
-    np.testing.assert_array_equal(np.where(u >= np.float32(0.3), np.float32(1 / 0.7), 0).astype(np.float32),
-                                  _dropout_mask((N,), 0.3, 21, 4))
+    np.testing.assert_array_equal(
+        np.where(u >= np.float32(0.3), np.float32(1 / 0.7), 0).astype(np.float32), _dropout_mask((N,), 0.3, 21, 4)
+    )
 
 
 def ks_distance(x, cdf) -> float:
@@ -179,9 +184,14 @@ def test_normal_statistics(draws):
 def test_draws_are_uncorrelated(draws):
     """Neighbouring elements, consecutive steps and neighbouring seeds (two nodes' streams)."""
     z, u = draws["normal"], draws["uniform"]
-    pairs = {"neighbours": (z[:-1], z[1:]), "steps": (z, draws["normal_next_step"]),
-             "seeds": (z, draws["normal_next_seed"]), "uniform steps": (u, draws["uniform_next_step"]),
-             "uniform neighbours": (u[:-1], u[1:]), "square neighbours": (z[:-1] ** 2, z[1:] ** 2)}
+    pairs = {
+        "neighbours": (z[:-1], z[1:]),
+        "steps": (z, draws["normal_next_step"]),
+        "seeds": (z, draws["normal_next_seed"]),
+        "uniform steps": (u, draws["uniform_next_step"]),
+        "uniform neighbours": (u[:-1], u[1:]),
+        "square neighbours": (z[:-1] ** 2, z[1:] ** 2),
+    }
     for what, (a, b) in pairs.items():
         r = np.corrcoef(a.astype(np.float64), b.astype(np.float64))[0, 1]
         assert abs(r) < Z / math.sqrt(N), f"{what}: correlation {r:.2e}"
@@ -208,35 +218,45 @@ def _draws_model():
     """One node of each op and form; loss = sum_k ReduceSum(W_k * random_k) with W_k = 1, so W_k's
     gradient is node k's draw, bit for bit. The random values are outputs too (infer's means).
     Nodes 0-7 are the random ones: unseeded, node k draws stream k."""
-    specs = [("RandomUniformLike", ["X"], dict(low=-2.0, high=3.0)),
-             ("RandomNormalLike", ["X"], dict(mean=0.5, scale=2.0, dtype=F32)),
-             ("RandomUniform", [], dict(shape=list(S), seed=7.0)),
-             ("RandomNormal", [], dict(shape=list(S))),
-             ("Bernoulli", ["P"], {}),
-             ("RandomUniformLike", ["X"], {}),
-             ("RandomUniform", [], dict(shape=list(S), seed=7.0)),
-             ("RandomUniformLike", ["X"], {})]
-    nodes = [helper.make_node(op, ins, [f"r{k}"], name=f"{op}_{k}", **attrs)
-             for k, (op, ins, attrs) in enumerate(specs)]
+    specs = [
+        ("RandomUniformLike", ["X"], dict(low=-2.0, high=3.0)),
+        ("RandomNormalLike", ["X"], dict(mean=0.5, scale=2.0, dtype=F32)),
+        ("RandomUniform", [], dict(shape=list(S), seed=7.0)),
+        ("RandomNormal", [], dict(shape=list(S))),
+        ("Bernoulli", ["P"], {}),
+        ("RandomUniformLike", ["X"], {}),
+        ("RandomUniform", [], dict(shape=list(S), seed=7.0)),
+        ("RandomUniformLike", ["X"], {}),
+    ]
+    nodes = [
+        helper.make_node(op, ins, [f"r{k}"], name=f"{op}_{k}", **attrs) for k, (op, ins, attrs) in enumerate(specs)
+    ]
     for k in range(len(specs)):
-        nodes += [helper.make_node("Mul", [f"W{k}", f"r{k}"], [f"y{k}"]),
-                  helper.make_node("ReduceSum", [f"y{k}"], [f"s{k}"], keepdims=0)]
+        nodes += [
+            helper.make_node("Mul", [f"W{k}", f"r{k}"], [f"y{k}"]),
+            helper.make_node("ReduceSum", [f"y{k}"], [f"s{k}"], keepdims=0),
+        ]
     total = "s0"
     for k in range(1, len(specs)):
         nodes.append(helper.make_node("Add", [total, f"s{k}"], [f"t{k}"]))
         total = f"t{k}"
     nodes[-1].output[0] = "loss"
     graph = helper.make_graph(
-        nodes, "draws", [helper.make_tensor_value_info(n, F32, S) for n in ("X", "P")],
-        [helper.make_tensor_value_info("loss", F32, [])] + [helper.make_tensor_value_info(f"r{k}", F32, S)
-                                                            for k in range(len(specs))],
-        [numpy_helper.from_array(np.ones(S, np.float32), f"W{k}") for k in range(len(specs))])
+        nodes,
+        "draws",
+        [helper.make_tensor_value_info(n, F32, S) for n in ("X", "P")],
+        [helper.make_tensor_value_info("loss", F32, [])]
+        + [helper.make_tensor_value_info(f"r{k}", F32, S) for k in range(len(specs))],
+        [numpy_helper.from_array(np.ones(S, np.float32), f"W{k}") for k in range(len(specs))],
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
 
 
 DRAWS = 8
-FEEDS = (np.random.default_rng(1).normal(size=S).astype(np.float32),
-         np.random.default_rng(2).uniform(size=S).astype(np.float32))
+FEEDS = (
+    np.random.default_rng(1).normal(size=S).astype(np.float32),
+    np.random.default_rng(2).uniform(size=S).astype(np.float32),
+)
 
 
 @pytest.fixture(scope="module")
@@ -257,8 +277,14 @@ def step_draws(module, state) -> list[np.ndarray]:
 def expected_draws(counter) -> dict[int, np.ndarray]:
     """What the unseeded nodes draw: node k's stream is k."""
     p = FEEDS[1]
-    return {0: uniform(counter, S, 0, -2.0, 3.0), 1: normal(counter, S, 1, 0.5, 2.0), 3: normal(counter, S, 3),
-            4: bernoulli(p, counter, 4), 5: uniform(counter, S, 5), 7: uniform(counter, S, 7)}
+    return {
+        0: uniform(counter, S, 0, -2.0, 3.0),
+        1: normal(counter, S, 1, 0.5, 2.0),
+        3: normal(counter, S, 3),
+        4: bernoulli(p, counter, 4),
+        5: uniform(counter, S, 5),
+        7: uniform(counter, S, 7),
+    }
 
 
 def test_training_draws_match_the_references_bit_for_bit(draws_model, tmp_path):
@@ -273,8 +299,14 @@ def test_training_draws_match_the_references_bit_for_bit(draws_model, tmp_path):
             np.testing.assert_array_equal(got[k].view(np.uint32), want.view(np.uint32), err_msg=f"node {k}")
         # training_model.onnx, run by onnx.reference with our ops, draws the same bits.
         outputs = [o.name for o in training.graph.output]
-        ran = dict(zip(outputs, evaluator.run(None, {"X": FEEDS[0], "P": FEEDS[1],
-                                                     "dropout_counter": np.array(counter, np.int64), **weights})))
+        ran = dict(
+            zip(
+                outputs,
+                evaluator.run(
+                    None, {"X": FEEDS[0], "P": FEEDS[1], "dropout_counter": np.array(counter, np.int64), **weights}
+                ),
+            )
+        )
         for k in range(DRAWS):
             np.testing.assert_array_equal(got[k].view(np.uint32), ran[f"W{k}_grad"].view(np.uint32))
 
@@ -328,8 +360,13 @@ def test_eval_and_infer_use_the_mean(draws_model):
     assert loss == loss_again
     # The eval model says so in plain ONNX, so exported inference models run the same.
     evaluation = onnx.load(out / "eval_model.onnx")
-    assert not {n.op_type for n in evaluation.graph.node} & {"RandomUniform", "RandomUniformLike", "RandomNormal",
-                                                            "RandomNormalLike", "Bernoulli"}
+    assert not {n.op_type for n in evaluation.graph.node} & {
+        "RandomUniform",
+        "RandomUniformLike",
+        "RandomNormal",
+        "RandomNormalLike",
+        "Bernoulli",
+    }
     weights = {f"W{k}": np.ones(S, np.float32) for k in range(DRAWS)}
     (ran,) = ReferenceEvaluator(evaluation).run(None, {"X": x, "P": p, **weights})
     assert_close(ran, loss, "eval_model.onnx loss")
@@ -337,17 +374,30 @@ def test_eval_and_infer_use_the_mean(draws_model):
 
 def test_no_gradient_into_or_through_random_values(tmp_path):
     """Y = W * Bernoulli(Sigmoid(Wp)) * RandomNormalLike(Wn): Wp and Wn get zero gradients."""
-    nodes = [helper.make_node("Sigmoid", ["Wp"], ["p"]), helper.make_node("Bernoulli", ["p"], ["b"]),
-             helper.make_node("RandomNormalLike", ["Wn"], ["n"]), helper.make_node("Mul", ["W", "b"], ["wb"]),
-             helper.make_node("Mul", ["wb", "n"], ["y"]), helper.make_node("Mul", ["y", "R"], ["yr"]),
-             helper.make_node("ReduceSum", ["yr"], ["loss"], keepdims=0)]
+    nodes = [
+        helper.make_node("Sigmoid", ["Wp"], ["p"]),
+        helper.make_node("Bernoulli", ["p"], ["b"]),
+        helper.make_node("RandomNormalLike", ["Wn"], ["n"]),
+        helper.make_node("Mul", ["W", "b"], ["wb"]),
+        helper.make_node("Mul", ["wb", "n"], ["y"]),
+        helper.make_node("Mul", ["y", "R"], ["yr"]),
+        helper.make_node("ReduceSum", ["yr"], ["loss"], keepdims=0),
+    ]
     rng = np.random.default_rng(3)
     w, wp, wn = (rng.normal(size=S).astype(np.float32) for _ in range(3))
-    graph = helper.make_graph(nodes, "nograd", [helper.make_tensor_value_info("R", F32, S)],
-                              [helper.make_tensor_value_info("loss", F32, [])],
-                              [numpy_helper.from_array(a, n) for a, n in ((w, "W"), (wp, "Wp"), (wn, "Wn"))])
-    module, state = compile_module(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), tmp_path,
-                                   loss=None, requires_grad=["W", "Wp", "Wn"])
+    graph = helper.make_graph(
+        nodes,
+        "nograd",
+        [helper.make_tensor_value_info("R", F32, S)],
+        [helper.make_tensor_value_info("loss", F32, [])],
+        [numpy_helper.from_array(a, n) for a, n in ((w, "W"), (wp, "Wp"), (wn, "Wn"))],
+    )
+    module, state = compile_module(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]),
+        tmp_path,
+        loss=None,
+        requires_grad=["W", "Wp", "Wn"],
+    )
     r = rng.normal(size=S).astype(np.float32)
     module(r)
     assert np.all(state.parameters["Wp"].grad == 0) and np.all(state.parameters["Wn"].grad == 0)
@@ -365,19 +415,26 @@ def _stochastic_depth_model(survival: float, shape):
     folding the compute nodes are Mul, Relu, Bernoulli (node 2, stream 2), Div, Mul, Add."""
     n, c = shape[:2]
     p = np.full((n, 1, 1, 1), survival, np.float32)
-    nodes = [helper.make_node("Constant", [], ["p"], value=numpy_helper.from_array(p)),
-             helper.make_node("Constant", [], ["keep"], value=numpy_helper.from_array(np.float32(survival))),
-             helper.make_node("Mul", ["X", "Wc"], ["a"]), helper.make_node("Relu", ["a"], ["f"]),
-             helper.make_node("Bernoulli", ["p"], ["noise"]), helper.make_node("Div", ["noise", "keep"], ["scaled"]),
-             helper.make_node("Mul", ["f", "scaled"], ["g"]), helper.make_node("Add", ["X", "g"], ["out"]),
-             helper.make_node("Mul", ["out", "R"], ["outr"]), helper.make_node("ReduceSum", ["outr"], ["loss"],
-                                                                               keepdims=0)]
+    nodes = [
+        helper.make_node("Constant", [], ["p"], value=numpy_helper.from_array(p)),
+        helper.make_node("Constant", [], ["keep"], value=numpy_helper.from_array(np.float32(survival))),
+        helper.make_node("Mul", ["X", "Wc"], ["a"]),
+        helper.make_node("Relu", ["a"], ["f"]),
+        helper.make_node("Bernoulli", ["p"], ["noise"]),
+        helper.make_node("Div", ["noise", "keep"], ["scaled"]),
+        helper.make_node("Mul", ["f", "scaled"], ["g"]),
+        helper.make_node("Add", ["X", "g"], ["out"]),
+        helper.make_node("Mul", ["out", "R"], ["outr"]),
+        helper.make_node("ReduceSum", ["outr"], ["loss"], keepdims=0),
+    ]
     wc = np.random.default_rng(4).normal(size=(c, 1, 1)).astype(np.float32)
-    graph = helper.make_graph(nodes, "stochastic_depth", [helper.make_tensor_value_info(v, F32, shape)
-                                                          for v in ("X", "R")],
-                              [helper.make_tensor_value_info("loss", F32, []),
-                               helper.make_tensor_value_info("out", F32, shape)],
-                              [numpy_helper.from_array(wc, "Wc")])
+    graph = helper.make_graph(
+        nodes,
+        "stochastic_depth",
+        [helper.make_tensor_value_info(v, F32, shape) for v in ("X", "R")],
+        [helper.make_tensor_value_info("loss", F32, []), helper.make_tensor_value_info("out", F32, shape)],
+        [numpy_helper.from_array(wc, "Wc")],
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), p, wc
 
 
@@ -408,23 +465,35 @@ def test_stochastic_depth(tmp_path):
     assert_close(module(x, r), np.sum((x + np.maximum(x * wc, 0)).astype(np.float64) * r), "eval loss")
 
 
-@pytest.mark.xfail(("", "Less") not in REGISTRY or ("", "Cast") not in REGISTRY, strict=False,
-                   reason="Less and Cast on bool tensors do not run at run time yet (integer/bool tensors are "
-                          "being added)")
+@pytest.mark.xfail(
+    ("", "Less") not in REGISTRY or ("", "Cast") not in REGISTRY,
+    strict=False,
+    reason="Less and Cast on bool tensors do not run at run time yet (integer/bool tensors are being added)",
+)
 def test_dynamo_dropout_pattern(tmp_path):
     """torch's dynamo exporter writes dropout as Mul(X, Cast(Less(RandomUniformLike(X), keep))) / keep."""
     keep, shape = 0.7, (64, 32)
-    nodes = [helper.make_node("RandomUniformLike", ["W"], ["u"]),
-             helper.make_node("Constant", [], ["keep"], value=numpy_helper.from_array(np.float32(keep))),
-             helper.make_node("Less", ["u", "keep"], ["kept"]),
-             helper.make_node("Cast", ["kept"], ["mask"], to=F32),
-             helper.make_node("Mul", ["W", "mask"], ["wm"]), helper.make_node("Div", ["wm", "keep"], ["y"]),
-             helper.make_node("Mul", ["y", "R"], ["yr"]), helper.make_node("ReduceSum", ["yr"], ["loss"], keepdims=0)]
+    nodes = [
+        helper.make_node("RandomUniformLike", ["W"], ["u"]),
+        helper.make_node("Constant", [], ["keep"], value=numpy_helper.from_array(np.float32(keep))),
+        helper.make_node("Less", ["u", "keep"], ["kept"]),
+        helper.make_node("Cast", ["kept"], ["mask"], to=F32),
+        helper.make_node("Mul", ["W", "mask"], ["wm"]),
+        helper.make_node("Div", ["wm", "keep"], ["y"]),
+        helper.make_node("Mul", ["y", "R"], ["yr"]),
+        helper.make_node("ReduceSum", ["yr"], ["loss"], keepdims=0),
+    ]
     w = np.random.default_rng(6).normal(size=shape).astype(np.float32)
-    graph = helper.make_graph(nodes, "dynamo_dropout", [helper.make_tensor_value_info("R", F32, shape)],
-                              [helper.make_tensor_value_info("loss", F32, [])], [numpy_helper.from_array(w, "W")])
-    module, state = compile_module(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), tmp_path,
-                                   loss=None, requires_grad=["W"])
+    graph = helper.make_graph(
+        nodes,
+        "dynamo_dropout",
+        [helper.make_tensor_value_info("R", F32, shape)],
+        [helper.make_tensor_value_info("loss", F32, [])],
+        [numpy_helper.from_array(w, "W")],
+    )
+    module, state = compile_module(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), tmp_path, loss=None, requires_grad=["W"]
+    )
     r = np.random.default_rng(7).normal(size=shape).astype(np.float32)
     for counter in range(2):
         module.lazy_reset_grad()
@@ -434,23 +503,42 @@ def test_dynamo_dropout_pattern(tmp_path):
         assert abs(mask.mean() - keep) < Z * math.sqrt(keep * (1 - keep) / mask.size)
 
 
-@pytest.mark.parametrize("op, inputs, attrs", [
-    ("RandomUniform", [], dict(shape=[2, 3])), ("RandomNormal", [], dict(shape=[2, 3])),
-    ("RandomUniformLike", ["R"], {}), ("RandomNormalLike", ["R"], {}), ("Bernoulli", ["R"], {})])
+@pytest.mark.parametrize(
+    "op, inputs, attrs",
+    [
+        ("RandomUniform", [], dict(shape=[2, 3])),
+        ("RandomNormal", [], dict(shape=[2, 3])),
+        ("RandomUniformLike", ["R"], {}),
+        ("RandomNormalLike", ["R"], {}),
+        ("Bernoulli", ["R"], {}),
+    ],
+)
 def test_other_dtypes_are_refused_in_one_line(op, inputs, attrs, tmp_path):
     """A float64 draw, unused or a model output, is refused naming the node or its value."""
     for used in (False, True):
         node = helper.make_node(op, inputs, ["d"], name="draw64", dtype=TensorProto.DOUBLE, **attrs)
-        nodes = [node, helper.make_node("Mul", ["W", "R"], ["wr"]),
-                 helper.make_node("ReduceSum", ["wr"], ["loss"], keepdims=0)]
+        nodes = [
+            node,
+            helper.make_node("Mul", ["W", "R"], ["wr"]),
+            helper.make_node("ReduceSum", ["wr"], ["loss"], keepdims=0),
+        ]
         outputs = [helper.make_tensor_value_info("loss", F32, [])]
         if used:
             outputs.append(helper.make_tensor_value_info("d", TensorProto.DOUBLE, [2, 3]))
-        graph = helper.make_graph(nodes, "draw64", [helper.make_tensor_value_info("R", F32, [2, 3])], outputs,
-                                  [numpy_helper.from_array(np.ones((2, 3), np.float32), "W")])
+        graph = helper.make_graph(
+            nodes,
+            "draw64",
+            [helper.make_tensor_value_info("R", F32, [2, 3])],
+            outputs,
+            [numpy_helper.from_array(np.ones((2, 3), np.float32), "W")],
+        )
         with pytest.raises(EdgetrainError, match="draw64|'d' is float64") as refused:
-            compile_module(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), tmp_path / str(used),
-                           loss=None, requires_grad=["W"])
+            compile_module(
+                helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]),
+                tmp_path / str(used),
+                loss=None,
+                requires_grad=["W"],
+            )
         assert "\n" not in str(refused.value)
         if not used:
             assert "node 'draw64'" in str(refused.value)

@@ -33,17 +33,36 @@ KB = 1024
 
 # ---- the kernels, bit for bit ----
 
+
 @pytest.fixture(scope="module")
 def kernels(tmp_path_factory):
     build_dir = tmp_path_factory.mktemp("relu_mask")
     source = build_dir / "relu_mask.c"
-    source.write_text("\n".join((RUNTIME / h).read_text() for h in ("et_common.h", "et_math.h", "et_elementwise.h"))
-                      + "void t_mask(int n, const float *Y, uint32_t *mask) { et_relu_mask_f32(n, Y, mask); }\n"
-                      "void t_grad(int n, const float *dY, const uint32_t *mask, float *dX)"
-                      " { et_relu_grad_f32(n, dY, mask, dX); }\n")
+    source.write_text(
+        "\n".join((RUNTIME / h).read_text() for h in ("et_common.h", "et_math.h", "et_elementwise.h"))
+        + "void t_mask(int n, const float *Y, uint32_t *mask) { et_relu_mask_f32(n, Y, mask); }\n"
+        "void t_grad(int n, const float *dY, const uint32_t *mask, float *dX)"
+        " { et_relu_grad_f32(n, dY, mask, dX); }\n"
+    )
     lib = build_dir / "librelu_mask.so"
-    subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-O2", "-shared", "-fPIC",
-                    str(source), "-o", str(lib)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            "gcc",
+            "-std=c99",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-pedantic",
+            "-O2",
+            "-shared",
+            "-fPIC",
+            str(source),
+            "-o",
+            str(lib),
+        ],
+        check=True,
+        capture_output=True,
+    )
     ffi = cffi.FFI()
     ffi.cdef("void t_mask(int, const float *, uint32_t *); void t_grad(int, const float *, const uint32_t *, float *);")
     return ffi, ffi.dlopen(str(lib))
@@ -66,21 +85,34 @@ def test_mask_kernels_match_the_float_rule(kernels, n):
     np.testing.assert_array_equal(mask[:words], ReluMask.reference(y)[0])
     want = np.where(y > 0, dy, np.float32(0)).astype(np.float32)
     dx = np.empty_like(dy)
-    lib.t_grad(n, ffi.cast("const float *", dy.ctypes.data), ffi.cast("const uint32_t *", mask.ctypes.data),
-               ffi.cast("float *", dx.ctypes.data))
+    lib.t_grad(
+        n,
+        ffi.cast("const float *", dy.ctypes.data),
+        ffi.cast("const uint32_t *", mask.ctypes.data),
+        ffi.cast("float *", dx.ctypes.data),
+    )
     np.testing.assert_array_equal(dx.view(np.uint32), want.view(np.uint32))
-    lib.t_grad(n, ffi.cast("const float *", dy.ctypes.data), ffi.cast("const uint32_t *", mask.ctypes.data),
-               ffi.cast("float *", dy.ctypes.data))  # in place, as the planner may put it
+    lib.t_grad(
+        n,
+        ffi.cast("const float *", dy.ctypes.data),
+        ffi.cast("const uint32_t *", mask.ctypes.data),
+        ffi.cast("float *", dy.ctypes.data),
+    )  # in place, as the planner may put it
     np.testing.assert_array_equal(dy.view(np.uint32), want.view(np.uint32))
 
 
 # ---- trainers ----
 
+
 def compile_plan(model, policy):
     """(trainer, ModelC) of `model` with the policy's parameters, fused SGD update, without gcc."""
     names = policy_parameters(load_model(model, None), policy)
-    trainer = build_trainer(load_model(model, None), loss=LossType.CrossEntropyLoss,
-                            optimizer=OptimizerSpec(OptimType.SGD), requires_grad=names)
+    trainer = build_trainer(
+        load_model(model, None),
+        loss=LossType.CrossEntropyLoss,
+        optimizer=OptimizerSpec(OptimType.SGD),
+        requires_grad=names,
+    )
     return trainer, build(trainer, "model", fused_update=True)
 
 
@@ -93,8 +125,15 @@ def kept_for_backward(trainer, m):
 
 def conv_relu_stack():
     """Two Conv+ReLU at 7x7 (392 values each, a mask of 12.25 words), average pooling, Dense."""
-    net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 4, 3, padding=1), nn.ReLU(),
-                        nn.AvgPool2d(7), nn.Flatten(), nn.Linear(4, 5))
+    net = nn.Sequential(
+        nn.Conv2d(3, 4, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(4, 4, 3, padding=1),
+        nn.ReLU(),
+        nn.AvgPool2d(7),
+        nn.Flatten(),
+        nn.Linear(4, 5),
+    )
     return export_training(net, batch=2, input_shape=(3, 7, 7))
 
 
@@ -134,6 +173,7 @@ def test_bias_training_matches_torch_step_by_step(tmp_path):
 
 # ---- MobileNetV1-0.25 at 96x96 with BatchNormalization frozen ----
 
+
 def test_vww_biases_and_classifier_fit_256_kb():
     """Issue 6's figure: every static byte of the trainer (fused SGD, batch 1) within 256 KB. Only
     the ReLU masks and the classifier's input cross from the forward pass into the backward pass:
@@ -147,5 +187,5 @@ def test_vww_biases_and_classifier_fit_256_kb():
     masks = [b for b in kept if b.name.endswith("relumask")]
     assert len(masks) == sum(n.op == "Relu" for n in trainer.train_nodes)
     assert sum(b.size for b in kept) - sum(b.size for b in masks) <= 4 * (256 + 2 * 2 + 4)
-    backward = {n.op for n in trainer.train_nodes[trainer.backward_start:]}
+    backward = {n.op for n in trainer.train_nodes[trainer.backward_start :]}
     assert not backward & {"BatchNormalizationInferenceGrad", "ConvGradW"}

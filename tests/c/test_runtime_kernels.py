@@ -4,6 +4,7 @@ The headers are compiled exactly as the generated file uses them (pasted in
 order into one C99 translation unit, strict warnings as errors) plus a few
 exported wrappers, and the wrappers are called through cffi's ABI mode.
 """
+
 import re
 import shutil
 import subprocess
@@ -22,8 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RUNTIME = ROOT / "runtime_c"
 # These and the headers they #include, in the order that pastes them into one file.
 HEADERS = headers("et_conv.h", "et_loss.h", "et_optim.h", "et_shape.h")
-STRICT = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic",
-          "-Wdouble-promotion", "-ffp-contract=off", "-O2"]
+STRICT = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-Wdouble-promotion", "-ffp-contract=off", "-O2"]
 
 # Wrappers have external linkage because the kernels are static inline.
 WRAPPERS = r"""
@@ -108,8 +108,12 @@ def lib(tmp_path_factory, request):
     src.write_text(runtime_source() + WRAPPERS)
     so = build / "libet_runtime_test.so"
     scalar = ["-DET_NO_VECTORS"] if request.param == "scalar" else []
-    subprocess.run(["gcc", *STRICT, *scalar, "-shared", "-fPIC", str(src), "-o", str(so)],
-                   check=True, capture_output=True, text=True)
+    subprocess.run(
+        ["gcc", *STRICT, *scalar, "-shared", "-fPIC", str(src), "-o", str(so)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     ffi = cffi.FFI()
     ffi.cdef(CDEF)
     return ffi, ffi.dlopen(str(so))
@@ -144,10 +148,11 @@ def use_every_kernel(source):
 
     Some warnings (e.g. -Wmaybe-uninitialized) only appear once a static
     inline function is instantiated, as the generated code does."""
-    sigs = [(r.strip(), name, " ".join(params.split()))
-            for r, name, params in SIGNATURE.findall(source)]
-    binary = "int rank, const int *shape, const float *A, const int *a_strides, " \
-             "const float *B, const int *b_strides, float *Y"
+    sigs = [(r.strip(), name, " ".join(params.split())) for r, name, params in SIGNATURE.findall(source)]
+    binary = (
+        "int rank, const int *shape, const float *A, const int *a_strides, "
+        "const float *B, const int *b_strides, float *Y"
+    )
     sigs += [("void", name, binary) for name in re.findall(r"ET_DEFINE_BINARY_\((et_\w+),", source)]
     out = []
     for ret, name, params in sigs:
@@ -157,13 +162,15 @@ def use_every_kernel(source):
         out.append(f"{ret} use_{name}({params});\n{ret} use_{name}({params}) {{ {body} }}")
     return sigs, "\n".join(out)
 
+
 def test_headers_compile_strict_and_unused_is_silent(tmp_path):
     # No wrappers: every static inline function is unused and must not warn.
     src = tmp_path / "all.c"
     src.write_text(runtime_source() + "\nint et_dummy_symbol;\n")
     extra = ["-Wshadow", "-Wstrict-prototypes", "-Wmissing-prototypes", "-Wcast-qual", "-Wundef"]
-    r = subprocess.run(["gcc", *STRICT, *extra, "-c", str(src), "-o", str(tmp_path / "all.o")],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        ["gcc", *STRICT, *extra, "-c", str(src), "-o", str(tmp_path / "all.o")], capture_output=True, text=True
+    )
     assert r.returncode == 0, r.stderr
     for h in HEADERS:  # each file is self-contained given the ones before it
         text = (RUNTIME / h).read_text()
@@ -181,8 +188,11 @@ def test_every_kernel_instantiates_without_warnings(tmp_path, opt):
     src = tmp_path / "use.c"
     src.write_text(source + "\n" + callers + "\n")
     strict = [f for f in STRICT if f != "-O2"]
-    r = subprocess.run(["gcc", *strict, opt, "-Wmissing-prototypes", "-c", str(src),
-                        "-o", str(tmp_path / "use.o")], capture_output=True, text=True)
+    r = subprocess.run(
+        ["gcc", *strict, opt, "-Wmissing-prototypes", "-c", str(src), "-o", str(tmp_path / "use.o")],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
 
 
@@ -193,13 +203,27 @@ def test_headers_compile_for_cortex_m4(tmp_path):
     src = tmp_path / "all.c"
     source = runtime_source()
     src.write_text(source + "\n" + use_every_kernel(source)[1] + "\n")
-    r = subprocess.run([cc, *STRICT, "-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=hard",
-                        "-mfpu=fpv4-sp-d16", "-c", str(src), "-o", str(tmp_path / "all.o")],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            cc,
+            *STRICT,
+            "-mcpu=cortex-m4",
+            "-mthumb",
+            "-mfloat-abi=hard",
+            "-mfpu=fpv4-sp-d16",
+            "-c",
+            str(src),
+            "-o",
+            str(tmp_path / "all.o"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
 
 
 # ---- math ----
+
 
 def sweep_inputs():
     # ~2M bit patterns spread over all 2^32 (both signs, subnormals, inf,
@@ -207,19 +231,50 @@ def sweep_inputs():
     grid = np.arange(0, 1 << 32, 2147, dtype=np.uint64).astype(np.uint32).view(np.float32)
     rng = np.random.default_rng(0)
     dense = rng.uniform(-20.0, 20.0, 200_000).astype(np.float32)
-    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 2.0, 0.5,
-                        88.72283172607421875, 88.72284, 88.7, -87.3, -103.97207, -103.97208,
-                        -104.0, 1e-45, -1e-45, 1.17549435e-38, 3.4028235e38, -3.4028235e38,
-                        1e-8, -1e-8, 0.625, 0.62499994, 9.0, 9.000001, -9.0],
-                       dtype=np.float32)
+    special = np.array(
+        [
+            0.0,
+            -0.0,
+            np.inf,
+            -np.inf,
+            np.nan,
+            1.0,
+            -1.0,
+            2.0,
+            0.5,
+            88.72283172607421875,
+            88.72284,
+            88.7,
+            -87.3,
+            -103.97207,
+            -103.97208,
+            -104.0,
+            1e-45,
+            -1e-45,
+            1.17549435e-38,
+            3.4028235e38,
+            -3.4028235e38,
+            1e-8,
+            -1e-8,
+            0.625,
+            0.62499994,
+            9.0,
+            9.000001,
+            -9.0,
+        ],
+        dtype=np.float32,
+    )
     return np.concatenate([grid, dense, special])
 
 
-@pytest.mark.parametrize("name,ref,bound", [
-    ("t_expf", np.exp, 2),
-    ("t_logf", np.log, 2),
-    ("t_tanhf", np.tanh, 3),
-])
+@pytest.mark.parametrize(
+    "name,ref,bound",
+    [
+        ("t_expf", np.exp, 2),
+        ("t_logf", np.log, 2),
+        ("t_tanhf", np.tanh, 3),
+    ],
+)
 def test_math_ulp(lib, name, ref, bound):
     ffi, L = lib
     x = sweep_inputs()
@@ -253,6 +308,7 @@ def test_math_special_values(lib):
 
 
 # ---- common ----
+
 
 def test_crc32_matches_zlib(lib):
     ffi, L = lib
@@ -301,6 +357,7 @@ def test_hash_and_dropout(lib):
 
 # ---- elementwise broadcast ----
 
+
 def call_add(lib, shape, a, a_strides, b, b_strides, out=None):
     ffi, L = lib
     # Named so the arrays outlive the call: a cast pointer holds no reference.
@@ -308,25 +365,36 @@ def call_add(lib, shape, a, a_strides, b, b_strides, out=None):
     as_a = np.array(a_strides, dtype=np.int32)
     bs_a = np.array(b_strides, dtype=np.int32)
     y = np.empty(shape, dtype=np.float32) if out is None else out
-    L.t_add(len(shape), fptr(ffi, shape_a, "int *"), fptr(ffi, a), fptr(ffi, as_a, "int *"),
-            fptr(ffi, b), fptr(ffi, bs_a, "int *"), fptr(ffi, y))
+    L.t_add(
+        len(shape),
+        fptr(ffi, shape_a, "int *"),
+        fptr(ffi, a),
+        fptr(ffi, as_a, "int *"),
+        fptr(ffi, b),
+        fptr(ffi, bs_a, "int *"),
+        fptr(ffi, y),
+    )
     return y
 
 
-@pytest.mark.parametrize("a_shape, b_shape, merged", [
-    ((1, 6, 5, 5), (1, 6, 1, 1), (6, 25)),  # a per-channel scale: rows of 25 against one value
-    ((2, 3, 4), (3, 1), (2, 3, 4)),
-    ((4, 1, 3), (1, 5, 1), (4, 5, 3)),
-    ((3, 1, 1), (1, 2, 7), (3, 14)),
-    ((2, 3), (), (6,)),
-    ((1, 1), (1,), (1,)),
-])
+@pytest.mark.parametrize(
+    "a_shape, b_shape, merged",
+    [
+        ((1, 6, 5, 5), (1, 6, 1, 1), (6, 25)),  # a per-channel scale: rows of 25 against one value
+        ((2, 3, 4), (3, 1), (2, 3, 4)),
+        ((4, 1, 3), (1, 5, 1), (4, 5, 3)),
+        ((3, 1, 1), (1, 2, 7), (3, 14)),
+        ((2, 3), (), (6,)),
+        ((1, 1), (1,), (1,)),
+    ],
+)
 def test_broadcast_over_merged_axes(lib, a_shape, b_shape, merged):
     """The binary ops' binding merges axes both operands read as one run; the kernel then adds
     over fewer, longer axes what NumPy adds over the original ones."""
     out = np.broadcast_shapes(a_shape, b_shape)
-    shape, a_strides, b_strides = merged_axes(out or (1,), broadcast_strides(a_shape, out or (1,)),
-                                              broadcast_strides(b_shape, out or (1,)))
+    shape, a_strides, b_strides = merged_axes(
+        out or (1,), broadcast_strides(a_shape, out or (1,)), broadcast_strides(b_shape, out or (1,))
+    )
     assert shape == merged
     rng = np.random.default_rng(4)
     a = rng.standard_normal(a_shape).astype(np.float32)
@@ -374,7 +442,7 @@ def lane_dot_ref(a, b):
     sums k = l, l + 8, ... in order, then the lanes add pairwise in a fixed order."""
     lanes = [np.zeros((a.shape[0], b.shape[1]), dtype=np.float32) for _ in range(LANES)]
     for k in range(a.shape[1]):
-        lanes[k % LANES] = lanes[k % LANES] + a[:, k:k + 1] * b[k:k + 1, :]
+        lanes[k % LANES] = lanes[k % LANES] + a[:, k : k + 1] * b[k : k + 1, :]
     s = lanes
     return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]))
 
@@ -387,7 +455,7 @@ def seq_gemm_ref(a, b, alpha, beta, c, trans_b=0):
     else:
         acc = np.zeros((a.shape[0], b.shape[1]), dtype=np.float32)
         for k in range(a.shape[1]):
-            acc = acc + a[:, k:k + 1] * b[k:k + 1, :]
+            acc = acc + a[:, k : k + 1] * b[k : k + 1, :]
     y = np.float32(alpha) * acc
     if c is not None:
         y = y + np.float32(beta) * c
@@ -412,22 +480,20 @@ def test_gemm(lib, trans_a, trans_b, M, N, K):
 
     y = np.empty((M, N), dtype=np.float32)
     # C broadcast along rows (row stride 0), as for a Gemm bias.
-    L.t_gemm(M, N, K, alpha, fptr(ffi, a_in), trans_a, fptr(ffi, b_in), trans_b, beta,
-             fptr(ffi, bias), 0, 1, fptr(ffi, y))
+    L.t_gemm(
+        M, N, K, alpha, fptr(ffi, a_in), trans_a, fptr(ffi, b_in), trans_b, beta, fptr(ffi, bias), 0, 1, fptr(ffi, y)
+    )
     cfull = np.broadcast_to(bias, (M, N))
-    np.testing.assert_allclose(y, alpha * (a.astype(np.float64) @ b) + beta * cfull,
-                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(y, alpha * (a.astype(np.float64) @ b) + beta * cfull, rtol=1e-5, atol=1e-5)
     assert np.array_equal(y, seq_gemm_ref(a, b, alpha, beta, cfull, trans_b))
 
     # No C: beta is ignored.
-    L.t_gemm(M, N, K, 1.0, fptr(ffi, a_in), trans_a, fptr(ffi, b_in), trans_b, 123.0,
-             ffi.NULL, 0, 0, fptr(ffi, y))
+    L.t_gemm(M, N, K, 1.0, fptr(ffi, a_in), trans_a, fptr(ffi, b_in), trans_b, 123.0, ffi.NULL, 0, 0, fptr(ffi, y))
     assert np.array_equal(y, seq_gemm_ref(a, b, 1.0, 0.0, None, trans_b))
 
     # Column-major C via strides.
     c = rng.standard_normal((N, M)).astype(np.float32)
-    L.t_gemm(M, N, K, 1.0, fptr(ffi, a_in), trans_a, fptr(ffi, b_in), trans_b, 1.0,
-             fptr(ffi, c), 1, M, fptr(ffi, y))
+    L.t_gemm(M, N, K, 1.0, fptr(ffi, a_in), trans_a, fptr(ffi, b_in), trans_b, 1.0, fptr(ffi, c), 1, M, fptr(ffi, y))
     assert np.array_equal(y, seq_gemm_ref(a, b, 1.0, 1.0, c.T, trans_b))
 
 
@@ -447,8 +513,8 @@ def piece_lanes(values):
     lane = np.zeros(LANES, np.float32)
     values = np.asarray(values, np.float32)
     for at in range(0, len(values), LANES):
-        block = values[at:at + LANES]
-        lane[:len(block)] += block
+        block = values[at : at + LANES]
+        lane[: len(block)] += block
     return lane
 
 
@@ -476,7 +542,7 @@ def cascade(pieces):
 def long_sum(runs):
     """The long sum of et_linalg.h: each run in pieces of SUM_PIECE from its start, lanes within a
     piece, the pieces' lanes through the cascade, then the lanes' pairwise total."""
-    pieces = [piece_lanes(run[i:i + SUM_PIECE]) for run in runs for i in range(0, len(run), SUM_PIECE)]
+    pieces = [piece_lanes(run[i : i + SUM_PIECE]) for run in runs for i in range(0, len(run), SUM_PIECE)]
     return lanes_pairwise(cascade(pieces)) if pieces else np.float32(0)
 
 
@@ -484,7 +550,7 @@ def test_cascade_is_pairwise():
     """Pieces 1, e, e, ... (e = 2^-24, half of 1's ulp): in order each e rounds away against 1; the
     cascade adds them pairwise first: 16 pieces make ((1 + e) + 2e) + 4e + 8e = 1 + 14e (1 + e is a
     tie, to even: 1), and 5 pieces ((1 + e) + 2e) + e = 1 + 4e (1 + 3e is a tie, to even)."""
-    e = 2.0 ** -24
+    e = 2.0**-24
     pieces = [np.array([1.0 if i == 0 else e], np.float32) for i in range(16)]
     assert cascade(pieces)[0] == np.float32(1 + 14 * e)
     assert cascade(pieces[:5])[0] == np.float32(1 + 4 * e)
@@ -500,8 +566,10 @@ def reduce_sum_ref(x, axes):
     out_shape = [shape[d] for d in kept]
     last_kept = max((d for d in kept if shape[d] > 1), default=-1)
     last_summed = max((d for d in axes if shape[d] > 1), default=-1)
+
     def size(ds):
         return int(np.prod([shape[d] for d in ds], dtype=np.int64))
+
     sig = "".join("k" if d in kept else "r" for d in range(len(shape)) if shape[d] > 1)
     if re.fullmatch(r"r*k*r+", sig):
         inner = size([d for d in axes if d > last_kept])
@@ -510,9 +578,15 @@ def reduce_sum_ref(x, axes):
     if re.fullmatch(r"k*r*k*", sig):
         rows = size(axes)
         blocks = x.reshape(-1, rows, size([d for d in kept if d > last_summed]))
-        return np.array([cascade([np.cumsum(blk[i:i + SUM_PIECE], axis=0, dtype=np.float32)[-1]
-                                  for i in range(0, rows, SUM_PIECE)]) for blk in blocks],
-                        np.float32).reshape(out_shape)
+        return np.array(
+            [
+                cascade(
+                    [np.cumsum(blk[i : i + SUM_PIECE], axis=0, dtype=np.float32)[-1] for i in range(0, rows, SUM_PIECE)]
+                )
+                for blk in blocks
+            ],
+            np.float32,
+        ).reshape(out_shape)
     ref = np.zeros(out_shape, np.float32)
     for idx in np.ndindex(*shape):
         at = tuple(idx[d] for d in kept)
@@ -522,13 +596,24 @@ def reduce_sum_ref(x, axes):
 
 # ---- reductions ----
 
+
 # A bias gradient (N and the spatial axes summed) over short and over long planes (several pieces a
 # run), leading axes (over 300 rows: three pieces; 40 columns: a block of 32 and one of 8), trailing
 # axes, a middle axis, a pattern that is neither (memory order), and a sum of 2^16 + 8 pieces, whose
 # cascade fills its top level and goes on adding there.
-@pytest.mark.parametrize("shape,axes", [((2, 11, 3, 5), (0, 2, 3)), ((3, 5, 300), (0, 2)), ((6, 20), (0,)),
-                                        ((2, 300, 40), (1,)), ((4, 9, 7), (1, 2)), ((3, 4, 5), (1,)),
-                                        ((2, 3, 4, 5), (0, 2)), ((2 ** 23 + 1000,), (0,))])
+@pytest.mark.parametrize(
+    "shape,axes",
+    [
+        ((2, 11, 3, 5), (0, 2, 3)),
+        ((3, 5, 300), (0, 2)),
+        ((6, 20), (0,)),
+        ((2, 300, 40), (1,)),
+        ((4, 9, 7), (1, 2)),
+        ((3, 4, 5), (1,)),
+        ((2, 3, 4, 5), (0, 2)),
+        ((2**23 + 1000,), (0,)),
+    ],
+)
 def test_reduce_sum_keeps_its_stated_order(lib, shape, axes):
     ffi, L = lib
     rng = np.random.default_rng(len(shape) + sum(axes))
@@ -541,12 +626,14 @@ def test_reduce_sum_keeps_its_stated_order(lib, shape, axes):
         strides[d] = int(stride)
     ref = reduce_sum_ref(x, axes)
     y = np.empty(out_shape, np.float32)
-    L.t_reduce_sum(len(shape), ffi.new("int[]", list(shape)), ffi.new("int[]", strides), 0.5, fptr(ffi, x),
-                   fptr(ffi, y), y.size)
+    L.t_reduce_sum(
+        len(shape), ffi.new("int[]", list(shape)), ffi.new("int[]", strides), 0.5, fptr(ffi, x), fptr(ffi, y), y.size
+    )
     assert np.array_equal(y, ref * np.float32(0.5))
 
 
 # ---- convolution ----
+
 
 def plane_pieces(oh, ow):
     """et_conv_piece_ over an oh x ow plane: (start, end) of each piece of its flat positions, whole rows
@@ -590,12 +677,22 @@ def in_order_total(planes):
 # several pieces: 20x16 outputs (rows of whole lane blocks, read in place: two pieces of 8 rows to a
 # call, and a piece of 4), with stride (1, 2) 20x20 (pieces of 6 rows, gathered), pointwise over
 # 20x16, and rows longer than a piece: 4x136 (read in place: 128 + 8) and 3x150 (gathered: 128 + 22).
-@pytest.mark.parametrize("kernel,stride,pad,c,m,h,w", [(3, (1, 2), 1, 5, 6, 11, 7), (3, (1, 1), 1, 5, 6, 11, 7),
-                                                       (1, (1, 1), 0, 5, 6, 11, 7), (1, (1, 1), 0, 19, 21, 3, 5),
-                                                       (3, (1, 1), 1, 5, 6, 7, 8), (3, (1, 2), 1, 5, 6, 7, 9),
-                                                       (3, (1, 1), 1, 3, 5, 20, 16), (3, (1, 2), 1, 3, 5, 20, 40),
-                                                       (1, (1, 1), 0, 3, 5, 20, 16), (3, (1, 1), 1, 2, 5, 4, 136),
-                                                       (3, (1, 1), 1, 2, 5, 3, 150)])
+@pytest.mark.parametrize(
+    "kernel,stride,pad,c,m,h,w",
+    [
+        (3, (1, 2), 1, 5, 6, 11, 7),
+        (3, (1, 1), 1, 5, 6, 11, 7),
+        (1, (1, 1), 0, 5, 6, 11, 7),
+        (1, (1, 1), 0, 19, 21, 3, 5),
+        (3, (1, 1), 1, 5, 6, 7, 8),
+        (3, (1, 2), 1, 5, 6, 7, 9),
+        (3, (1, 1), 1, 3, 5, 20, 16),
+        (3, (1, 2), 1, 3, 5, 20, 40),
+        (1, (1, 1), 0, 3, 5, 20, 16),
+        (3, (1, 1), 1, 2, 5, 4, 136),
+        (3, (1, 1), 1, 2, 5, 3, 150),
+    ],
+)
 def test_conv_kernels_keep_their_stated_summation_order(lib, kernel, stride, pad, c, m, h, w):
     """Forward and input gradient: each output summed in float32 over its taps in (channel, ky, kx)
     order, the bias last; weight gradient: each image's plane of products (0 where the tap falls outside
@@ -611,6 +708,7 @@ def test_conv_kernels_keep_their_stated_summation_order(lib, kernel, stride, pad
     b = rng.standard_normal(m).astype(np.float32)
     dy = rng.standard_normal((n, m, oh, ow)).astype(np.float32)
     k, s, d, p = ([1, kernel, kernel], [1, *stride], [1, 1, 1], [0, pad, pad])
+
     def ints(v):
         return ffi.new("int[3]", v)
 
@@ -627,8 +725,22 @@ def test_conv_kernels_keep_their_stated_summation_order(lib, kernel, stride, pad
                 oy, ox, iy, ix = taps(ky, kx)
                 y_ref[:, :, oy[:, None], ox] += wt[None, :, ci, ky, kx, None, None] * x[:, None, ci][:, :, iy][..., ix]
     y = np.empty_like(y_ref)
-    L.t_conv(n, c, m, 1, ints([1, h, w]), ints([1, oh, ow]), ints(k), ints(s), ints(d), ints(p), fptr(ffi, x),
-             fptr(ffi, wt), fptr(ffi, b), fptr(ffi, y))
+    L.t_conv(
+        n,
+        c,
+        m,
+        1,
+        ints([1, h, w]),
+        ints([1, oh, ow]),
+        ints(k),
+        ints(s),
+        ints(d),
+        ints(p),
+        fptr(ffi, x),
+        fptr(ffi, wt),
+        fptr(ffi, b),
+        fptr(ffi, y),
+    )
     assert np.array_equal(y, y_ref + b[None, :, None, None])
 
     dx_ref = np.zeros((n, c, h, w), np.float32)
@@ -639,8 +751,22 @@ def test_conv_kernels_keep_their_stated_summation_order(lib, kernel, stride, pad
                 taken = dy[:, None, mi][:, :, oy][..., ox]
                 dx_ref[:, :, iy[:, None], ix] += wt[None, mi, :, ky, kx, None, None] * taken
     dx = np.empty_like(dx_ref)
-    L.t_conv_transpose(n, m, c, 1, ints([1, oh, ow]), ints([1, h, w]), ints(k), ints(s), ints(d), ints(p),
-                       fptr(ffi, dy), fptr(ffi, wt), ffi.NULL, fptr(ffi, dx))
+    L.t_conv_transpose(
+        n,
+        m,
+        c,
+        1,
+        ints([1, oh, ow]),
+        ints([1, h, w]),
+        ints(k),
+        ints(s),
+        ints(d),
+        ints(p),
+        fptr(ffi, dy),
+        fptr(ffi, wt),
+        ffi.NULL,
+        fptr(ffi, dx),
+    )
     assert np.array_equal(dx, dx_ref)
 
     dw_ref = np.zeros_like(wt)
@@ -653,18 +779,31 @@ def test_conv_kernels_keep_their_stated_summation_order(lib, kernel, stride, pad
             pieces.append(plane.ravel())
         dw_ref[mi, ci, ky, kx] = in_order_total(pieces) if m >= 4 and oh * ow <= 64 else lanes_total(pieces, ow)
     dw = np.empty_like(dw_ref)
-    L.t_conv_grad_w(n, c, m, 1, ints([1, h, w]), ints([1, oh, ow]), ints(k), ints(s), ints(d), ints(p),
-                    fptr(ffi, dy), fptr(ffi, x), fptr(ffi, dw))
+    L.t_conv_grad_w(
+        n,
+        c,
+        m,
+        1,
+        ints([1, h, w]),
+        ints([1, oh, ow]),
+        ints(k),
+        ints(s),
+        ints(d),
+        ints(p),
+        fptr(ffi, dy),
+        fptr(ffi, x),
+        fptr(ffi, dw),
+    )
     assert np.array_equal(dw, dw_ref)
-
 
 
 # Depthwise convolutions: 11 channels (a block of 8 side by side, then 3), over rows shorter than a
 # lane block (5x7 outputs, and 3x3 with stride 2), and over 6x8 outputs (the long runs and, for the
 # weight gradient, rows of whole lane blocks read in place); then planes of several pieces: 15x17
 # with stride 2 (channels side by side) and 12x24 (read in place).
-@pytest.mark.parametrize("stride,h,w", [((1, 1), 5, 7), ((2, 2), 6, 6), ((1, 1), 6, 8), ((2, 2), 30, 34),
-                                        ((1, 1), 12, 24)])
+@pytest.mark.parametrize(
+    "stride,h,w", [((1, 1), 5, 7), ((2, 2), 6, 6), ((1, 1), 6, 8), ((2, 2), 30, 34), ((1, 1), 12, 24)]
+)
 def test_depthwise_kernels_keep_their_stated_summation_order(lib, stride, h, w):
     """Forward and input gradient: each output summed over its taps in (ky, kx) order, the bias last;
     weight gradient: each image's plane of products (0 where the tap falls outside X) in pieces and
@@ -677,8 +816,10 @@ def test_depthwise_kernels_keep_their_stated_summation_order(lib, stride, h, w):
     dy = rng.standard_normal((n, c, oh, ow)).astype(np.float32)
     wt = rng.standard_normal((c, 1, kernel, kernel)).astype(np.float32)
     b = rng.standard_normal(c).astype(np.float32)
+
     def ints(v):
         return ffi.new("int[3]", v)
+
     geometry = (ints([1, kernel, kernel]), ints([1, *stride]), ints([1, 1, 1]), ints([0, pad, pad]))
 
     y_ref = np.zeros((n, c, oh, ow), np.float32)
@@ -690,16 +831,27 @@ def test_depthwise_kernels_keep_their_stated_summation_order(lib, stride, h, w):
                 y_ref[:, :, oy, ox] += wt[:, 0, ky, kx] * x[:, :, iy, ix]
         for iy, ix in np.ndindex(h, w):
             oy, ox = divmod(iy + pad - ky, stride[0])[0], divmod(ix + pad - kx, stride[1])[0]
-            if ((iy + pad - ky) % stride[0] == 0 and (ix + pad - kx) % stride[1] == 0 and 0 <= oy < oh
-                    and 0 <= ox < ow):
+            if (iy + pad - ky) % stride[0] == 0 and (ix + pad - kx) % stride[1] == 0 and 0 <= oy < oh and 0 <= ox < ow:
                 dx_ref[:, :, iy, ix] += wt[:, 0, ky, kx] * dy[:, :, oy, ox]
     y = np.empty_like(y_ref)
-    L.t_conv(n, c, c, c, ints([1, h, w]), ints([1, oh, ow]), *geometry, fptr(ffi, x), fptr(ffi, wt), fptr(ffi, b),
-             fptr(ffi, y))
+    L.t_conv(
+        n,
+        c,
+        c,
+        c,
+        ints([1, h, w]),
+        ints([1, oh, ow]),
+        *geometry,
+        fptr(ffi, x),
+        fptr(ffi, wt),
+        fptr(ffi, b),
+        fptr(ffi, y),
+    )
     assert np.array_equal(y, y_ref + b[None, :, None, None])
     dx = np.empty_like(dx_ref)
-    L.t_conv_transpose(n, c, c, c, ints([1, oh, ow]), ints([1, h, w]), *geometry, fptr(ffi, dy), fptr(ffi, wt),
-                       ffi.NULL, fptr(ffi, dx))
+    L.t_conv_transpose(
+        n, c, c, c, ints([1, oh, ow]), ints([1, h, w]), *geometry, fptr(ffi, dy), fptr(ffi, wt), ffi.NULL, fptr(ffi, dx)
+    )
     assert np.array_equal(dx, dx_ref)
 
     dw_ref = np.zeros((c, 1, kernel, kernel), np.float32)
@@ -714,12 +866,14 @@ def test_depthwise_kernels_keep_their_stated_summation_order(lib, stride, h, w):
             pieces.append(plane.ravel())
         dw_ref[ci, 0, ky, kx] = lanes_total(pieces, ow)
     dw = np.empty_like(dw_ref)
-    L.t_conv_grad_w(n, c, c, c, ints([1, h, w]), ints([1, oh, ow]), *geometry, fptr(ffi, dy), fptr(ffi, x),
-                    fptr(ffi, dw))
+    L.t_conv_grad_w(
+        n, c, c, c, ints([1, h, w]), ints([1, oh, ow]), *geometry, fptr(ffi, dy), fptr(ffi, x), fptr(ffi, dw)
+    )
     assert np.array_equal(dw, dw_ref)
 
 
 # ---- loss ----
+
 
 def np_sce(x, labels, weights, ignore):
     x = x.astype(np.float64)
@@ -729,7 +883,7 @@ def np_sce(x, labels, weights, ignore):
     w = np.ones(C) if weights is None else weights.astype(np.float64)
     keep = labels != ignore
     safe = np.where(keep, labels, 0)
-    wt = np.where(keep, w[safe], 0.0)                                   # [N, D]
+    wt = np.where(keep, w[safe], 0.0)  # [N, D]
     picked = np.take_along_axis(lp, safe[:, None, :], axis=1)[:, 0, :]  # [N, D]
     den = wt.sum()
     loss = (wt * -picked).sum() / den if den else 0.0
@@ -754,16 +908,14 @@ def test_softmax_cross_entropy(lib, D, weighted):
     assert L.t_check_labels(N * D, fptr(ffi, labels, "int32_t *"), C, ignore) == 0
     loss = np.zeros(1, dtype=np.float32)
     lp = np.empty_like(x)
-    L.t_sce(N, C, D, fptr(ffi, x), fptr(ffi, labels, "int32_t *"), wptr, ignore,
-            fptr(ffi, loss), fptr(ffi, lp))
+    L.t_sce(N, C, D, fptr(ffi, x), fptr(ffi, labels, "int32_t *"), wptr, ignore, fptr(ffi, loss), fptr(ffi, lp))
     ref_loss, ref_lp, ref_grad = np_sce(x, labels, weights, ignore)
     np.testing.assert_allclose(lp, ref_lp, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(loss[0], ref_loss, rtol=1e-5)
 
     dloss = np.array([0.5], dtype=np.float32)
     dx = np.empty_like(x)
-    L.t_sce_grad(N, C, D, fptr(ffi, dloss), fptr(ffi, lp), fptr(ffi, labels, "int32_t *"),
-                 wptr, ignore, fptr(ffi, dx))
+    L.t_sce_grad(N, C, D, fptr(ffi, dloss), fptr(ffi, lp), fptr(ffi, labels, "int32_t *"), wptr, ignore, fptr(ffi, dx))
     np.testing.assert_allclose(dx, 0.5 * ref_grad, rtol=1e-5, atol=1e-7)
     assert np.all(dx[1, :, 0] == 0.0)
 
@@ -775,13 +927,11 @@ def test_softmax_cross_entropy_all_ignored_and_bad_labels(lib):
     labels = np.full((N, D), 7, dtype=np.int32)
     loss = np.array([np.nan], dtype=np.float32)
     lp = np.empty_like(x)
-    L.t_sce(N, C, D, fptr(ffi, x), fptr(ffi, labels, "int32_t *"), ffi.NULL, 7,
-            fptr(ffi, loss), fptr(ffi, lp))
+    L.t_sce(N, C, D, fptr(ffi, x), fptr(ffi, labels, "int32_t *"), ffi.NULL, 7, fptr(ffi, loss), fptr(ffi, lp))
     assert loss[0] == 0.0
     dx = np.full_like(x, np.nan)
     one = np.ones(1, dtype=np.float32)
-    L.t_sce_grad(N, C, D, fptr(ffi, one), fptr(ffi, lp), fptr(ffi, labels, "int32_t *"),
-                 ffi.NULL, 7, fptr(ffi, dx))
+    L.t_sce_grad(N, C, D, fptr(ffi, one), fptr(ffi, lp), fptr(ffi, labels, "int32_t *"), ffi.NULL, 7, fptr(ffi, dx))
     assert np.all(dx == 0.0)
     bad = np.array([0, 4, 5], dtype=np.int32)
     assert L.t_check_labels(3, fptr(ffi, bad, "int32_t *"), 5, -100) == 1
@@ -805,6 +955,7 @@ def test_bce_with_logits_extremes(lib):
 
 # ---- optimizer ----
 
+
 def test_adamw_one_step(lib):
     ffi, L = lib
     rng = np.random.default_rng(7)
@@ -818,17 +969,16 @@ def test_adamw_one_step(lib):
     t = 3
 
     step = L.t_adam_step_size(lr, b1, b2, t)
-    ref_step = lr * np.sqrt(1 - b2 ** t) / (1 - b1 ** t)
+    ref_step = lr * np.sqrt(1 - b2**t) / (1 - b1**t)
     # 1 - beta2^t cancels, so float rounding of beta2^t is amplified ~300x.
     assert abs(step - ref_step) <= 2e-5 * ref_step
     for t_big in (1, 10, 1000, 100000):
         s = L.t_adam_step_size(lr, b1, b2, t_big)
-        r = lr * np.sqrt(1 - b2 ** t_big) / (1 - b1 ** t_big)
+        r = lr * np.sqrt(1 - b2**t_big) / (1 - b1**t_big)
         assert abs(s - r) <= 2e-5 * r, t_big
 
     W, M, V = w.copy(), m.copy(), v.copy()
-    L.t_adamw(n, step, lr, b1, b2, eps, wd, fptr(ffi, W), fptr(ffi, g), fptr(ffi, M),
-              fptr(ffi, V))
+    L.t_adamw(n, step, lr, b1, b2, eps, wd, fptr(ffi, W), fptr(ffi, g), fptr(ffi, M), fptr(ffi, V))
     w64, g64 = w.astype(np.float64), g.astype(np.float64)
     m64 = b1 * m.astype(np.float64) + (1 - b1) * g64
     v64 = b2 * v.astype(np.float64) + (1 - b2) * g64 * g64

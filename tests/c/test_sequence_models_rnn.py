@@ -32,8 +32,7 @@ class Tagger(torch.nn.Module):
     def __init__(self, cell: str, hidden: int, bidirectional: bool, layers: int, decoder: bool):
         super().__init__()
         self.embed = torch.nn.Embedding(VOCAB, 4)
-        self.rnn = getattr(torch.nn, cell)(4, hidden, num_layers=layers, batch_first=True,
-                                           bidirectional=bidirectional)
+        self.rnn = getattr(torch.nn, cell)(4, hidden, num_layers=layers, batch_first=True, bidirectional=bidirectional)
         self.decoder = getattr(torch.nn, cell)(4, hidden, batch_first=True) if decoder else None
         self.head = torch.nn.Linear(hidden * (2 if bidirectional else 1), CLASSES)
 
@@ -46,8 +45,9 @@ class Tagger(torch.nn.Module):
 
     def recurrent_layers(self) -> list[tuple[torch.nn.Module, int]]:
         """(module, layer) of each recurrent node the exporter writes, in graph order."""
-        return [(self.rnn, layer) for layer in range(self.rnn.num_layers)] + \
-            ([(self.decoder, 0)] if self.decoder is not None else [])
+        return [(self.rnn, layer) for layer in range(self.rnn.num_layers)] + (
+            [(self.decoder, 0)] if self.decoder is not None else []
+        )
 
 
 def _onnx_layout(rnn: torch.nn.Module, cell: str, layer: int) -> dict[str, torch.Tensor]:
@@ -59,9 +59,11 @@ def _onnx_layout(rnn: torch.nn.Module, cell: str, layer: int) -> dict[str, torch
 
     suffixes = [f"_l{layer}"] + ([f"_l{layer}_reverse"] if rnn.bidirectional else [])
     grad = {name: p.grad for name, p in rnn.named_parameters()}
-    return {"W": torch.stack([gates(grad[f"weight_ih{s}"]) for s in suffixes]),
-            "R": torch.stack([gates(grad[f"weight_hh{s}"]) for s in suffixes]),
-            "B": torch.stack([torch.cat([gates(grad[f"bias_ih{s}"]), gates(grad[f"bias_hh{s}"])]) for s in suffixes])}
+    return {
+        "W": torch.stack([gates(grad[f"weight_ih{s}"]) for s in suffixes]),
+        "R": torch.stack([gates(grad[f"weight_hh{s}"]) for s in suffixes]),
+        "B": torch.stack([torch.cat([gates(grad[f"bias_ih{s}"]), gates(grad[f"bias_hh{s}"])]) for s in suffixes]),
+    }
 
 
 def _expected_grads(model: onnx.ModelProto, tagger: Tagger, cell: str) -> dict[str, np.ndarray]:
@@ -90,8 +92,15 @@ TAGGERS = [
 def export_tagger(tagger: Tagger) -> onnx.ModelProto:
     """The tagger for BATCH sequences of STEPS tokens."""
     buffer = io.BytesIO()
-    torch.onnx.export(tagger, (torch.zeros(BATCH, STEPS, dtype=torch.int64),), buffer, dynamo=False,
-                      opset_version=17, input_names=["tokens"], output_names=["logits"])
+    torch.onnx.export(
+        tagger,
+        (torch.zeros(BATCH, STEPS, dtype=torch.int64),),
+        buffer,
+        dynamo=False,
+        opset_version=17,
+        input_names=["tokens"],
+        output_names=["logits"],
+    )
     return onnx.load_from_string(buffer.getvalue())
 
 
@@ -125,8 +134,10 @@ def test_rnn_tagger_gradients(cell, hidden, bidirectional, layers, decoder, tmp_
     module.eval()
     assert abs(float(module(tokens, labels)) - want_loss.item()) <= TOL * max(1.0, abs(want_loss.item()))
     module.export_model_for_inferencing(tmp_path / "infer.onnx", ["logits"])
-    logits, = ort.InferenceSession(tmp_path / "infer.onnx").run(None, {"tokens": tokens})
+    (logits,) = ort.InferenceSession(tmp_path / "infer.onnx").run(None, {"tokens": tokens})
     want_logits = tagger(torch.from_numpy(tokens)).detach().numpy()
     assert np.abs(logits - want_logits).max() <= TOL * max(1.0, np.abs(want_logits).max())
-    print(f"{cell} hidden {hidden} bidirectional {bidirectional} layers {layers} decoder {decoder}: "
-          f"max relative error {worst:.3g}")
+    print(
+        f"{cell} hidden {hidden} bidirectional {bidirectional} layers {layers} decoder {decoder}: "
+        f"max relative error {worst:.3g}"
+    )

@@ -21,7 +21,8 @@ from gradcheck import compile_module
 torch = pytest.importorskip("torch")
 
 _spec = importlib.util.spec_from_file_location(
-    "tinygpt", Path(__file__).resolve().parents[2] / "examples" / "text" / "tinygpt.py")
+    "tinygpt", Path(__file__).resolve().parents[2] / "examples" / "text" / "tinygpt.py"
+)
 tinygpt = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(tinygpt)
 
@@ -34,8 +35,11 @@ def _matched_initializers(model_path: Path, torch_model) -> dict[str, tuple[str,
     """torch parameter -> (ONNX initializer, stored transposed). The exporter renames the weights
     it transposes for MatMul and folds the position rows into a constant, so match by value
     (every value is distinct: the parameters are random)."""
-    inits = {i.name: numpy_helper.to_array(i) for i in onnx.load(model_path).graph.initializer
-             if i.data_type == onnx.TensorProto.FLOAT}
+    inits = {
+        i.name: numpy_helper.to_array(i)
+        for i in onnx.load(model_path).graph.initializer
+        if i.data_type == onnx.TensorProto.FLOAT
+    }
     matched = {}
     for name, p in torch_model.named_parameters():
         p = p.detach().numpy()
@@ -57,21 +61,28 @@ def test_one_training_step_matches_torch(dynamo, tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the tracer's notes about shapes it records as constants
         if dynamo:
-            torch.onnx.export(model, (torch.zeros(BATCH, CONTEXT, dtype=torch.int64),), str(path),
-                              input_names=["ids"], output_names=["logits"], dynamo=True, verbose=False)
+            torch.onnx.export(
+                model,
+                (torch.zeros(BATCH, CONTEXT, dtype=torch.int64),),
+                str(path),
+                input_names=["ids"],
+                output_names=["logits"],
+                dynamo=True,
+                verbose=False,
+            )
         else:
             tinygpt.export(model, BATCH, CONTEXT, path)
     matched = _matched_initializers(path, model)
-    module, state = compile_module(path, tmp_path, loss=artifacts.LossType.CrossEntropyLoss, ignore_index=PAD,
-                                   learning_rate=LR)
+    module, state = compile_module(
+        path, tmp_path, loss=artifacts.LossType.CrossEntropyLoss, ignore_index=PAD, learning_rate=LR
+    )
 
     rng = np.random.default_rng(1)
     ids = rng.integers(0, VOCAB, size=(BATCH, CONTEXT))
     labels = np.roll(ids, -1, axis=1)
     labels[:, -2:] = PAD  # padded tail
     loss = module(ids, labels)
-    want = torch.nn.functional.cross_entropy(model(torch.from_numpy(ids)), torch.from_numpy(labels),
-                                             ignore_index=PAD)
+    want = torch.nn.functional.cross_entropy(model(torch.from_numpy(ids)), torch.from_numpy(labels), ignore_index=PAD)
     want.backward()
     assert abs(float(loss) - want.item()) <= RTOL * max(1.0, abs(want.item()))
 

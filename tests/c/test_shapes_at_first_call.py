@@ -27,11 +27,22 @@ onnxruntime = pytest.importorskip("onnxruntime")
 def export_all_dynamic(model: torch.nn.Module, sample: torch.Tensor) -> onnx.ModelProto:
     """model exported with every input and output dimension named symbolic."""
     out = model(sample)
-    axes = {"input-0": {i: f"input-0_dim{i}" for i in range(sample.ndim)},
-            "output-0": {i: f"output-0_dim{i}" for i in range(out.ndim)}}
+    axes = {
+        "input-0": {i: f"input-0_dim{i}" for i in range(sample.ndim)},
+        "output-0": {i: f"output-0_dim{i}" for i in range(out.ndim)},
+    }
     f = io.BytesIO()
-    torch.onnx.export(model, (sample,), f, input_names=["input-0"], output_names=["output-0"], dynamic_axes=axes,
-                      opset_version=17, dynamo=False, do_constant_folding=False)
+    torch.onnx.export(
+        model,
+        (sample,),
+        f,
+        input_names=["input-0"],
+        output_names=["output-0"],
+        dynamic_axes=axes,
+        opset_version=17,
+        dynamo=False,
+        do_constant_folding=False,
+    )
     return onnx.load_from_string(f.getvalue())
 
 
@@ -43,8 +54,13 @@ def mlp() -> torch.nn.Module:
 def pooled_cnn() -> torch.nn.Module:
     """Height and width reach no weight: any image size trains."""
     torch.manual_seed(1)
-    return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
-                               torch.nn.Flatten(), torch.nn.Linear(4, 5))
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(4, 5),
+    )
 
 
 def module(out):
@@ -83,9 +99,13 @@ def mlp_artifacts(tmp_path_factory):
     reference = mlp()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ImportNote)
-        out = artifacts.generate_artifacts(export_all_dynamic(reference, torch.randn(2, 12)), optimizer="SGD",
-                                           learning_rate=0.1, momentum=0.9,
-                                           artifact_directory=tmp_path_factory.mktemp("mlp"))
+        out = artifacts.generate_artifacts(
+            export_all_dynamic(reference, torch.randn(2, 12)),
+            optimizer="SGD",
+            learning_rate=0.1,
+            momentum=0.9,
+            artifact_directory=tmp_path_factory.mktemp("mlp"),
+        )
     return out, [str(w.message) for w in caught if issubclass(w.category, ImportNote)]
 
 
@@ -102,8 +122,9 @@ def test_a_larger_batch_than_the_default_compiles_for_it_and_carries_the_state_o
     # Momentum is optimizer state: a step after a recompile that lost it would not be PyTorch's.
     sgd = torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9)
     # 8 fits the default of 32; 48 and 100 do not; back to 8 runs in the largest build.
-    train_alongside(model, optimizer, reference, sgd, [data(0, 8, 12), data(1, 48, 12), data(2, 100, 12),
-                                                         data(3, 8, 12)])
+    train_alongside(
+        model, optimizer, reference, sgd, [data(0, 8, 12), data(1, 48, 12), data(2, 100, 12), data(3, 8, 12)]
+    )
     assert model._max_batch == 100
     # The recompiled trainer's checkpoint is the model's: a Module of the artifacts as generated loads it.
     api.CheckpointState.save_checkpoint(model.state, tmp_path / "after", include_optimizer_state=True)
@@ -127,8 +148,9 @@ def test_a_recompile_refuses_to_drop_accumulated_gradients(mlp_artifacts):
 
 def test_an_explicit_batch_size_stays_the_largest(tmp_path):
     reference = mlp()
-    out = artifacts.generate_artifacts(export_all_dynamic(reference, torch.randn(2, 12)), artifact_directory=tmp_path,
-                                       batch_size=4)
+    out = artifacts.generate_artifacts(
+        export_all_dynamic(reference, torch.randn(2, 12)), artifact_directory=tmp_path, batch_size=4
+    )
     assert not (out / "source_model.onnx").exists()
     model, _ = module(out)
     with pytest.raises(ValueError, match="batches of 1 to 4"):
@@ -138,16 +160,21 @@ def test_an_explicit_batch_size_stays_the_largest(tmp_path):
 def test_free_image_sizes_compile_at_each_calls_shapes(tmp_path):
     reference = pooled_cnn()
     with pytest.warns(ImportNote, match="input-0:2 \\(input-0_dim2\\), input-0:3 \\(input-0_dim3\\): nothing fixes"):
-        out = artifacts.generate_artifacts(export_all_dynamic(reference, torch.randn(2, 3, 8, 8)), optimizer="SGD",
-                                           learning_rate=0.1, artifact_directory=tmp_path)
+        out = artifacts.generate_artifacts(
+            export_all_dynamic(reference, torch.randn(2, 3, 8, 8)),
+            optimizer="SGD",
+            learning_rate=0.1,
+            artifact_directory=tmp_path,
+        )
     assert not (out / "model.c").exists()  # no size to compile a device's C for
-    dims = [d.dim_param or d.dim_value for d in onnx.load(out / "training_model.onnx").graph.input[0]
-            .type.tensor_type.shape.dim]
+    dims = [
+        d.dim_param or d.dim_value
+        for d in onnx.load(out / "training_model.onnx").graph.input[0].type.tensor_type.shape.dim
+    ]
     assert dims[2:] == ["input-0_dim2", "input-0_dim3"]
     model, optimizer = module(out)
     sgd = torch.optim.SGD(reference.parameters(), lr=0.1)
-    train_alongside(model, optimizer, reference, sgd, [data(0, 4, 3, 8, 8), data(1, 4, 3, 12, 10),
-                                                       data(2, 2, 3, 8, 8)])
+    train_alongside(model, optimizer, reference, sgd, [data(0, 4, 3, 8, 8), data(1, 4, 3, 12, 10), data(2, 2, 3, 8, 8)])
     model.eval()
     x, _ = data(3, 3, 3, 5, 7)
     expected = reference(torch.from_numpy(x)).detach().numpy()

@@ -40,8 +40,7 @@ def _generate(build, options, out: Path, monkeypatch) -> list[tuple[str, str]]:
     def both(model):
         used, every = emit.render(model), emit.render(model, every_kernel=True)
         renders.append((used["model.c"], every["model.c"]))
-        assert {k: v for k, v in used.items() if k != "model.c"} == \
-            {k: v for k, v in every.items() if k != "model.c"}
+        assert {k: v for k, v in used.items() if k != "model.c"} == {k: v for k, v in every.items() if k != "model.c"}
         return used
 
     with monkeypatch.context() as patch:
@@ -104,8 +103,12 @@ def test_model_c_is_every_kernel_version_minus_unused_kernels(name, zoo, tmp_pat
             assert function in every_runtime_text, function[:200]
         assert _is_subsequence(used_runtime_text.splitlines(), every_runtime_text.splitlines())
     if (out / "model.c").exists():
-        result = subprocess.run([*STRICT, str(out / "model.c"), "-o", str(tmp_path / "model.o")],
-                                capture_output=True, text=True, check=False)
+        result = subprocess.run(
+            [*STRICT, str(out / "model.c"), "-o", str(tmp_path / "model.o")],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         assert result.returncode == 0, result.stderr
 
 
@@ -145,8 +148,9 @@ def _random_inputs(directory: Path, module: api.Module, rng) -> list[np.ndarray]
         if specs[name].elem_type == onnx.TensorProto.FLOAT:
             arrays.append(rng.normal(size=shape).astype(np.float32))
         else:
-            arrays.append(rng.integers(0, 3, size=shape).astype(onnx.helper.tensor_dtype_to_np_dtype(
-                specs[name].elem_type)))
+            arrays.append(
+                rng.integers(0, 3, size=shape).astype(onnx.helper.tensor_dtype_to_np_dtype(specs[name].elem_type))
+            )
     return arrays
 
 
@@ -232,17 +236,32 @@ ET_DEFINE_(et_thrice_f32, 3)
 #undef ET_DEFINE_
 #endif
 """
-    used = used_runtime((header,), "y = et_thrice_f32(1) + et_quarter_(1.0f) + et_also_local_(y); "
-                                   "/* not et_unused_f32 */ m = ET_MODE_B;")
-    for kept in ("a file comment", "#include <string.h>", "et_table_[ET_SIZE]", "#define ET_FAST 0",
-                 "#if defined(__GNUC__)", "et_lookup_(int i)", "ET_DEFINE_(et_thrice_f32, 3)", "#undef ET_DEFINE_",
-                 "ET_MODE_B = 1", "#define ET_SIZE 4", "et_half_(float x)", "et_quarter_(float x)",
-                 "et_also_local_(float x)"):
+    used = used_runtime(
+        (header,),
+        "y = et_thrice_f32(1) + et_quarter_(1.0f) + et_also_local_(y); /* not et_unused_f32 */ m = ET_MODE_B;",
+    )
+    for kept in (
+        "a file comment",
+        "#include <string.h>",
+        "et_table_[ET_SIZE]",
+        "#define ET_FAST 0",
+        "#if defined(__GNUC__)",
+        "et_lookup_(int i)",
+        "ET_DEFINE_(et_thrice_f32, 3)",
+        "#undef ET_DEFINE_",
+        "ET_MODE_B = 1",
+        "#define ET_SIZE 4",
+        "et_half_(float x)",
+        "et_quarter_(float x)",
+        "et_also_local_(float x)",
+    ):
         assert kept in used, kept
     for dropped in ("ET_UNUSED", "et_pair_", "et_unused_f32", "et_twice_f32", "et_local_"):
         assert dropped not in used, dropped
     directives = [line.split()[0] for line in used.splitlines() if line.startswith("#")]
     assert directives.count("#if") + directives.count("#ifndef") == directives.count("#endif") == 3
-    assert used_runtime((header,), "nothing here") == "/* a file comment */\n#ifndef ET_T_H\n" \
+    assert (
+        used_runtime((header,), "nothing here") == "/* a file comment */\n#ifndef ET_T_H\n"
         "#define ET_T_H\n#include <string.h>\n#endif\n\n"
-    assert every_runtime((header, "#include \"et_t.h\"\nint x;\n")) == header + "\n" + "int x;\n\n"
+    )
+    assert every_runtime((header, '#include "et_t.h"\nint x;\n')) == header + "\n" + "int x;\n\n"

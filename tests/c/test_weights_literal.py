@@ -38,8 +38,13 @@ def every_byte() -> np.ndarray:
 
 
 def weights(tmp_path, params, buffers, consts, trainer=True, frozen=np.float32([4.0])):
-    m = SimpleNamespace(param_init=Floats([params]), buffer_init=Floats([buffers]), consts=Floats([consts]),
-                        frozen_init=frozen, const_init=consts)
+    m = SimpleNamespace(
+        param_init=Floats([params]),
+        buffer_init=Floats([buffers]),
+        consts=Floats([consts]),
+        frozen_init=frozen,
+        const_init=consts,
+    )
     (tmp_path / "model_weights.h").write_text(_environment().get_template("weights.h.j2").render(m=m, trainer=trainer))
     (tmp_path / "main.c").write_text(MAIN)
 
@@ -53,12 +58,17 @@ def test_arrays_hold_every_bit_and_frozen_ones_are_read_only(tmp_path, writable)
     consts = np.concatenate([every_byte()[::-1], np.float32([np.nan])])
     weights(tmp_path, params, buffers, consts, frozen=frozen)
     exe = tmp_path / "main"
-    subprocess.run([*STRICT, "-O2", *(["-DET_FROZEN_WRITABLE"] if writable else []), str(tmp_path / "main.c"),
-                    "-o", str(exe)], check=True)
+    subprocess.run(
+        [*STRICT, "-O2", *(["-DET_FROZEN_WRITABLE"] if writable else []), str(tmp_path / "main.c"), "-o", str(exe)],
+        check=True,
+    )
     out = subprocess.run([str(exe)], capture_output=True, check=True).stdout
     assert out == b"".join(a.astype("<f4").tobytes() for a in (params, buffers, frozen, consts))
-    symbols = dict(line.split()[::-1][:2] for line in subprocess.run(
-        ["nm", str(exe)], capture_output=True, text=True, check=True).stdout.splitlines() if len(line.split()) == 3)
+    symbols = dict(
+        line.split()[::-1][:2]
+        for line in subprocess.run(["nm", str(exe)], capture_output=True, text=True, check=True).stdout.splitlines()
+        if len(line.split()) == 3
+    )
     assert symbols["et_consts"] in "rR" and symbols["et_params"] in "dD" and symbols["et_buffers"] in "dD"
     assert symbols["et_frozen"] in ("dD" if writable else "rR")
 
@@ -71,6 +81,7 @@ def test_inference_arrays_are_all_read_only(tmp_path):
 
 def test_big_endian_target_is_refused(tmp_path):
     weights(tmp_path, np.float32([1.0]), np.float32([2.0]), np.float32([3.0]))
-    result = subprocess.run([*STRICT, "-D__BIG_ENDIAN__", "-fsyntax-only", str(tmp_path / "main.c")],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [*STRICT, "-D__BIG_ENDIAN__", "-fsyntax-only", str(tmp_path / "main.c")], capture_output=True, text=True
+    )
     assert result.returncode != 0 and "big-endian" in result.stderr

@@ -72,15 +72,22 @@ REDUCTION_SUM = Refused("reduction 'sum' is not supported")
 PEEPHOLES = Refused("peepholes")
 # Running statistics are buffers a training step updates, so they are not the inference graph's outputs.
 STATISTICS_OUTPUTS = Refused("running statistics are state")
-CONSTANT_BOUNDS = Skipped("a Range's length is its static shape, so its bounds are compile-time constants: the "
-                          "case has no run-time input, and the frontend folds integer ones")
-RANDOM_MASK = Skipped("training_mode=1: the expected values come from a NumPy random mask; infer runs the "
-                      "inference form (identity), and training draws edgetrain's own counter-seeded masks")
-RANDOM_VALUES = Skipped("the expected values come from NumPy's generator; infer runs the inference form (the "
-                        "mean: Bernoulli's probability), and training draws edgetrain's own counter-seeded values")
+CONSTANT_BOUNDS = Skipped(
+    "a Range's length is its static shape, so its bounds are compile-time constants: the "
+    "case has no run-time input, and the frontend folds integer ones"
+)
+RANDOM_MASK = Skipped(
+    "training_mode=1: the expected values come from a NumPy random mask; infer runs the "
+    "inference form (identity), and training draws edgetrain's own counter-seeded masks"
+)
+RANDOM_VALUES = Skipped(
+    "the expected values come from NumPy's generator; infer runs the inference form (the "
+    "mean: Bernoulli's probability), and training draws edgetrain's own counter-seeded values"
+)
 ALIGN_CORNERS_FRACTIONAL = Skipped(
     "align_corners with scales: onnx divides by the fractional length input*scale - 1 (onnx/onnx#2462); "
-    "edgetrain divides by the output length - 1, as ONNX Runtime and PyTorch do, whose gradients it matches")
+    "edgetrain divides by the output length - 1, as ONNX Runtime and PyTorch do, whose gradients it matches"
+)
 
 # Included cases compared more loosely than RTOL, with why: the expected values carry less precision.
 TOLERANCE = {
@@ -90,8 +97,7 @@ TOLERANCE = {
 }
 
 CASES: dict[str, OpCases] = {
-    "Abs": OpCases(
-        included=("test_abs",)),
+    "Abs": OpCases(included=("test_abs",)),
     "Add": OpCases(
         included=("test_add", "test_add_bcast"),
         excluded={
@@ -101,7 +107,8 @@ CASES: dict[str, OpCases] = {
             "test_add_uint16": SMALL_INT_DATA,
             "test_add_uint32": SMALL_INT_DATA,
             "test_add_uint64": SMALL_INT_DATA,
-        }),
+        },
+    ),
     "And": OpCases(
         included=(),
         excluded={
@@ -113,54 +120,87 @@ CASES: dict[str, OpCases] = {
             "test_and_bcast4v2d": OLD_OPSET,
             "test_and_bcast4v3d": OLD_OPSET,
             "test_and_bcast4v4d": OLD_OPSET,
-        }),
+        },
+    ),
     "ArgMax": OpCases(
-        included=("test_argmax_no_keepdims_example", "test_argmax_no_keepdims_random", "test_argmax_keepdims_example",
-                  "test_argmax_keepdims_random", "test_argmax_default_axis_example",
-                  "test_argmax_default_axis_random", "test_argmax_negative_axis_keepdims_example",
-                  "test_argmax_negative_axis_keepdims_random", "test_argmax_no_keepdims_example_select_last_index",
-                  "test_argmax_no_keepdims_random_select_last_index",
-                  "test_argmax_keepdims_example_select_last_index", "test_argmax_keepdims_random_select_last_index",
-                  "test_argmax_default_axis_example_select_last_index",
-                  "test_argmax_default_axis_random_select_last_index",
-                  "test_argmax_negative_axis_keepdims_example_select_last_index",
-                  "test_argmax_negative_axis_keepdims_random_select_last_index")),
+        included=(
+            "test_argmax_no_keepdims_example",
+            "test_argmax_no_keepdims_random",
+            "test_argmax_keepdims_example",
+            "test_argmax_keepdims_random",
+            "test_argmax_default_axis_example",
+            "test_argmax_default_axis_random",
+            "test_argmax_negative_axis_keepdims_example",
+            "test_argmax_negative_axis_keepdims_random",
+            "test_argmax_no_keepdims_example_select_last_index",
+            "test_argmax_no_keepdims_random_select_last_index",
+            "test_argmax_keepdims_example_select_last_index",
+            "test_argmax_keepdims_random_select_last_index",
+            "test_argmax_default_axis_example_select_last_index",
+            "test_argmax_default_axis_random_select_last_index",
+            "test_argmax_negative_axis_keepdims_example_select_last_index",
+            "test_argmax_negative_axis_keepdims_random_select_last_index",
+        )
+    ),
     "ArgMin": OpCases(
-        included=("test_argmin_no_keepdims_example", "test_argmin_no_keepdims_random", "test_argmin_keepdims_example",
-                  "test_argmin_keepdims_random", "test_argmin_default_axis_example",
-                  "test_argmin_default_axis_random", "test_argmin_negative_axis_keepdims_example",
-                  "test_argmin_negative_axis_keepdims_random", "test_argmin_no_keepdims_example_select_last_index",
-                  "test_argmin_no_keepdims_random_select_last_index",
-                  "test_argmin_keepdims_example_select_last_index", "test_argmin_keepdims_random_select_last_index",
-                  "test_argmin_default_axis_example_select_last_index",
-                  "test_argmin_default_axis_random_select_last_index",
-                  "test_argmin_negative_axis_keepdims_example_select_last_index",
-                  "test_argmin_negative_axis_keepdims_random_select_last_index")),
+        included=(
+            "test_argmin_no_keepdims_example",
+            "test_argmin_no_keepdims_random",
+            "test_argmin_keepdims_example",
+            "test_argmin_keepdims_random",
+            "test_argmin_default_axis_example",
+            "test_argmin_default_axis_random",
+            "test_argmin_negative_axis_keepdims_example",
+            "test_argmin_negative_axis_keepdims_random",
+            "test_argmin_no_keepdims_example_select_last_index",
+            "test_argmin_no_keepdims_random_select_last_index",
+            "test_argmin_keepdims_example_select_last_index",
+            "test_argmin_keepdims_random_select_last_index",
+            "test_argmin_default_axis_example_select_last_index",
+            "test_argmin_default_axis_random_select_last_index",
+            "test_argmin_negative_axis_keepdims_example_select_last_index",
+            "test_argmin_negative_axis_keepdims_random_select_last_index",
+        )
+    ),
     "AveragePool": OpCases(
-        included=("test_averagepool_2d_precomputed_pads", "test_averagepool_2d_precomputed_pads_count_include_pad",
-                  "test_averagepool_2d_precomputed_strides", "test_averagepool_2d_precomputed_same_upper",
-                  "test_averagepool_1d_default", "test_averagepool_2d_default", "test_averagepool_3d_default",
-                  "test_averagepool_2d_same_upper", "test_averagepool_2d_same_lower", "test_averagepool_2d_pads",
-                  "test_averagepool_2d_pads_count_include_pad", "test_averagepool_2d_strides",
-                  "test_averagepool_2d_ceil", "test_averagepool_2d_ceil_last_window_starts_on_pad",
-                  "test_averagepool_2d_dilations", "test_averagepool_3d_dilations_small",
-                  "test_averagepool_3d_dilations_large_count_include_pad_is_0_ceil_mode_is_True",
-                  "test_averagepool_3d_dilations_large_count_include_pad_is_0_ceil_mode_is_False",
-                  "test_averagepool_3d_dilations_large_count_include_pad_is_1_ceil_mode_is_True",
-                  "test_averagepool_3d_dilations_large_count_include_pad_is_1_ceil_mode_is_False")),
+        included=(
+            "test_averagepool_2d_precomputed_pads",
+            "test_averagepool_2d_precomputed_pads_count_include_pad",
+            "test_averagepool_2d_precomputed_strides",
+            "test_averagepool_2d_precomputed_same_upper",
+            "test_averagepool_1d_default",
+            "test_averagepool_2d_default",
+            "test_averagepool_3d_default",
+            "test_averagepool_2d_same_upper",
+            "test_averagepool_2d_same_lower",
+            "test_averagepool_2d_pads",
+            "test_averagepool_2d_pads_count_include_pad",
+            "test_averagepool_2d_strides",
+            "test_averagepool_2d_ceil",
+            "test_averagepool_2d_ceil_last_window_starts_on_pad",
+            "test_averagepool_2d_dilations",
+            "test_averagepool_3d_dilations_small",
+            "test_averagepool_3d_dilations_large_count_include_pad_is_0_ceil_mode_is_True",
+            "test_averagepool_3d_dilations_large_count_include_pad_is_0_ceil_mode_is_False",
+            "test_averagepool_3d_dilations_large_count_include_pad_is_1_ceil_mode_is_True",
+            "test_averagepool_3d_dilations_large_count_include_pad_is_1_ceil_mode_is_False",
+        )
+    ),
     "BatchNormalization": OpCases(
         included=("test_batchnorm_example", "test_batchnorm_epsilon"),
         excluded={
             "test_batchnorm_example_training_mode": STATISTICS_OUTPUTS,
             "test_batchnorm_epsilon_training_mode": STATISTICS_OUTPUTS,
-        }),
+        },
+    ),
     "Bernoulli": OpCases(
         included=(),
         excluded={
             "test_bernoulli": FLOAT_TYPE,
             "test_bernoulli_double": FLOAT_TYPE,
             "test_bernoulli_seed": RANDOM_VALUES,
-        }),
+        },
+    ),
     "Cast": OpCases(
         included=(),
         excluded={
@@ -224,39 +264,75 @@ CASES: dict[str, OpCases] = {
             "test_cast_e8m0_FLOAT16_to_FLOAT8E8M0": FLOAT_TYPE,
             "test_cast_e8m0_FLOAT8E8M0_to_FLOAT": NARROW_INPUT,
             "test_cast_e8m0_FLOAT8E8M0_to_FLOAT16": FLOAT_TYPE,
-        }),
+        },
+    ),
     "Celu": OpCases(
         included=("test_celu",),
         excluded={
             "test_celu_float16": FLOAT_TYPE,
             "test_celu_bfloat16": FLOAT_TYPE,
-        }),
+        },
+    ),
     "Clip": OpCases(
-        included=("test_clip_example", "test_clip", "test_clip_inbounds", "test_clip_outbounds",
-                  "test_clip_splitbounds", "test_clip_min_greater_than_max", "test_clip_default_min",
-                  "test_clip_default_max", "test_clip_default_inbounds"),
+        included=(
+            "test_clip_example",
+            "test_clip",
+            "test_clip_inbounds",
+            "test_clip_outbounds",
+            "test_clip_splitbounds",
+            "test_clip_min_greater_than_max",
+            "test_clip_default_min",
+            "test_clip_default_max",
+            "test_clip_default_inbounds",
+        ),
         excluded={
             "test_clip_default_int8_min": SMALL_INT_DATA,
             "test_clip_default_int8_max": SMALL_INT_DATA,
             "test_clip_default_int8_inbounds": SMALL_INT_DATA,
-        }),
+        },
+    ),
     "Concat": OpCases(
-        included=("test_concat_1d_axis_0", "test_concat_1d_axis_negative_1", "test_concat_2d_axis_0",
-                  "test_concat_2d_axis_1", "test_concat_2d_axis_negative_2", "test_concat_2d_axis_negative_1",
-                  "test_concat_3d_axis_0", "test_concat_3d_axis_1", "test_concat_3d_axis_2",
-                  "test_concat_3d_axis_negative_3", "test_concat_3d_axis_negative_2",
-                  "test_concat_3d_axis_negative_1")),
+        included=(
+            "test_concat_1d_axis_0",
+            "test_concat_1d_axis_negative_1",
+            "test_concat_2d_axis_0",
+            "test_concat_2d_axis_1",
+            "test_concat_2d_axis_negative_2",
+            "test_concat_2d_axis_negative_1",
+            "test_concat_3d_axis_0",
+            "test_concat_3d_axis_1",
+            "test_concat_3d_axis_2",
+            "test_concat_3d_axis_negative_3",
+            "test_concat_3d_axis_negative_2",
+            "test_concat_3d_axis_negative_1",
+        )
+    ),
     "Conv": OpCases(
-        included=("test_basic_conv_with_padding", "test_basic_conv_without_padding",
-                  "test_conv_with_strides_padding", "test_conv_with_strides_no_padding",
-                  "test_conv_with_strides_and_asymmetric_padding", "test_conv_with_autopad_same")),
+        included=(
+            "test_basic_conv_with_padding",
+            "test_basic_conv_without_padding",
+            "test_conv_with_strides_padding",
+            "test_conv_with_strides_no_padding",
+            "test_conv_with_strides_and_asymmetric_padding",
+            "test_conv_with_autopad_same",
+        )
+    ),
     "ConvTranspose": OpCases(
-        included=("test_convtranspose", "test_convtranspose_1d", "test_convtranspose_3d",
-                  "test_convtranspose_output_shape", "test_convtranspose_pad", "test_convtranspose_kernel_shape",
-                  "test_convtranspose_pads", "test_convtranspose_dilations", "test_convtranspose_autopad_same",
-                  "test_convtranspose_group_2", "test_convtranspose_group_2_image_3")),
-    "Cos": OpCases(
-        included=("test_cos_example", "test_cos")),
+        included=(
+            "test_convtranspose",
+            "test_convtranspose_1d",
+            "test_convtranspose_3d",
+            "test_convtranspose_output_shape",
+            "test_convtranspose_pad",
+            "test_convtranspose_kernel_shape",
+            "test_convtranspose_pads",
+            "test_convtranspose_dilations",
+            "test_convtranspose_autopad_same",
+            "test_convtranspose_group_2",
+            "test_convtranspose_group_2_image_3",
+        )
+    ),
+    "Cos": OpCases(included=("test_cos_example", "test_cos")),
     "CumSum": OpCases(
         included=("test_cumsum_2d_int32", "test_cumsum_1d_int32_exclusive"),
         excluded={
@@ -267,9 +343,9 @@ CASES: dict[str, OpCases] = {
             "test_cumsum_2d_axis_0": FLOAT_TYPE,
             "test_cumsum_2d_axis_1": FLOAT_TYPE,
             "test_cumsum_2d_negative_axis": FLOAT_TYPE,
-        }),
-    "DepthToSpace": OpCases(
-        included=("test_depthtospace_example", "test_depthtospace_crd_mode_example")),
+        },
+    ),
+    "DepthToSpace": OpCases(included=("test_depthtospace_example", "test_depthtospace_crd_mode_example")),
     "Div": OpCases(
         included=("test_div_example", "test_div", "test_div_bcast"),
         excluded={
@@ -280,7 +356,8 @@ CASES: dict[str, OpCases] = {
             "test_div_uint16": SMALL_INT_DATA,
             "test_div_uint32": SMALL_INT_DATA,
             "test_div_uint64": SMALL_INT_DATA,
-        }),
+        },
+    ),
     "Dropout": OpCases(
         included=("test_dropout_default", "test_dropout_default_ratio", "test_training_dropout_zero_ratio"),
         excluded={
@@ -293,7 +370,8 @@ CASES: dict[str, OpCases] = {
             "test_training_dropout_zero_ratio_mask": NON_FLOAT_OUTPUT,
             "test_dropout_default_old": OLD_OPSET,
             "test_dropout_random_old": OLD_OPSET,
-        }),
+        },
+    ),
     "Einsum": OpCases(
         included=(),
         excluded={
@@ -306,9 +384,9 @@ CASES: dict[str, OpCases] = {
             "test_einsum_sum_bfloat16": FLOAT_TYPE,
             "test_einsum_transpose": FLOAT_TYPE,
             "test_einsum_transpose_bfloat16": FLOAT_TYPE,
-        }),
-    "Elu": OpCases(
-        included=("test_elu_example", "test_elu", "test_elu_default")),
+        },
+    ),
+    "Elu": OpCases(included=("test_elu_example", "test_elu", "test_elu_default")),
     "Equal": OpCases(
         included=("test_equal", "test_equal_bcast"),
         excluded={
@@ -320,38 +398,65 @@ CASES: dict[str, OpCases] = {
             "test_equal_uint64": SMALL_INT_DATA,
             "test_equal_string": STRING_DATA,
             "test_equal_string_broadcast": STRING_DATA,
-        }),
-    "Erf": OpCases(
-        included=("test_erf",)),
-    "Exp": OpCases(
-        included=("test_exp_example", "test_exp")),
-    "Expand": OpCases(
-        included=("test_expand_dim_changed", "test_expand_dim_unchanged")),
+        },
+    ),
+    "Erf": OpCases(included=("test_erf",)),
+    "Exp": OpCases(included=("test_exp_example", "test_exp")),
+    "Expand": OpCases(included=("test_expand_dim_changed", "test_expand_dim_unchanged")),
     "Flatten": OpCases(
-        included=("test_flatten_axis0", "test_flatten_axis1", "test_flatten_axis2", "test_flatten_axis3",
-                  "test_flatten_default_axis", "test_flatten_negative_axis4", "test_flatten_negative_axis3",
-                  "test_flatten_negative_axis2", "test_flatten_negative_axis1")),
+        included=(
+            "test_flatten_axis0",
+            "test_flatten_axis1",
+            "test_flatten_axis2",
+            "test_flatten_axis3",
+            "test_flatten_default_axis",
+            "test_flatten_negative_axis4",
+            "test_flatten_negative_axis3",
+            "test_flatten_negative_axis2",
+            "test_flatten_negative_axis1",
+        )
+    ),
     "GRU": OpCases(
-        included=("test_gru_defaults", "test_gru_with_initial_bias", "test_gru_seq_length", "test_gru_batchwise",
-                  "test_gru_reverse", "test_gru_bidirectional")),
+        included=(
+            "test_gru_defaults",
+            "test_gru_with_initial_bias",
+            "test_gru_seq_length",
+            "test_gru_batchwise",
+            "test_gru_reverse",
+            "test_gru_bidirectional",
+        )
+    ),
     "Gather": OpCases(
-        included=("test_gather_0", "test_gather_1", "test_gather_2d_indices", "test_gather_negative_indices")),
+        included=("test_gather_0", "test_gather_1", "test_gather_2d_indices", "test_gather_negative_indices")
+    ),
     "GatherElements": OpCases(
-        included=("test_gather_elements_0", "test_gather_elements_1", "test_gather_elements_negative_indices")),
+        included=("test_gather_elements_0", "test_gather_elements_1", "test_gather_elements_negative_indices")
+    ),
     "GatherND": OpCases(
-        included=("test_gathernd_example_float32", "test_gathernd_example_int32",
-                  "test_gathernd_example_int32_batch_dim1")),
-    "Gelu": OpCases(
-        included=("test_gelu_tanh_1", "test_gelu_tanh_2", "test_gelu_default_1", "test_gelu_default_2")),
+        included=(
+            "test_gathernd_example_float32",
+            "test_gathernd_example_int32",
+            "test_gathernd_example_int32_batch_dim1",
+        )
+    ),
+    "Gelu": OpCases(included=("test_gelu_tanh_1", "test_gelu_tanh_2", "test_gelu_default_1", "test_gelu_default_2")),
     "Gemm": OpCases(
-        included=("test_gemm_default_zero_bias", "test_gemm_default_no_bias", "test_gemm_default_scalar_bias",
-                  "test_gemm_default_single_elem_vector_bias", "test_gemm_default_vector_bias",
-                  "test_gemm_default_matrix_bias", "test_gemm_transposeA", "test_gemm_transposeB",
-                  "test_gemm_alpha", "test_gemm_beta", "test_gemm_all_attributes")),
-    "GlobalAveragePool": OpCases(
-        included=("test_globalaveragepool", "test_globalaveragepool_precomputed")),
-    "GlobalMaxPool": OpCases(
-        included=("test_globalmaxpool", "test_globalmaxpool_precomputed")),
+        included=(
+            "test_gemm_default_zero_bias",
+            "test_gemm_default_no_bias",
+            "test_gemm_default_scalar_bias",
+            "test_gemm_default_single_elem_vector_bias",
+            "test_gemm_default_vector_bias",
+            "test_gemm_default_matrix_bias",
+            "test_gemm_transposeA",
+            "test_gemm_transposeB",
+            "test_gemm_alpha",
+            "test_gemm_beta",
+            "test_gemm_all_attributes",
+        )
+    ),
+    "GlobalAveragePool": OpCases(included=("test_globalaveragepool", "test_globalaveragepool_precomputed")),
+    "GlobalMaxPool": OpCases(included=("test_globalmaxpool", "test_globalmaxpool_precomputed")),
     "Greater": OpCases(
         included=("test_greater", "test_greater_bcast"),
         excluded={
@@ -361,7 +466,8 @@ CASES: dict[str, OpCases] = {
             "test_greater_uint16": SMALL_INT_DATA,
             "test_greater_uint32": SMALL_INT_DATA,
             "test_greater_uint64": SMALL_INT_DATA,
-        }),
+        },
+    ),
     "GreaterOrEqual": OpCases(
         included=("test_greater_equal", "test_greater_equal_bcast"),
         excluded={
@@ -371,50 +477,66 @@ CASES: dict[str, OpCases] = {
             "test_greater_equal_uint16": SMALL_INT_DATA,
             "test_greater_equal_uint32": SMALL_INT_DATA,
             "test_greater_equal_uint64": SMALL_INT_DATA,
-        }),
-    "HardSigmoid": OpCases(
-        included=("test_hardsigmoid_example", "test_hardsigmoid", "test_hardsigmoid_default")),
-    "HardSwish": OpCases(
-        included=("test_hardswish",)),
+        },
+    ),
+    "HardSigmoid": OpCases(included=("test_hardsigmoid_example", "test_hardsigmoid", "test_hardsigmoid_default")),
+    "HardSwish": OpCases(included=("test_hardswish",)),
     "Identity": OpCases(
         included=("test_identity",),
         excluded={
             "test_identity_sequence": NOT_TENSOR,
             "test_identity_opt": NOT_TENSOR,
-        }),
-    "InstanceNormalization": OpCases(
-        included=("test_instancenorm_example", "test_instancenorm_epsilon")),
+        },
+    ),
+    "InstanceNormalization": OpCases(included=("test_instancenorm_example", "test_instancenorm_epsilon")),
     "IsInf": OpCases(
         included=("test_isinf", "test_isinf_positive", "test_isinf_negative"),
         excluded={
             "test_isinf_float16": FLOAT_TYPE,
-        }),
+        },
+    ),
     "IsNaN": OpCases(
         included=("test_isnan",),
         excluded={
             "test_isnan_float16": FLOAT_TYPE,
-        }),
+        },
+    ),
     "LSTM": OpCases(
-        included=("test_lstm_defaults", "test_lstm_with_initial_bias", "test_lstm_batchwise", "test_lstm_reverse",
-                  "test_lstm_bidirectional"),
+        included=(
+            "test_lstm_defaults",
+            "test_lstm_with_initial_bias",
+            "test_lstm_batchwise",
+            "test_lstm_reverse",
+            "test_lstm_bidirectional",
+        ),
         excluded={
             "test_lstm_with_peepholes": PEEPHOLES,
-        }),
+        },
+    ),
     "LayerNormalization": OpCases(
-        included=("test_layer_normalization_4d_axis0", "test_layer_normalization_4d_axis_negative_4",
-                  "test_layer_normalization_4d_axis1", "test_layer_normalization_4d_axis_negative_3",
-                  "test_layer_normalization_4d_axis2", "test_layer_normalization_4d_axis_negative_2",
-                  "test_layer_normalization_4d_axis3", "test_layer_normalization_4d_axis_negative_1",
-                  "test_layer_normalization_default_axis", "test_layer_normalization_2d_axis0",
-                  "test_layer_normalization_2d_axis_negative_2", "test_layer_normalization_2d_axis1",
-                  "test_layer_normalization_2d_axis_negative_1", "test_layer_normalization_3d_axis0_epsilon",
-                  "test_layer_normalization_3d_axis_negative_3_epsilon",
-                  "test_layer_normalization_3d_axis1_epsilon",
-                  "test_layer_normalization_3d_axis_negative_2_epsilon",
-                  "test_layer_normalization_3d_axis2_epsilon",
-                  "test_layer_normalization_3d_axis_negative_1_epsilon")),
-    "LeakyRelu": OpCases(
-        included=("test_leakyrelu_example", "test_leakyrelu", "test_leakyrelu_default")),
+        included=(
+            "test_layer_normalization_4d_axis0",
+            "test_layer_normalization_4d_axis_negative_4",
+            "test_layer_normalization_4d_axis1",
+            "test_layer_normalization_4d_axis_negative_3",
+            "test_layer_normalization_4d_axis2",
+            "test_layer_normalization_4d_axis_negative_2",
+            "test_layer_normalization_4d_axis3",
+            "test_layer_normalization_4d_axis_negative_1",
+            "test_layer_normalization_default_axis",
+            "test_layer_normalization_2d_axis0",
+            "test_layer_normalization_2d_axis_negative_2",
+            "test_layer_normalization_2d_axis1",
+            "test_layer_normalization_2d_axis_negative_1",
+            "test_layer_normalization_3d_axis0_epsilon",
+            "test_layer_normalization_3d_axis_negative_3_epsilon",
+            "test_layer_normalization_3d_axis1_epsilon",
+            "test_layer_normalization_3d_axis_negative_2_epsilon",
+            "test_layer_normalization_3d_axis2_epsilon",
+            "test_layer_normalization_3d_axis_negative_1_epsilon",
+        )
+    ),
+    "LeakyRelu": OpCases(included=("test_leakyrelu_example", "test_leakyrelu", "test_leakyrelu_default")),
     "Less": OpCases(
         included=("test_less", "test_less_bcast"),
         excluded={
@@ -424,7 +546,8 @@ CASES: dict[str, OpCases] = {
             "test_less_uint16": SMALL_INT_DATA,
             "test_less_uint32": SMALL_INT_DATA,
             "test_less_uint64": SMALL_INT_DATA,
-        }),
+        },
+    ),
     "LessOrEqual": OpCases(
         included=("test_less_equal", "test_less_equal_bcast"),
         excluded={
@@ -434,16 +557,31 @@ CASES: dict[str, OpCases] = {
             "test_less_equal_uint16": SMALL_INT_DATA,
             "test_less_equal_uint32": SMALL_INT_DATA,
             "test_less_equal_uint64": SMALL_INT_DATA,
-        }),
-    "Log": OpCases(
-        included=("test_log_example", "test_log")),
+        },
+    ),
+    "Log": OpCases(included=("test_log_example", "test_log")),
     "LogSoftmax": OpCases(
-        included=("test_logsoftmax_example_1", "test_logsoftmax_large_number", "test_logsoftmax_axis_0",
-                  "test_logsoftmax_axis_1", "test_logsoftmax_axis_2", "test_logsoftmax_negative_axis",
-                  "test_logsoftmax_default_axis")),
+        included=(
+            "test_logsoftmax_example_1",
+            "test_logsoftmax_large_number",
+            "test_logsoftmax_axis_0",
+            "test_logsoftmax_axis_1",
+            "test_logsoftmax_axis_2",
+            "test_logsoftmax_negative_axis",
+            "test_logsoftmax_default_axis",
+        )
+    ),
     "MatMul": OpCases(
-        included=("test_matmul_2d", "test_matmul_3d", "test_matmul_4d", "test_matmul_bcast", "test_matmul_1d_3d",
-                  "test_matmul_4d_1d", "test_matmul_1d_1d")),
+        included=(
+            "test_matmul_2d",
+            "test_matmul_3d",
+            "test_matmul_4d",
+            "test_matmul_bcast",
+            "test_matmul_1d_3d",
+            "test_matmul_4d_1d",
+            "test_matmul_1d_1d",
+        )
+    ),
     "Max": OpCases(
         included=("test_max_example", "test_max_one_input", "test_max_two_inputs", "test_max_float32"),
         as_float32=("test_max_int32", "test_max_int64"),
@@ -456,20 +594,33 @@ CASES: dict[str, OpCases] = {
             "test_max_uint64": SMALL_INT_DATA,
             "test_max_float16": FLOAT_TYPE,
             "test_max_float64": FLOAT_TYPE,
-        }),
+        },
+    ),
     "MaxPool": OpCases(
-        included=("test_maxpool_2d_precomputed_pads", "test_maxpool_2d_precomputed_strides",
-                  "test_maxpool_2d_precomputed_same_upper", "test_maxpool_1d_default", "test_maxpool_2d_default",
-                  "test_maxpool_3d_default", "test_maxpool_2d_same_upper", "test_maxpool_2d_same_lower",
-                  "test_maxpool_2d_pads", "test_maxpool_2d_strides", "test_maxpool_2d_ceil",
-                  "test_maxpool_2d_ceil_output_size_reduce_by_one", "test_maxpool_2d_dilations",
-                  "test_maxpool_3d_dilations", "test_maxpool_3d_dilations_use_ref_impl",
-                  "test_maxpool_3d_dilations_use_ref_impl_large"),
+        included=(
+            "test_maxpool_2d_precomputed_pads",
+            "test_maxpool_2d_precomputed_strides",
+            "test_maxpool_2d_precomputed_same_upper",
+            "test_maxpool_1d_default",
+            "test_maxpool_2d_default",
+            "test_maxpool_3d_default",
+            "test_maxpool_2d_same_upper",
+            "test_maxpool_2d_same_lower",
+            "test_maxpool_2d_pads",
+            "test_maxpool_2d_strides",
+            "test_maxpool_2d_ceil",
+            "test_maxpool_2d_ceil_output_size_reduce_by_one",
+            "test_maxpool_2d_dilations",
+            "test_maxpool_3d_dilations",
+            "test_maxpool_3d_dilations_use_ref_impl",
+            "test_maxpool_3d_dilations_use_ref_impl_large",
+        ),
         excluded={
             "test_maxpool_2d_uint8": SMALL_INT_DATA,
             "test_maxpool_with_argmax_2d_precomputed_pads": NON_FLOAT_OUTPUT,
             "test_maxpool_with_argmax_2d_precomputed_strides": NON_FLOAT_OUTPUT,
-        }),
+        },
+    ),
     "Min": OpCases(
         included=("test_min_example", "test_min_one_input", "test_min_two_inputs", "test_min_float32"),
         as_float32=("test_min_int32", "test_min_int64"),
@@ -482,9 +633,9 @@ CASES: dict[str, OpCases] = {
             "test_min_uint64": SMALL_INT_DATA,
             "test_min_float16": FLOAT_TYPE,
             "test_min_float64": FLOAT_TYPE,
-        }),
-    "Mish": OpCases(
-        included=("test_mish",)),
+        },
+    ),
+    "Mish": OpCases(included=("test_mish",)),
     "Mul": OpCases(
         included=("test_mul_example", "test_mul", "test_mul_bcast"),
         excluded={
@@ -494,16 +645,17 @@ CASES: dict[str, OpCases] = {
             "test_mul_uint16": SMALL_INT_DATA,
             "test_mul_uint32": SMALL_INT_DATA,
             "test_mul_uint64": SMALL_INT_DATA,
-        }),
-    "Neg": OpCases(
-        included=("test_neg_example", "test_neg")),
+        },
+    ),
+    "Neg": OpCases(included=("test_neg_example", "test_neg")),
     "Not": OpCases(
         included=(),
         excluded={
             "test_not_2d": OLD_OPSET,
             "test_not_3d": OLD_OPSET,
             "test_not_4d": OLD_OPSET,
-        }),
+        },
+    ),
     "Or": OpCases(
         included=(),
         excluded={
@@ -515,12 +667,13 @@ CASES: dict[str, OpCases] = {
             "test_or_bcast4v2d": OLD_OPSET,
             "test_or_bcast4v3d": OLD_OPSET,
             "test_or_bcast4v4d": OLD_OPSET,
-        }),
-    "PRelu": OpCases(
-        included=("test_prelu_example", "test_prelu_broadcast")),
+        },
+    ),
+    "PRelu": OpCases(included=("test_prelu_example", "test_prelu_broadcast")),
     "Pad": OpCases(
         included=("test_constant_pad", "test_constant_pad_axes", "test_constant_pad_negative_axes"),
-        as_float32=("test_edge_pad", "test_reflect_pad", "test_wrap_pad")),
+        as_float32=("test_edge_pad", "test_reflect_pad", "test_wrap_pad"),
+    ),
     "Pow": OpCases(
         included=("test_pow_bcast_scalar",),
         excluded={
@@ -535,7 +688,8 @@ CASES: dict[str, OpCases] = {
             "test_pow_types_float32_uint32": TENSOR_EXPONENT,
             "test_pow_types_int64_int64": INT_DATA,
             "test_pow_types_int32_int32": INT_DATA,
-        }),
+        },
+    ),
     "Range": OpCases(
         included=(),
         excluded={
@@ -543,17 +697,24 @@ CASES: dict[str, OpCases] = {
             "test_range_float16_type_positive_delta": FLOAT_TYPE,
             "test_range_bfloat16_type_positive_delta": FLOAT_TYPE,
             "test_range_int32_type_negative_delta": CONSTANT_BOUNDS,
-        }),
-    "Reciprocal": OpCases(
-        included=("test_reciprocal_example", "test_reciprocal")),
+        },
+    ),
+    "Reciprocal": OpCases(included=("test_reciprocal_example", "test_reciprocal")),
     "ReduceL2": OpCases(
-        included=("test_reduce_l2_do_not_keepdims_example", "test_reduce_l2_do_not_keepdims_random",
-                  "test_reduce_l2_keep_dims_example", "test_reduce_l2_keep_dims_random",
-                  "test_reduce_l2_default_axes_keepdims_example", "test_reduce_l2_default_axes_keepdims_random",
-                  "test_reduce_l2_negative_axes_keep_dims_example", "test_reduce_l2_negative_axes_keep_dims_random"),
+        included=(
+            "test_reduce_l2_do_not_keepdims_example",
+            "test_reduce_l2_do_not_keepdims_random",
+            "test_reduce_l2_keep_dims_example",
+            "test_reduce_l2_keep_dims_random",
+            "test_reduce_l2_default_axes_keepdims_example",
+            "test_reduce_l2_default_axes_keepdims_random",
+            "test_reduce_l2_negative_axes_keep_dims_example",
+            "test_reduce_l2_negative_axes_keep_dims_random",
+        ),
         excluded={
             "test_reduce_l2_empty_set": EMPTY,
-        }),
+        },
+    ),
     "ReduceLogSumExp": OpCases(
         included=(),
         excluded={
@@ -566,64 +727,106 @@ CASES: dict[str, OpCases] = {
             "test_reduce_log_sum_exp_negative_axes_keepdims_example": FLOAT_TYPE,
             "test_reduce_log_sum_exp_negative_axes_keepdims_random": FLOAT_TYPE,
             "test_reduce_log_sum_exp_empty_set": EMPTY,
-        }),
+        },
+    ),
     "ReduceMax": OpCases(
-        included=("test_reduce_max_do_not_keepdims_example", "test_reduce_max_do_not_keepdims_random",
-                  "test_reduce_max_keepdims_example", "test_reduce_max_keepdims_random",
-                  "test_reduce_max_default_axes_keepdim_example", "test_reduce_max_default_axes_keepdims_random",
-                  "test_reduce_max_negative_axes_keepdims_example", "test_reduce_max_negative_axes_keepdims_random"),
+        included=(
+            "test_reduce_max_do_not_keepdims_example",
+            "test_reduce_max_do_not_keepdims_random",
+            "test_reduce_max_keepdims_example",
+            "test_reduce_max_keepdims_random",
+            "test_reduce_max_default_axes_keepdim_example",
+            "test_reduce_max_default_axes_keepdims_random",
+            "test_reduce_max_negative_axes_keepdims_example",
+            "test_reduce_max_negative_axes_keepdims_random",
+        ),
         excluded={
             "test_reduce_max_bool_inputs": BOOL_DATA,
             "test_reduce_max_empty_set": EMPTY,
             "test_reduce_max_empty_set_bool": EMPTY,
-        }),
+        },
+    ),
     "ReduceMean": OpCases(
-        included=("test_reduce_mean_do_not_keepdims_example", "test_reduce_mean_do_not_keepdims_random",
-                  "test_reduce_mean_keepdims_example", "test_reduce_mean_keepdims_random",
-                  "test_reduce_mean_default_axes_keepdims_example",
-                  "test_reduce_mean_default_axes_keepdims_random",
-                  "test_reduce_mean_negative_axes_keepdims_example",
-                  "test_reduce_mean_negative_axes_keepdims_random")),
+        included=(
+            "test_reduce_mean_do_not_keepdims_example",
+            "test_reduce_mean_do_not_keepdims_random",
+            "test_reduce_mean_keepdims_example",
+            "test_reduce_mean_keepdims_random",
+            "test_reduce_mean_default_axes_keepdims_example",
+            "test_reduce_mean_default_axes_keepdims_random",
+            "test_reduce_mean_negative_axes_keepdims_example",
+            "test_reduce_mean_negative_axes_keepdims_random",
+        )
+    ),
     "ReduceMin": OpCases(
-        included=("test_reduce_min_do_not_keepdims_example", "test_reduce_min_do_not_keepdims_random",
-                  "test_reduce_min_keepdims_example", "test_reduce_min_keepdims_random",
-                  "test_reduce_min_default_axes_keepdims_example", "test_reduce_min_default_axes_keepdims_random",
-                  "test_reduce_min_negative_axes_keepdims_example", "test_reduce_min_negative_axes_keepdims_random"),
+        included=(
+            "test_reduce_min_do_not_keepdims_example",
+            "test_reduce_min_do_not_keepdims_random",
+            "test_reduce_min_keepdims_example",
+            "test_reduce_min_keepdims_random",
+            "test_reduce_min_default_axes_keepdims_example",
+            "test_reduce_min_default_axes_keepdims_random",
+            "test_reduce_min_negative_axes_keepdims_example",
+            "test_reduce_min_negative_axes_keepdims_random",
+        ),
         excluded={
             "test_reduce_min_bool_inputs": BOOL_DATA,
             "test_reduce_min_empty_set": EMPTY,
-        }),
+        },
+    ),
     "ReduceSum": OpCases(
-        included=("test_reduce_sum_do_not_keepdims_example", "test_reduce_sum_do_not_keepdims_random",
-                  "test_reduce_sum_keepdims_example", "test_reduce_sum_keepdims_random",
-                  "test_reduce_sum_default_axes_keepdims_example", "test_reduce_sum_default_axes_keepdims_random",
-                  "test_reduce_sum_negative_axes_keepdims_example",
-                  "test_reduce_sum_negative_axes_keepdims_random", "test_reduce_sum_empty_axes_input_noop_example",
-                  "test_reduce_sum_empty_axes_input_noop"),
+        included=(
+            "test_reduce_sum_do_not_keepdims_example",
+            "test_reduce_sum_do_not_keepdims_random",
+            "test_reduce_sum_keepdims_example",
+            "test_reduce_sum_keepdims_random",
+            "test_reduce_sum_default_axes_keepdims_example",
+            "test_reduce_sum_default_axes_keepdims_random",
+            "test_reduce_sum_negative_axes_keepdims_example",
+            "test_reduce_sum_negative_axes_keepdims_random",
+            "test_reduce_sum_empty_axes_input_noop_example",
+            "test_reduce_sum_empty_axes_input_noop",
+        ),
         excluded={
             "test_reduce_sum_empty_set": EMPTY,
             "test_reduce_sum_empty_set_non_reduced_axis_zero": EMPTY,
-        }),
-    "Relu": OpCases(
-        included=("test_relu",)),
+        },
+    ),
+    "Relu": OpCases(included=("test_relu",)),
     "Reshape": OpCases(
-        included=("test_reshape_reordered_all_dims", "test_reshape_reordered_last_dims",
-                  "test_reshape_reduced_dims", "test_reshape_extended_dims", "test_reshape_one_dim",
-                  "test_reshape_negative_dim", "test_reshape_negative_extended_dims", "test_reshape_zero_dim",
-                  "test_reshape_zero_and_negative_dim"),
+        included=(
+            "test_reshape_reordered_all_dims",
+            "test_reshape_reordered_last_dims",
+            "test_reshape_reduced_dims",
+            "test_reshape_extended_dims",
+            "test_reshape_one_dim",
+            "test_reshape_negative_dim",
+            "test_reshape_negative_extended_dims",
+            "test_reshape_zero_dim",
+            "test_reshape_zero_and_negative_dim",
+        ),
         excluded={
             "test_reshape_allowzero_reordered": EMPTY,
-        }),
+        },
+    ),
     "Resize": OpCases(
-        included=("test_resize_upsample_scales_nearest", "test_resize_downsample_scales_nearest",
-                  "test_resize_upsample_sizes_nearest", "test_resize_downsample_sizes_nearest",
-                  "test_resize_upsample_scales_linear", "test_resize_upsample_scales_linear_align_corners",
-                  "test_resize_downsample_scales_linear", "test_resize_downsample_sizes_linear_pytorch_half_pixel",
-                  "test_resize_upsample_sizes_nearest_floor_align_corners",
-                  "test_resize_upsample_sizes_nearest_round_prefer_ceil_asymmetric",
-                  "test_resize_upsample_sizes_nearest_ceil_half_pixel",
-                  "test_resize_upsample_scales_nearest_axes_2_3", "test_resize_upsample_scales_nearest_axes_3_2",
-                  "test_resize_upsample_sizes_nearest_axes_2_3", "test_resize_upsample_sizes_nearest_axes_3_2"),
+        included=(
+            "test_resize_upsample_scales_nearest",
+            "test_resize_downsample_scales_nearest",
+            "test_resize_upsample_sizes_nearest",
+            "test_resize_downsample_sizes_nearest",
+            "test_resize_upsample_scales_linear",
+            "test_resize_upsample_scales_linear_align_corners",
+            "test_resize_downsample_scales_linear",
+            "test_resize_downsample_sizes_linear_pytorch_half_pixel",
+            "test_resize_upsample_sizes_nearest_floor_align_corners",
+            "test_resize_upsample_sizes_nearest_round_prefer_ceil_asymmetric",
+            "test_resize_upsample_sizes_nearest_ceil_half_pixel",
+            "test_resize_upsample_scales_nearest_axes_2_3",
+            "test_resize_upsample_scales_nearest_axes_3_2",
+            "test_resize_upsample_sizes_nearest_axes_2_3",
+            "test_resize_upsample_sizes_nearest_axes_3_2",
+        ),
         excluded={
             "test_resize_downsample_scales_linear_align_corners": ALIGN_CORNERS_FRACTIONAL,
             "test_resize_upsample_scales_cubic": CUBIC,
@@ -649,43 +852,82 @@ CASES: dict[str, OpCases] = {
             "test_resize_downsample_sizes_nearest_not_smaller": ASPECT_RATIO,
             "test_resize_downsample_scales_linear_half_pixel_symmetric": HALF_PIXEL_SYMMETRIC,
             "test_resize_upsample_scales_linear_half_pixel_symmetric": HALF_PIXEL_SYMMETRIC,
-        }),
+        },
+    ),
     "ScatterElements": OpCases(
-        included=("test_scatter_elements_without_axis", "test_scatter_elements_with_axis",
-                  "test_scatter_elements_with_negative_indices", "test_scatter_elements_with_duplicate_indices",
-                  "test_scatter_elements_with_reduction_mul", "test_scatter_elements_with_reduction_max",
-                  "test_scatter_elements_with_reduction_min")),
+        included=(
+            "test_scatter_elements_without_axis",
+            "test_scatter_elements_with_axis",
+            "test_scatter_elements_with_negative_indices",
+            "test_scatter_elements_with_duplicate_indices",
+            "test_scatter_elements_with_reduction_mul",
+            "test_scatter_elements_with_reduction_max",
+            "test_scatter_elements_with_reduction_min",
+        )
+    ),
     "ScatterND": OpCases(
-        included=("test_scatternd", "test_scatternd_add", "test_scatternd_multiply", "test_scatternd_max",
-                  "test_scatternd_min", "test_scatternd_max_with_element_indices",
-                  "test_scatternd_min_with_element_indices")),
-    "Selu": OpCases(
-        included=("test_selu_example", "test_selu", "test_selu_default")),
-    "Sigmoid": OpCases(
-        included=("test_sigmoid_example", "test_sigmoid")),
-    "Sign": OpCases(
-        included=("test_sign",)),
-    "Sin": OpCases(
-        included=("test_sin_example", "test_sin")),
+        included=(
+            "test_scatternd",
+            "test_scatternd_add",
+            "test_scatternd_multiply",
+            "test_scatternd_max",
+            "test_scatternd_min",
+            "test_scatternd_max_with_element_indices",
+            "test_scatternd_min_with_element_indices",
+        )
+    ),
+    "Selu": OpCases(included=("test_selu_example", "test_selu", "test_selu_default")),
+    "Sigmoid": OpCases(included=("test_sigmoid_example", "test_sigmoid")),
+    "Sign": OpCases(included=("test_sign",)),
+    "Sin": OpCases(included=("test_sin_example", "test_sin")),
     "Slice": OpCases(
-        included=("test_slice", "test_slice_neg", "test_slice_start_out_of_bounds", "test_slice_end_out_of_bounds",
-                  "test_slice_default_axes", "test_slice_default_steps", "test_slice_neg_steps",
-                  "test_slice_negative_axes")),
+        included=(
+            "test_slice",
+            "test_slice_neg",
+            "test_slice_start_out_of_bounds",
+            "test_slice_end_out_of_bounds",
+            "test_slice_default_axes",
+            "test_slice_default_steps",
+            "test_slice_neg_steps",
+            "test_slice_negative_axes",
+        )
+    ),
     "Softmax": OpCases(
-        included=("test_softmax_example", "test_softmax_large_number", "test_softmax_axis_0",
-                  "test_softmax_axis_1", "test_softmax_axis_2", "test_softmax_negative_axis",
-                  "test_softmax_default_axis")),
+        included=(
+            "test_softmax_example",
+            "test_softmax_large_number",
+            "test_softmax_axis_0",
+            "test_softmax_axis_1",
+            "test_softmax_axis_2",
+            "test_softmax_negative_axis",
+            "test_softmax_default_axis",
+        )
+    ),
     "SoftmaxCrossEntropyLoss": OpCases(
-        included=("test_sce_mean", "test_sce_mean_log_prob", "test_sce_mean_3d", "test_sce_mean_3d_log_prob",
-                  "test_sce_mean_weight", "test_sce_mean_weight_log_prob", "test_sce_mean_weight_ii",
-                  "test_sce_mean_weight_ii_log_prob", "test_sce_mean_no_weight_ii",
-                  "test_sce_mean_no_weight_ii_log_prob", "test_sce_mean_weight_ii_3d",
-                  "test_sce_mean_weight_ii_3d_log_prob", "test_sce_mean_no_weight_ii_3d",
-                  "test_sce_mean_no_weight_ii_3d_log_prob", "test_sce_mean_weight_ii_4d",
-                  "test_sce_mean_weight_ii_4d_log_prob", "test_sce_mean_no_weight_ii_4d",
-                  "test_sce_mean_no_weight_ii_4d_log_prob", "test_sce_NCd1d2d3d4d5_mean_weight",
-                  "test_sce_NCd1d2d3d4d5_mean_weight_log_prob", "test_sce_NCd1_mean_weight_negative_ii",
-                  "test_sce_NCd1_mean_weight_negative_ii_log_prob"),
+        included=(
+            "test_sce_mean",
+            "test_sce_mean_log_prob",
+            "test_sce_mean_3d",
+            "test_sce_mean_3d_log_prob",
+            "test_sce_mean_weight",
+            "test_sce_mean_weight_log_prob",
+            "test_sce_mean_weight_ii",
+            "test_sce_mean_weight_ii_log_prob",
+            "test_sce_mean_no_weight_ii",
+            "test_sce_mean_no_weight_ii_log_prob",
+            "test_sce_mean_weight_ii_3d",
+            "test_sce_mean_weight_ii_3d_log_prob",
+            "test_sce_mean_no_weight_ii_3d",
+            "test_sce_mean_no_weight_ii_3d_log_prob",
+            "test_sce_mean_weight_ii_4d",
+            "test_sce_mean_weight_ii_4d_log_prob",
+            "test_sce_mean_no_weight_ii_4d",
+            "test_sce_mean_no_weight_ii_4d_log_prob",
+            "test_sce_NCd1d2d3d4d5_mean_weight",
+            "test_sce_NCd1d2d3d4d5_mean_weight_log_prob",
+            "test_sce_NCd1_mean_weight_negative_ii",
+            "test_sce_NCd1_mean_weight_negative_ii_log_prob",
+        ),
         excluded={
             "test_sce_none": REDUCTION_NONE,
             "test_sce_none_log_prob": REDUCTION_NONE,
@@ -699,30 +941,42 @@ CASES: dict[str, OpCases] = {
             "test_sce_NCd1d2d3_none_no_weight_negative_ii_log_prob": REDUCTION_NONE,
             "test_sce_NCd1d2d3_sum_weight_high_ii": REDUCTION_SUM,
             "test_sce_NCd1d2d3_sum_weight_high_ii_log_prob": REDUCTION_SUM,
-        }),
-    "Softplus": OpCases(
-        included=("test_softplus_example", "test_softplus")),
-    "Softsign": OpCases(
-        included=("test_softsign_example", "test_softsign")),
+        },
+    ),
+    "Softplus": OpCases(included=("test_softplus_example", "test_softplus")),
+    "Softsign": OpCases(included=("test_softsign_example", "test_softsign")),
     "SpaceToDepth": OpCases(
-        included=("test_spacetodepth", "test_spacetodepth_example", "test_spacetodepth_dcr_mode_example",
-                  "test_spacetodepth_crd_mode_example")),
+        included=(
+            "test_spacetodepth",
+            "test_spacetodepth_example",
+            "test_spacetodepth_dcr_mode_example",
+            "test_spacetodepth_crd_mode_example",
+        )
+    ),
     "Split": OpCases(
-        included=("test_split_equal_parts_1d_opset13", "test_split_variable_parts_1d_opset13",
-                  "test_split_equal_parts_2d_opset13", "test_split_variable_parts_2d_opset13",
-                  "test_split_equal_parts_default_axis_opset13", "test_split_variable_parts_default_axis_opset13",
-                  "test_split_equal_parts_1d_opset18", "test_split_variable_parts_1d_opset18",
-                  "test_split_equal_parts_2d", "test_split_variable_parts_2d_opset18",
-                  "test_split_equal_parts_default_axis_opset18", "test_split_variable_parts_default_axis_opset18",
-                  "test_split_1d_uneven_split_opset18", "test_split_2d_uneven_split_opset18"),
+        included=(
+            "test_split_equal_parts_1d_opset13",
+            "test_split_variable_parts_1d_opset13",
+            "test_split_equal_parts_2d_opset13",
+            "test_split_variable_parts_2d_opset13",
+            "test_split_equal_parts_default_axis_opset13",
+            "test_split_variable_parts_default_axis_opset13",
+            "test_split_equal_parts_1d_opset18",
+            "test_split_variable_parts_1d_opset18",
+            "test_split_equal_parts_2d",
+            "test_split_variable_parts_2d_opset18",
+            "test_split_equal_parts_default_axis_opset18",
+            "test_split_variable_parts_default_axis_opset18",
+            "test_split_1d_uneven_split_opset18",
+            "test_split_2d_uneven_split_opset18",
+        ),
         excluded={
             "test_split_zero_size_splits_opset13": EMPTY,
             "test_split_zero_size_splits_opset18": EMPTY,
-        }),
-    "Sqrt": OpCases(
-        included=("test_sqrt_example", "test_sqrt")),
-    "Squeeze": OpCases(
-        included=("test_squeeze", "test_squeeze_negative_axes")),
+        },
+    ),
+    "Sqrt": OpCases(included=("test_sqrt_example", "test_sqrt")),
+    "Squeeze": OpCases(included=("test_squeeze", "test_squeeze_negative_axes")),
     "Sub": OpCases(
         included=("test_sub_example", "test_sub", "test_sub_bcast"),
         excluded={
@@ -732,38 +986,71 @@ CASES: dict[str, OpCases] = {
             "test_sub_uint16": SMALL_INT_DATA,
             "test_sub_uint32": SMALL_INT_DATA,
             "test_sub_uint64": SMALL_INT_DATA,
-        }),
-    "Tanh": OpCases(
-        included=("test_tanh_example", "test_tanh")),
-    "Tile": OpCases(
-        included=("test_tile", "test_tile_precomputed")),
+        },
+    ),
+    "Tanh": OpCases(included=("test_tanh_example", "test_tanh")),
+    "Tile": OpCases(included=("test_tile", "test_tile_precomputed")),
     "TopK": OpCases(
-        included=("test_top_k", "test_top_k_negative_axis", "test_top_k_smallest", "test_top_k_same_values",
-                  "test_top_k_same_values_2d", "test_top_k_same_values_largest"),
+        included=(
+            "test_top_k",
+            "test_top_k_negative_axis",
+            "test_top_k_smallest",
+            "test_top_k_same_values",
+            "test_top_k_same_values_2d",
+            "test_top_k_same_values_largest",
+        ),
         excluded={
             "test_top_k_uint64": SMALL_INT_DATA,
-        }),
+        },
+    ),
     "Transpose": OpCases(
-        included=("test_transpose_default", "test_transpose_all_permutations_0",
-                  "test_transpose_all_permutations_1", "test_transpose_all_permutations_2",
-                  "test_transpose_all_permutations_3", "test_transpose_all_permutations_4",
-                  "test_transpose_all_permutations_5")),
+        included=(
+            "test_transpose_default",
+            "test_transpose_all_permutations_0",
+            "test_transpose_all_permutations_1",
+            "test_transpose_all_permutations_2",
+            "test_transpose_all_permutations_3",
+            "test_transpose_all_permutations_4",
+            "test_transpose_all_permutations_5",
+        )
+    ),
     "Trilu": OpCases(
         included=(),
         excluded={
             "test_triu_zero": EMPTY,
             "test_tril_zero": EMPTY,
         },
-        as_float32=("test_triu", "test_triu_neg", "test_triu_out_neg_out", "test_triu_pos", "test_triu_out_pos",
-                    "test_triu_square", "test_triu_square_neg", "test_triu_one_row", "test_tril", "test_tril_neg",
-                    "test_tril_out_neg", "test_tril_pos", "test_tril_out_pos", "test_tril_square",
-                    "test_tril_square_neg", "test_tril_one_row_neg")),
+        as_float32=(
+            "test_triu",
+            "test_triu_neg",
+            "test_triu_out_neg_out",
+            "test_triu_pos",
+            "test_triu_out_pos",
+            "test_triu_square",
+            "test_triu_square_neg",
+            "test_triu_one_row",
+            "test_tril",
+            "test_tril_neg",
+            "test_tril_out_neg",
+            "test_tril_pos",
+            "test_tril_out_pos",
+            "test_tril_square",
+            "test_tril_square_neg",
+            "test_tril_one_row_neg",
+        ),
+    ),
     "Unsqueeze": OpCases(
-        included=("test_unsqueeze_axis_0", "test_unsqueeze_axis_1", "test_unsqueeze_axis_2",
-                  "test_unsqueeze_two_axes", "test_unsqueeze_three_axes", "test_unsqueeze_unsorted_axes",
-                  "test_unsqueeze_negative_axes")),
-    "Where": OpCases(
-        included=("test_where_example", "test_where_long_example")),
+        included=(
+            "test_unsqueeze_axis_0",
+            "test_unsqueeze_axis_1",
+            "test_unsqueeze_axis_2",
+            "test_unsqueeze_two_axes",
+            "test_unsqueeze_three_axes",
+            "test_unsqueeze_unsorted_axes",
+            "test_unsqueeze_negative_axes",
+        )
+    ),
+    "Where": OpCases(included=("test_where_example", "test_where_long_example")),
     "Xor": OpCases(
         included=(),
         excluded={
@@ -775,5 +1062,6 @@ CASES: dict[str, OpCases] = {
             "test_xor_bcast4v2d": OLD_OPSET,
             "test_xor_bcast4v3d": OLD_OPSET,
             "test_xor_bcast4v4d": OLD_OPSET,
-        }),
+        },
+    ),
 }

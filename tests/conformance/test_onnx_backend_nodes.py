@@ -43,8 +43,9 @@ RTOL, ATOL = 1e-5, 5e-7
 SUPPORTED = sorted(name for domain, name in REGISTRY if domain == "")
 INCLUDED = [name for cases in CASES.values() for name in cases.run]
 AS_FLOAT32 = {name for cases in CASES.values() for name in cases.as_float32}
-REFUSED = [(name, why.error) for cases in CASES.values() for name, why in cases.excluded.items()
-           if isinstance(why, Refused)]
+REFUSED = [
+    (name, why.error) for cases in CASES.values() for name, why in cases.excluded.items() if isinstance(why, Refused)
+]
 
 
 @functools.cache
@@ -56,8 +57,14 @@ def backend_cases() -> dict[str, onnx.backend.test.case.test_case.TestCase]:
     with warnings.catch_warnings(), np.errstate(all="ignore"):  # generators overflow casts on purpose
         warnings.simplefilter("ignore")
         cases = collect_testcases()
-    return {c.name: c for c in cases if "_expanded" not in c.name and len(c.model.graph.node) == 1
-            and c.model.graph.node[0].domain in ("", "ai.onnx") and c.model.graph.node[0].op_type in SUPPORTED}
+    return {
+        c.name: c
+        for c in cases
+        if "_expanded" not in c.name
+        and len(c.model.graph.node) == 1
+        and c.model.graph.node[0].domain in ("", "ai.onnx")
+        and c.model.graph.node[0].op_type in SUPPORTED
+    }
 
 
 def op_of(case) -> str:
@@ -135,20 +142,32 @@ def run_batch(names: list[str], directory: Path) -> dict[str, list[np.ndarray] |
             return {names[0]: f"{type(exc).__name__}: {exc}"}
         half = len(names) // 2
         return run_batch(names[:half], directory) | run_batch(names[half:], directory)
-    args = [ffi.from_buffer("float[]", np.ascontiguousarray(a)) if a.dtype == np.float32
-            else ffi.from_buffer("int32_t[]", np.ascontiguousarray(a, np.int32)) for case in feeds for a in case]
+    args = [
+        ffi.from_buffer("float[]", np.ascontiguousarray(a))
+        if a.dtype == np.float32
+        else ffi.from_buffer("int32_t[]", np.ascontiguousarray(a, np.int32))
+        for case in feeds
+        for a in case
+    ]
     # Integer and bool outputs come back as int32, as the C keeps them.
-    results = [np.zeros([d.dim_value for d in o.type.tensor_type.shape.dim],
-                        np.float32 if o.type.tensor_type.elem_type == onnx.TensorProto.FLOAT else np.int32)
-               for o in model.graph.output]
-    status = lib.model_infer(lib.MODEL_MAX_BATCH, *args, *[ffi.from_buffer("float[]" if r.dtype == np.float32
-                                                                           else "int32_t[]", r) for r in results])
+    results = [
+        np.zeros(
+            [d.dim_value for d in o.type.tensor_type.shape.dim],
+            np.float32 if o.type.tensor_type.elem_type == onnx.TensorProto.FLOAT else np.int32,
+        )
+        for o in model.graph.output
+    ]
+    status = lib.model_infer(
+        lib.MODEL_MAX_BATCH,
+        *args,
+        *[ffi.from_buffer("float[]" if r.dtype == np.float32 else "int32_t[]", r) for r in results],
+    )
     if status != 0:
         return {name: f"infer returned status {status}" for name in names}
     got, at = {}, 0
     for name, count, case_feeds in zip(names, n_outputs, feeds):
         # A case without run-time inputs folds at compile time: the C would compute nothing.
-        got[name] = results[at:at + count] if case_feeds else "no run-time input"
+        got[name] = results[at : at + count] if case_feeds else "no run-time input"
         at += count
     return got
 

@@ -36,13 +36,19 @@ def model(nodes, inputs, outputs, inits=(), opset=18):
 def mlp(**changes):
     """x[4,8] -> Gemm(fc0) -> Relu -> Gemm(fc1) -> logits[4,3]: the healthy model most cases break."""
     parts = {
-        "nodes": [helper.make_node("Gemm", ["x", "fc0.weight", "fc0.bias"], ["h"], transB=1, name="fc0"),
-                  helper.make_node("Relu", ["h"], ["hr"], name="relu"),
-                  helper.make_node("Gemm", ["hr", "fc1.weight", "fc1.bias"], ["logits"], transB=1, name="fc1")],
+        "nodes": [
+            helper.make_node("Gemm", ["x", "fc0.weight", "fc0.bias"], ["h"], transB=1, name="fc0"),
+            helper.make_node("Relu", ["h"], ["hr"], name="relu"),
+            helper.make_node("Gemm", ["hr", "fc1.weight", "fc1.bias"], ["logits"], transB=1, name="fc1"),
+        ],
         "inputs": [info("x", [4, 8])],
         "outputs": [info("logits", [4, 3])],
-        "inits": [init("fc0.weight", (16, 8)), init("fc0.bias", (16,), seed=1),
-                  init("fc1.weight", (3, 16), seed=2), init("fc1.bias", (3,), seed=3)],
+        "inits": [
+            init("fc0.weight", (16, 8)),
+            init("fc0.bias", (16,), seed=1),
+            init("fc1.weight", (3, 16), seed=2),
+            init("fc1.bias", (3,), seed=3),
+        ],
     }
     parts.update(changes)
     return model(**parts)
@@ -56,8 +62,12 @@ def short_tensor(name, shape):
 
 
 def binary(op, a_shape, b_shape, out_shape):
-    return model([helper.make_node(op, ["x", "w"], ["y"], name=op.lower())], [info("x", a_shape)],
-                 [info("y", out_shape)], [init("w", b_shape)])
+    return model(
+        [helper.make_node(op, ["x", "w"], ["y"], name=op.lower())],
+        [info("x", a_shape)],
+        [info("y", out_shape)],
+        [init("w", b_shape)],
+    )
 
 
 def external(location, data=None):
@@ -90,13 +100,19 @@ def cases() -> dict[str, bytes | onnx.ModelProto | tuple]:
         "text": b"this is not an ONNX model\n",
         # -- graph structure
         "unsorted": mlp(nodes=[nodes[1], nodes[0], nodes[2]]),
-        "cycle": model([helper.make_node("Add", ["x", "b"], ["a"], name="add_a"),
-                        helper.make_node("Relu", ["a"], ["b"], name="relu_b")], [info("x", [2, 3])],
-                       [info("b", [2, 3])]),
+        "cycle": model(
+            [
+                helper.make_node("Add", ["x", "b"], ["a"], name="add_a"),
+                helper.make_node("Relu", ["a"], ["b"], name="relu_b"),
+            ],
+            [info("x", [2, 3])],
+            [info("b", [2, 3])],
+        ),
         "missing_initializer": mlp(inits=mlp().graph.initializer[1:]),
         "missing_input": mlp(nodes=[nodes[0], helper.make_node("Add", ["h", "ghost"], ["hr"], name="add"), nodes[2]]),
-        "duplicate_output": mlp(nodes=[nodes[0], helper.make_node("Relu", ["x"], ["h"], name="relu_x"),
-                                       nodes[1], nodes[2]]),
+        "duplicate_output": mlp(
+            nodes=[nodes[0], helper.make_node("Relu", ["x"], ["h"], name="relu_x"), nodes[1], nodes[2]]
+        ),
         "overwrites_input": mlp(nodes=[helper.make_node("Relu", ["x"], ["x"], name="relu_x")] + list(nodes)),
         "duplicate_initializer": mlp(inits=list(mlp().graph.initializer) + [init("fc1.bias", (3,), seed=9)]),
         "no_outputs": mlp(outputs=[]),
@@ -106,20 +122,38 @@ def cases() -> dict[str, bytes | onnx.ModelProto | tuple]:
         "matmul_mismatch": binary("MatMul", [2, 3], [4, 5], [2, 5]),
         "initializer_data_size": mlp(inits=[short_tensor("fc0.weight", (16, 8))] + list(mlp().graph.initializer[1:])),
         # -- dtypes
-        "float64_initializer": model([helper.make_node("Add", ["x", "w"], ["y"], name="add")],
-                                     [info("x", [2, 3], TensorProto.DOUBLE)], [info("y", [2, 3], TensorProto.DOUBLE)],
-                                     [init("w", (3,), np.float64)]),
-        "float16_input": model([helper.make_node("Relu", ["x"], ["y"])], [info("x", [2, 3], TensorProto.FLOAT16)],
-                               [info("y", [2, 3], TensorProto.FLOAT16)]),
+        "float64_initializer": model(
+            [helper.make_node("Add", ["x", "w"], ["y"], name="add")],
+            [info("x", [2, 3], TensorProto.DOUBLE)],
+            [info("y", [2, 3], TensorProto.DOUBLE)],
+            [init("w", (3,), np.float64)],
+        ),
+        "float16_input": model(
+            [helper.make_node("Relu", ["x"], ["y"])],
+            [info("x", [2, 3], TensorProto.FLOAT16)],
+            [info("y", [2, 3], TensorProto.FLOAT16)],
+        ),
         # -- sizes
-        "huge_tensor": model([helper.make_node("Relu", ["x"], ["y"], name="relu")], [info("x", [1 << 20, 1 << 20])],
-                             [info("y", [1 << 20, 1 << 20])]),
-        "dim_product_overflow": model([helper.make_node("Relu", ["x"], ["y"], name="relu")],
-                                      [info("x", [1 << 40] * 3)], [info("y", [1 << 40] * 3)]),
-        "total_ram": model([helper.make_node("Mul", ["x", "w"], ["a"], name="scale"),
-                            helper.make_node("Relu", ["a"], ["b"], name="relu"),
-                            helper.make_node("Mul", ["b", "w"], ["y"], name="scale_again")],
-                           [info("x", [1 << 13, 1 << 15])], [info("y", [1 << 13, 1 << 15])], [init("w", ())]),
+        "huge_tensor": model(
+            [helper.make_node("Relu", ["x"], ["y"], name="relu")],
+            [info("x", [1 << 20, 1 << 20])],
+            [info("y", [1 << 20, 1 << 20])],
+        ),
+        "dim_product_overflow": model(
+            [helper.make_node("Relu", ["x"], ["y"], name="relu")],
+            [info("x", [1 << 40] * 3)],
+            [info("y", [1 << 40] * 3)],
+        ),
+        "total_ram": model(
+            [
+                helper.make_node("Mul", ["x", "w"], ["a"], name="scale"),
+                helper.make_node("Relu", ["a"], ["b"], name="relu"),
+                helper.make_node("Mul", ["b", "w"], ["y"], name="scale_again"),
+            ],
+            [info("x", [1 << 13, 1 << 15])],
+            [info("y", [1 << 13, 1 << 15])],
+            [init("w", ())],
+        ),
         # -- external data
         "external_parent": external("../secret.bin"),
         "external_absolute": external("/etc/passwd"),

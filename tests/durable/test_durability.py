@@ -28,11 +28,19 @@ DAMAGES = 100
 def _state(values: int, seed: int) -> api.CheckpointState:
     """A checkpoint state of `values` float32 parameters (4 bytes each), not bound to a trainer."""
     rng = np.random.default_rng(seed)
-    arrays = [rng.normal(size=(values // 2,)).astype(np.float32), rng.normal(size=(values - values // 2,))
-              .astype(np.float32)]
-    data = checkpoint.CheckpointData(fingerprint=seed, names=["a", "b"], kinds=[checkpoint.TRAINABLE] * 2,
-                                     arrays=arrays, optimizer_state=[[np.zeros_like(a) for a in arrays]],
-                                     step=seed, learning_rate=0.01)
+    arrays = [
+        rng.normal(size=(values // 2,)).astype(np.float32),
+        rng.normal(size=(values - values // 2,)).astype(np.float32),
+    ]
+    data = checkpoint.CheckpointData(
+        fingerprint=seed,
+        names=["a", "b"],
+        kinds=[checkpoint.TRAINABLE] * 2,
+        arrays=arrays,
+        optimizer_state=[[np.zeros_like(a) for a in arrays]],
+        step=seed,
+        learning_rate=0.01,
+    )
     return api.CheckpointState(data)
 
 
@@ -77,9 +85,11 @@ def test_a_save_killed_at_any_moment_leaves_the_old_or_the_new_checkpoint(tmp_pa
         checkpoint.decode(raw)
     api.CheckpointState.save_checkpoint(states[0], path)  # clears the killed saves' temporary files
     assert _partials(tmp_path) == []
-    figure(f"{KILLS} kills during saves of {len(encoded[0]) / 1e6:.1f} MB ({save_seconds * 1e3:.1f} ms each): "
-           f"{mid_save} inside a save; the file was always whole: the first checkpoint {seen[0]} times, the second "
-           f"{seen[1]}")
+    figure(
+        f"{KILLS} kills during saves of {len(encoded[0]) / 1e6:.1f} MB ({save_seconds * 1e3:.1f} ms each): "
+        f"{mid_save} inside a save; the file was always whole: the first checkpoint {seen[0]} times, the second "
+        f"{seen[1]}"
+    )
     assert mid_save >= KILLS // 4, "too few kills landed inside a save for the test to mean anything"
 
 
@@ -103,8 +113,10 @@ def test_a_save_cut_short_by_a_full_disk_raises_and_keeps_the_old_checkpoint(tmp
         assert _partials(tmp_path) == []
     loaded = api.CheckpointState.load_checkpoint(path)
     assert all(np.array_equal(p.data, q.data) for p, q in zip(loaded.parameters.values(), old.parameters.values()))
-    figure(f"{CUTS} saves of {size:,} bytes cut at random offsets by a file-size limit: each raised CheckpointError, "
-           "and the previous checkpoint loads bit-identically")
+    figure(
+        f"{CUTS} saves of {size:,} bytes cut at random offsets by a file-size limit: each raised CheckpointError, "
+        "and the previous checkpoint loads bit-identically"
+    )
 
 
 def test_a_save_to_an_unwritable_place_is_one_line(tmp_path):
@@ -112,8 +124,11 @@ def test_a_save_to_an_unwritable_place_is_one_line(tmp_path):
     blocker.write_text("not a directory")
     with pytest.raises(checkpoint.CheckpointError, match=r"^cannot save checkpoint .*file/ck: Not a directory$"):
         api.CheckpointState.save_checkpoint(_state(10, 1), blocker / "ck")
-    result = subprocess.run([sys.executable, "-m", "edgetrain.cli", "compile", str(tmp_path / "nowhere.onnx"),
-                             "-o", str(blocker / "out")], capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "edgetrain.cli", "compile", str(tmp_path / "nowhere.onnx"), "-o", str(blocker / "out")],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 2 and len(result.stderr.splitlines()) == 1, result.stderr
 
 
@@ -124,8 +139,9 @@ def two_models(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("durable")
     first = artifacts.generate_artifacts(mlp(seed=1), artifact_directory=root / "first", batch_size=BATCH)
-    second = artifacts.generate_artifacts(mlp(sizes=(8, 12, 3), seed=2), artifact_directory=root / "second",
-                                          batch_size=BATCH)
+    second = artifacts.generate_artifacts(
+        mlp(sizes=(8, 12, 3), seed=2), artifact_directory=root / "second", batch_size=BATCH
+    )
     return first, second
 
 
@@ -147,7 +163,7 @@ def _train(directory: Path, steps: int = 3) -> np.ndarray:
 
 def _entry(cache: Path, known: set[Path]) -> Path:
     """The one cache entry not in `known`."""
-    entry, = set(cache.glob("*.so")) - known
+    (entry,) = set(cache.glob("*.so")) - known
     return entry
 
 
@@ -167,7 +183,7 @@ def test_a_damaged_cache_entry_is_rebuilt_and_trains_the_same(two_models, tmp_pa
     for _ in range(DAMAGES):
         damage = rng.choice(["truncate", "zero", "delete", "impostor"])
         if damage == "truncate":
-            entry.write_bytes(good[:rng.randrange(len(good))])
+            entry.write_bytes(good[: rng.randrange(len(good))])
         elif damage == "zero":
             start = rng.randrange(len(good))
             end = rng.randrange(start + 1, len(good) + 1)
@@ -179,8 +195,10 @@ def test_a_damaged_cache_entry_is_rebuilt_and_trains_the_same(two_models, tmp_pa
         assert np.array_equal(_train(first), reference), damage
         assert entry.read_bytes() == good, "the rebuilt entry differs from the first build"
         done[damage] += 1
-    figure(f"{DAMAGES} damaged cache entries rebuilt, each then training bit-identically: "
-           + ", ".join(f"{n} {kind}" for kind, n in sorted(done.items())))
+    figure(
+        f"{DAMAGES} damaged cache entries rebuilt, each then training bit-identically: "
+        + ", ".join(f"{n} {kind}" for kind, n in sorted(done.items()))
+    )
 
 
 def test_a_zeroed_range_inside_the_library_is_caught(two_models, tmp_path, monkeypatch):
@@ -190,7 +208,7 @@ def test_a_zeroed_range_inside_the_library_is_caught(two_models, tmp_path, monke
     reference = _train(first)
     entry = _entry(tmp_path, set())
     good = bytearray(entry.read_bytes())
-    good[len(good) // 2:len(good) // 2 + 4] = bytes(4)
+    good[len(good) // 2 : len(good) // 2 + 4] = bytes(4)
     entry.write_bytes(bytes(good))
     assert build._cached(entry, b"") is None
     assert np.array_equal(_train(first), reference)
@@ -204,8 +222,12 @@ def test_processes_building_one_model_at_once_all_succeed(two_models, tmp_path, 
     rename wins, and every one trains the same parameters."""
     first, _ = two_models
     env = {**os.environ, "EDGETRAIN_CACHE": str(tmp_path)}
-    workers = [subprocess.Popen([sys.executable, __file__, str(first)], env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE) for _ in range(CONCURRENT)]
+    workers = [
+        subprocess.Popen(
+            [sys.executable, __file__, str(first)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        for _ in range(CONCURRENT)
+    ]
     results = [w.communicate(timeout=600) for w in workers]
     assert all(w.returncode == 0 for w in workers), [err.decode()[-500:] for _, err in results]
     assert len({out for out, _ in results}) == 1
@@ -270,6 +292,7 @@ class _Watch:
             finally:
                 with self._count:
                     self.inside -= 1
+
         return call
 
 
@@ -280,6 +303,7 @@ def _shared_training(module, optimizer, batches) -> None:
                 module(x, y)
                 optimizer.step()
                 module.lazy_reset_grad()
+
     _run_threads(train)
 
 
@@ -300,8 +324,10 @@ def test_threads_sharing_a_module_never_overlap_its_c_calls(two_models, figure):
     _shared_training(module, optimizer, batches)
     assert watch.most == 1
     assert optimizer._steps() == THREADS * (STEPS // 4)
-    figure(f"{THREADS} threads sharing one module: {watch.calls} C calls, never two at once; "
-           f"{optimizer._steps()} optimizer steps for {THREADS * (STEPS // 4)} steps taken")
+    figure(
+        f"{THREADS} threads sharing one module: {watch.calls} C calls, never two at once; "
+        f"{optimizer._steps()} optimizer steps for {THREADS * (STEPS // 4)} steps taken"
+    )
 
 
 def test_the_watch_sees_overlap_without_the_lock(two_models):

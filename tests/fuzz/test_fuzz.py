@@ -24,16 +24,35 @@ def bn_model():
     def init(name, shape, low=-0.5, high=0.5):
         return numpy_helper.from_array(rng.uniform(low, high, shape).astype(np.float32), name)
 
-    nodes = [helper.make_node("Gemm", ["x", "fc0.weight", "fc0.bias"], ["h"], transB=1, name="fc0"),
-             helper.make_node("BatchNormalization", ["h", "bn.scale", "bn.bias", "bn.mean", "bn.var"],
-                              ["hn", "bn.mean_out", "bn.var_out"], training_mode=1, name="bn"),
-             helper.make_node("Relu", ["hn"], ["hr"], name="relu"),
-             helper.make_node("Gemm", ["hr", "fc1.weight", "fc1.bias"], ["logits"], transB=1, name="fc1")]
-    inits = [init("fc0.weight", (6, 5)), init("fc0.bias", (6,)), init("bn.scale", (6,), 0.5, 1.5),
-             init("bn.bias", (6,)), init("bn.mean", (6,)), init("bn.var", (6,), 0.5, 1.5),
-             init("fc1.weight", (3, 6)), init("fc1.bias", (3,))]
-    graph = helper.make_graph(nodes, "fuzz", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 5])],
-                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [4, 3])], inits)
+    nodes = [
+        helper.make_node("Gemm", ["x", "fc0.weight", "fc0.bias"], ["h"], transB=1, name="fc0"),
+        helper.make_node(
+            "BatchNormalization",
+            ["h", "bn.scale", "bn.bias", "bn.mean", "bn.var"],
+            ["hn", "bn.mean_out", "bn.var_out"],
+            training_mode=1,
+            name="bn",
+        ),
+        helper.make_node("Relu", ["hn"], ["hr"], name="relu"),
+        helper.make_node("Gemm", ["hr", "fc1.weight", "fc1.bias"], ["logits"], transB=1, name="fc1"),
+    ]
+    inits = [
+        init("fc0.weight", (6, 5)),
+        init("fc0.bias", (6,)),
+        init("bn.scale", (6,), 0.5, 1.5),
+        init("bn.bias", (6,)),
+        init("bn.mean", (6,)),
+        init("bn.var", (6,), 0.5, 1.5),
+        init("fc1.weight", (3, 6)),
+        init("fc1.bias", (3,)),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "fuzz",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 5])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [4, 3])],
+        inits,
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
 
 
@@ -56,12 +75,30 @@ def build(work: Path) -> tuple[Path, Path]:
     api.CheckpointState.save_checkpoint(state, seeds / "trained", include_optimizer_state=True)
     api.CheckpointState.save_checkpoint(state, seeds / "trained_without_optimizer_state")
     exe = work / "fuzz_checkpoint"
-    result = subprocess.run(["clang", "-std=c99", "-g", "-O1", "-Wall", "-Wextra", "-Werror",
-                             "-fsanitize=fuzzer,address,undefined", "-fno-sanitize-recover=all", "-I", str(out),
-                             str(HERE / "fuzz_checkpoint.c"), "-o", str(exe)], capture_output=True, text=True)
+    result = subprocess.run(
+        [
+            "clang",
+            "-std=c99",
+            "-g",
+            "-O1",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-fsanitize=fuzzer,address,undefined",
+            "-fno-sanitize-recover=all",
+            "-I",
+            str(out),
+            str(HERE / "fuzz_checkpoint.c"),
+            "-o",
+            str(exe),
+        ],
+        capture_output=True,
+        text=True,
+    )
     if result.returncode != 0:
-        raise RuntimeError("building the fuzzer failed (libFuzzer ships in Debian's libclang-rt-14-dev):\n"
-                           + result.stderr[-3000:])
+        raise RuntimeError(
+            "building the fuzzer failed (libFuzzer ships in Debian's libclang-rt-14-dev):\n" + result.stderr[-3000:]
+        )
     return exe, seeds
 
 
@@ -70,10 +107,22 @@ def fuzz(work: Path, seconds: int) -> dict[str, int]:
     exe, seeds = build(work)
     corpus = work / "corpus"
     corpus.mkdir()
-    result = subprocess.run([str(exe), str(corpus), str(seeds), f"-max_total_time={seconds}", "-max_len=4096",
-                             "-timeout=10", "-rss_limit_mb=2048", "-print_final_stats=1",
-                             f"-artifact_prefix={work}/"], capture_output=True, text=True,
-                            env={"ASAN_OPTIONS": "detect_leaks=1", "PATH": "/usr/bin:/bin"})
+    result = subprocess.run(
+        [
+            str(exe),
+            str(corpus),
+            str(seeds),
+            f"-max_total_time={seconds}",
+            "-max_len=4096",
+            "-timeout=10",
+            "-rss_limit_mb=2048",
+            "-print_final_stats=1",
+            f"-artifact_prefix={work}/",
+        ],
+        capture_output=True,
+        text=True,
+        env={"ASAN_OPTIONS": "detect_leaks=1", "PATH": "/usr/bin:/bin"},
+    )
     stats = {k: int(v) for k, v in re.findall(r"^stat::(\w+):\s+(\d+)", result.stderr, re.M)}
     cov = re.findall(r"cov: (\d+) ft: (\d+)", result.stderr)
     if cov:
@@ -84,8 +133,10 @@ def fuzz(work: Path, seconds: int) -> dict[str, int]:
     return stats
 
 
-@pytest.mark.skipif(shutil.which("clang") is None,
-                    reason="clang not found: install the Debian packages clang and libclang-rt-14-dev (libFuzzer)")
+@pytest.mark.skipif(
+    shutil.which("clang") is None,
+    reason="clang not found: install the Debian packages clang and libclang-rt-14-dev (libFuzzer)",
+)
 def test_fuzz_checkpoint_loader(tmp_path):
     stats = fuzz(tmp_path, CI_SECONDS)
     print(f"libFuzzer, {CI_SECONDS} s: {stats}")

@@ -15,23 +15,36 @@ EXPECTED_FAILURES = {
     PY_BINDINGS: {
         "test_cuda_execution_provider": (
             "needs CUDA: edgetrain's host trainer runs on the CPU and refuses device='cuda'",
-            r"device 'cuda'.*CPU"),
+            r"device 'cuda'.*CPU",
+        ),
         "test_get_and_set_parameter_values[cuda]": (
             "needs CUDA: edgetrain's host trainer runs on the CPU and refuses device='cuda'",
-            r"device 'cuda'.*CPU"),
+            r"device 'cuda'.*CPU",
+        ),
         "test_ort_custom_ops": (
             "needs a custom op library (libcustom_op_library.so and ORT's testdata/custom_op_library model, "
             "built with ORT's tests); edgetrain refuses custom_op_library: it compiles every op from its own kernels",
-            r"custom_op_library|custom_op_test\.onnx"),
+            r"custom_op_library|custom_op_test\.onnx",
+        ),
         "test_string_inputs": (
             "string tensors: the generated C has no string type, so a model with a STRING input is refused",
-            r"(?i)input 'input' has dtype (string|object)"),  # numpy's dtype of ONNX STRING is object
+            r"(?i)input 'input' has dtype (string|object)",
+        ),  # numpy's dtype of ONNX STRING is object
     },
     ONNXBLOCK: {
-        **{f"test_loss_composition[{block}]": (_CUDA, _TORCH_CUDA) for block in (
-            "SimpleBlockWithMSELoss", "SimpleBlockWithCrossEntropyLoss", "SimpleTrainingBlockWithMSELoss",
-            "SimpleTrainingBlockWithCrossEntropyLoss", "SimpleBlockWithBCEWithLogitsLoss",
-            "SimpleTrainingBlockWithBCEWithLogitsLoss", "SimpleBlockWithL1Loss", "SimpleTrainingBlockWithL1Loss")},
+        **{
+            f"test_loss_composition[{block}]": (_CUDA, _TORCH_CUDA)
+            for block in (
+                "SimpleBlockWithMSELoss",
+                "SimpleBlockWithCrossEntropyLoss",
+                "SimpleTrainingBlockWithMSELoss",
+                "SimpleTrainingBlockWithCrossEntropyLoss",
+                "SimpleBlockWithBCEWithLogitsLoss",
+                "SimpleTrainingBlockWithBCEWithLogitsLoss",
+                "SimpleBlockWithL1Loss",
+                "SimpleTrainingBlockWithL1Loss",
+            )
+        },
         "test_mse_loss_execution[SimpleBlockWithMSELoss]": (_CUDA, _TORCH_CUDA),
         "test_mse_loss_execution[SimpleBlockWithL1Loss]": (_CUDA, _TORCH_CUDA),
         "test_crossentropy_loss_execution": (_CUDA, _TORCH_CUDA),
@@ -43,16 +56,21 @@ EXPECTED_FAILURES = {
         "test_weighted_average_model_composition[TrainingBlock]": (_CUDA, _TORCH_CUDA),
         "test_save_ort_format": (
             "ort_format=True is refused: edgetrain writes no ORT-format (.ort) models; its artifacts are ONNX and C",
-            r"ort_format"),
+            r"ort_format",
+        ),
     },
 }
 
-_GRADIENT_GRAPH = ("uses the gradient graph ORT's TrainingBlock builds (<name>_grad.accumulation.* inputs and "
-                   "outputs, lazy_reset_grad); edgetrain's TrainingBlock returns plain ONNX and its compiler "
-                   "derives the gradients in C")
+_GRADIENT_GRAPH = (
+    "uses the gradient graph ORT's TrainingBlock builds (<name>_grad.accumulation.* inputs and "
+    "outputs, lazy_reset_grad); edgetrain's TrainingBlock returns plain ONNX and its compiler "
+    "derives the gradients in C"
+)
 OPTIM_REASON = "uses onnxblock.optim, outside edgetrain's onnxblock: edgetrain writes the optimizer itself"
-_ONNXBLOCK_CHECKPOINT = ("uses onnxblock.save_checkpoint / load_checkpoint_to_model, outside edgetrain's "
-                         "onnxblock: checkpoints are edgetrain.api.CheckpointState's")
+_ONNXBLOCK_CHECKPOINT = (
+    "uses onnxblock.save_checkpoint / load_checkpoint_to_model, outside edgetrain's "
+    "onnxblock: checkpoints are edgetrain.api.CheckpointState's"
+)
 
 # ORT onnxblock tests not run: they use onnxblock beyond the subset edgetrain implements.
 NOT_RUN = {
@@ -67,7 +85,8 @@ NOT_RUN = {
         "test_grad_clipping_execution": OPTIM_REASON,
         "test_save_checkpoint": _ONNXBLOCK_CHECKPOINT,
         "test_load_checkpoint": _ONNXBLOCK_CHECKPOINT,
-        "test_label_encoder_composition": ("uses blocks.LabelEncoder (the ai.onnx.ml domain), outside edgetrain's "
-                                           "onnxblock"),
+        "test_label_encoder_composition": (
+            "uses blocks.LabelEncoder (the ai.onnx.ml domain), outside edgetrain's onnxblock"
+        ),
     },
 }

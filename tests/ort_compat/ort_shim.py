@@ -72,9 +72,13 @@ def install() -> None:
     training = types.ModuleType("onnxruntime.training", "edgetrain, under ONNX Runtime training's names")
     training.__path__ = []
     training.api, training.artifacts, training.onnxblock = edgetrain.api, edgetrain.artifacts, onnxblock
-    modules = {"onnxruntime.training": training, "onnxruntime.training.api": edgetrain.api,
-               "onnxruntime.training.artifacts": edgetrain.artifacts, "onnxruntime.training.onnxblock": onnxblock,
-               "onnxruntime.training.onnxblock.optim": optim}
+    modules = {
+        "onnxruntime.training": training,
+        "onnxruntime.training.api": edgetrain.api,
+        "onnxruntime.training.artifacts": edgetrain.artifacts,
+        "onnxruntime.training.onnxblock": onnxblock,
+        "onnxruntime.training.onnxblock.optim": optim,
+    }
     for name, module in list(sys.modules.items()):  # edgetrain.onnxblock's submodules: loss, blocks, ...
         if name.startswith("edgetrain.onnxblock."):
             modules["onnxruntime.training.onnxblock." + name.split(".", 2)[2]] = module
@@ -142,8 +146,10 @@ def pytest_runtest_makereport(item, call):
             report.outcome = "skipped"
             report.wasxfail = reason
         else:
-            report.longrepr = (f"listed as an expected failure ({reason}; message matching /{pattern}/), "
-                               f"but it fails otherwise:\n{report.longrepr}")
+            report.longrepr = (
+                f"listed as an expected failure ({reason}; message matching /{pattern}/), "
+                f"but it fails otherwise:\n{report.longrepr}"
+            )
 
 
 def pytest_runtest_logreport(report):
@@ -173,15 +179,29 @@ def pytest_sessionfinish(session):
     if not path:
         return
     files_run = {file for file, _ in _collected}
-    stale = sorted(f"{file}::{name}" for file, names in EXPECTED_FAILURES.items() if file in files_run
-                   for name in names if (file, name) not in _collected)
+    stale = sorted(
+        f"{file}::{name}"
+        for file, names in EXPECTED_FAILURES.items()
+        if file in files_run
+        for name in names
+        if (file, name) not in _collected
+    )
     with open(path, "w", encoding="utf-8") as out:
-        json.dump({"tests": _results, "not_run": _not_run, "listed_but_absent": stale,
-                   "exitstatus": int(session.exitstatus)}, out, indent=1)
+        json.dump(
+            {"tests": _results, "not_run": _not_run, "listed_but_absent": stale, "exitstatus": int(session.exitstatus)},
+            out,
+            indent=1,
+        )
 
 
 def pytest_collectreport(report):
     """A file that does not import (a name the shim lacks, say) is a failure of its own."""
     if report.failed:
-        _results.append({"file": os.path.basename(report.nodeid.split("::")[0]), "name": "<collection>",
-                         "outcome": "failed", "message": _one_line(report)})
+        _results.append(
+            {
+                "file": os.path.basename(report.nodeid.split("::")[0]),
+                "name": "<collection>",
+                "outcome": "failed",
+                "message": _one_line(report),
+            }
+        )

@@ -21,8 +21,10 @@ import pytest
 from ort_expected import EXPECTED_FAILURES, NOT_RUN, ONNXBLOCK, PY_BINDINGS
 
 HERE = Path(__file__).parent
-HOW = ("set EDGETRAIN_ORT_TESTS to a folder holding ONNX Runtime v1.19.2's "
-       f"orttraining/orttraining/test/python/{PY_BINDINGS} and {ONNXBLOCK} (microsoft/onnxruntime on GitHub)")
+HOW = (
+    "set EDGETRAIN_ORT_TESTS to a folder holding ONNX Runtime v1.19.2's "
+    f"orttraining/orttraining/test/python/{PY_BINDINGS} and {ONNXBLOCK} (microsoft/onnxruntime on GitHub)"
+)
 TIME_LIMIT = 1500  # seconds for one file's run; the py_bindings file compiles about thirty trainers
 
 
@@ -41,15 +43,37 @@ def _run(test_file: Path, work: Path) -> dict:
     (work / "pytest.ini").write_text("[pytest]\n")  # none of this repository's options or conftest
     results = work / "results.json"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")}
-    env.update(ORT_COMPAT_RESULTS=str(results), PYTHONDONTWRITEBYTECODE="1",  # nothing written by the ORT files
-               PYTHONPATH=os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")])))
-    command = [sys.executable, "-m", "pytest", "-c", str(work / "pytest.ini"), "--rootdir", str(test_file.parent),
-               "-p", "no:cacheprovider", "-p", "no:logging", "-p", "ort_shim", "-q", "--tb=short", "-W", "ignore",
-               str(test_file)]
+    env.update(
+        ORT_COMPAT_RESULTS=str(results),
+        PYTHONDONTWRITEBYTECODE="1",  # nothing written by the ORT files
+        PYTHONPATH=os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")])),
+    )
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-c",
+        str(work / "pytest.ini"),
+        "--rootdir",
+        str(test_file.parent),
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:logging",
+        "-p",
+        "ort_shim",
+        "-q",
+        "--tb=short",
+        "-W",
+        "ignore",
+        str(test_file),
+    ]
     run = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, timeout=TIME_LIMIT)
     if not results.is_file():
-        pytest.fail(f"pytest on {test_file.name} wrote no results (exit {run.returncode}):\n{run.stdout[-3000:]}"
-                    f"{run.stderr[-3000:]}")
+        pytest.fail(
+            f"pytest on {test_file.name} wrote no results (exit {run.returncode}):\n{run.stdout[-3000:]}"
+            f"{run.stderr[-3000:]}"
+        )
     report = json.loads(results.read_text())
     report["output"] = run.stdout
     return report
@@ -58,12 +82,15 @@ def _run(test_file: Path, work: Path) -> dict:
 def _summary(name: str, report: dict) -> str:
     counts = Counter(test["outcome"] for test in report["tests"])
     reasons = Counter(test["reason"] for test in report["tests"] if test["outcome"] == "xfailed")
-    lines = [f"{name}: {counts['passed']} passed, {counts['xfailed']} expected failures, "
-             f"{counts['failed']} unexpected failures, {counts['skipped']} skipped, "
-             f"{len(report['not_run'])} not run"]
+    lines = [
+        f"{name}: {counts['passed']} passed, {counts['xfailed']} expected failures, "
+        f"{counts['failed']} unexpected failures, {counts['skipped']} skipped, "
+        f"{len(report['not_run'])} not run"
+    ]
     lines += [f"  expected failure x{n}: {reason}" for reason, n in reasons.items()]
-    lines += [f"  UNEXPECTED {test['name']}: {test['message']}" for test in report["tests"]
-              if test["outcome"] == "failed"]
+    lines += [
+        f"  UNEXPECTED {test['name']}: {test['message']}" for test in report["tests"] if test["outcome"] == "failed"
+    ]
     lines += [f"  not run {test}: {reason}" for _, test, reason in report["not_run"]]
     return "\n".join(lines)
 
@@ -76,7 +103,8 @@ def test_ort_training_tests_pass_against_edgetrain(file_name, tmp_path, figure):
     outcomes = Counter(test["outcome"] for test in report["tests"])
     assert outcomes["failed"] == 0, f"unexpected failures:\n{summary}\n{report['output'][-6000:]}"
     assert outcomes["passed"] > 0 and not report["listed_but_absent"], (
-        f"ORT's file has changed (none passed, or listed tests are gone: {report['listed_but_absent']})")
+        f"ORT's file has changed (none passed, or listed tests are gone: {report['listed_but_absent']})"
+    )
     assert outcomes["skipped"] == 0, f"tests skipped:\n{summary}"
     assert outcomes["xfailed"] == len(EXPECTED_FAILURES[file_name]), summary
     assert {test.split("[")[0] for _, test, _ in report["not_run"]} == set(NOT_RUN.get(file_name, {})), summary

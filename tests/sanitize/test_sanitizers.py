@@ -28,9 +28,11 @@ def _gcc_file(name: str) -> str | None:
 # federated C calls) run in-process, sanitized, in test_demo.py and test_export_federated.py.
 # The bench's tests run QEMU, whose coroutines (swapcontext) ASan warns about once preloaded; their
 # trainers are the digits MLP and the core MLP, which test_demo.py and test_api.py run sanitized.
-DESELECT = ["tests/c/test_examples.py::test_federated_example_runs_on_flowers_deployment_engine",
-            "tests/c/test_bench_speed.py::test_every_system_trains_the_same_model_and_its_flops_and_instructions_count",
-            "tests/c/test_bench_instructions.py::test_minstret_count_agrees_with_a_trace"]
+DESELECT = [
+    "tests/c/test_examples.py::test_federated_example_runs_on_flowers_deployment_engine",
+    "tests/c/test_bench_speed.py::test_every_system_trains_the_same_model_and_its_flops_and_instructions_count",
+    "tests/c/test_bench_instructions.py::test_minstret_count_agrees_with_a_trace",
+]
 
 
 def _groups(n: int) -> list[list[str]]:
@@ -52,19 +54,32 @@ def test_c_tier_under_asan_and_ubsan(tmp_path):
         pytest.skip("gcc's AddressSanitizer runtime not found: install the Debian package libasan8 (gcc-12 brings it)")
     logs = tmp_path / "logs"
     logs.mkdir()
-    env = dict(os.environ,
-               EDGETRAIN_SANITIZE="1",
-               # ASan must be first in the process; libstdc++ too, or ASan cannot intercept C++ throws of
-               # libraries loaded later (torch).
-               LD_PRELOAD=" ".join(p for p in (libasan, libstdcxx) if p),
-               ASAN_OPTIONS=f"detect_leaks=0:log_path={logs}/asan",  # Python itself does not free at exit
-               UBSAN_OPTIONS=f"print_stacktrace=1:log_path={logs}/ubsan")
+    env = dict(
+        os.environ,
+        EDGETRAIN_SANITIZE="1",
+        # ASan must be first in the process; libstdc++ too, or ASan cannot intercept C++ throws of
+        # libraries loaded later (torch).
+        LD_PRELOAD=" ".join(p for p in (libasan, libstdcxx) if p),
+        ASAN_OPTIONS=f"detect_leaks=0:log_path={logs}/asan",  # Python itself does not free at exit
+        UBSAN_OPTIONS=f"print_stacktrace=1:log_path={logs}/ubsan",
+    )
     runs = []
     for i, files in enumerate(_groups(min(4, os.cpu_count() or 1))):
-        command = [sys.executable, "-m", "pytest", *files, "-q", "-x", "-p", "no:cacheprovider",
-                   f"--basetemp={tmp_path}/run{i}", *(f"--deselect={d}" for d in DESELECT)]
-        runs.append(subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True))
+        command = [
+            sys.executable,
+            "-m",
+            "pytest",
+            *files,
+            "-q",
+            "-x",
+            "-p",
+            "no:cacheprovider",
+            f"--basetemp={tmp_path}/run{i}",
+            *(f"--deselect={d}" for d in DESELECT),
+        ]
+        runs.append(
+            subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        )
     outputs = [run.communicate()[0] for run in runs]
     reports = "\n".join(p.read_text()[:4000] for p in sorted(logs.iterdir()))
     tails = ["\n".join(out.splitlines()[-15:]) for out in outputs]
@@ -81,14 +96,44 @@ def test_one_trainer_under_valgrind(tmp_path):
 
     from edgetrain import artifacts
 
-    out = artifacts.generate_artifacts(bn_dropout_model(), artifact_directory=tmp_path / "out",
-                                       frozen_params=["fc0.bias"])
+    out = artifacts.generate_artifacts(
+        bn_dropout_model(), artifact_directory=tmp_path / "out", frozen_params=["fc0.bias"]
+    )
     exe = tmp_path / "driver"
-    subprocess.run(["gcc", "-std=c99", "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-I", str(out),
-                    f"-DX_SIZE={BATCH * 5}", f"-DN_LABELS={BATCH}", f"-DY_SIZE={BATCH * 3}",
-                    str(HERE / "valgrind_driver.c"), str(out / "model.c"), "-lm", "-o", str(exe)], check=True)
-    result = subprocess.run(["valgrind", "--error-exitcode=1", "--leak-check=full", "--errors-for-leak-kinds=all",
-                             "--track-origins=yes", str(exe)], capture_output=True, text=True)
+    subprocess.run(
+        [
+            "gcc",
+            "-std=c99",
+            "-O1",
+            "-g",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-I",
+            str(out),
+            f"-DX_SIZE={BATCH * 5}",
+            f"-DN_LABELS={BATCH}",
+            f"-DY_SIZE={BATCH * 3}",
+            str(HERE / "valgrind_driver.c"),
+            str(out / "model.c"),
+            "-lm",
+            "-o",
+            str(exe),
+        ],
+        check=True,
+    )
+    result = subprocess.run(
+        [
+            "valgrind",
+            "--error-exitcode=1",
+            "--leak-check=full",
+            "--errors-for-leak-kinds=all",
+            "--track-origins=yes",
+            str(exe),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr[-4000:] + result.stdout
     assert "ERROR SUMMARY: 0 errors" in result.stderr
     print(result.stdout.strip(), "|", result.stderr.strip().splitlines()[-1])

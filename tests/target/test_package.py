@@ -82,16 +82,41 @@ def test_cmake_package_trains_on_cortex_m4_as_edgetrain_run(trainer, tmp_path, c
     (source / "harness.c").write_text(harness)
     build = tmp_path / "build"
     # MinSizeRel (-Os), where `edgetrain run` builds with -O2: the bits do not depend on it.
-    run(["cmake", "-S", source, "-B", build, f"-DCMAKE_TOOLCHAIN_FILE={tmp_path / 'pkg/cmake/arm-none-eabi.cmake'}",
-         f"-DPACKAGE={tmp_path / 'pkg'}", f"-DMPS2={targets.directory() / 'mps2'}", "-DCMAKE_BUILD_TYPE=MinSizeRel"])
+    run(
+        [
+            "cmake",
+            "-S",
+            source,
+            "-B",
+            build,
+            f"-DCMAKE_TOOLCHAIN_FILE={tmp_path / 'pkg/cmake/arm-none-eabi.cmake'}",
+            f"-DPACKAGE={tmp_path / 'pkg'}",
+            f"-DMPS2={targets.directory() / 'mps2'}",
+            "-DCMAKE_BUILD_TYPE=MinSizeRel",
+        ]
+    )
     log = run(["cmake", "--build", build, "--verbose"]).stdout.decode()
     model_c = next(line for line in log.splitlines() if line.rstrip().endswith("src/model.c"))
     for flag in ["-std=c99", "-ffp-contract=off", "-fno-math-errno", *core_flags()]:
         assert f" {flag} " in model_c, flag
     assert re.search(r"libedgetrain_model\.a .*-lm\b", log)
 
-    printed = run(["qemu-system-arm", "-M", "mps2-an386", "-nographic", "-monitor", "none", "-serial", "none",
-                   "-semihosting-config", "enable=on,target=native", "-kernel", build / "firmware.elf"])
+    printed = run(
+        [
+            "qemu-system-arm",
+            "-M",
+            "mps2-an386",
+            "-nographic",
+            "-monitor",
+            "none",
+            "-serial",
+            "none",
+            "-semihosting-config",
+            "enable=on,target=native",
+            "-kernel",
+            build / "firmware.elf",
+        ]
+    )
     assert printed.stdout.decode().splitlines() == expected
 
 
@@ -119,8 +144,17 @@ MAIN_CPP = "void setup();\nvoid loop();\nint main() { setup(); for (;;) loop(); 
 # library.properties fields the Arduino library specification (1.5 format, rev. 2.2) requires, and
 # its categories.
 REQUIRED = ("name", "version", "author", "maintainer", "sentence", "paragraph", "category", "url", "architectures")
-CATEGORIES = {"Display", "Communication", "Signal Input/Output", "Sensors", "Device Control", "Timing",
-              "Data Storage", "Data Processing", "Other"}
+CATEGORIES = {
+    "Display",
+    "Communication",
+    "Signal Input/Output",
+    "Sensors",
+    "Device Control",
+    "Timing",
+    "Data Storage",
+    "Data Processing",
+    "Other",
+}
 SKETCH = "examples/TrainOverSerial/TrainOverSerial.ino"
 
 
@@ -131,8 +165,9 @@ def library(trainer, tmp_path_factory):
 
 
 def test_arduino_library_layout(library):
-    fields = dict(line.split("=", 1) for line in (library / "library.properties").read_text().splitlines()
-                  if "=" in line)
+    fields = dict(
+        line.split("=", 1) for line in (library / "library.properties").read_text().splitlines() if "=" in line
+    )
     assert all(fields.get(name, "").strip() for name in REQUIRED), fields
     assert fields["name"] == library.name == "edgetrain_model"
     assert re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9 _.\-]{0,62}", fields["name"])
@@ -159,9 +194,25 @@ def test_arduino_library_compiles_for_cortex_m4(library, trainer, tmp_path):
     common = [*core_flags(), "-Os", "-ffunction-sections", "-fdata-sections", "-Wall", "-Wextra", "-Werror", "-c"]
     for name, source in (("package", library / "src/model.c"), ("artifacts", trainer[0] / "model.c")):
         run(["arm-none-eabi-gcc", "-std=gnu11", *common, source, "-o", tmp_path / f"{name}.o"])
-    run(["arm-none-eabi-g++", "-x", "c++", "-std=gnu++11", "-fno-rtti", "-fno-exceptions", "-fno-threadsafe-statics",
-         *common, "-include", "Arduino.h", f"-I{tmp_path}", f"-I{library / 'src'}", library / SKETCH,
-         "-o", tmp_path / "sketch.o"])
+    run(
+        [
+            "arm-none-eabi-g++",
+            "-x",
+            "c++",
+            "-std=gnu++11",
+            "-fno-rtti",
+            "-fno-exceptions",
+            "-fno-threadsafe-statics",
+            *common,
+            "-include",
+            "Arduino.h",
+            f"-I{tmp_path}",
+            f"-I{library / 'src'}",
+            library / SKETCH,
+            "-o",
+            tmp_path / "sketch.o",
+        ]
+    )
 
     def fused(obj) -> int:
         code = run(["arm-none-eabi-objdump", "-d", obj]).stdout.decode()
@@ -187,8 +238,25 @@ def test_arduino_sketch_trains_on_serial_frames(library, trainer, tmp_path):
     (tmp_path / "Arduino.h").write_text(ARDUINO_H)
     (tmp_path / "main.cpp").write_text(MAIN_CPP)
     run(["gcc", "-std=gnu11", "-O2", "-c", library / "src/model.c", "-o", tmp_path / "model.o"])
-    run(["g++", "-std=gnu++11", "-Wall", "-Wextra", "-Werror", "-x", "c++", "-include", "Arduino.h",
-         f"-I{tmp_path}", f"-I{library / 'src'}", "-c", library / SKETCH, "-o", tmp_path / "sketch.o"])
+    run(
+        [
+            "g++",
+            "-std=gnu++11",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-x",
+            "c++",
+            "-include",
+            "Arduino.h",
+            f"-I{tmp_path}",
+            f"-I{library / 'src'}",
+            "-c",
+            library / SKETCH,
+            "-o",
+            tmp_path / "sketch.o",
+        ]
+    )
     run(["g++", tmp_path / "main.cpp", tmp_path / "sketch.o", tmp_path / "model.o", "-lm", "-o", tmp_path / "sketch"])
 
     state = api.CheckpointState.load_checkpoint(directory / "checkpoint")
@@ -213,16 +281,20 @@ def test_arduino_sketch_trains_on_serial_frames(library, trainer, tmp_path):
 
 # ---- errors ----
 
+
 def test_package_command_errors(trainer, tmp_path, capsys):
     directory, _ = trainer
     (tmp_path / "file").write_text("")
     (tmp_path / "empty").mkdir()
-    for argv, message in (([str(tmp_path / "absent"), "--format", "cmake"], "no artifact directory"),
-                          ([str(tmp_path / "empty"), "--format", "cmake"], "holds no trainer"),
-                          ([str(directory), "--format", "zip"], "unknown package format 'zip'; formats: cmake, "
-                                                                "arduino"),
-                          ([str(directory), "--format", "arduino", "-o", str(tmp_path / "file")],
-                           "is a file; the package needs a directory")):
+    for argv, message in (
+        ([str(tmp_path / "absent"), "--format", "cmake"], "no artifact directory"),
+        ([str(tmp_path / "empty"), "--format", "cmake"], "holds no trainer"),
+        ([str(directory), "--format", "zip"], "unknown package format 'zip'; formats: cmake, arduino"),
+        (
+            [str(directory), "--format", "arduino", "-o", str(tmp_path / "file")],
+            "is a file; the package needs a directory",
+        ),
+    ):
         with pytest.raises(SystemExit) as exit_:
             main(["package", *argv])
         err = capsys.readouterr().err

@@ -61,8 +61,9 @@ def test_a_power_cut_anywhere_in_a_save_resumes_from_the_last_complete_checkpoin
     start = time.monotonic()
     directory = artifacts.generate_artifacts(mlp(batch=2, sizes=(4, 6, 3)), artifact_directory=tmp_path / "mlp")
     data = make_data((2, 4), batches=3)
-    fw = firmware.build_firmware([(directory, data)], TARGET, STEPS, build=tmp_path / "build", flash="flash.bin",
-                                 save_every=SAVE_EVERY)
+    fw = firmware.build_firmware(
+        [(directory, data)], TARGET, STEPS, build=tmp_path / "build", flash="flash.bin", save_every=SAVE_EVERY
+    )
     (tmp_path / "whole").mkdir()
     status, whole = run_lines(fw, tmp_path / "whole", None)
     saved = [int(line.split()[-1]) for line in whole if line.startswith("flash saved step")]
@@ -81,21 +82,27 @@ def test_a_power_cut_anywhere_in_a_save_resumes_from_the_last_complete_checkpoin
         run_dir.mkdir()
         status, before = run_lines(fw, run_dir, cuts[i])
         assert status != 0 and before[-1] == f"flash power cut after {cuts[i]} programmed bytes", before[-3:]
-        assert before[:-1] == whole[:len(before) - 1]  # up to the cut, the uninterrupted run
+        assert before[:-1] == whole[: len(before) - 1]  # up to the cut, the uninterrupted run
         status, after = run_lines(fw, run_dir, None)
         completed = cuts[i] // (checkpoint + HEADER)  # saves whose mark was written in full
         resumed = completed * SAVE_EVERY
-        assert status == 0 and after[0] == (f"flash resume step {resumed}" if completed else "flash empty"), \
-            (cuts[i], after[:2])
+        assert status == 0 and after[0] == (f"flash resume step {resumed}" if completed else "flash empty"), (
+            cuts[i],
+            after[:2],
+        )
         assert after[1] == next(line for line in whole if line.startswith(f"step {resumed} "))
-        assert after[1:] == whole[whole.index(after[1]):]
+        assert after[1:] == whole[whole.index(after[1]) :]
         return resumed
 
     with ThreadPoolExecutor(max_workers=2) as pool:  # each run is its own QEMU process
         resumed = list(pool.map(cut_and_restart, range(RUNS)))
-    figures = {"runs": RUNS, "checkpoint bytes": checkpoint, "cuts": dict(collections.Counter(kinds)),
-               "resumed from step": dict(sorted(collections.Counter(resumed).items())),
-               "seconds": round(time.monotonic() - start, 1)}
+    figures = {
+        "runs": RUNS,
+        "checkpoint bytes": checkpoint,
+        "cuts": dict(collections.Counter(kinds)),
+        "resumed from step": dict(sorted(collections.Counter(resumed).items())),
+        "seconds": round(time.monotonic() - start, 1),
+    }
     figure(str(figures))
     assert set(resumed) == {0, *saved[:-1]}  # every save was the last complete one in some run
 
@@ -109,13 +116,21 @@ def test_run_command_resumes_from_its_flash_file(tmp_path, capsys, monkeypatch):
     run = ["run", str(directory), "--data", "data.npz", "--flash", "flash.bin"]
     assert main([*run, "--steps", "4", "--save-every", "2"]) == 0
     four = reference_lines(directory, data, 4)
-    assert capsys.readouterr().out.splitlines() == ["flash empty", *four[:2], "flash saved step 2", *four[2:4],
-                                                    "flash saved step 4", four[4]]
+    assert capsys.readouterr().out.splitlines() == [
+        "flash empty",
+        *four[:2],
+        "flash saved step 2",
+        *four[2:4],
+        "flash saved step 4",
+        four[4],
+    ]
     assert main([*run, "--steps", "6"]) == 0  # resumes at step 4, saves nothing
     six = reference_lines(directory, data, 6)
     assert capsys.readouterr().out.splitlines() == ["flash resume step 4", *six[4:]]
-    for args, message in ((["--save-every", "2"], "needs a flash file"),
-                          (["--flash", "f.bin", "--save-every", "-1"], "must be in [0, 2**32), got -1")):
+    for args, message in (
+        (["--save-every", "2"], "needs a flash file"),
+        (["--flash", "f.bin", "--save-every", "-1"], "must be in [0, 2**32), got -1"),
+    ):
         with pytest.raises(SystemExit) as exit_:
             main(["run", str(directory), "--data", "data.npz", "--steps", "1", *args])
         assert exit_.value.code == 2 and message in capsys.readouterr().err

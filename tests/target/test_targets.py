@@ -29,8 +29,10 @@ def need(target: str) -> targets.Target:
     spec = targets.load(target)
     missing = spec.missing()
     if missing:
-        message = (f"target {target}: {', '.join(t for t, _ in missing)} missing; "
-                   f"apt-get install {' '.join(dict.fromkeys(p for _, p in missing))}")
+        message = (
+            f"target {target}: {', '.join(t for t, _ in missing)} missing; "
+            f"apt-get install {' '.join(dict.fromkeys(p for _, p in missing))}"
+        )
         if os.environ.get("CI"):
             pytest.fail(message + " (CI installs every target's packages: see .ci/run)")
         pytest.skip(message)
@@ -53,21 +55,36 @@ def small_cnn(batch=4, seed=0) -> onnx.ModelProto:
     MaxPool -> Flatten -> Gemm on 1x8x8 images."""
     rng = np.random.default_rng(seed)
     c = 4
-    inits = [_param(rng, "conv.weight", (c, 1, 3, 3), 9), _param(rng, "conv.bias", (c,), 9),
-             numpy_helper.from_array(rng.uniform(0.5, 1.5, c).astype(np.float32), "bn.weight"),
-             numpy_helper.from_array(rng.uniform(-0.1, 0.1, c).astype(np.float32), "bn.bias"),
-             numpy_helper.from_array(np.zeros(c, np.float32), "bn.running_mean"),
-             numpy_helper.from_array(np.ones(c, np.float32), "bn.running_var"),
-             _param(rng, "fc.weight", (3, c * 16), c * 16), _param(rng, "fc.bias", (3,), c * 16)]
-    nodes = [helper.make_node("Conv", ["x", "conv.weight", "conv.bias"], ["c"], pads=[1, 1, 1, 1]),
-             helper.make_node("BatchNormalization", ["c", "bn.weight", "bn.bias", "bn.running_mean", "bn.running_var"],
-                              ["b", "bn.mean_out", "bn.var_out"], training_mode=1),
-             helper.make_node("Relu", ["b"], ["r"]),
-             helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
-             helper.make_node("Flatten", ["p"], ["f"]),
-             helper.make_node("Gemm", ["f", "fc.weight", "fc.bias"], ["logits"], transB=1)]
-    graph = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 1, 8, 8])],
-                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, 3])], inits)
+    inits = [
+        _param(rng, "conv.weight", (c, 1, 3, 3), 9),
+        _param(rng, "conv.bias", (c,), 9),
+        numpy_helper.from_array(rng.uniform(0.5, 1.5, c).astype(np.float32), "bn.weight"),
+        numpy_helper.from_array(rng.uniform(-0.1, 0.1, c).astype(np.float32), "bn.bias"),
+        numpy_helper.from_array(np.zeros(c, np.float32), "bn.running_mean"),
+        numpy_helper.from_array(np.ones(c, np.float32), "bn.running_var"),
+        _param(rng, "fc.weight", (3, c * 16), c * 16),
+        _param(rng, "fc.bias", (3,), c * 16),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "conv.weight", "conv.bias"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node(
+            "BatchNormalization",
+            ["c", "bn.weight", "bn.bias", "bn.running_mean", "bn.running_var"],
+            ["b", "bn.mean_out", "bn.var_out"],
+            training_mode=1,
+        ),
+        helper.make_node("Relu", ["b"], ["r"]),
+        helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Flatten", ["p"], ["f"]),
+        helper.make_node("Gemm", ["f", "fc.weight", "fc.bias"], ["logits"], transB=1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "cnn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 1, 8, 8])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, 3])],
+        inits,
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
 
 
@@ -79,24 +96,43 @@ def conv_zoo(batch=2, seed=0) -> onnx.ModelProto:
     ConvTranspose, on 2x12x12 images. Weight gradients over the 6x6 and 3x3 planes sum in order, the
     others in lanes."""
     rng = np.random.default_rng(seed)
-    layers = [("c1", (8, 2, 3, 3), {"pads": [1, 1, 1, 1]}), ("c2", (8, 4, 3, 3), {"group": 2, "pads": [1, 1, 1, 1]}),
-              ("c3", (8, 1, 3, 3), {"group": 8, "strides": [2, 2], "pads": [1, 1, 1, 1]}),
-              ("c4", (8, 1, 3, 3), {"group": 8, "pads": [1, 1, 1, 1]}), ("c5", (16, 8, 1, 1), {}),
-              ("c6", (16, 16, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]})]
+    layers = [
+        ("c1", (8, 2, 3, 3), {"pads": [1, 1, 1, 1]}),
+        ("c2", (8, 4, 3, 3), {"group": 2, "pads": [1, 1, 1, 1]}),
+        ("c3", (8, 1, 3, 3), {"group": 8, "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+        ("c4", (8, 1, 3, 3), {"group": 8, "pads": [1, 1, 1, 1]}),
+        ("c5", (16, 8, 1, 1), {}),
+        ("c6", (16, 16, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ]
     inits, nodes, x = [], [], "x"
     for name, shape, attrs in layers:
-        inits += [_param(rng, f"{name}.weight", shape, int(np.prod(shape[1:]))),
-                  _param(rng, f"{name}.bias", shape[:1], int(np.prod(shape[1:])))]
-        nodes += [helper.make_node("Conv", [x, f"{name}.weight", f"{name}.bias"], [name], **attrs),
-                  helper.make_node("Relu", [name], [f"{name}.relu"])]
+        inits += [
+            _param(rng, f"{name}.weight", shape, int(np.prod(shape[1:]))),
+            _param(rng, f"{name}.bias", shape[:1], int(np.prod(shape[1:]))),
+        ]
+        nodes += [
+            helper.make_node("Conv", [x, f"{name}.weight", f"{name}.bias"], [name], **attrs),
+            helper.make_node("Relu", [name], [f"{name}.relu"]),
+        ]
         x = f"{name}.relu"
-    inits += [_param(rng, "t.weight", (16, 4, 2, 2), 64), _param(rng, "fc.weight", (3, 4), 4),
-              _param(rng, "fc.bias", (3,), 4)]
-    nodes += [helper.make_node("ConvTranspose", [x, "t.weight"], ["t"], strides=[2, 2]),
-              helper.make_node("GlobalAveragePool", ["t"], ["g"]), helper.make_node("Flatten", ["g"], ["f"]),
-              helper.make_node("Gemm", ["f", "fc.weight", "fc.bias"], ["logits"], transB=1)]
-    graph = helper.make_graph(nodes, "zoo", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 2, 12, 12])],
-                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, 3])], inits)
+    inits += [
+        _param(rng, "t.weight", (16, 4, 2, 2), 64),
+        _param(rng, "fc.weight", (3, 4), 4),
+        _param(rng, "fc.bias", (3,), 4),
+    ]
+    nodes += [
+        helper.make_node("ConvTranspose", [x, "t.weight"], ["t"], strides=[2, 2]),
+        helper.make_node("GlobalAveragePool", ["t"], ["g"]),
+        helper.make_node("Flatten", ["g"], ["f"]),
+        helper.make_node("Gemm", ["f", "fc.weight", "fc.bias"], ["logits"], transB=1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "zoo",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 2, 12, 12])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, 3])],
+        inits,
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
 
 
@@ -110,8 +146,10 @@ CASES = {
 
 def make_data(shape, batches=5, classes=3, seed=1) -> dict:
     rng = np.random.default_rng(seed)
-    return {"x": rng.normal(size=(batches, *shape)).astype(np.float32),
-            "y": rng.integers(0, classes, size=(batches, shape[0]))}
+    return {
+        "x": rng.normal(size=(batches, *shape)).astype(np.float32),
+        "y": rng.integers(0, classes, size=(batches, shape[0])),
+    }
 
 
 def reference_lines(directory, data, steps, lr=None, label="") -> list[str]:
@@ -149,8 +187,9 @@ def case(request, tmp_path_factory):
 def test_training_is_bit_identical_on_every_target(case, target):
     directory, lr, expected = case
     need(target)
-    printed = firmware.run([(directory, directory / "data.npz")], target, STEPS, lr, build=directory / target,
-                           timeout=120)
+    printed = firmware.run(
+        [(directory, directory / "data.npz")], target, STEPS, lr, build=directory / target, timeout=120
+    )
     assert printed.splitlines() == expected
 
 
@@ -160,8 +199,9 @@ def test_two_models_link_into_one_firmware(tmp_path):
     for prefix, sizes, seed in (("kws", (8, 16, 3), 0), ("anomaly", (6, 5, 6), 3)):
         directory = tmp_path / prefix
         loss = artifacts.LossType.CrossEntropyLoss if prefix == "kws" else artifacts.LossType.MSELoss
-        artifacts.generate_artifacts(mlp(batch=2, sizes=sizes, seed=seed), artifact_directory=directory, loss=loss,
-                                     c_prefix=prefix)
+        artifacts.generate_artifacts(
+            mlp(batch=2, sizes=sizes, seed=seed), artifact_directory=directory, loss=loss, c_prefix=prefix
+        )
         data = make_data((2, sizes[0]), seed=seed)
         if prefix == "anomaly":  # an autoencoder: float targets
             data["y"] = data["x"] * 0.5
@@ -211,8 +251,11 @@ def test_run_command_and_its_errors(tmp_path, capsys):
     assert capsys.readouterr().out.splitlines() == reference_lines(directory, data, 3, lr=0.5)
     np.savez(tmp_path / "float_labels.npz", x=data["x"], y=data["y"].astype(np.float32))
     np.savez(tmp_path / "wrong_shape.npz", x=data["x"][:, :, :4], y=data["y"])
-    for name, message in (("float_labels", "labels are integers"), ("wrong_shape", "32 values per batch"),
-                          ("missing", "cannot read the data")):
+    for name, message in (
+        ("float_labels", "labels are integers"),
+        ("wrong_shape", "32 values per batch"),
+        ("missing", "cannot read the data"),
+    ):
         with pytest.raises(SystemExit) as exit_:
             main(["run", str(directory), "--data", str(tmp_path / f"{name}.npz"), "--steps", "1"])
         assert exit_.value.code == 2 and message in capsys.readouterr().err
@@ -233,12 +276,24 @@ def test_generated_c_is_cppcheck_clean(tmp_path, monkeypatch):
     if shutil.which("cppcheck") is None:
         (pytest.fail if os.environ.get("CI") else pytest.skip)("cppcheck missing; apt-get install cppcheck")
     monkeypatch.setattr(artifacts, "render", functools.partial(codegen.render, every_kernel=True))
-    directory = artifacts.generate_artifacts(mlp(batch=4, dropout=0.1), artifact_directory=tmp_path / "mlp",
-                                             frozen_params=["fc0.bias"])
-    result = subprocess.run(["cppcheck", "--std=c99", "--enable=warning,style,performance,portability",
-                             "--suppress=variableScope", "--error-exitcode=1", "--quiet",
-                             "--template={file}:{line}: {severity} {id}: {message}", str(directory / "model.c")],
-                            capture_output=True, text=True, timeout=300)
+    directory = artifacts.generate_artifacts(
+        mlp(batch=4, dropout=0.1), artifact_directory=tmp_path / "mlp", frozen_params=["fc0.bias"]
+    )
+    result = subprocess.run(
+        [
+            "cppcheck",
+            "--std=c99",
+            "--enable=warning,style,performance,portability",
+            "--suppress=variableScope",
+            "--error-exitcode=1",
+            "--quiet",
+            "--template={file}:{line}: {severity} {id}: {message}",
+            str(directory / "model.c"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
 
 

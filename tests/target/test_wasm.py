@@ -27,9 +27,17 @@ def node_lines(directory, data, steps, lr, work: Path, api_calls=False) -> list[
     float_labels = np.issubdtype(data["y"].dtype, np.floating)
     np.ascontiguousarray(data["x"], "<f4").tofile(work / "x.bin")
     np.ascontiguousarray(data["y"], "<f4" if float_labels else "<i4").tofile(work / "y.bin")
-    job = {"edgetrain": str(wasm.javascript()), "module": str(module), "x": str(work / "x.bin"),
-           "y": str(work / "y.bin"), "floatLabels": bool(float_labels), "batches": len(data["x"]), "steps": steps,
-           "lr": lr, "api": api_calls}
+    job = {
+        "edgetrain": str(wasm.javascript()),
+        "module": str(module),
+        "x": str(work / "x.bin"),
+        "y": str(work / "y.bin"),
+        "floatLabels": bool(float_labels),
+        "batches": len(data["x"]),
+        "steps": steps,
+        "lr": lr,
+        "api": api_calls,
+    }
     (work / "job.json").write_text(json.dumps(job))
     result = subprocess.run(["node", str(DRIVER), str(work / "job.json")], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
@@ -42,8 +50,9 @@ def test_edgetrain_js_trains_bit_identically_to_the_host(name, tmp_path):
     build, shape, lr = CASES[name]
     model = build()
     need_ops(model)
-    directory = artifacts.generate_artifacts(model, artifact_directory=tmp_path / name,
-                                             optimizer=artifacts.OptimType.AdamW)
+    directory = artifacts.generate_artifacts(
+        model, artifact_directory=tmp_path / name, optimizer=artifacts.OptimType.AdamW
+    )
     data = make_data(shape)
     assert node_lines(directory, data, STEPS, lr, tmp_path) == reference_lines(directory, data, STEPS, lr)
 
@@ -53,8 +62,7 @@ def test_edgetrain_js_api_returns_the_host_bytes(tmp_path):
     blob, the checkpoint, the federated delta and an applied update equal the host trainer's bytes;
     failing calls raise the status's name and leave the trainer as it was; a checkpoint loads back."""
     need("wasm32")
-    directory = artifacts.generate_artifacts(mlp(), artifact_directory=tmp_path / "mlp", batch_size=4,
-                                             federated=True)
+    directory = artifacts.generate_artifacts(mlp(), artifact_directory=tmp_path / "mlp", batch_size=4, federated=True)
     data, lr, steps = make_data((4, 8)), 0.05, 5
     lines = node_lines(directory, data, steps, lr, tmp_path, api_calls=True)
     got = json.loads(lines[-1].removeprefix("api "))
@@ -76,10 +84,15 @@ def test_edgetrain_js_api_returns_the_host_bytes(tmp_path):
     assert got["inferOne"] == module.infer(data["x"][0][:1])[0].tobytes().hex()
     assert got["export"] == module.export_parameters().hex()
     assert got["checkpoint"] == module._save(True).hex()
-    assert got["errors"] == {"errors": [["corrupt", "TrainerError", "ET_CORRUPT_CHECKPOINT"],
-                                        ["badLabel", "TrainerError", "ET_BAD_ARGUMENT"],
-                                        ["shortInput", "Error", None],
-                                        ["tooSmall", "TrainerError", "ET_BUFFER_TOO_SMALL"]], "unchanged": True}
+    assert got["errors"] == {
+        "errors": [
+            ["corrupt", "TrainerError", "ET_CORRUPT_CHECKPOINT"],
+            ["badLabel", "TrainerError", "ET_BAD_ARGUMENT"],
+            ["shortInput", "Error", None],
+            ["tooSmall", "TrainerError", "ET_BUFFER_TOO_SMALL"],
+        ],
+        "unchanged": True,
+    }
     assert got["delta"] == module.get_delta().tobytes().hex()
     module.apply_delta(module.get_delta(), 0.5)
     assert got["updated"] == module.get_contiguous_parameters(trainable_only=True).tobytes().hex()
@@ -89,21 +102,25 @@ def test_edgetrain_js_api_returns_the_host_bytes(tmp_path):
 
 def test_module_description_and_size_report(tmp_path):
     spec = need("wasm32")
-    directory = artifacts.generate_artifacts(mlp(sizes=(8, 16, 3)), artifact_directory=tmp_path / "mlp",
-                                             batch_size=6, target="wasm32")
+    directory = artifacts.generate_artifacts(
+        mlp(sizes=(8, 16, 3)), artifact_directory=tmp_path / "mlp", batch_size=6, target="wasm32"
+    )
     assert wasm.describe(directory) == {
-        "prefix": "model", "maxBatch": 6,
+        "prefix": "model",
+        "maxBatch": 6,
         "inputs": [{"name": "x", "type": "float32", "batched": True, "size": 8}],
         "labels": {"name": "labels", "type": "int32", "batched": True, "size": 1},
-        "outputs": [{"name": "logits", "type": "float32", "batched": True, "size": 3}]}
+        "outputs": [{"name": "logits", "type": "float32", "batched": True, "size": 3}],
+    }
     report = json.loads((directory / "report.json").read_text())
     # llvm-size's text is the code section alone: with no read-only weights, the report's code
     obj = tmp_path / "model.o"
     subprocess.run([spec.cc, *spec.cflags, "-c", str(directory / "model.c"), "-o", str(obj)], check=True)
     text = int(subprocess.run([spec.size, "-B", str(obj)], capture_output=True, text=True).stdout.split()[6])
     segments = wasm.data_segments(obj.read_bytes())
-    assert report["size_breakdown"]["code"] + report["size_breakdown"]["constant_weights"] == \
-        text + sum(n for s, n in segments.items() if s.startswith(".rodata."))
+    assert report["size_breakdown"]["code"] + report["size_breakdown"]["constant_weights"] == text + sum(
+        n for s, n in segments.items() if s.startswith(".rodata.")
+    )
     assert report["size_breakdown"]["arena"] == segments[".bss.et_arena"] == report["arena_bytes"]
     module = (directory / "model.wasm").read_bytes()  # what edgetrain.js loads, built with the report
     assert module[:4] == b"\0asm" and report["wasm_module_bytes"] == len(module) > text
@@ -127,8 +144,22 @@ def test_format_g_is_c_printf(tmp_path):
     with np.errstate(invalid="ignore"):  # NaN patterns among them, dropped below
         singles = rng.integers(0, 2**32, 20000, dtype=np.uint64).astype(np.uint32).view(np.float32).astype(np.float64)
     doubles = rng.integers(0, 2**64, 5000, dtype=np.uint64).view(np.float64)
-    ties = [1048576.125, -2097152.25, 0.5, 2.5, 123456788.5, 99999999.5, 999999999.5, 9.9999999995e-5, -0.0, 5e-324,
-            1.7976931348623157e308, 1e-5, 1e9, 123456789.0]
+    ties = [
+        1048576.125,
+        -2097152.25,
+        0.5,
+        2.5,
+        123456788.5,
+        99999999.5,
+        999999999.5,
+        9.9999999995e-5,
+        -0.0,
+        5e-324,
+        1.7976931348623157e308,
+        1e-5,
+        1e9,
+        123456789.0,
+    ]
     values = np.array([v for v in np.concatenate([singles, doubles, ties]) if np.isfinite(v)])
     specials = np.array([np.inf, -np.inf, np.nan, -np.nan])  # numpy's -nan has its sign bit set
     precisions = (9, 6, 1, 0, 17)

@@ -73,8 +73,13 @@ def test_the_page_trains_as_the_host_does(browser, site, tmp_path, figure):
     host = firmware.run([(directory / "artifacts", directory / "digits.npz")], "host", steps, timeout=120)
     assert log == host.splitlines() and steps == EPOCHS * 44
     need("cortex-m4")  # and on a microcontroller, emulated: the same lines again
-    cortex_m4 = firmware.run([(directory / "artifacts", directory / "digits.npz")], "cortex-m4", steps,
-                             build=tmp_path / "cortex-m4", timeout=300)
+    cortex_m4 = firmware.run(
+        [(directory / "artifacts", directory / "digits.npz")],
+        "cortex-m4",
+        steps,
+        build=tmp_path / "cortex-m4",
+        timeout=300,
+    )
     assert log == cortex_m4.splitlines()
     assert accuracy >= 0.9
 

@@ -78,21 +78,33 @@ def test_generated_c_does_not_depend_on_string_hashing(tmp_path):
     nodes, inits = [], [numpy_helper.from_array(rng.normal(size=(4, 3)).astype(np.float32), "w")]
     value = "x"
     for i in range(6):
-        stats = [numpy_helper.from_array(rng.uniform(0.5, 1.5, 4).astype(np.float32), f"bn{i}.{part}")
-                 for part in ("scale", "bias", "mean", "var")]
+        stats = [
+            numpy_helper.from_array(rng.uniform(0.5, 1.5, 4).astype(np.float32), f"bn{i}.{part}")
+            for part in ("scale", "bias", "mean", "var")
+        ]
         inits += stats
         nodes.append(helper.make_node("BatchNormalization", [value, *(t.name for t in stats)], [f"y{i}"]))
         value = f"y{i}"
     nodes.append(helper.make_node("MatMul", [value, "w"], ["logits"]))
-    graph = helper.make_graph(nodes, "bn_chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
-                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [2, 3])], inits)
+    graph = helper.make_graph(
+        nodes,
+        "bn_chain",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [2, 3])],
+        inits,
+    )
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "bn.onnx")
-    script = ("import sys; from edgetrain import artifacts; artifacts.generate_artifacts(sys.argv[1], "
-              "artifact_directory=sys.argv[2], loss=artifacts.LossType.CrossEntropyLoss, "
-              "frozen_params=[f'bn{i}.{p}' for i in range(6) for p in ('scale', 'bias')])")
+    script = (
+        "import sys; from edgetrain import artifacts; artifacts.generate_artifacts(sys.argv[1], "
+        "artifact_directory=sys.argv[2], loss=artifacts.LossType.CrossEntropyLoss, "
+        "frozen_params=[f'bn{i}.{p}' for i in range(6) for p in ('scale', 'bias')])"
+    )
     sources = []
     for seed in ("1", "2"):
-        subprocess.run([sys.executable, "-c", script, str(tmp_path / "bn.onnx"), str(tmp_path / seed)], check=True,
-                       env=dict(os.environ, PYTHONHASHSEED=seed))
+        subprocess.run(
+            [sys.executable, "-c", script, str(tmp_path / "bn.onnx"), str(tmp_path / seed)],
+            check=True,
+            env=dict(os.environ, PYTHONHASHSEED=seed),
+        )
         sources.append((tmp_path / seed / "model.c").read_text() + (tmp_path / seed / "model_weights.h").read_text())
     assert "0x" in sources[0] and sources[0] == sources[1]

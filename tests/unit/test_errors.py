@@ -22,33 +22,60 @@ def unsupported_model():
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
     w = numpy_helper.from_array(np.ones((2, 3), np.float32), "w")
-    nodes = [helper.make_node("Acos", ["x"], ["a"], name="acos_a"),
-             helper.make_node("Acos", ["a"], ["b"], name="acos_b"),
-             helper.make_node("Atan", ["b"], ["c"], name="atan"),
-             helper.make_node("Mul", ["c", "w"], ["y"], name="mul")]
+    nodes = [
+        helper.make_node("Acos", ["x"], ["a"], name="acos_a"),
+        helper.make_node("Acos", ["a"], ["b"], name="acos_b"),
+        helper.make_node("Atan", ["b"], ["c"], name="atan"),
+        helper.make_node("Mul", ["c", "w"], ["y"], name="mul"),
+    ]
     return model_with(nodes, [x], [y], [w])
 
 
 CASES = {
     "unsupported ops": (unsupported_model, {}, ["unsupported ops", "Acos", "'acos_a'", "'acos_b'", "Atan", "'atan'"]),
-    "unknown domain": (lambda: helper.make_model(helper.make_graph(
-        [helper.make_node("FusedThing", ["x"], ["a"], domain="com.example", name="fused"),
-         helper.make_node("Relu", ["a"], ["y"], name="relu")], "m",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])]),
-        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)]),
-        {}, ["unsupported ops", "com.example.FusedThing", "'fused'"]),
-    "dynamic non-batch axis": (lambda: model_with(
-        [helper.make_node("Relu", ["x"], ["y"])], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, "T"])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, "T"])]), {"batch_size": 2, "defer_free_dims": False},
-        ["dynamic shape", "'x' axis 1 (T)"]),
-    "int8 input": (lambda: model_with(
-        [helper.make_node("Cast", ["x"], ["xf"], to=TensorProto.FLOAT), helper.make_node("Mul", ["xf", "w"], ["y"])],
-        [helper.make_tensor_value_info("x", TensorProto.INT8, [2])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
-        [numpy_helper.from_array(np.ones(2, np.float32), "w")]), {}, ["input 'x'", "int8", "float32, int32, int64"]),
-    "unknown requires_grad": (mlp, {"batch_size": 4, "requires_grad": ["fc0.weight", "nope"]},
-                              ["unknown initializer", "'nope'"]),
+    "unknown domain": (
+        lambda: helper.make_model(
+            helper.make_graph(
+                [
+                    helper.make_node("FusedThing", ["x"], ["a"], domain="com.example", name="fused"),
+                    helper.make_node("Relu", ["a"], ["y"], name="relu"),
+                ],
+                "m",
+                [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+            ),
+            opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)],
+        ),
+        {},
+        ["unsupported ops", "com.example.FusedThing", "'fused'"],
+    ),
+    "dynamic non-batch axis": (
+        lambda: model_with(
+            [helper.make_node("Relu", ["x"], ["y"])],
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, "T"])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, "T"])],
+        ),
+        {"batch_size": 2, "defer_free_dims": False},
+        ["dynamic shape", "'x' axis 1 (T)"],
+    ),
+    "int8 input": (
+        lambda: model_with(
+            [
+                helper.make_node("Cast", ["x"], ["xf"], to=TensorProto.FLOAT),
+                helper.make_node("Mul", ["xf", "w"], ["y"]),
+            ],
+            [helper.make_tensor_value_info("x", TensorProto.INT8, [2])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+            [numpy_helper.from_array(np.ones(2, np.float32), "w")],
+        ),
+        {},
+        ["input 'x'", "int8", "float32, int32, int64"],
+    ),
+    "unknown requires_grad": (
+        mlp,
+        {"batch_size": 4, "requires_grad": ["fc0.weight", "nope"]},
+        ["unknown initializer", "'nope'"],
+    ),
     "unknown frozen": (mlp, {"batch_size": 4, "frozen_params": ["fc9.bias"]}, ["unknown initializer", "'fc9.bias'"]),
     "old opset": (lambda: mlp(opset=11), {"batch_size": 4}, ["opset 11", "13"]),
 }
@@ -90,9 +117,11 @@ def test_cli_error_is_one_line_exit_2(tmp_path, case):
 
 
 def test_unfixed_dimension_names_every_fix_in_the_interfaces_spelling(tmp_path):
-    model = model_with([helper.make_node("Relu", ["x"], ["y"])],
-                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, "T"])],
-                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, "T"])])
+    model = model_with(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, "T"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, "T"])],
+    )
     with pytest.raises(EdgetrainError, match=re.escape("dim_values={'T': SIZE} or dim_values={'x:1': SIZE}")):
         artifacts.generate_artifacts(model, artifact_directory=tmp_path, batch_size=2, defer_free_dims=False)
     with pytest.raises(EdgetrainError, match=re.escape("dim_values={'T': SIZE}")):  # a device's sizes are needed
@@ -103,10 +132,11 @@ def test_unfixed_dimension_names_every_fix_in_the_interfaces_spelling(tmp_path):
 
 
 def test_dim_values_fix_dimensions_by_name_and_by_input_axis(tmp_path):
-    model = model_with([helper.make_node("Relu", ["x"], ["h"]),
-                        helper.make_node("ReduceSum", ["h"], ["y"], keepdims=0)],
-                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, "T", "U"])],
-                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])])
+    model = model_with(
+        [helper.make_node("Relu", ["x"], ["h"]), helper.make_node("ReduceSum", ["h"], ["y"], keepdims=0)],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, "T", "U"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])],
+    )
     out = artifacts.generate_inference(model, tmp_path / "a", dim_values={"T": 3, "x:2": 5})
     assert "15" in (out / "model.h").read_text() or "30" in (out / "model.c").read_text()
     with pytest.raises(EdgetrainError, match="names no symbolic input dimension: 'V'.*'T', 'U'"):
@@ -114,8 +144,9 @@ def test_dim_values_fix_dimensions_by_name_and_by_input_axis(tmp_path):
     onnx.save(model, tmp_path / "m.onnx")
     # The shapes fixed, the model compiles: its output is the loss (--loss none), and with no
     # parameter its trainer trains nothing, as ONNX Runtime's would; it still computes the loss.
-    result = cli("compile", tmp_path / "m.onnx", "-o", tmp_path / "c", "--loss", "none",
-                 "--dim", "T=3", "--dim", "x:2=5")
+    result = cli(
+        "compile", tmp_path / "m.onnx", "-o", tmp_path / "c", "--loss", "none", "--dim", "T=3", "--dim", "x:2=5"
+    )
     assert result.returncode == 0, result.stderr
     assert "trains nothing" in result.stdout
     assert "et_params" not in (tmp_path / "c" / "model_weights.h").read_text()

@@ -77,8 +77,11 @@ def test_malformed_model_is_refused_in_one_line(name, tmp_path):
 
 
 def test_the_command_exits_2_without_traceback():
-    result = subprocess.run([sys.executable, "-m", "edgetrain.cli", "compile", str(CORPUS / "malformed" / "cycle.onnx"),
-                             "-o", os.devnull], capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "edgetrain.cli", "compile", str(CORPUS / "malformed" / "cycle.onnx"), "-o", os.devnull],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.startswith("edgetrain: error: the graph has a cycle") and len(result.stderr.splitlines()) == 1
 
@@ -107,8 +110,11 @@ def test_external_data_inside_the_directory_loads(tmp_path):
     import numpy as np
 
     healthy = make_malformed.mlp()
-    weight = np.frombuffer(healthy.graph.initializer[0].raw_data, np.float32) if healthy.graph.initializer[0].raw_data \
+    weight = (
+        np.frombuffer(healthy.graph.initializer[0].raw_data, np.float32)
+        if healthy.graph.initializer[0].raw_data
         else np.array(healthy.graph.initializer[0].float_data, np.float32)
+    )
     (tmp_path / "models").mkdir()
     (tmp_path / "models" / "weights.bin").write_bytes(weight.astype("<f4").tobytes())
     path = _external_model(tmp_path / "models", "weights.bin")

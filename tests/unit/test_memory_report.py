@@ -17,9 +17,13 @@ from models import mlp_bn
 
 @pytest.fixture(scope="module")
 def out(tmp_path_factory):
-    return artifacts.generate_artifacts(mlp_bn(), optimizer=artifacts.OptimType.AdamW, batch_size=4,
-                                        artifact_directory=tmp_path_factory.mktemp("report") / "out",
-                                        memory_plot=can_plot())
+    return artifacts.generate_artifacts(
+        mlp_bn(),
+        optimizer=artifacts.OptimType.AdamW,
+        batch_size=4,
+        artifact_directory=tmp_path_factory.mktemp("report") / "out",
+        memory_plot=can_plot(),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -37,12 +41,14 @@ def test_blocks_fit_the_arena_and_never_share_live_bytes(report):
         for b in blocks:
             assert 0 <= b["offset"] and b["offset"] + b["size"] <= arena and b["start"] <= b["end"], b
         for i, a in enumerate(blocks):
-            for b in blocks[i + 1:]:
+            for b in blocks[i + 1 :]:
                 live_together = a["start"] <= b["end"] and b["start"] <= a["end"]
                 share_bytes = a["offset"] < b["offset"] + b["size"] and b["offset"] < a["offset"] + a["size"]
                 assert not (live_together and share_bytes), (name, a, b)
-        live = [[b["size"] for b in blocks if b["start"] <= point <= b["end"]]
-                for point in range(max(b["end"] for b in blocks) + 1)]
+        live = [
+            [b["size"] for b in blocks if b["start"] <= point <= b["end"]]
+            for point in range(max(b["end"] for b in blocks) + 1)
+        ]
         # The bound counts each block at its size rounded up to ALIGN floats (16 bytes).
         assert max(map(sum, live)) <= bound <= max(sum(size + 12 for size in sizes) for sizes in live)
         assert sum(f["peak_bytes_by_kind"].values()) == max(map(sum, live))
@@ -104,8 +110,13 @@ def test_without_matplotlib_plot_is_one_clear_error(out, tmp_path, monkeypatch, 
 
 
 def test_fused_update_keeps_no_gradients(report, tmp_path):
-    fused = artifacts.generate_artifacts(mlp_bn(), optimizer=artifacts.OptimType.AdamW, batch_size=4,
-                                         fused_update=True, artifact_directory=tmp_path / "fused")
+    fused = artifacts.generate_artifacts(
+        mlp_bn(),
+        optimizer=artifacts.OptimType.AdamW,
+        batch_size=4,
+        fused_update=True,
+        artifact_directory=tmp_path / "fused",
+    )
     fused_report = json.loads((fused / "report.json").read_text())
     assert (report["update"], fused_report["update"]) == ("accumulate", "fused")
     assert report["ram_breakdown"]["gradients"] == report["ram_breakdown"]["parameters"] > 0

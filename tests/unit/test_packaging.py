@@ -14,7 +14,8 @@ def test_every_package_of_compiler_is_listed_in_pyproject():
     setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     assert setuptools["package-dir"]["edgetrain"] == "compiler"
     compiler = ROOT / "compiler"
-    found = {".".join(("edgetrain", *init.parent.relative_to(compiler).parts))
-             for init in compiler.rglob("__init__.py")}
+    found = {
+        ".".join(("edgetrain", *init.parent.relative_to(compiler).parts)) for init in compiler.rglob("__init__.py")
+    }
     assert found, "no package found under compiler/"
     assert found - set(setuptools["packages"]) == set()

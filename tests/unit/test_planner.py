@@ -37,8 +37,10 @@ def test_live_tensors_never_overlap():
             assert offsets[a.name] % ALIGN == 0 and offsets[a.name] + a.size <= total
             for b in intervals:
                 if a.name < b.name and a.start <= b.end and b.start <= a.end:
-                    assert (offsets[a.name] + a.size <= offsets[b.name] or
-                            offsets[b.name] + b.size <= offsets[a.name]), (a, b)
+                    assert offsets[a.name] + a.size <= offsets[b.name] or offsets[b.name] + b.size <= offsets[a.name], (
+                        a,
+                        b,
+                    )
 
 
 def test_arena_close_to_lower_bound():
@@ -67,8 +69,14 @@ KB = 1024
 
 def compile_c(model, plan: Plan | None = None, optimizer=OptimType.SGD, loss=LossType.CrossEntropyLoss, **kwargs):
     plan = Plan() if plan is None else plan
-    trainer = build_trainer(load_model(model, None), loss=loss, optimizer=OptimizerSpec(optimizer),
-                            recompute=plan.recompute, keep_every=plan.keep_every, **kwargs)
+    trainer = build_trainer(
+        load_model(model, None),
+        loss=loss,
+        optimizer=OptimizerSpec(optimizer),
+        recompute=plan.recompute,
+        keep_every=plan.keep_every,
+        **kwargs,
+    )
     return trainer, build(trainer, "model", fused_update=plan.fused_update)
 
 
@@ -93,24 +101,33 @@ def suite_models():
     from examples.models.digits_cnn import BATCH as DIGITS_BATCH, digits_cnn
     from examples.models.mlperf_tiny import MODELS, export_training
     from models import mlp, mlp_bn, weighted_sum
+
     cross_entropy = LossType.CrossEntropyLoss
-    models = {"mlp": (mlp(batch=4), cross_entropy), "mlp_dropout": (mlp(batch=4, dropout=0.1), cross_entropy),
-              "mlp_bn": (mlp_bn(batch=4), cross_entropy), "weighted_sum": (weighted_sum((3, 4)), None),
-              "digits_cnn": (export_training(digits_cnn(), DIGITS_BATCH)[0], cross_entropy)}
+    models = {
+        "mlp": (mlp(batch=4), cross_entropy),
+        "mlp_dropout": (mlp(batch=4, dropout=0.1), cross_entropy),
+        "mlp_bn": (mlp_bn(batch=4), cross_entropy),
+        "weighted_sum": (weighted_sum((3, 4)), None),
+        "digits_cnn": (export_training(digits_cnn(), DIGITS_BATCH)[0], cross_entropy),
+    }
     # At tests/c/test_mlperf_tiny.py's batches, and at batch 1 but for the autoencoder (its
     # BatchNorm1d needs two values per channel).
     for name, spec in MODELS.items():
         for batch in {"ad": (2, 16)}.get(name, (1, 2)):
             models[f"{name}@{batch}"] = (export_training(spec["build"](), batch)[0], LossType(spec["loss"]))
-    rnn, transformer = (_module(TESTS / "c" / "test_sequence_models_rnn.py"),
-                        _module(TESTS.parent / "examples" / "text" / "tinygpt.py"))
+    rnn, transformer = (
+        _module(TESTS / "c" / "test_sequence_models_rnn.py"),
+        _module(TESTS.parent / "examples" / "text" / "tinygpt.py"),
+    )
     for cell, hidden, bidirectional, layers, decoder in rnn.TAGGERS:
         torch.manual_seed(0)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the exporter's notes on tracing and batch sizes
             tagger = rnn.export_tagger(rnn.Tagger(cell, hidden, bidirectional, layers, decoder))
         models[f"{cell}-{hidden}{'-bi' if bidirectional else ''}-{layers}{'-decoder' if decoder else ''}"] = (
-            tagger, cross_entropy)
+            tagger,
+            cross_entropy,
+        )
     with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         # tests/c/test_sequence_models_transformer.py's sizes: 11 tokens, context 8, batch 3.
@@ -162,13 +179,24 @@ def test_blocks_describe_the_arena(suite_models):
 
 def elementwise_chain():
     """x -> Relu -> Sigmoid -> Mul(·, itself) -> Gemm: each elementwise op can overwrite its input."""
-    nodes = [helper.make_node("Gemm", ["x", "w0"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
-             helper.make_node("Sigmoid", ["r"], ["s"]), helper.make_node("Add", ["s", "s"], ["a"]),
-             helper.make_node("Gemm", ["a", "w1"], ["y"])]
-    inits = [onnx.numpy_helper.from_array(np.ones((16, 64), np.float32), "w0"),
-             onnx.numpy_helper.from_array(np.ones((64, 3), np.float32), "w1")]
-    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 16])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 3])], inits)
+    nodes = [
+        helper.make_node("Gemm", ["x", "w0"], ["h"]),
+        helper.make_node("Relu", ["h"], ["r"]),
+        helper.make_node("Sigmoid", ["r"], ["s"]),
+        helper.make_node("Add", ["s", "s"], ["a"]),
+        helper.make_node("Gemm", ["a", "w1"], ["y"]),
+    ]
+    inits = [
+        onnx.numpy_helper.from_array(np.ones((16, 64), np.float32), "w0"),
+        onnx.numpy_helper.from_array(np.ones((64, 3), np.float32), "w1"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "chain",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 3])],
+        inits,
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
 
 
@@ -195,10 +223,10 @@ def test_named_update_policies(kws):
 def test_sparse_update_prunes_the_backward_pass(kws):
     graph = load_model(kws, None)
     trainer, _ = compile_c(kws, requires_grad=policy_parameters(graph, "bias"))
-    backward = [n.op for n in trainer.train_nodes[trainer.backward_start:]]
+    backward = [n.op for n in trainer.train_nodes[trainer.backward_start :]]
     assert "ConvGradW" not in backward and "ConvGradX" in backward  # weights frozen; biases need dX
     trainer, _ = compile_c(kws, requires_grad=policy_parameters(load_model(kws, None), "last:3"))
-    backward = [n.op for n in trainer.train_nodes[trainer.backward_start:]]
+    backward = [n.op for n in trainer.train_nodes[trainer.backward_start :]]
     # Only the last pointwise Conv, its BatchNorm and the classifier train: dX stops at that Conv.
     assert backward.count("ConvGradW") == 1 and "ConvGradX" not in backward
 
@@ -208,8 +236,9 @@ def test_kws_fits_the_sram_targets(kws):
     last depthwise-separable block and the classifier in 160 KB, counting every static byte."""
     _, full = compile_c(kws, Plan(True, True))
     assert static_ram_bytes(full) <= 400 * KB
-    _, sparse = compile_c(kws, Plan(True, True, NOTHING_KEPT),
-                          requires_grad=policy_parameters(load_model(kws, None), "bias+last:5"))
+    _, sparse = compile_c(
+        kws, Plan(True, True, NOTHING_KEPT), requires_grad=policy_parameters(load_model(kws, None), "bias+last:5")
+    )
     assert static_ram_bytes(sparse) <= 160 * KB
     _, default = compile_c(kws)
     assert static_ram_bytes(default) > 2 * static_ram_bytes(full)

@@ -26,8 +26,20 @@ STAGES = [
 # Used by every stage, and importing no stage.
 COMMON = {"errors", "files", "checkpoint"}
 # The entry points and tools around the pipeline: they may import any stage; no stage imports them.
-TOP = {"__init__", "api", "artifacts", "cli", "demo", "export", "firmware", "package", "targets", "wasm",
-       "ort_checkpoint", "onnxblock"}
+TOP = {
+    "__init__",
+    "api",
+    "artifacts",
+    "cli",
+    "demo",
+    "export",
+    "firmware",
+    "package",
+    "targets",
+    "wasm",
+    "ort_checkpoint",
+    "onnxblock",
+}
 # Shipped beside the compiler (package data with a module of their own), not stages.
 LIBRARIES = {"runtime_c", "templates", "target_files"}
 
@@ -52,7 +64,7 @@ def _imported(path: Path) -> set[str]:
             names = [alias.name.split(".") for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
-                base = _package_parts(path)[:len(_package_parts(path)) - node.level + 1]
+                base = _package_parts(path)[: len(_package_parts(path)) - node.level + 1]
             else:
                 base = []
             module = base + (node.module.split(".") if node.module else [])

@@ -10,7 +10,7 @@ def pytest_runtest_makereport(item, call):
 
     params = getattr(item, "callspec", None) and item.callspec.params
     if call.when == "call" and params and (params.get("name"), params.get("exporter")) in RESULTS:
-        report.user_properties.append(("zoo", (params["name"], params["exporter"],
-                                               RESULTS[params["name"], params["exporter"]])))
+        report.user_properties.append(
+            ("zoo", (params["name"], params["exporter"], RESULTS[params["name"], params["exporter"]]))
+        )
     return report
-

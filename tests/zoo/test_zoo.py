@@ -32,20 +32,37 @@ RESULTS: dict[tuple[str, str], str] = {}
 
 def export(model: torch.nn.Module, zoo: ZooModel, inputs, exporter: str, path) -> None:
     """README's recommended export call for each exporter, with dynamic batch (and sequence) axes."""
-    names = ["x"] if zoo.kind == "image" else ["input_ids", "attention_mask", "labels"][:len(inputs)]
+    names = ["x"] if zoo.kind == "image" else ["input_ids", "attention_mask", "labels"][: len(inputs)]
     output = "loss" if zoo.kind == "lm" else "logits"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if exporter == "torchscript":
             axes = {0: "batch"} if zoo.kind == "image" else {0: "batch", 1: "seq"}
-            torch.onnx.export(model, inputs, path, dynamo=False, training=torch.onnx.TrainingMode.TRAINING,
-                              do_constant_folding=False, input_names=names, output_names=[output],
-                              dynamic_axes={n: axes for n in names})
+            torch.onnx.export(
+                model,
+                inputs,
+                path,
+                dynamo=False,
+                training=torch.onnx.TrainingMode.TRAINING,
+                do_constant_folding=False,
+                input_names=names,
+                output_names=[output],
+                dynamic_axes={n: axes for n in names},
+            )
         else:
             batch = torch.export.Dim("batch", min=1, max=64)
             dims = {0: batch} if zoo.kind == "image" else {0: batch, 1: torch.export.Dim("seq", min=2, max=32)}
-            torch.onnx.export(model, inputs, path, dynamo=True, optimize=False, input_names=names,
-                              output_names=[output], dynamic_shapes=tuple(dims for _ in names), verbose=False)
+            torch.onnx.export(
+                model,
+                inputs,
+                path,
+                dynamo=True,
+                optimize=False,
+                input_names=names,
+                output_names=[output],
+                dynamic_shapes=tuple(dims for _ in names),
+                verbose=False,
+            )
 
 
 def no_randomness(model: torch.nn.Module) -> torch.nn.Module:
@@ -57,8 +74,9 @@ def no_randomness(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def bound(g64: np.ndarray, g32: np.ndarray) -> float:
-    return max(1e-4 * max(1.0, float(np.max(np.abs(g64), initial=0.0))),
-               3.0 * float(np.max(np.abs(g32 - g64), initial=0.0)))
+    return max(
+        1e-4 * max(1.0, float(np.max(np.abs(g64), initial=0.0))), 3.0 * float(np.max(np.abs(g32 - g64), initial=0.0))
+    )
 
 
 def torch_step(model, zoo, inputs, labels, dtype):
@@ -69,8 +87,9 @@ def torch_step(model, zoo, inputs, labels, dtype):
     loss = out if labels is None else torch.nn.functional.cross_entropy(out, labels)
     loss.backward()
     # A tied parameter (GPT-2's embedding and output layer) under each of its names.
-    grads = {n: p.grad.double().numpy() for n, p in model.named_parameters(remove_duplicate=False)
-             if p.grad is not None}
+    grads = {
+        n: p.grad.double().numpy() for n, p in model.named_parameters(remove_duplicate=False) if p.grad is not None
+    }
     buffers = {n: b.double().numpy() for n, b in model.named_buffers() if b.is_floating_point()}
     return loss.item(), grads, buffers
 
@@ -92,9 +111,13 @@ def compile_pair(name, exporter, tmp_path, randomness: bool = False):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ImportNote)
         out = artifacts.generate_artifacts(
-            path, loss=None if labels is None else artifacts.LossType.CrossEntropyLoss,
-            optimizer=artifacts.OptimType.AdamW, batch_size=BATCH, dim_values=None if zoo.kind == "image" else
-            {"seq": SEQ}, artifact_directory=tmp_path / "out")
+            path,
+            loss=None if labels is None else artifacts.LossType.CrossEntropyLoss,
+            optimizer=artifacts.OptimType.AdamW,
+            batch_size=BATCH,
+            dim_values=None if zoo.kind == "image" else {"seq": SEQ},
+            artifact_directory=tmp_path / "out",
+        )
     state = api.CheckpointState.load_checkpoint(out / "checkpoint")
     module = api.Module(out / "training_model.onnx", state, out / "eval_model.onnx")
     return zoo, model, inputs, labels, state, module, api.Optimizer(out / "optimizer_model.onnx", module)
@@ -143,10 +166,12 @@ def test_zoo_model_trains_as_in_pytorch(name, exporter, tmp_path):
     check("loss", np.array(loss), np.array(loss64), np.array(loss32))
     trained = {n for n, p in state.parameters.items() if p.requires_grad}
     aliases = _aliases(model)
-    assert {aliases[n] for n in grads64} <= {aliases.get(n) for n in trained}, \
+    assert {aliases[n] for n in grads64} <= {aliases.get(n) for n in trained}, (
         f"PyTorch trains what edgetrain does not: {sorted(set(grads64) - trained)[:5]}"
-    assert trained <= set(aliases), f"edgetrain trains tensors that are not PyTorch parameters: " \
-        f"{sorted(trained - set(aliases))[:5]}"
+    )
+    assert trained <= set(aliases), (
+        f"edgetrain trains tensors that are not PyTorch parameters: {sorted(trained - set(aliases))[:5]}"
+    )
     for pname in sorted(trained):  # a parameter the loss does not reach has no gradient in PyTorch: zero
         zero = np.zeros(state.parameters[pname].data.shape)
         check(f"d loss / d {pname}", state.parameters[pname].grad, grads64.get(pname, zero), grads32.get(pname, zero))

@@ -10,8 +10,10 @@ import torch
 _library = torch.library.Library("torchvision", "DEF")  # the definitions last as long as this object
 _library.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
 _library.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-_library.define("roi_align(Tensor input, Tensor rois, float spatial_scale, SymInt pooled_height, "
-                "SymInt pooled_width, int sampling_ratio, bool aligned) -> Tensor")
+_library.define(
+    "roi_align(Tensor input, Tensor rois, float spatial_scale, SymInt pooled_height, "
+    "SymInt pooled_width, int sampling_ratio, bool aligned) -> Tensor"
+)
 
 import torchvision  # noqa: E402  (after the definitions above)
 

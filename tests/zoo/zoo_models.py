@@ -39,12 +39,14 @@ class ZooModel:
 
 def _tv():
     from zoo.torchvision_shim import torchvision
+
     return torchvision.models
 
 
 def _efficientnet():
     _tv()
     from torchvision.models.efficientnet import EfficientNet, _efficientnet_conf
+
     settings, last = _efficientnet_conf("efficientnet_b0", width_mult=0.25, depth_mult=0.25)
     return EfficientNet(settings, dropout=0.2, stochastic_depth_prob=0.2, num_classes=CLASSES, last_channel=last)
 
@@ -52,19 +54,23 @@ def _efficientnet():
 def _regnet():
     _tv()
     from torchvision.models.regnet import BlockParams, RegNet
+
     return RegNet(BlockParams.from_init_params(depth=3, w_0=8, w_a=8.0, w_m=2.0, group_width=8), num_classes=CLASSES)
 
 
 def _convnext():
     _tv()
     from torchvision.models.convnext import CNBlockConfig, ConvNeXt
-    return ConvNeXt([CNBlockConfig(16, 32, 1), CNBlockConfig(32, None, 1)], stochastic_depth_prob=0.0,
-                    num_classes=CLASSES)
+
+    return ConvNeXt(
+        [CNBlockConfig(16, 32, 1), CNBlockConfig(32, None, 1)], stochastic_depth_prob=0.0, num_classes=CLASSES
+    )
 
 
 def _vit():
-    return _tv().VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32,
-                                   mlp_dim=64, num_classes=CLASSES)
+    return _tv().VisionTransformer(
+        image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64, num_classes=CLASSES
+    )
 
 
 class _HF(torch.nn.Module):
@@ -84,10 +90,12 @@ def _hf(config_name, model_name, kind, **config):
     def build():
         import zoo.torchvision_shim  # noqa: F401  (transformers imports torchvision when it is installed)
         import transformers
+
         transformers.logging.set_verbosity_error()
         cfg = getattr(transformers, config_name)(**config)
         cfg._attn_implementation = "eager"
         return _HF(getattr(transformers, model_name)(cfg), kind)
+
     return build
 
 
@@ -98,8 +106,9 @@ ZOO: dict[str, ZooModel] = {
     # so ill-conditioned that PyTorch's own float32 loss is off by 7e-3.
     "resnet18": ZooModel(lambda: _tv().resnet18(num_classes=CLASSES), "image", image_size=64),
     "mobilenet_v2": ZooModel(lambda: _tv().mobilenet_v2(num_classes=CLASSES, width_mult=0.25), "image"),
-    "mobilenet_v3_small": ZooModel(lambda: _tv().mobilenet_v3_small(num_classes=CLASSES, width_mult=0.25,
-                                                                    dropout=0.0), "image"),
+    "mobilenet_v3_small": ZooModel(
+        lambda: _tv().mobilenet_v3_small(num_classes=CLASSES, width_mult=0.25, dropout=0.0), "image"
+    ),
     "shufflenet_v2": ZooModel(lambda: _tv().shufflenet_v2_x0_5(num_classes=CLASSES), "image"),
     "squeezenet1_1": ZooModel(lambda: _tv().squeezenet1_1(num_classes=CLASSES, dropout=0.0), "image"),
     "efficientnet_b0": ZooModel(_efficientnet, "image", random=True),
@@ -107,25 +116,86 @@ ZOO: dict[str, ZooModel] = {
     "regnet": ZooModel(_regnet, "image"),
     "convnext": ZooModel(_convnext, "image"),
     "vit": ZooModel(_vit, "image"),
-    "mobilenet_v3_large": ZooModel(lambda: _tv().mobilenet_v3_large(num_classes=CLASSES, width_mult=0.25,
-                                                                    dropout=0.0), "image"),
+    "mobilenet_v3_large": ZooModel(
+        lambda: _tv().mobilenet_v3_large(num_classes=CLASSES, width_mult=0.25, dropout=0.0), "image"
+    ),
     # Its BatchNorms over 2x2 and 1x1 planes amplify float32 rounding to 1e-4 near the output, where
     # one ReLU input (at 32x32) or one MaxPool near-tie (at 64x64) lies closer than that to its kink;
     # C and PyTorch's float32 then route a gradient differently, which the bound cannot allow for. At 48x48
     # both make the float64 decisions, except one ReLU that both flip (checked for this seed, not in general).
-    "googlenet": ZooModel(lambda: _tv().googlenet(num_classes=CLASSES, aux_logits=False, init_weights=True,
-                                                  dropout=0.0), "image", image_size=48),
-    "densenet": ZooModel(lambda: _tv().densenet.DenseNet(growth_rate=8, block_config=(2, 2), num_init_features=16,
-                                                         num_classes=CLASSES), "image"),
-    "bert": ZooModel(_hf("BertConfig", "BertForSequenceClassification", "text", vocab_size=VOCAB, hidden_size=32,
-                         num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, max_position_embeddings=32,
-                         num_labels=3, classifier_dropout=0.0, **_NO_DROPOUT), "text"),
-    "distilbert": ZooModel(_hf("DistilBertConfig", "DistilBertForSequenceClassification", "text", vocab_size=VOCAB,
-                               dim=32, n_layers=2, n_heads=2, hidden_dim=64, max_position_embeddings=32, num_labels=3,
-                               dropout=0.0, attention_dropout=0.0, seq_classif_dropout=0.0), "text"),
-    "gpt2": ZooModel(_hf("GPT2Config", "GPT2LMHeadModel", "lm", vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=2,
-                         n_positions=32, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0), "lm"),
-    "llama": ZooModel(_hf("LlamaConfig", "LlamaForCausalLM", "lm", vocab_size=VOCAB, hidden_size=32,
-                          intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
-                          max_position_embeddings=32), "lm"),
+    "googlenet": ZooModel(
+        lambda: _tv().googlenet(num_classes=CLASSES, aux_logits=False, init_weights=True, dropout=0.0),
+        "image",
+        image_size=48,
+    ),
+    "densenet": ZooModel(
+        lambda: _tv().densenet.DenseNet(growth_rate=8, block_config=(2, 2), num_init_features=16, num_classes=CLASSES),
+        "image",
+    ),
+    "bert": ZooModel(
+        _hf(
+            "BertConfig",
+            "BertForSequenceClassification",
+            "text",
+            vocab_size=VOCAB,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=64,
+            max_position_embeddings=32,
+            num_labels=3,
+            classifier_dropout=0.0,
+            **_NO_DROPOUT,
+        ),
+        "text",
+    ),
+    "distilbert": ZooModel(
+        _hf(
+            "DistilBertConfig",
+            "DistilBertForSequenceClassification",
+            "text",
+            vocab_size=VOCAB,
+            dim=32,
+            n_layers=2,
+            n_heads=2,
+            hidden_dim=64,
+            max_position_embeddings=32,
+            num_labels=3,
+            dropout=0.0,
+            attention_dropout=0.0,
+            seq_classif_dropout=0.0,
+        ),
+        "text",
+    ),
+    "gpt2": ZooModel(
+        _hf(
+            "GPT2Config",
+            "GPT2LMHeadModel",
+            "lm",
+            vocab_size=VOCAB,
+            n_embd=32,
+            n_layer=2,
+            n_head=2,
+            n_positions=32,
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+        ),
+        "lm",
+    ),
+    "llama": ZooModel(
+        _hf(
+            "LlamaConfig",
+            "LlamaForCausalLM",
+            "lm",
+            vocab_size=VOCAB,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            max_position_embeddings=32,
+        ),
+        "lm",
+    ),
 }

@@ -27,14 +27,19 @@ def train(msg: Message, context: Context) -> Message:
     trainer, data, cid = _setup(msg, context)
     trainer.module.set_reference()
     server_round = int(msg.content["config"]["server-round"])
-    loss = trainer.fit(data["x_train"], data["y_train"], int(context.run_config["local-epochs"]),
-                       seed=1000 * server_round + cid)
+    loss = trainer.fit(
+        data["x_train"], data["y_train"], int(context.run_config["local-epochs"]), seed=1000 * server_round + cid
+    )
     if context.run_config["send-delta"]:
         values = trainer.split(trainer.module.get_delta())  # what a device would transmit
     else:
         values = trainer.arrays()
-    content = RecordDict({"arrays": ArrayRecord({k: Array(v) for k, v in values.items()}),
-                          "metrics": MetricRecord({"num-examples": len(data["x_train"]), "train-loss": loss})})
+    content = RecordDict(
+        {
+            "arrays": ArrayRecord({k: Array(v) for k, v in values.items()}),
+            "metrics": MetricRecord({"num-examples": len(data["x_train"]), "train-loss": loss}),
+        }
+    )
     return Message(content=content, reply_to=msg)
 
 

@@ -30,8 +30,7 @@ class FromDeltas:
         for reply in replies:
             if reply.has_content():
                 delta = reply.content["arrays"]
-                reply.content["arrays"] = ArrayRecord(
-                    {k: Array(self._sent[k] + v.numpy()) for k, v in delta.items()})
+                reply.content["arrays"] = ArrayRecord({k: Array(self._sent[k] + v.numpy()) for k, v in delta.items()})
         return super().aggregate_train(server_round, replies)
 
 
@@ -83,7 +82,8 @@ def main(grid: Grid, context: Context) -> None:
     base = STRATEGIES[str(cfg["strategy"])]
     mixins = (EvaluateLastRound,) + ((FromDeltas,) if cfg["send-delta"] else ())
     strategy = type(base.__name__, (*mixins, base), {"last_round": rounds})(
-        min_train_nodes=clients, min_evaluate_nodes=clients, min_available_nodes=clients)
+        min_train_nodes=clients, min_evaluate_nodes=clients, min_available_nodes=clients
+    )
 
     server = Trainer(work)
     test = np.load(work / "test.npz")
@@ -98,9 +98,15 @@ def main(grid: Grid, context: Context) -> None:
         return MetricRecord({"loss": loss, "accuracy": accuracy})
 
     initial = ArrayRecord({k: Array(v) for k, v in server.arrays().items()})
-    result = strategy.start(grid=QuickPoll(grid), initial_arrays=initial, num_rounds=rounds,
-                            timeout=float(cfg["round-timeout"]), evaluate_fn=evaluate,
-                            train_config=ConfigRecord({}), evaluate_config=ConfigRecord({}))
+    result = strategy.start(
+        grid=QuickPoll(grid),
+        initial_arrays=initial,
+        num_rounds=rounds,
+        timeout=float(cfg["round-timeout"]),
+        evaluate_fn=evaluate,
+        train_config=ConfigRecord({}),
+        evaluate_config=ConfigRecord({}),
+    )
     federated_eval = {r: dict(m) for r, m in result.evaluate_metrics_clientapp.items()}
     if rounds in federated_eval:
         m = federated_eval[rounds]

@@ -46,12 +46,24 @@ def prepare(work: Path, clients: int, seed: int = 0, alpha: float = 0.5) -> dict
     for cid, idx in enumerate(split_non_iid(y_train, clients, alpha, rng)):
         idx = rng.permutation(idx)
         cut = int(0.8 * len(idx))
-        np.savez(work / f"client{cid}.npz", x_train=x_train[idx[:cut]], y_train=y_train[idx[:cut]],
-                 x_val=x_train[idx[cut:]], y_val=y_train[idx[cut:]])
+        np.savez(
+            work / f"client{cid}.npz",
+            x_train=x_train[idx[:cut]],
+            y_train=y_train[idx[:cut]],
+            x_val=x_train[idx[cut:]],
+            y_val=y_train[idx[cut:]],
+        )
         sizes.append(np.bincount(y_train[idx], minlength=10).tolist())
     np.savez(work / "test.npz", x=x_test, y=y_test)
-    artifacts.generate_artifacts(build_mlp(SIZES, seed), artifact_directory=work / "artifacts", batch_size=BATCH,
-                                 optimizer="SGD", momentum=0.9, learning_rate=LEARNING_RATE, federated=True)
+    artifacts.generate_artifacts(
+        build_mlp(SIZES, seed),
+        artifact_directory=work / "artifacts",
+        batch_size=BATCH,
+        optimizer="SGD",
+        momentum=0.9,
+        learning_rate=LEARNING_RATE,
+        federated=True,
+    )
     info = {"clients": clients, "class_counts": sizes, "train": len(x_train), "test": len(x_test)}
     (work / "split.json").write_text(json.dumps(info))
     return info
@@ -76,13 +88,14 @@ class Trainer:
         for n in self.names:
             shape = self.state.parameters[n].data.shape
             size = int(np.prod(shape))
-            out[n] = flat[at:at + size].reshape(shape)
+            out[n] = flat[at : at + size].reshape(shape)
             at += size
         return out
 
     def load(self, arrays: dict[str, np.ndarray]) -> None:
         self.module.copy_buffer_to_parameters(
-            np.concatenate([np.asarray(arrays[n], np.float32).ravel() for n in self.names]), trainable_only=True)
+            np.concatenate([np.asarray(arrays[n], np.float32).ravel() for n in self.names]), trainable_only=True
+        )
 
     def fit(self, x: np.ndarray, y: np.ndarray, epochs: int, seed: int) -> float:
         """Local epochs of shuffled mini-batches (the last partial batch is left for the next
@@ -92,7 +105,7 @@ class Trainer:
         for _ in range(epochs):
             order = rng.permutation(len(x))
             for start in range(0, len(x) - BATCH + 1, BATCH):
-                take = order[start:start + BATCH]
+                take = order[start : start + BATCH]
                 losses.append(self.module(x[take], y[take]))
                 self.optimizer.step()
                 self.module.lazy_reset_grad()
@@ -102,13 +115,13 @@ class Trainer:
         """(mean loss over the full batches, through eval_step; accuracy over every row, through
         infer with the last batch padded)."""
         self.module.eval()
-        losses = [self.module(x[s:s + BATCH], y[s:s + BATCH]) for s in range(0, len(x) - BATCH + 1, BATCH)]
+        losses = [self.module(x[s : s + BATCH], y[s : s + BATCH]) for s in range(0, len(x) - BATCH + 1, BATCH)]
         correct = 0
         for start in range(0, len(x), BATCH):
-            chunk = x[start:start + BATCH]
+            chunk = x[start : start + BATCH]
             padded = np.zeros((BATCH, x.shape[1]), np.float32)
-            padded[:len(chunk)] = chunk
-            correct += int((self.module.infer(padded)[0][:len(chunk)].argmax(1) == y[start:start + BATCH]).sum())
+            padded[: len(chunk)] = chunk
+            correct += int((self.module.infer(padded)[0][: len(chunk)].argmax(1) == y[start : start + BATCH]).sum())
         return float(np.mean(losses)) if losses else float("nan"), correct / len(x)
 
 
