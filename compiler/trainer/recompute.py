@@ -16,6 +16,11 @@ def _cheap(graph: Graph, node: Node) -> bool:
     return node.op == "Conv" and node.attr("group", 1) > 1 and node.attr("group") == graph.shape(node.inputs[0])[1]
 
 
+def _rewired(node: Node, inputs: tuple[str, ...], outputs: tuple[str, ...] | None = None) -> Node:
+    """`node` reading `inputs` (and writing `outputs`, when given) instead of its own."""
+    return Node(node.op, inputs, node.outputs if outputs is None else outputs, node.attrs, node.name, node.domain)
+
+
 def recompute(graph: Graph, nodes: list[Node], backward_start: int, keep_every: int = 0) -> list[Node]:
     """`nodes` (forward, then backward from `backward_start`) with cheap activations recomputed.
     keep_every=K > 0 recomputes dear ones too (convolutions, matrix products), keeping only every
@@ -66,27 +71,11 @@ def recompute(graph: Graph, nodes: list[Node], backward_start: int, keep_every: 
                     for o in original.outputs
                 )
                 renamed.update(zip(original.outputs, outputs))
-                chain_nodes.append(
-                    Node(
-                        original.op,
-                        tuple(renamed.get(i, i) for i in original.inputs),
-                        outputs,
-                        original.attrs,
-                        original.name,
-                        original.domain,
-                    )
-                )
+                chain_nodes.append(_rewired(original, tuple(renamed.get(i, i) for i in original.inputs), outputs))
             for later in range(index, len(backward)):  # every later reader takes the recomputed value
                 b = backward[later]
                 if value in b.inputs:
-                    backward[later] = Node(
-                        b.op,
-                        tuple(renamed[value] if i == value else i for i in b.inputs),
-                        b.outputs,
-                        b.attrs,
-                        b.name,
-                        b.domain,
-                    )
+                    backward[later] = _rewired(b, tuple(renamed[value] if i == value else i for i in b.inputs))
         node = backward[index]
         if not chain_nodes:
             out.append(node)
