@@ -443,7 +443,7 @@ def _with_loss_block(model, block, loss_input_names) -> onnx.ModelProto:
         raise EdgetrainError(
             f"loss must be a LossType, its name, None or an edgetrain.onnxblock.Block, got {type(block).__name__}"
         )
-    proto = model if isinstance(model, onnx.ModelProto) else onnx.load(os.fspath(model))
+    proto = _proto(model)
     names = list(loss_input_names) if loss_input_names else [o.name for o in proto.graph.output]
     return onnxblock.with_loss(block, proto, names)
 
