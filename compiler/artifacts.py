@@ -123,43 +123,32 @@ def generate_artifacts(
     if loss is not None and not isinstance(loss, (LossType, str)):
         model, loss = _with_loss_block(model, loss, loss_input_names), None
         loss_input_names = None  # the block's model has the loss as its one output
-    if loss is not None:
-        loss = LossType(loss.value if isinstance(loss, LossType) else loss)
-    optimizer = OptimType(optimizer.value if isinstance(optimizer, OptimType) else optimizer)
-    spec = OptimizerSpec(
-        kind=optimizer,
-        lr=float(learning_rate),
-        weight_decay=float(weight_decay),
-        momentum=float(momentum),
-        nesterov=bool(nesterov),
-        max_grad_norm=None if max_grad_norm is None else float(max_grad_norm),
-    )
-    _check_options(spec, target, requires_grad, update_policy, fused_update, memory_plot)
-
-    names = requires_grad if update_policy is None else None
-    stages = _Stages(
-        model,
-        prefix,
-        _max_batch(batch_size),
-        dict(
-            loss=loss,
-            optimizer=spec,
-            requires_grad=names,
-            frozen_params=frozen_params,
-            ignore_index=ignore_index,
-            class_weights=class_weights,
-            loss_input_names=loss_input_names,
-            additional_output_names=additional_output_names,
-        ),
+    # The compile's options as plain values: the stages read them, and a Module's recompile
+    # (specialize) passes them back from the recipe kept beside the artifacts.
+    options = dict(
+        requires_grad=requires_grad,
+        frozen_params=frozen_params,
         update_policy=update_policy,
+        loss=None if loss is None else (loss.value if isinstance(loss, LossType) else LossType(loss).value),
+        loss_input_names=loss_input_names,
+        additional_output_names=additional_output_names,
+        optimizer=optimizer.value if isinstance(optimizer, OptimType) else OptimType(optimizer).value,
+        learning_rate=learning_rate,
+        ignore_index=ignore_index,
+        momentum=momentum,
+        nesterov=nesterov,
+        weight_decay=weight_decay,
+        max_grad_norm=max_grad_norm,
+        federated=federated,
+        fused_update=fused_update,
+        ram_budget=ram_budget,
         untie=untie,
         frozen_bn=frozen_bn,
-        federated=federated,
-        fused_update=bool(fused_update),
-        ram_budget=ram_budget,
+        class_weights=None if class_weights is None else np.asarray(class_weights).tolist(),
     )
+    stages = _Stages.of(model, prefix, _max_batch(batch_size), options)
+    _check_options(stages.spec, target, requires_grad, update_policy, fused_update, memory_plot)
     (trainer, model_c), free = _compile(stages, dict(dim_values or {}), defer_free_dims and target is None)
-    notes, probe = stages.notes, stages.probes[id(model_c)]
     memory = model_c.memory  # the plan at the largest batch
     check_ram(memory.ram_bytes)
 
@@ -167,46 +156,40 @@ def generate_artifacts(
     if not free:
         for name, text in render(model_c).items():
             write_artifact(out / name, text)
-    models = _onnx_models(trainer, prefix, model_c, probe, model, file_prefix)
+    models = _onnx_models(trainer, prefix, model_c, stages.probes[id(model_c)], model, file_prefix)
     growable = batch_size is None and not model_c.fixed_batch
     if free or growable:
-        recipe = {
-            "source": f"{file_prefix}source_model.onnx",
-            "free_dims": free,
-            "batch_grows": growable,
-            "c_prefix": prefix,
-            "dim_values": dict(dim_values or {}),
-            "options": dict(
-                requires_grad=requires_grad,
-                frozen_params=frozen_params,
-                update_policy=update_policy,
-                loss=None if loss is None else loss.value,
-                loss_input_names=loss_input_names,
-                additional_output_names=additional_output_names,
-                optimizer=optimizer.value,
-                learning_rate=learning_rate,
-                ignore_index=ignore_index,
-                momentum=momentum,
-                nesterov=nesterov,
-                weight_decay=weight_decay,
-                max_grad_norm=max_grad_norm,
-                federated=federated,
-                fused_update=fused_update,
-                ram_budget=ram_budget,
-                untie=untie,
-                frozen_bn=frozen_bn,
-                class_weights=None if class_weights is None else np.asarray(class_weights).tolist(),
-            ),
-        }
-        write_artifact(out / recipe["source"], _proto(model).SerializeToString())
-        for proto in (models["training_model.onnx"], models["eval_model.onnx"]):
-            _free_axes(proto, free)
-            onnx.helper.set_model_props(
-                proto, {**{p.key: p.value for p in proto.metadata_props}, "edgetrain.recipe": json.dumps(recipe)}
-            )
+        recipe = dict(
+            source=f"{file_prefix}source_model.onnx",
+            free_dims=free,
+            batch_grows=growable,
+            c_prefix=prefix,
+            dim_values=dict(dim_values or {}),
+            options=options,
+        )
+        _keep_recipe(recipe, out, _proto(model), (models["training_model.onnx"], models["eval_model.onnx"]))
     for name, proto in models.items():
         write_artifact(out / f"{file_prefix}{name}", proto.SerializeToString())
     _write_checkpoints(trainer, out, file_prefix, nominal_checkpoint)
+    _report(trainer, memory, stages.notes, free, target, out, file_prefix, memory_plot)
+    return out
+
+
+def _keep_recipe(recipe: dict, out: Path, source: onnx.ModelProto, protos) -> None:
+    """Writes the source model beside the artifacts and the recipe into the training and eval
+    models' metadata (edgetrain.recipe), whose free dimensions get their symbolic names back: what a
+    Module needs to compile the trainer again at other shapes."""
+    write_artifact(out / recipe["source"], source.SerializeToString())
+    for proto in protos:
+        _free_axes(proto, recipe["free_dims"])
+        onnx.helper.set_model_props(
+            proto, {**{p.key: p.value for p in proto.metadata_props}, "edgetrain.recipe": json.dumps(recipe)}
+        )
+
+
+def _report(trainer: Trainer, memory, notes, free, target, out: Path, file_prefix: str, memory_plot: bool) -> None:
+    """report.json (and memory.png): the memory plan, what the import found and, with a target,
+    the sizes its compiler measures."""
     report = memory_report(trainer, memory)
     report["import"] = {"trainable": trainer.trainable, "frozen": trainer.frozen, "notes": notes}
     if free:
@@ -219,7 +202,6 @@ def generate_artifacts(
 
         report["wasm_module_bytes"] = build_module(out).stat().st_size
     write_report(report, out, memory_plot)
-    return out
 
 
 class Compiled(NamedTuple):
@@ -231,6 +213,10 @@ class Compiled(NamedTuple):
     @property
     def memory(self) -> Any:
         return self.model_c.memory
+
+
+# generate_artifacts' options that build_trainer takes as they are.
+_TRAINER_OPTIONS = ("frozen_params", "ignore_index", "class_weights", "loss_input_names", "additional_output_names")
 
 
 @dataclass
@@ -250,8 +236,41 @@ class _Stages:
     federated: bool
     fused_update: bool
     ram_budget: int | None
+    spec: OptimizerSpec
     notes: list[str] = field(default_factory=list)  # what the import found, each said once
     probes: dict[int, Any] = field(default_factory=dict)  # id(ModelC) -> the trainer at another batch
+
+    @classmethod
+    def of(cls, model: Any, prefix: str, max_batch: int, options: dict[str, Any]) -> _Stages:
+        """The stages of generate_artifacts' options (as its body gathers them)."""
+        spec = OptimizerSpec(
+            kind=OptimType(options["optimizer"]),
+            lr=float(options["learning_rate"]),
+            weight_decay=float(options["weight_decay"]),
+            momentum=float(options["momentum"]),
+            nesterov=bool(options["nesterov"]),
+            max_grad_norm=None if options["max_grad_norm"] is None else float(options["max_grad_norm"]),
+        )
+        policy = options["update_policy"]
+        trainer_options = dict(
+            loss=None if options["loss"] is None else LossType(options["loss"]),
+            optimizer=spec,
+            requires_grad=options["requires_grad"] if policy is None else None,
+            **{k: options[k] for k in _TRAINER_OPTIONS},
+        )
+        return cls(
+            model,
+            prefix,
+            max_batch,
+            trainer_options,
+            policy,
+            options["untie"],
+            options["frozen_bn"],
+            options["federated"],
+            bool(options["fused_update"]),
+            options["ram_budget"],
+            spec,
+        )
 
     def graph(self, batch: int, dims: dict) -> Any:
         with warnings.catch_warnings(record=True) as caught:
@@ -283,7 +302,7 @@ class _Stages:
         return Compiled(trainer, model_c)
 
     def within_budget(self, dims: dict) -> Compiled:
-        can_fuse = self.trainer_options["optimizer"].max_grad_norm is None
+        can_fuse = self.spec.max_grad_norm is None
         return meet_budget(
             lambda policy: self.compile(policy, dims), Plan(self.fused_update), self.ram_budget, can_fuse=can_fuse
         )
