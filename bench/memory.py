@@ -26,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from trees import source_tree
+
 BENCH = Path(__file__).resolve().parent
 ORT_PYTHON = BENCH / ".venv-ort" / "bin" / "python"
 TARGET = "cortex-m4"
@@ -148,6 +150,34 @@ def _ort(work: Path, name: str, requires_grad: list[str], parameters: list[str],
     return cache[key]
 
 
+def generate_start(spec_path: Path) -> None:
+    """Under the starting point's PYTHONPATH: generate_artifacts as spec.json says, and print the
+    figures of its report.json that the table compares."""
+    from edgetrain import artifacts
+
+    spec = json.loads(spec_path.read_text())
+    out = artifacts.generate_artifacts(spec.pop("graph"), **spec)
+    report = json.loads((out / "report.json").read_text())
+    print(json.dumps({k: report.get(k) for k in ("ram_bytes", "arena_bytes", "flash_bytes")}))
+
+
+def _at_start(start_tree: Path, graph, kwargs: dict, out: Path) -> dict:
+    """The starting point's figures for the same compile (same graph, same arguments)."""
+    import onnx
+
+    out.mkdir(parents=True)
+    onnx.save(graph, str(out / "model.onnx"))
+    spec = {**kwargs, "graph": str(out / "model.onnx"), "artifact_directory": str(out / "out")}
+    (out / "spec.json").write_text(json.dumps(spec))
+    env = {**os.environ, "PYTHONPATH": str(start_tree)}
+    result = subprocess.run(
+        [sys.executable, __file__, "--generate-start", str(out / "spec.json")], capture_output=True, text=True, env=env
+    )
+    if result.returncode != 0:
+        return {"error": result.stderr.strip().splitlines()[-1][:240].replace("|", "/")}
+    return json.loads(result.stdout.splitlines()[-1])
+
+
 def _trained(directory: Path) -> list[str]:
     """The parameters a build trains: those training_model.onnx returns a gradient for."""
     import onnx
@@ -156,7 +186,7 @@ def _trained(directory: Path) -> list[str]:
     return [o.name[: -len("_grad")] for o in outputs if o.name.endswith("_grad")]
 
 
-def measure(models: list[str], work: Path, with_ort: bool) -> list[dict]:
+def measure(models: list[str], work: Path, with_ort: bool, start_tree: Path | None = None) -> list[dict]:
     import onnx
     from edgetrain import artifacts
     from edgetrain.errors import EdgetrainError
@@ -188,16 +218,16 @@ def measure(models: list[str], work: Path, with_ort: bool) -> list[dict]:
         for label, kwargs in policies:
             row = {"model": name, "policy": label}
             try:
-                out = artifacts.generate_artifacts(
-                    graph,
+                options = dict(
                     loss="CrossEntropyLoss" if classes else "MSELoss",
                     optimizer="SGD",
                     learning_rate=LEARNING_RATE,
                     batch_size=1,
                     target=TARGET,
-                    artifact_directory=work / name / label.replace(" ", "_").replace(",", ""),
                     **kwargs,
                 )
+                directory = work / name / label.replace(" ", "_").replace(",", "")
+                out = artifacts.generate_artifacts(graph, artifact_directory=directory, **options)
             except EdgetrainError as exc:  # the table says so, and the other rows still get measured
                 rows.append({**row, "error": str(exc).splitlines()[0][:240].replace("|", "/")})
                 print(f"  {name:<4} {label:<24} failed: {exc}", file=sys.stderr)
@@ -208,11 +238,14 @@ def measure(models: list[str], work: Path, with_ort: bool) -> list[dict]:
             row.update(
                 ram_bytes=report["ram_bytes"],
                 arena_bytes=report["arena_bytes"],
+                flash_bytes=report.get("flash_bytes"),
                 bound_bytes=bound,
                 ratio=report["arena_bytes"] / bound,
                 trained_parameters=report["trainable_parameters"],
                 recomputed_ops=report["recomputed_ops"],
             )
+            if start_tree is not None:
+                row["start"] = _at_start(start_tree, graph, options, directory.with_name(directory.name + "-start"))
             if with_ort:
                 ort_params = [p for p in trained if p in ort_trainable]
                 row["ort"] = _ort(work, name, ort_params, ort_trainable + ort_frozen, ort_cache) if ort_params else None
@@ -361,6 +394,26 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def start_table(rows: list[dict], revision: str) -> str:
+    """Each row's RAM and flash (cortex-m4) beside those of the same compile at the starting point."""
+    lines = [
+        f"| model | update policy | ram_bytes | at {revision[:10]} | ratio "
+        f"| flash_bytes | at {revision[:10]} | ratio |",
+        "|---|---|--:|--:|--:|--:|--:|--:|",
+    ]
+    for r in rows:
+        start = r.get("start") or {}
+        if "error" in r or "error" in start:
+            lines.append(f"| {r['model']} | {r['policy']} | failed: {r.get('error') or start['error']} ||||||")
+            continue
+        cells = []
+        for key in ("ram_bytes", "flash_bytes"):
+            now, then = r[key], start.get(key)
+            cells.append(f"{now:,} | {then:,} | {now / then:.3f}" if now and then else f"{now} | {then} | –")
+        lines.append(f"| {r['model']} | {r['policy']} | {' | '.join(cells)} |")
+    return "\n".join(lines) + "\n"
+
+
 def machine() -> str:
     lscpu = dict(line.split(":", 1) for line in _run(["lscpu"]).splitlines() if ":" in line)
     return f"{lscpu['Model name'].strip()}, {os.cpu_count()} cores"
@@ -371,10 +424,18 @@ def main(argv=None) -> None:
     parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, from {', '.join(MODELS)}")
     parser.add_argument("--no-ort", action="store_true", help="leave ONNX Runtime training out")
     parser.add_argument("--json", help="also write the rows to this file")
+    parser.add_argument(
+        "--start",
+        metavar="REV",
+        help="also compile every row with git revision REV's edgetrain and compare RAM and flash",
+    )
+    parser.add_argument("--generate-start", type=Path, help=argparse.SUPPRESS)  # under REV's PYTHONPATH
     parser.add_argument("--ort", nargs=2, metavar=("artifacts|rss", "DIR"), help=argparse.SUPPRESS)  # in ORT's venv
     args = parser.parse_args(argv)
     if args.ort:
         return {"artifacts": ort_artifacts, "rss": ort_rss}[args.ort[0]](Path(args.ort[1]))
+    if args.generate_start:
+        return generate_start(args.generate_start)
     models = args.models.split(",")
     if set(models) - set(MODELS):
         parser.error(f"unknown models: {sorted(set(models) - set(MODELS))}")
@@ -384,7 +445,8 @@ def main(argv=None) -> None:
         )
     sys.path[:0] = [str(BENCH), str(BENCH.parent / "examples" / "models")]
     with tempfile.TemporaryDirectory() as tmp:
-        rows = measure(models, Path(tmp), not args.no_ort)
+        start_tree = source_tree(args.start, Path(tmp) / "start") if args.start else None
+        rows = measure(models, Path(tmp), not args.no_ort, start_tree)
         same = same_numbers(Path(tmp)) if SAME_NUMBERS_MODEL in models else []
     if args.json:
         Path(args.json).write_text(json.dumps({"ram": rows, "same_numbers": same}, indent=2) + "\n")
@@ -393,6 +455,8 @@ def main(argv=None) -> None:
     if same:
         print(same_numbers_table(same))
     print(targets(rows, same))
+    if args.start:
+        print(start_table(rows, args.start))
 
 
 if __name__ == "__main__":

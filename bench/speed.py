@@ -4,6 +4,7 @@
                           [--systems ort,python,c,python-fast,c-fast,torch,c-start] [--json out.json]
                           [--no-instructions]
     python bench/speed.py --baseline REV     # record the starting point (bench/baseline.json)
+    python bench/speed.py --start REV        # c-start from REV for this run only
 
 Systems, all single-threaded, all training the same eval-mode graph (models.py) with plain SGD:
   python       the generated C through edgetrain.api (Module call, Optimizer.step, lazy_reset_grad)
@@ -32,13 +33,10 @@ import json
 import os
 import platform
 import shlex
-import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
-from io import BytesIO
 from pathlib import Path
 
 import numpy as np
@@ -68,6 +66,7 @@ NAMES = {
 sys.path.insert(0, str(BENCH))
 import instructions  # noqa: E402
 from models import MODELS, export, torch_model  # noqa: E402
+from trees import source_tree  # noqa: E402
 from workers import cache_dir  # noqa: E402
 
 
@@ -96,25 +95,6 @@ def step_flops(graph: onnx.ModelProto) -> int:
             continue
         flops += 2 * macs * (2 if node.input[0] in data_inputs else 3)
     return flops
-
-
-def source_tree(revision: str | None, into: Path) -> Path:
-    """The edgetrain package of a git revision, or of the working tree as it is now (None), laid out
-    for PYTHONPATH (the sub-packages that pyproject.toml maps from the top level put back inside it).
-    The run uses such a copy, so that edits made while it runs cannot mix two versions in it."""
-    parts = ("compiler", "templates", "runtime_c", "targets")
-    if revision:
-        archive = subprocess.run(["git", "archive", revision, *parts], cwd=ROOT, capture_output=True, check=True).stdout
-        with tarfile.open(fileobj=BytesIO(archive)) as tar:
-            tar.extractall(into / "src", filter="data")
-    else:
-        for part in parts:
-            shutil.copytree(ROOT / part, into / "src" / part, ignore=shutil.ignore_patterns("__pycache__"))
-    package = into / "edgetrain"
-    (into / "src" / "compiler").rename(package)
-    for part, name in (("templates", "templates"), ("runtime_c", "runtime_c"), ("targets", "target_files")):
-        (into / "src" / part).rename(package / name)
-    return into
 
 
 def build_mode(system: str) -> str:
@@ -479,6 +459,11 @@ def _parser() -> argparse.ArgumentParser:
         help="time the C driver of git revision REV's generator "
         "and record it as the starting point in bench/baseline.json",
     )
+    parser.add_argument(
+        "--start",
+        metavar="REV",
+        help="c-start is git revision REV's generator this run (default: bench/baseline.json's revision)",
+    )
     parser.add_argument("--json", type=Path, help="write the raw results here")
     parser.add_argument(
         "--no-instructions",
@@ -503,7 +488,9 @@ def main(argv=None) -> None:
             "make bench/.venv-ort/.installed (or leave ort out of --systems)"
         )
     baseline = json.loads(BASELINE.read_text()) if BASELINE.exists() else None
-    revision = args.baseline or (baseline or {}).get("revision")
+    revision = args.baseline or args.start or (baseline or {}).get("revision")
+    if args.start:  # the tables compare with this run's start, not the recorded one
+        baseline = {"revision": revision}
     if "c-start" in systems and not revision:
         parser.error("c-start needs --baseline REV or bench/baseline.json")
 
