@@ -72,7 +72,7 @@ def count(data: Path, ours: Path, steps: int = 1, target: str = TARGET) -> int:
 
 
 def main(argv=None) -> None:
-    from speed import Case, _prepare
+    from cases import Case, run_worker
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", default="kws,vww,ic,ad")
@@ -83,7 +83,7 @@ def main(argv=None) -> None:
         cases = [Case(name, 1, Path(tmp) / name) for name in args.models.split(",")]
         for case in cases:
             case.prepare()
-        _prepare(sys.executable, "edgetrain-generate", [case.ours("c") for case in cases])
+        run_worker(sys.executable, "edgetrain-generate", [case.ours("c") for case in cases])
         print(f"| model (batch 1) | instructions per step on {args.target} |\n|---|---|")
         for case in cases:
             print(f"| {case.name} | {count(case.directory, case.ours('c'), args.steps, args.target):,} |", flush=True)

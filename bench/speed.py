@@ -40,16 +40,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-import onnx
-import torch
 
 from edgetrain import targets
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
-ORT_PYTHON = BENCH / ".venv-ort" / "bin" / "python"
 BASELINE = BENCH / "baseline.json"
-LEARNING_RATE = 1e-3
 LOSS_TOLERANCE = 1e-4  # relative, between systems' first losses (summation orders differ)
 OURS = ("python", "c", "python-fast", "c-fast", "c-start")
 SYSTEMS = ("ort", "python", "c", "python-fast", "c-fast", "torch", "c-start")
@@ -65,133 +61,9 @@ NAMES = {
 
 sys.path.insert(0, str(BENCH))
 import instructions  # noqa: E402
-from models import MODELS, export, torch_model  # noqa: E402
+from cases import ORT_PYTHON, Case, build_mode, run_worker  # noqa: E402
+from models import MODELS  # noqa: E402
 from trees import source_tree  # noqa: E402
-from workers import cache_dir  # noqa: E402
-
-
-def step_flops(graph: onnx.ModelProto) -> int:
-    """FLOPs of a training step's Conv, Gemm and MatMul nodes (static shapes): 2 per multiply-accumulate,
-    for the forward product, the weight gradient and the input gradient, which a node reading the
-    graph's input does not need."""
-    graph = onnx.shape_inference.infer_shapes(graph).graph
-    shapes = {
-        v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
-        for v in [*graph.input, *graph.output, *graph.value_info]
-    }
-    shapes.update({t.name: list(t.dims) for t in graph.initializer})
-    data_inputs = {i.name for i in graph.input} - {t.name for t in graph.initializer}
-    flops = 0
-    for node in graph.node:
-        out = int(np.prod(shapes[node.output[0]]))
-        if node.op_type == "Conv":
-            macs = out * int(np.prod(shapes[node.input[1]][1:]))
-        elif node.op_type == "Gemm":
-            trans_a = next((a.i for a in node.attribute if a.name == "transA"), 0)
-            macs = out * shapes[node.input[0]][0 if trans_a else 1]
-        elif node.op_type == "MatMul":
-            macs = out * shapes[node.input[0]][-1]
-        else:
-            continue
-        flops += 2 * macs * (2 if node.input[0] in data_inputs else 3)
-    return flops
-
-
-def build_mode(system: str) -> str:
-    return "fast" if system.endswith("-fast") else "reproducible"
-
-
-class Case:
-    """One model at one batch: its graph, data and every system's artifacts under `directory`."""
-
-    def __init__(self, name: str, batch: int, directory: Path):
-        self.name, self.batch, self.directory = name, batch, directory
-        self.key = f"{name}/{batch}"
-
-    def prepare(self) -> None:
-        """The graph every system trains, the data, and PyTorch's copy of the weights."""
-        d = self.directory
-        d.mkdir(parents=True, exist_ok=True)
-        model = torch_model(self.name)
-        graph, trainable, frozen = export(model, self.name, self.batch)
-        self.flops = step_flops(graph)
-        self.batch_norm = any(node.op_type == "BatchNormalization" for node in graph.graph.node)
-        onnx.save(graph, d / "model.onnx")
-        _, sample, classes = MODELS[self.name]
-        rng = np.random.default_rng(0)
-        x = rng.standard_normal((self.batch, *sample), dtype=np.float32)
-        y = rng.integers(0, classes, self.batch) if classes else x  # no classes: reconstruct the input
-        np.save(d / "x.npy", x)
-        np.save(d / "y.npy", y)
-        x.tofile(d / "x.bin")  # the C driver's copies: its label type is int32 or float
-        y.astype(np.int32 if classes else np.float32).tofile(d / "y.bin")
-        (d / "spec.json").write_text(
-            json.dumps(
-                {
-                    "model": self.name,
-                    "lr": LEARNING_RATE,
-                    "requires_grad": trainable,
-                    "frozen": frozen,
-                    "loss": "CrossEntropyLoss" if classes else "MSELoss",
-                }
-            )
-        )
-        for system in ("ort", "torch", "current", "start"):
-            (d / system).mkdir(exist_ok=True)
-        torch.save(model.state_dict(), d / "torch" / "state.pt")
-
-    def ours(self, system: str) -> Path:
-        return self.directory / ("start" if system == "c-start" else "current")
-
-    def env(self, system: str) -> dict:
-        """The edgetrain the system runs (a copy of its sources, see prepare())."""
-        return {"PYTHONPATH": str(self.trees[system == "c-start"])}
-
-    def library(self, system: str) -> Path:
-        """The shared library the system's build made (workers.py keeps one cache per build mode)."""
-        (library,) = cache_dir(self.ours(system), build_mode(system)).glob("*.so")
-        return library
-
-    def build_driver(self, system: str) -> None:
-        library = self.library(system)
-        label = "int32_t" if np.issubdtype(np.load(self.directory / "y.npy").dtype, np.integer) else "float"
-        x_size, y_size = ((self.directory / name).stat().st_size // 4 for name in ("x.bin", "y.bin"))
-        cc = os.environ.get("CC", "cc")
-        subprocess.run(
-            [
-                cc,
-                "-std=c99",
-                "-O2",
-                "-Wall",
-                "-Wextra",
-                "-Werror",
-                "-pedantic",
-                f"-DET_LABEL={label}",
-                f"-DET_X_FLOATS={x_size}",
-                f"-DET_Y_COUNT={y_size}",
-                f"-I{self.ours(system)}",
-                "-o",
-                str(library.parent / "driver"),
-                str(BENCH / "driver.c"),
-                str(library),
-                f"-Wl,-rpath,{library.parent}",
-            ],
-            check=True,
-        )
-
-    def run(self, system: str, budget: float) -> dict:
-        d = self.directory
-        if system == "ort":
-            return _measure([ORT_PYTHON, BENCH / "workers.py", "ort", d / "ort", budget])
-        if system == "torch":
-            return _measure([sys.executable, BENCH / "workers.py", "torch", d / "torch", budget])
-        if system.startswith("python"):
-            return _measure(
-                [sys.executable, BENCH / "workers.py", "edgetrain", self.ours(system), budget],
-                build_mode(system),
-                self.env(system),
-            )
-        return _measure([self.library(system).parent / "driver", d / "x.bin", d / "y.bin", budget])
 
 
 def prepare(
@@ -213,17 +85,17 @@ def prepare(
     dirs = {start: [c.ours("c-start" if start else "c") for c in cases] for start in trees}
     with ThreadPoolExecutor() as pool:
         jobs = [
-            pool.submit(_prepare, sys.executable, "edgetrain-generate", dirs[start], env=trees[start])
+            pool.submit(run_worker, sys.executable, "edgetrain-generate", dirs[start], env=trees[start])
             for start in trees
         ]
         if "ort" in systems:  # ORT's scratch files go to the working directory
             jobs.append(
-                pool.submit(_prepare, ORT_PYTHON, "ort-artifacts", [c.directory / "ort" for c in cases], cwd=work)
+                pool.submit(run_worker, ORT_PYTHON, "ort-artifacts", [c.directory / "ort" for c in cases], cwd=work)
             )
         for job in jobs:
             job.result()
         jobs = [
-            pool.submit(_prepare, sys.executable, "edgetrain-build", dirs[start], mode, env=trees[start])
+            pool.submit(run_worker, sys.executable, "edgetrain-build", dirs[start], mode, env=trees[start])
             for start, mode in sorted(builds)
         ]
         counts = pool.submit(count_instructions, cases) if counting else None
@@ -252,37 +124,6 @@ def count_instructions(cases: list[Case]) -> dict:
         }
         print(f"  {case.key:>7} instructions per step on {instructions.TARGET}: {counts[case.key]}", file=sys.stderr)
     return counts
-
-
-def build_env(mode: str) -> dict:
-    return {"EDGETRAIN_BUILD": "fast"} if mode == "fast" else {}
-
-
-def _run(args: list, mode: str = "reproducible", env=None, cwd=None) -> str:
-    """What the process printed; single-threaded, in the build mode given (and no other). A fixed hash
-    seed: the generated C's layout (the order of its constants) changes with it, and with the layout
-    the instructions counted per step, by a few hundred."""
-    args = [str(a) for a in args]
-    environ = {k: v for k, v in os.environ.items() if k != "EDGETRAIN_BUILD"}
-    result = subprocess.run(
-        args,
-        env={**environ, **build_env(mode), "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0", **(env or {})},
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-    )
-    if result.returncode != 0:
-        raise RuntimeError(f"{shlex.join(args)} failed:\n{result.stderr.strip()[-3000:]}")
-    return result.stdout
-
-
-def _prepare(python, command: str, directories: list[Path], mode: str = "reproducible", env=None, cwd=None) -> None:
-    _run([python, BENCH / "workers.py", command, *directories], mode, env, cwd)
-
-
-def _measure(args: list, mode: str = "reproducible", env=None) -> dict:
-    """Run one measuring process; it prints one JSON line."""
-    return json.loads(_run(args, mode, env).strip().splitlines()[-1])
 
 
 def machine() -> str:

@@ -19,12 +19,16 @@ BENCH = Path(__file__).parents[2] / "bench"
 
 @pytest.fixture(scope="module")
 def speed():
-    """bench/speed.py, imported without its `models` module shadowing the tests' own."""
+    """bench/speed.py (its cases module as speed.cases), imported without its `models` module
+    shadowing the tests' own."""
     saved = sys.modules.pop("models", None)
     path = list(sys.path)
     try:
         sys.path.insert(0, str(BENCH))
+        import cases
         import speed
+
+        speed.cases = cases
     finally:
         sys.path[:] = path
         sys.modules.pop("models", None)
@@ -54,7 +58,7 @@ def test_step_flops_are_the_products_multiply_accumulates(speed):
     conv_macs = (2 * 4 * 4 * 4) * (2 * 3 * 3)  # outputs x (input channels per group x kernel)
     gemm_macs = (2 * 5) * 64
     # The Conv reads the model's input: no input gradient, so forward and weight gradient only.
-    assert speed.step_flops(helper.make_model(graph)) == 2 * conv_macs * 2 + 2 * gemm_macs * 3
+    assert speed.cases.step_flops(helper.make_model(graph)) == 2 * conv_macs * 2 + 2 * gemm_macs * 3
 
 
 def test_every_system_trains_the_same_model_and_its_flops_and_instructions_count(speed, tmp_path):
