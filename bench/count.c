@@ -1,6 +1,6 @@
 /* Instructions per training step, counted by QEMU under `-icount shift=0`, where every instruction
- * advances the virtual clock by 1 ns. On an MPS2 board (Cortex-M), its CMSDK timer 0, clocked at
- * 25 MHz, counts down once per 40 ns, i.e. per 40 instructions. On RISC-V, the minstret counter:
+ * advances the virtual clock by 1 ns. On an MPS2 board (Cortex-M), its CMSDK timer 0 counts down
+ * once per INSTRUCTIONS_PER_TICK ns: 40 at the AN385/AN386/AN500's 25 MHz, 50 at the AN505's 20 MHz. On RISC-V, the minstret counter:
  * QEMU reads it from the same clock under -icount, so it is the instruction count itself.
  * One step first (the arena's first use), then ET_STEPS steps between two readings. The only
  * file of this firmware that uses stdio. */
@@ -27,8 +27,8 @@ static uint64_t counter_read(void)
     return (uint64_t)high << 32 | low;
 }
 #else
-#define TIMER0 ((volatile uint32_t *)0x40000000u) /* CTRL, VALUE, RELOAD (CMSDK APB timer) */
-#define INSTRUCTIONS_PER_TICK 40u                 /* 1 ns per instruction, 25 MHz timer */
+/* data.h (bench/instructions.py) says where the board's timer is and how fast it runs. */
+#define TIMER0 ((volatile uint32_t *)BENCH_TIMER0) /* CTRL, VALUE, RELOAD (CMSDK APB timer) */
 
 static void counter_start(void)
 {

@@ -4,8 +4,9 @@
 
 speed.py counts them too (batch-1 cases, cortex-m4); this runs the count alone. Each model (batch 1,
 the graph and SGD step of speed.py) is built for the target with count.c as its harness and run on
-QEMU's board (MPS2 AN386 for cortex-m4, virt for riscv32 and riscv32-hf) with `-icount shift=0`: the
-count is the same on every run and every machine, for the same compiler. A step is a training step,
+QEMU's board (MPS2 AN386 for cortex-m4, AN500 for cortex-m7, AN505 for cortex-m33, virt for riscv32
+and riscv32-hf) with `-icount shift=0`: the count is the same on every run and every machine, for
+the same compiler. A step is a training step,
 an optimizer step and a gradient reset.
 """
 
@@ -25,8 +26,12 @@ BENCH = Path(__file__).resolve().parent
 TARGET = "cortex-m4"
 # Where count.c can read an instruction count: QEMU's system emulators under -icount (the user-mode
 # ones, which run the Linux targets, have no -icount).
-COUNTABLE = ("cortex-m3", "cortex-m4", "riscv32", "riscv32-hf")
+COUNTABLE = ("cortex-m3", "cortex-m4", "cortex-m7", "cortex-m33", "riscv32", "riscv32-hf")
 ICOUNT = "-icount shift=0,align=off,sleep=off"  # 1 instruction = 1 ns of virtual time, no idling
+# count.c's timer on the MPS2 boards: (CMSDK timer 0's address, instructions per tick at 1 ns each).
+# The AN505 starts its Cortex-M33 in the secure state, which reaches the timer at its secure alias.
+TIMERS = {"cortex-m33": (0x50000000, 50)}
+TIMER = (0x40000000, 40)  # AN385, AN386, AN500: 25 MHz
 RUN_TIMEOUT = 1800  # seconds: counting slows QEMU down, and VWW runs hundreds of millions of instructions
 
 
@@ -46,8 +51,11 @@ def firmware(data: Path, ours: Path, steps: int, target: str = TARGET) -> Path:
     shutil.copy(BENCH / "count.c", build / "harness.c")
     x, y = np.load(data / "x.npy"), np.load(data / "y.npy")
     labels = "int32_t" if np.issubdtype(y.dtype, np.integer) else "float"
+    timer, per_tick = TIMERS.get(target, TIMER)
     (build / "data.h").write_text(
-        f"#define ET_STEPS {steps}u\n" + c_array(x, "float", "bench_x") + c_array(y, labels, "bench_y")
+        f"#define ET_STEPS {steps}u\n#define BENCH_TIMER0 {timer:#x}u\n#define INSTRUCTIONS_PER_TICK {per_tick}u\n"
+        + c_array(x, "float", "bench_x")
+        + c_array(y, labels, "bench_y")
     )
     (build / "firmware.elf").unlink(missing_ok=True)  # targets/Makefile does not know the harness reads data.h
     return build

@@ -3,7 +3,9 @@
 CC := arm-none-eabi-gcc
 SIZE := arm-none-eabi-size
 NM := arm-none-eabi-nm
-LDFLAGS := --specs=rdimon.specs -nostartfiles -T $(TARGETS_DIR)mps2/mps2.ld -Wl,--gc-sections
+# MEMORY_MAP: the board's memory map (a linker script of MEMORY only), given before the sections.
+MEMORY_MAP ?= $(TARGETS_DIR)mps2/an385.ld
+LDFLAGS := --specs=rdimon.specs -nostartfiles -T $(MEMORY_MAP) -T $(TARGETS_DIR)mps2/mps2.ld -Wl,--gc-sections
 LDLIBS := -lm
 BOARD_SOURCES := $(TARGETS_DIR)mps2/startup.c
 # QEMU_FLAGS: more emulator options, e.g. `-icount shift=0` to count instructions (bench/instructions.py).
