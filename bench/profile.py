@@ -44,8 +44,9 @@ def functions(elf: Path, nm: str) -> tuple[list[int], list[tuple[int, str]]]:
     return [s for s, _, _ in spans], [(e, n) for _, e, n in spans]
 
 
-def profile(build: Path, target: str) -> Counter:
-    """Instructions executed per function by the firmware that `build` makes for `target`."""
+def profile(build: Path, target: str) -> tuple[Counter, Counter]:
+    """Instructions executed per function, and per address, by the firmware that `build` makes for
+    `target`."""
     spec = targets.load(target)
     result = targets.make(f"TARGET={target}", "BUILD=.", "MODELS=model", "firmware.elf", cwd=build)
     if result.returncode != 0:
@@ -54,16 +55,14 @@ def profile(build: Path, target: str) -> Counter:
     fifo = build / "trace.fifo"
     fifo.unlink(missing_ok=True)
     os.mkfifo(fifo)
-    counts: Counter = Counter()
+    addresses: Counter = Counter()
 
     def read() -> None:
         with open(fifo, "rb") as trace:
             for line in trace:
                 match = TRACE.match(line)
                 if match:
-                    pc = int(match.group(1), 16)
-                    i = bisect.bisect_right(starts, pc) - 1
-                    counts[spans[i][1] if i >= 0 and pc < spans[i][0] else "(other)"] += 1
+                    addresses[int(match.group(1), 16)] += 1
 
     reader = threading.Thread(target=read)
     reader.start()
@@ -79,7 +78,24 @@ def profile(build: Path, target: str) -> Counter:
     reader.join()
     if run.returncode != 0:
         raise RuntimeError(run.stderr[-3000:])
-    return counts
+    counts: Counter = Counter()
+    for pc, n in addresses.items():
+        i = bisect.bisect_right(starts, pc) - 1
+        counts[spans[i][1] if i >= 0 and pc < spans[i][0] else "(other)"] += n
+    return counts, addresses
+
+
+def annotate(build: Path, target: str, function: str, addresses: Counter) -> str:
+    """`function`'s disassembly (objdump), each instruction with the times it ran."""
+    objdump = targets.load(target).nm.replace("-nm", "-objdump")
+    listing = subprocess.run(
+        [objdump, "-d", f"--disassemble={function}", str(build / "firmware.elf")], capture_output=True, text=True
+    ).stdout
+    lines = []
+    for line in listing.splitlines():
+        match = re.match(r"\s*([0-9a-f]+):", line)
+        lines.append(f"{addresses.get(int(match.group(1), 16), 0) if match else '':>10} {line}")
+    return "\n".join(lines)
 
 
 def main(argv=None) -> None:
@@ -87,6 +103,7 @@ def main(argv=None) -> None:
     parser.add_argument("--models", default="kws")
     parser.add_argument("--target", default=TARGET)
     parser.add_argument("--top", type=int, default=15)
+    parser.add_argument("--annotate", metavar="FUNCTION", help="also print FUNCTION's disassembly with counts")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="edgetrain-profile-") as tmp:
         cases = [Case(name, 1, Path(tmp) / name) for name in args.models.split(",")]
@@ -94,12 +111,15 @@ def main(argv=None) -> None:
             case.prepare()
         run_worker(sys.executable, "edgetrain-generate", [case.ours("c") for case in cases])
         for case in cases:
-            counts = profile(firmware(case.directory, case.ours("c"), 1, args.target), args.target)
+            build = firmware(case.directory, case.ours("c"), 1, args.target)
+            counts, addresses = profile(build, args.target)
             total = sum(counts.values())
             print(f"\n{case.name} on {args.target}: {total:,} instructions executed (two steps and the harness)\n")
             print("| function | instructions | share |\n|---|--:|--:|")
             for name, n in counts.most_common(args.top):
                 print(f"| {name} | {n:,} | {n / total:.1%} |")
+            if args.annotate:
+                print(annotate(build, args.target, args.annotate, addresses))
 
 
 if __name__ == "__main__":

@@ -22,16 +22,33 @@
  * SSE or one AVX register and cost nothing on a scalar FPU. */
 #define ET_LANES 8
 
-/* lane[j % ET_LANES] += a[j * a_step] * b[j] for j < n.  (Whole blocks
- * are counted up front: a `j + ET_LANES <= n` loop makes 32-bit gcc warn
- * of an overflow in the tail loop that follows.) */
+/* S(0) S(1) ...: a statement per register of a tile.  Tiles keep their
+ * sums and loads in variables named by number (c<row><half>, y<row>, p<lane>),
+ * not in arrays, which gcc -O2 keeps in memory: a tile's loads and stores,
+ * not its arithmetic, would set its pace. */
+#define ET_EACH4_(S) S(0) S(1) S(2) S(3)
+#define ET_EACH8_(S) S(0) S(1) S(2) S(3) S(4) S(5) S(6) S(7)
+
+
+/* lane[j % ET_LANES] += a[j * a_step] * b[j] for j < n, the lanes in
+ * registers (p<l>) through the whole blocks.  (Whole blocks are counted up
+ * front: a `j + ET_LANES <= n` loop makes 32-bit gcc warn of an overflow
+ * in the tail loop that follows.) */
 static inline void et_dot_lanes_f32_(int n, const float *restrict a, int a_step, const float *restrict b,
                                      float *restrict lane)
 {
-    int blocks = a_step == 1 ? n / ET_LANES : 0, i, j, l;
-    for (i = 0; i < blocks; ++i)
-        for (l = 0; l < ET_LANES; ++l)
-            lane[l] += a[i * ET_LANES + l] * b[i * ET_LANES + l];
+    int blocks = a_step == 1 ? n / ET_LANES : 0, i, j;
+#define ET_SUMS_(l) float p##l = lane[l];
+#define ET_ADD_(l) p##l = et_mla_(p##l, a[i * ET_LANES + l], b[i * ET_LANES + l]);
+#define ET_STORE_(l) lane[l] = p##l;
+    ET_EACH8_(ET_SUMS_)
+    for (i = 0; i < blocks; ++i) {
+        ET_EACH8_(ET_ADD_)
+    }
+    ET_EACH8_(ET_STORE_)
+#undef ET_SUMS_
+#undef ET_ADD_
+#undef ET_STORE_
     for (j = blocks * ET_LANES; j < n; ++j)
         lane[j % ET_LANES] += a[j * a_step] * b[j];
 }
@@ -166,13 +183,6 @@ typedef int et_i8_ __attribute__((vector_size(32)));
 #define ET_VECTORS 0
 #endif
 
-/* S(0) S(1) ...: a statement per register of a tile.  Tiles keep their
- * sums and loads in variables named by number (c<row><half>, y<row>, p<lane>),
- * not in arrays, which gcc -O2 keeps in memory: a tile's loads and stores,
- * not its arithmetic, would set its pace. */
-#define ET_EACH4_(S) S(0) S(1) S(2) S(3)
-#define ET_EACH8_(S) S(0) S(1) S(2) S(3) S(4) S(5) S(6) S(7)
-
 /* A tile of a matrix product: ET_TILE_ROWS output rows by up to
  * ET_TILE_COLS contiguous outputs, whose partial sums stay in registers
  * while k runs. */
@@ -180,61 +190,83 @@ typedef int et_i8_ __attribute__((vector_size(32)));
 #define ET_TILE_COLS 16
 
 /* et_tile_f32_'s sums (below) on a scalar FPU, for n outputs per row that
- * run contiguously in B: with no registers for a tile, the outputs
- * themselves hold the partial sums, two products per pass (still added
- * one after the other), and each load of B serves every row. */
+ * run contiguously in B.  Four rows by four outputs keep their sixteen sums
+ * in registers while k runs, the four rows' entries of A for each k packed
+ * side by side first (ap, ET_ROWS_DEPTH k at a time), so that a k costs
+ * two short runs of loads and sixteen et_mla_; other rows go one at a
+ * time, eight outputs at once.  Each sum still adds its products in k
+ * order, from 0 unless `accumulate`, the stored sum carried from one
+ * depth of packed A to the next. */
+#define ET_ROWS_DEPTH 64
+
 static inline void et_rows_f32_(int rows, int n, int K, const float *a, size_t a_rs, const size_t *at,
                                 const float *restrict b, const size_t *bt, float *restrict y, size_t y_rs,
                                 int accumulate)
 {
-    int j, k, r;
-    if (!K && !accumulate)
-        for (r = 0; r < rows; ++r)
-            for (j = 0; j < n; ++j)
-                y[r * y_rs + (size_t)j] = 0.0f;
-    for (k = 0; k < K; k += 2) {
-        int first = k == 0 && !accumulate;  /* the first pass starts the sums from 0 rather than reading them */
-        const float *b0 = b + bt[k], *b1 = b + bt[k + 1 < K ? k + 1 : k];
-        if (rows == ET_TILE_ROWS && k + 1 < K) {
-            float v0 = a[at[k]], v1 = a[a_rs + at[k]], v2 = a[2 * a_rs + at[k]], v3 = a[3 * a_rs + at[k]];
-            float w0 = a[at[k + 1]], w1 = a[a_rs + at[k + 1]], w2 = a[2 * a_rs + at[k + 1]], w3 = a[3 * a_rs + at[k + 1]];
-            float *restrict y0 = y, *restrict y1 = y + y_rs, *restrict y2 = y + 2 * y_rs, *restrict y3 = y + 3 * y_rs;
-            ET_PATH_("rows_4_by_2");
-            if (first)
-                for (j = 0; j < n; ++j) {
-                    float x = b0[j], z = b1[j];
-                    y0[j] = (0.0f + v0 * x) + w0 * z;
-                    y1[j] = (0.0f + v1 * x) + w1 * z;
-                    y2[j] = (0.0f + v2 * x) + w2 * z;
-                    y3[j] = (0.0f + v3 * x) + w3 * z;
+    float ap[ET_TILE_ROWS * ET_ROWS_DEPTH];
+    int j, k, r, k0 = 0, depth;
+    do {  /* once at least: K = 0 makes zeros */
+        int fresh = k0 == 0 && !accumulate;  /* the sums start from 0 rather than from y */
+        depth = K - k0 < ET_ROWS_DEPTH ? K - k0 : ET_ROWS_DEPTH;
+        j = 0;
+        if (rows == ET_TILE_ROWS) {
+            ET_PATH_("rows_4x4");
+            for (k = 0; k < depth; ++k)
+                for (r = 0; r < ET_TILE_ROWS; ++r)
+                    ap[k * ET_TILE_ROWS + r] = a[r * a_rs + at[k0 + k]];
+            for (; j + 4 <= n; j += 4) {  /* row r's sums in c<r>0 .. c<r>3 */
+#define ET_SUMS_(r) float c##r##0 = 0.0f, c##r##1 = 0.0f, c##r##2 = 0.0f, c##r##3 = 0.0f;
+#define ET_LOAD_(r) c##r##0 = y[r * y_rs + j]; c##r##1 = y[r * y_rs + j + 1]; \
+                    c##r##2 = y[r * y_rs + j + 2]; c##r##3 = y[r * y_rs + j + 3];
+#define ET_ADD_(r) c##r##0 = et_mla_(c##r##0, w[r], x0); c##r##1 = et_mla_(c##r##1, w[r], x1); \
+                   c##r##2 = et_mla_(c##r##2, w[r], x2); c##r##3 = et_mla_(c##r##3, w[r], x3);
+#define ET_STORE_(r) y[r * y_rs + j] = c##r##0; y[r * y_rs + j + 1] = c##r##1; \
+                     y[r * y_rs + j + 2] = c##r##2; y[r * y_rs + j + 3] = c##r##3;
+                ET_EACH4_(ET_SUMS_)
+                if (!fresh) {
+                    ET_EACH4_(ET_LOAD_)
                 }
-            else
-                for (j = 0; j < n; ++j) {
-                    float x = b0[j], z = b1[j];
-                    y0[j] = (y0[j] + v0 * x) + w0 * z;
-                    y1[j] = (y1[j] + v1 * x) + w1 * z;
-                    y2[j] = (y2[j] + v2 * x) + w2 * z;
-                    y3[j] = (y3[j] + v3 * x) + w3 * z;
+                for (k = 0; k < depth; ++k) {
+                    const float *bk = b + bt[k0 + k] + j, *w = ap + k * ET_TILE_ROWS;
+                    float x0 = bk[0], x1 = bk[1], x2 = bk[2], x3 = bk[3];
+                    ET_EACH4_(ET_ADD_)
                 }
-        } else
-            for (r = 0; r < rows; ++r) {
-                float v = a[r * a_rs + at[k]], *restrict yr = y + r * y_rs;
-                float w = k + 1 < K ? a[r * a_rs + at[k + 1]] : 0.0f;
-                ET_PATH_("rows_one");
-                if (k + 1 < K && first)
-                    for (j = 0; j < n; ++j)
-                        yr[j] = (0.0f + v * b0[j]) + w * b1[j];
-                else if (k + 1 < K)
-                    for (j = 0; j < n; ++j)
-                        yr[j] = (yr[j] + v * b0[j]) + w * b1[j];
-                else if (first)
-                    for (j = 0; j < n; ++j)
-                        yr[j] = 0.0f + v * b0[j];
-                else
-                    for (j = 0; j < n; ++j)
-                        yr[j] += v * b0[j];
+                ET_EACH4_(ET_STORE_)
+#undef ET_SUMS_
+#undef ET_LOAD_
+#undef ET_ADD_
+#undef ET_STORE_
             }
-    }
+        }
+        for (r = 0; r < rows; ++r) {  /* the outputs the tiles left: eight at a time in c<l>, then one */
+            const float *ar = a + r * a_rs;
+            float *yr = y + r * y_rs;
+            int i = j;
+            ET_PATH_("rows_one");
+            for (; i + 8 <= n; i += 8) {
+#define ET_SUMS_(l) float c##l = fresh ? 0.0f : yr[i + l];
+#define ET_ADD_(l) c##l = et_mla_(c##l, v, bk[l]);
+#define ET_STORE_(l) yr[i + l] = c##l;
+                ET_EACH8_(ET_SUMS_)
+                for (k = 0; k < depth; ++k) {
+                    const float *bk = b + bt[k0 + k] + i;
+                    float v = ar[at[k0 + k]];
+                    ET_EACH8_(ET_ADD_)
+                }
+                ET_EACH8_(ET_STORE_)
+#undef ET_SUMS_
+#undef ET_ADD_
+#undef ET_STORE_
+            }
+            for (; i < n; ++i) {
+                float c = fresh ? 0.0f : yr[i];
+                for (k = 0; k < depth; ++k)
+                    c = et_mla_(c, ar[at[k0 + k]], b[bt[k0 + k] + i]);
+                yr[i] = c;
+            }
+        }
+        k0 += depth;
+    } while (k0 < K);
 }
 
 /* y_r[j] = (accumulate ? y_r[j] : 0) + a_r[at[0]] * b_j[bt[0]] +
@@ -520,33 +552,64 @@ static inline void et_dot_tile_f32_(int rows, int taps, int segs, int piece, int
         if (tail)
             et_dot_tail_f32_(rows, taps, i0, n, fresh, part, y, y_rs, x, xt, lane, lane_rs);
 #else
-        /* A scalar FPU: the lanes in registers, two products each per pass, still one after the other;
-           the sums go through part. */
-        for (r = 0; r < rows; ++r)
-            for (t = 0; t < taps; ++t) {
-                float *p = part + (r * taps + t) * ET_LANES;
-#define ET_SUMS_(l) float p##l = 0.0f;
-#define ET_ADD2_(l) p##l = (p##l + a[l] * b[l]) + a[l + 8] * b[l + 8];
-#define ET_ADD_(l) p##l += a[l] * b[l];
-#define ET_STORE_(l) p[l] = p##l;
-                ET_EACH8_(ET_SUMS_)
-                ET_PATH_("dot_tile_scalar");
+        /* A scalar FPU: the sums go through part.  A whole tile goes a lane at a time, its eight sums
+           with that lane (row r's with tap t in p<r><t>) in registers, so that each value loaded
+           serves two or four products; other tiles keep a row and tap's eight lanes in registers.
+           Either way, each lane adds its products in order. */
+        if (rows == ET_TILE_ROWS && taps == ET_DOT_TAPS) {
+            int whole = n - n % ET_LANES, i, l;
+#define ET_SUMS_(r) float p##r##0 = 0.0f, p##r##1 = 0.0f;
+#define ET_ADD_(r, i)                                      \
+    {                                                      \
+        float v = yg[r * y_rs + (i)];                      \
+        p##r##0 = et_mla_(p##r##0, v, x0g[i]);             \
+        p##r##1 = et_mla_(p##r##1, v, x1g[i]);             \
+    }
+#define ET_ADD1_(r) ET_ADD_(r, i)
+#define ET_ADD2_(r) ET_ADD_(r, i + ET_LANES)
+#define ET_STORE_(r) part[(2 * r) * ET_LANES + l] = p##r##0; part[(2 * r + 1) * ET_LANES + l] = p##r##1;
+            ET_PATH_("dot_tile_scalar_4x2");
+            for (l = 0; l < ET_LANES; ++l) {
+                ET_EACH4_(ET_SUMS_)
                 for (g = g0; g < g1; ++g) {
-                    const float *a = y + r * y_rs + (size_t)g * y_ss, *b = x + xt[t] + (size_t)g * x_ss;
-                    for (i0 = 0; i0 + 2 * ET_LANES <= n; i0 += 2 * ET_LANES, a += 2 * ET_LANES, b += 2 * ET_LANES) {
-                        ET_EACH8_(ET_ADD2_)
+                    const float *yg = y + (size_t)g * y_ss, *x0g = x + xt[0] + (size_t)g * x_ss;
+                    const float *x1g = x + xt[1] + (size_t)g * x_ss;
+                    for (i = l; i + ET_LANES < whole; i += 2 * ET_LANES) {  /* two values of the lane a pass */
+                        ET_EACH4_(ET_ADD1_)
+                        ET_EACH4_(ET_ADD2_)
                     }
-                    if (i0 + ET_LANES <= n) {
-                        ET_EACH8_(ET_ADD_)
-                        i0 += ET_LANES;
+                    if (i < whole) {
+                        ET_EACH4_(ET_ADD1_)
                     }
                 }
-                ET_EACH8_(ET_STORE_)
+                ET_EACH4_(ET_STORE_)
+            }
 #undef ET_SUMS_
+#undef ET_ADD_
+#undef ET_ADD1_
 #undef ET_ADD2_
+#undef ET_STORE_
+            i0 = whole;
+        } else
+            for (r = 0; r < rows; ++r)
+                for (t = 0; t < taps; ++t) {
+                    float *p = part + (r * taps + t) * ET_LANES;
+#define ET_SUMS_(l) float p##l = 0.0f;
+#define ET_ADD_(l) p##l = et_mla_(p##l, a[l], b[l]);
+#define ET_STORE_(l) p[l] = p##l;
+                    ET_EACH8_(ET_SUMS_)
+                    ET_PATH_("dot_tile_scalar");
+                    for (g = g0; g < g1; ++g) {
+                        const float *a = y + r * y_rs + (size_t)g * y_ss, *b = x + xt[t] + (size_t)g * x_ss;
+                        for (i0 = 0; i0 + ET_LANES <= n; i0 += ET_LANES, a += ET_LANES, b += ET_LANES) {
+                            ET_EACH8_(ET_ADD_)
+                        }
+                    }
+                    ET_EACH8_(ET_STORE_)
+#undef ET_SUMS_
 #undef ET_ADD_
 #undef ET_STORE_
-            }
+                }
         et_dot_tail_f32_(rows, taps, i0, n, fresh, part, y, y_rs, x, xt, lane, lane_rs);
 #endif
     }

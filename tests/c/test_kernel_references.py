@@ -30,7 +30,7 @@ COMMON = {
     "dots_4x2",
     "dots_8x1",
     "dots_one",
-    "rows_4_by_2",
+    "rows_4x4",
     "rows_one",
     "dot_tail",
     "conv_pointwise_gemm",
@@ -73,7 +73,7 @@ VECTORS = {
     "grad_short_tiles_padded",
     "grad_short_tiles_clipped",
 }
-SCALAR = {"dot_tile_scalar", "grad_short_gathered"}
+SCALAR = {"dot_tile_scalar", "dot_tile_scalar_4x2", "grad_short_gathered"}
 
 BUILDS = {
     "native": (["-march=native"], COMMON | SCRATCH | VECTORS),
