@@ -1,7 +1,8 @@
 /* Instructions per training step, counted by QEMU under `-icount shift=0`, where every instruction
  * advances the virtual clock by 1 ns. On an MPS2 board (Cortex-M), its CMSDK timer 0 counts down
- * once per INSTRUCTIONS_PER_TICK ns: 40 at the AN385/AN386/AN500's 25 MHz, 50 at the AN505's 20 MHz. On RISC-V, the minstret counter:
- * QEMU reads it from the same clock under -icount, so it is the instruction count itself.
+ * once per INSTRUCTIONS_PER_TICK ns: 40 at the AN385/AN386/AN500's 25 MHz, 50 at the AN505's
+ * 20 MHz; on the MPS3 AN547, the core's SysTick. On RISC-V, the minstret counter: QEMU reads it
+ * from the same clock under -icount, so it is the instruction count itself.
  * One step first (the arena's first use), then ET_STEPS steps between two readings. The only
  * file of this firmware that uses stdio. */
 #include <stdint.h>
@@ -26,7 +27,7 @@ static uint64_t counter_read(void)
     } while (high != again);
     return (uint64_t)high << 32 | low;
 }
-#else
+#elif defined(BENCH_TIMER0)
 /* data.h (bench/instructions.py) says where the board's timer is and how fast it runs. */
 #define TIMER0 ((volatile uint32_t *)BENCH_TIMER0) /* CTRL, VALUE, RELOAD (CMSDK APB timer) */
 
@@ -40,6 +41,24 @@ static void counter_start(void)
 static uint64_t counter_read(void)
 {
     return (uint64_t)(0xFFFFFFFFu - TIMER0[1]) * INSTRUCTIONS_PER_TICK;
+}
+#else
+/* The core's SysTick where the board's timers are not CMSDK ones (the AN547's): 24 bits counting
+ * down at the processor clock, INSTRUCTIONS_PER_4_TICKS instructions per four ticks (125 at the
+ * AN547's 32 MHz). The counted steps must take fewer than 2^24 ticks. */
+#define SYST ((volatile uint32_t *)0xE000E010u) /* CSR, RVR, CVR */
+
+static void counter_start(void)
+{
+    SYST[1] = 0xFFFFFFu;
+    SYST[2] = 0u;
+    SYST[0] = 5u; /* enabled, the processor clock */
+}
+
+static uint64_t counter_read(void)
+{
+    /* Ticks since the start, when the value was 0: the first tick reloads it to 0xFFFFFF. */
+    return (uint64_t)((0x1000000u - (SYST[2] & 0xFFFFFFu)) & 0xFFFFFFu) * INSTRUCTIONS_PER_4_TICKS / 4u;
 }
 #endif
 

@@ -26,12 +26,17 @@ BENCH = Path(__file__).resolve().parent
 TARGET = "cortex-m4"
 # Where count.c can read an instruction count: QEMU's system emulators under -icount (the user-mode
 # ones, which run the Linux targets, have no -icount).
-COUNTABLE = ("cortex-m3", "cortex-m4", "cortex-m7", "cortex-m33", "riscv32", "riscv32-hf")
+COUNTABLE = ("cortex-m3", "cortex-m4", "cortex-m7", "cortex-m33", "cortex-m55", "riscv32", "riscv32-hf")
 ICOUNT = "-icount shift=0,align=off,sleep=off"  # 1 instruction = 1 ns of virtual time, no idling
-# count.c's timer on the MPS2 boards: (CMSDK timer 0's address, instructions per tick at 1 ns each).
-# The AN505 starts its Cortex-M33 in the secure state, which reaches the timer at its secure alias.
-TIMERS = {"cortex-m33": (0x50000000, 50)}
-TIMER = (0x40000000, 40)  # AN385, AN386, AN500: 25 MHz
+# count.c's timer on the MPS2 and MPS3 boards, as data.h defines it: CMSDK timer 0's address and
+# instructions per tick (1 ns each), or the core's SysTick. The AN505 starts its Cortex-M33 in the
+# secure state, which reaches the timer at its secure alias; the AN547's SSE-300 has no CMSDK
+# timers, and its SysTick runs at 32 MHz.
+TIMERS = {
+    "cortex-m33": "#define BENCH_TIMER0 0x50000000u\n#define INSTRUCTIONS_PER_TICK 50u\n",
+    "cortex-m55": "#define BENCH_SYSTICK 1\n#define INSTRUCTIONS_PER_4_TICKS 125u\n",
+}
+TIMER = "#define BENCH_TIMER0 0x40000000u\n#define INSTRUCTIONS_PER_TICK 40u\n"  # AN385, AN386, AN500
 RUN_TIMEOUT = 1800  # seconds: counting slows QEMU down, and VWW runs hundreds of millions of instructions
 
 
@@ -51,9 +56,9 @@ def firmware(data: Path, ours: Path, steps: int, target: str = TARGET) -> Path:
     shutil.copy(BENCH / "count.c", build / "harness.c")
     x, y = np.load(data / "x.npy"), np.load(data / "y.npy")
     labels = "int32_t" if np.issubdtype(y.dtype, np.integer) else "float"
-    timer, per_tick = TIMERS.get(target, TIMER)
     (build / "data.h").write_text(
-        f"#define ET_STEPS {steps}u\n#define BENCH_TIMER0 {timer:#x}u\n#define INSTRUCTIONS_PER_TICK {per_tick}u\n"
+        f"#define ET_STEPS {steps}u\n"
+        + TIMERS.get(target, TIMER)
         + c_array(x, "float", "bench_x")
         + c_array(y, labels, "bench_y")
     )

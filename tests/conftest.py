@@ -39,6 +39,7 @@ SLOW = {
     "tests/target/test_targets.py::test_training_is_bit_identical_on_every_target[conv_zoo-cortex-m3]",
     "tests/target/test_targets.py::test_training_is_bit_identical_on_every_target[conv_zoo-cortex-m33]",
     "tests/target/test_targets.py::test_training_is_bit_identical_on_every_target[conv_zoo-cortex-m4]",
+    "tests/target/test_targets.py::test_training_is_bit_identical_on_every_target[conv_zoo-cortex-m55]",
     "tests/target/test_targets.py::test_training_is_bit_identical_on_every_target[conv_zoo-cortex-m7]",
     "tests/target/test_targets.py::test_training_is_bit_identical_on_every_target[conv_zoo-linux-aarch64]",
     "tests/target/test_targets.py::test_training_is_bit_identical_on_every_target[conv_zoo-linux-armhf]",

@@ -7,6 +7,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 
@@ -310,3 +311,61 @@ def test_kws_dscnn_code_fits_48_kb(tmp_path):
     report = json.loads((directory / "report.json").read_text())
     print(json.dumps({k: report[k] for k in ("flash_bytes", "ram_bytes", "size_breakdown")}))
     assert report["size_breakdown"]["code"] <= 48 * 1024
+
+
+def test_cortex_m55_has_no_helium_float_vectors(tmp_path):
+    """Helium's floating-point vectors flush subnormals to zero (QEMU, as the architecture, runs them
+    under the standard FPSCR value): emitted by gcc's vectorizer, they would make cortex-m55's results
+    differ from every other target's wherever a subnormal arises. Its build leaves them out; with
+    them allowed, the same C has them, so the check can see them."""
+    spec = need("cortex-m55")
+    directory = artifacts.generate_artifacts(mlp(batch=4, sizes=(16, 32, 4)), artifact_directory=tmp_path / "mlp")
+
+    def float_vectors(cflags) -> int:
+        compiled = subprocess.run(
+            [spec.cc, *cflags, "-S", "-o", "-", str(directory / "model.c")], capture_output=True, text=True
+        )
+        assert compiled.returncode == 0, compiled.stderr
+        return len(re.findall(r"\.f32\s+q\d", compiled.stdout))
+
+    assert "-mcpu=cortex-m55+nomve.fp" in spec.cflags
+    assert float_vectors(spec.cflags) == 0
+    assert float_vectors([f for f in spec.cflags if not f.startswith("-mcpu")] + ["-mcpu=cortex-m55"]) > 0
+
+
+MVE_PROBE = r"""
+#include <stdio.h>
+#include <string.h>
+#include <arm_mve.h>
+int main(void)
+{
+    volatile float a = 1.5e-39f, b = 0.5f; /* a subnormal, and a subnormal product */
+    float vector[4], scalar = a * b;
+    unsigned long bits[2];
+    vst1q_f32(vector, vmulq_f32(vdupq_n_f32(a), vdupq_n_f32(b)));
+    memcpy(&bits[0], &vector[0], 4);
+    memcpy(&bits[1], &scalar, 4);
+    printf("vector %08lx scalar %08lx\n", bits[0], bits[1]);
+    return 0;
+}
+"""
+
+
+def test_helium_float_vectors_flush_subnormals(tmp_path):
+    """Why cortex-m55 builds without Helium's float vectors: on QEMU's Cortex-M55 a subnormal
+    product comes out +0 from VMUL.F32 on vectors, and as the subnormal it is from the scalar FPU."""
+    need("cortex-m55")
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "model.c").write_text("typedef int empty_translation_unit;\n")
+    (tmp_path / "model" / "model.h").write_text("")
+    (tmp_path / "harness.c").write_text(MVE_PROBE)
+    run = targets.make(
+        "TARGET=cortex-m55",
+        "BUILD=.",
+        "MODELS=model",
+        "ARCH=-mcpu=cortex-m55 -mthumb -mfloat-abi=hard",
+        "run",
+        cwd=tmp_path,
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["vector", "00000000", "scalar", f"{np.float32(1.5e-39 * 0.5).view(np.uint32):08x}"]
