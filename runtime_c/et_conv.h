@@ -513,10 +513,12 @@ static inline int et_conv_phases_f32_(int N, int C, int M, int G, const int *in,
 }
 
 /* Taps gathered per block of et_conv_chunked_f32_: their runs of
- * ET_CONV_CHUNK inputs sit on the stack.  The block size changes no
- * result, only how often partial sums go back to memory. */
+ * ET_CONV_CHUNK inputs sit on the stack (2 KB on a scalar FPU, where each
+ * tile's sums go back to memory once per block: fewer taps a block would
+ * make that cost more than the products).  The block size changes no
+ * result. */
 #ifndef ET_CONV_TAPS
-#define ET_CONV_TAPS (ET_VECTORS ? 32 : 2)
+#define ET_CONV_TAPS (ET_VECTORS ? 32 : 8)
 #endif
 
 /* et_conv_chunked_f32_ by gathering: per chunk of output positions, a

@@ -197,7 +197,7 @@ typedef int et_i8_ __attribute__((vector_size(32)));
  * time, eight outputs at once.  Each sum still adds its products in k
  * order, from 0 unless `accumulate`, the stored sum carried from one
  * depth of packed A to the next. */
-#define ET_ROWS_DEPTH 64
+#define ET_ROWS_DEPTH 32  /* ap: 512 bytes of stack */
 
 static inline void et_rows_f32_(int rows, int n, int K, const float *a, size_t a_rs, const size_t *at,
                                 const float *restrict b, const size_t *bt, float *restrict y, size_t y_rs,
@@ -554,8 +554,9 @@ static inline void et_dot_tile_f32_(int rows, int taps, int segs, int piece, int
 #else
         /* A scalar FPU: the sums go through part.  A whole tile goes a lane at a time, its eight sums
            with that lane (row r's with tap t in p<r><t>) in registers, so that each value loaded
-           serves two or four products; other tiles keep a row and tap's eight lanes in registers.
-           Either way, each lane adds its products in order. */
+           serves two or four products, the tail's value of the lane last; other tiles keep a row and
+           tap's eight lanes in registers, and leave the tail to et_dot_tail_f32_.  Either way, each
+           lane adds its products in order. */
         if (rows == ET_TILE_ROWS && taps == ET_DOT_TAPS) {
             int whole = n - n % ET_LANES, i, l;
 #define ET_SUMS_(r) float p##r##0 = 0.0f, p##r##1 = 0.0f;
@@ -582,6 +583,11 @@ static inline void et_dot_tile_f32_(int rows, int taps, int segs, int piece, int
                         ET_EACH4_(ET_ADD1_)
                     }
                 }
+                if (whole + l < n) {  /* the lane's value in the tail (then there is one segment) */
+                    const float *yg = y, *x0g = x + xt[0], *x1g = x + xt[1];
+                    i = whole + l;
+                    ET_EACH4_(ET_ADD1_)
+                }
                 ET_EACH4_(ET_STORE_)
             }
 #undef ET_SUMS_
@@ -589,7 +595,7 @@ static inline void et_dot_tile_f32_(int rows, int taps, int segs, int piece, int
 #undef ET_ADD1_
 #undef ET_ADD2_
 #undef ET_STORE_
-            i0 = whole;
+            i0 = n;
         } else
             for (r = 0; r < rows; ++r)
                 for (t = 0; t < taps; ++t) {
