@@ -215,13 +215,11 @@ static inline void et_rows_f32_(int rows, int n, int K, const float *a, size_t a
                 for (r = 0; r < ET_TILE_ROWS; ++r)
                     ap[k * ET_TILE_ROWS + r] = a[r * a_rs + at[k0 + k]];
             for (; j + 4 <= n; j += 4) {  /* row r's sums in c<r>0 .. c<r>3 */
-#define ET_SUMS_(r) float c##r##0 = 0.0f, c##r##1 = 0.0f, c##r##2 = 0.0f, c##r##3 = 0.0f;
-#define ET_LOAD_(r) c##r##0 = y[r * y_rs + j]; c##r##1 = y[r * y_rs + j + 1]; \
-                    c##r##2 = y[r * y_rs + j + 2]; c##r##3 = y[r * y_rs + j + 3];
+#define ET_SUMS_(r) float c##r##0 = 0.0f, c##r##1 = 0.0f, c##r##2 = 0.0f, c##r##3 = 0.0f, *y##r = y + r * y_rs + j;
+#define ET_LOAD_(r) c##r##0 = y##r[0]; c##r##1 = y##r[1]; c##r##2 = y##r[2]; c##r##3 = y##r[3];
 #define ET_ADD_(r) c##r##0 = et_mla_(c##r##0, w[r], x0); c##r##1 = et_mla_(c##r##1, w[r], x1); \
                    c##r##2 = et_mla_(c##r##2, w[r], x2); c##r##3 = et_mla_(c##r##3, w[r], x3);
-#define ET_STORE_(r) y[r * y_rs + j] = c##r##0; y[r * y_rs + j + 1] = c##r##1; \
-                     y[r * y_rs + j + 2] = c##r##2; y[r * y_rs + j + 3] = c##r##3;
+#define ET_STORE_(r) y##r[0] = c##r##0; y##r[1] = c##r##1; y##r[2] = c##r##2; y##r[3] = c##r##3;
                 ET_EACH4_(ET_SUMS_)
                 if (!fresh) {
                     ET_EACH4_(ET_LOAD_)
