@@ -64,10 +64,22 @@ static inline float et_mla_(float acc, float a, float b)
     __asm__("vmla.f32 %0, %1, %2" : "+t"(acc) : "t"(a), "t"(b));
     return acc;
 }
+
+/* acc - a * b likewise: VMLS.F32. */
+static inline float et_mls_(float acc, float a, float b)
+{
+    __asm__("vmls.f32 %0, %1, %2" : "+t"(acc) : "t"(a), "t"(b));
+    return acc;
+}
 #else
 static inline float et_mla_(float acc, float a, float b)
 {
     return acc + a * b;
+}
+
+static inline float et_mls_(float acc, float a, float b)
+{
+    return acc - a * b;
 }
 #endif
 

@@ -137,11 +137,13 @@ def conv_zoo(batch=2, seed=0) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
 
 
+# name: (model, input shape, learning rate or None for the default, optimizer)
 CASES = {
-    "mlp": (lambda: mlp(batch=4), (4, 8), None),
-    "mlp_dropout": (lambda: mlp(batch=4, dropout=0.25), (4, 8), 0.01),
-    "cnn": (small_cnn, (4, 1, 8, 8), None),
-    "conv_zoo": (conv_zoo, (2, 2, 12, 12), None),
+    "mlp": (lambda: mlp(batch=4), (4, 8), None, "AdamW"),
+    "mlp_sgd": (lambda: mlp(batch=4), (4, 8), 0.05, "SGD"),  # plain SGD: its own update kernel
+    "mlp_dropout": (lambda: mlp(batch=4, dropout=0.25), (4, 8), 0.01, "AdamW"),
+    "cnn": (small_cnn, (4, 1, 8, 8), None, "AdamW"),
+    "conv_zoo": (conv_zoo, (2, 2, 12, 12), None, "AdamW"),
 }
 
 
@@ -174,11 +176,11 @@ def reference_lines(directory, data, steps, lr=None, label="") -> list[str]:
 
 @pytest.fixture(scope="module", params=list(CASES))
 def case(request, tmp_path_factory):
-    build, shape, lr = CASES[request.param]
+    build, shape, lr, optimizer = CASES[request.param]
     model = build()
     need_ops(model)
     directory = tmp_path_factory.mktemp(request.param)
-    artifacts.generate_artifacts(model, artifact_directory=directory, optimizer=artifacts.OptimType.AdamW)
+    artifacts.generate_artifacts(model, artifact_directory=directory, optimizer=artifacts.OptimType[optimizer])
     data = make_data(shape)
     np.savez(directory / "data.npz", **data)
     return directory, lr, reference_lines(directory, data, STEPS, lr)
