@@ -59,29 +59,31 @@ enum et_status {
  * 32-bit ARM with a floating-point unit one VMLA.F32 does exactly that (it is not the fused VFMA),
  * where gcc, which forms no VMLA when contraction is off, spends a multiply and an add. */
 #if defined(__GNUC__) && defined(__arm__) && defined(__ARM_FP) && (__ARM_FP & 4) && !defined(ET_NO_VMLA)
+#define ET_VMLA 1
+#else
+#define ET_VMLA 0
+#endif
+
 static inline float et_mla_(float acc, float a, float b)
 {
+#if ET_VMLA
     __asm__("vmla.f32 %0, %1, %2" : "+t"(acc) : "t"(a), "t"(b));
     return acc;
+#else
+    return acc + a * b;
+#endif
 }
 
 /* acc - a * b likewise: VMLS.F32. */
 static inline float et_mls_(float acc, float a, float b)
 {
+#if ET_VMLA
     __asm__("vmls.f32 %0, %1, %2" : "+t"(acc) : "t"(a), "t"(b));
     return acc;
-}
 #else
-static inline float et_mla_(float acc, float a, float b)
-{
-    return acc + a * b;
-}
-
-static inline float et_mls_(float acc, float a, float b)
-{
     return acc - a * b;
-}
 #endif
+}
 
 /* memcpy is the only type pun that is defined behaviour in C99. */
 static inline uint32_t et_f32_bits(float x)

@@ -60,7 +60,8 @@ add_subdirectory(${PACKAGE} package)
 add_executable(firmware.elf harness.c ${MPS2}/startup.c)
 set_target_properties(firmware.elf PROPERTIES C_STANDARD 99 C_EXTENSIONS OFF)
 target_link_libraries(firmware.elf PRIVATE edgetrain_model)
-target_link_options(firmware.elf PRIVATE --specs=rdimon.specs -nostartfiles -T ${MPS2}/mps2.ld -Wl,--gc-sections)
+target_link_options(firmware.elf PRIVATE --specs=rdimon.specs -nostartfiles
+                    -T ${MPS2}/an385.ld -T ${MPS2}/mps2.ld -Wl,--gc-sections)
 """
 
 

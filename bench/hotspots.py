@@ -1,6 +1,6 @@
 """Where a training step's instructions go on a Cortex-M: instructions executed per function.
 
-    python bench/profile.py [--models kws] [--target cortex-m4] [--top 15]
+    python bench/hotspots.py [--models kws] [--target cortex-m4] [--top 15]
 
 Each model (batch 1, the graph and SGD step of speed.py) is built for the target with count.c as
 its harness, as instructions.py builds it, and run on QEMU with one instruction per translation
