@@ -587,22 +587,7 @@ class ModelCase:
                     module.running_var.uniform_(0.5, 2.0)
         if self.mode != "training":
             net.eval()
-        path = tmp_path / "net.onnx"
-        x = torch.randn(*self.input_shape)
-        if self.mode == "dynamo":
-            torch.onnx.export(net, (x,), path, input_names=["x"], output_names=["logits"])
-        else:
-            torch.onnx.export(
-                net,
-                (x,),
-                path,
-                dynamo=False,
-                opset_version=self.opset,
-                input_names=["x"],
-                output_names=["logits"],
-                do_constant_folding=False,
-                training=torch.onnx.TrainingMode.TRAINING if self.mode == "training" else torch.onnx.TrainingMode.EVAL,
-            )
+        path = self.export(net, tmp_path / "net.onnx")
         out = artifacts.generate_artifacts(
             path,
             artifact_directory=tmp_path / "out",
@@ -649,14 +634,39 @@ class ModelCase:
                 for name, buf in buffers.items():
                     errors.append(assert_close(state.parameters[name].data, buf.numpy(), f"step {step} {name}"))
 
+        return max(errors + self.after_training(tmp_path, net, out, state, module, buffers, rng))
+
+    def export(self, net, path):
+        """The model exported as the case says; returns its path."""
+        x = torch.randn(*self.input_shape)
+        if self.mode == "dynamo":
+            torch.onnx.export(net, (x,), path, input_names=["x"], output_names=["logits"])
+        else:
+            torch.onnx.export(
+                net,
+                (x,),
+                path,
+                dynamo=False,
+                opset_version=self.opset,
+                input_names=["x"],
+                output_names=["logits"],
+                do_constant_folding=False,
+                training=torch.onnx.TrainingMode.TRAINING if self.mode == "training" else torch.onnx.TrainingMode.EVAL,
+            )
+        return path
+
+    def after_training(self, tmp_path, net, out, state, module, buffers, rng) -> list[float]:
+        """The errors of the eval loss, of onnxruntime running the inference model (running
+        statistics as initializers), and of the running statistics and eval loss after a checkpoint
+        round trip into a fresh trainer."""
+        errors = []
         x = rng.normal(size=self.input_shape).astype(np.float32)
-        y = rng.integers(0, 3, batch)
+        y = rng.integers(0, 3, self.input_shape[0])
         net.eval()
         with torch.no_grad():
             want = F.cross_entropy(net(torch.from_numpy(x)), torch.from_numpy(y)).item()
         module.eval()
         errors.append(assert_close(module(x, y.astype(np.int32)), want, "eval loss"))
-        # the inference model (running statistics as initializers) runs in onnxruntime like torch
         import onnxruntime
 
         module.export_model_for_inferencing(tmp_path / "infer.onnx", ["logits"])
@@ -672,7 +682,7 @@ class ModelCase:
             if self.mode == "training":
                 errors.append(assert_close(restored.parameters[name].data, buf.numpy(), f"restored {name}"))
         errors.append(assert_close(fresh(x, y.astype(np.int32)), want, "eval loss after checkpoint round trip"))
-        return max(errors)
+        return errors
 
 
 for name, spec in [

@@ -712,6 +712,11 @@ def test_conv_kernels_keep_their_stated_summation_order(lib, kernel, stride, pad
     def ints(v):
         return ffi.new("int[3]", v)
 
+    def call(fn, c_in, c_out, size_in, size_out, *arrays):
+        """fn over batch n, one group, this test's geometry; None for a NULL array."""
+        sizes = (ints([1, *size_in]), ints([1, *size_out]), ints(k), ints(s), ints(d), ints(p))
+        fn(n, c_in, c_out, 1, *sizes, *(ffi.NULL if a is None else fptr(ffi, a) for a in arrays))
+
     def taps(ky, kx):
         """(output rows, output columns, input rows, input columns) that tap (ky, kx) connects."""
         oy = np.array([o for o in range(oh) if 0 <= o * stride[0] + ky - pad < h], int)
@@ -725,22 +730,7 @@ def test_conv_kernels_keep_their_stated_summation_order(lib, kernel, stride, pad
                 oy, ox, iy, ix = taps(ky, kx)
                 y_ref[:, :, oy[:, None], ox] += wt[None, :, ci, ky, kx, None, None] * x[:, None, ci][:, :, iy][..., ix]
     y = np.empty_like(y_ref)
-    L.t_conv(
-        n,
-        c,
-        m,
-        1,
-        ints([1, h, w]),
-        ints([1, oh, ow]),
-        ints(k),
-        ints(s),
-        ints(d),
-        ints(p),
-        fptr(ffi, x),
-        fptr(ffi, wt),
-        fptr(ffi, b),
-        fptr(ffi, y),
-    )
+    call(L.t_conv, c, m, (h, w), (oh, ow), x, wt, b, y)
     assert np.array_equal(y, y_ref + b[None, :, None, None])
 
     dx_ref = np.zeros((n, c, h, w), np.float32)
@@ -751,22 +741,7 @@ def test_conv_kernels_keep_their_stated_summation_order(lib, kernel, stride, pad
                 taken = dy[:, None, mi][:, :, oy][..., ox]
                 dx_ref[:, :, iy[:, None], ix] += wt[None, mi, :, ky, kx, None, None] * taken
     dx = np.empty_like(dx_ref)
-    L.t_conv_transpose(
-        n,
-        m,
-        c,
-        1,
-        ints([1, oh, ow]),
-        ints([1, h, w]),
-        ints(k),
-        ints(s),
-        ints(d),
-        ints(p),
-        fptr(ffi, dy),
-        fptr(ffi, wt),
-        ffi.NULL,
-        fptr(ffi, dx),
-    )
+    call(L.t_conv_transpose, m, c, (oh, ow), (h, w), dy, wt, None, dx)
     assert np.array_equal(dx, dx_ref)
 
     dw_ref = np.zeros_like(wt)
@@ -779,21 +754,7 @@ def test_conv_kernels_keep_their_stated_summation_order(lib, kernel, stride, pad
             pieces.append(plane.ravel())
         dw_ref[mi, ci, ky, kx] = in_order_total(pieces) if m >= 4 and oh * ow <= 64 else lanes_total(pieces, ow)
     dw = np.empty_like(dw_ref)
-    L.t_conv_grad_w(
-        n,
-        c,
-        m,
-        1,
-        ints([1, h, w]),
-        ints([1, oh, ow]),
-        ints(k),
-        ints(s),
-        ints(d),
-        ints(p),
-        fptr(ffi, dy),
-        fptr(ffi, x),
-        fptr(ffi, dw),
-    )
+    call(L.t_conv_grad_w, c, m, (h, w), (oh, ow), dy, x, dw)
     assert np.array_equal(dw, dw_ref)
 
 

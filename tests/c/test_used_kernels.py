@@ -180,9 +180,8 @@ def test_pruned_trainer_trains_to_the_same_bits(name, zoo, tmp_path):
     assert _trained(out) == _trained(every)
 
 
-def test_kernels_reached_through_macros_conditionals_and_tables():
-    """The cut on a small made-up runtime: what each kind of item keeps, and what it drops."""
-    header = """/* a file comment */
+# A small made-up runtime: one item of each kind the cut keeps or drops.
+MADE_UP_RUNTIME = """/* a file comment */
 #ifndef ET_T_H
 #define ET_T_H
 #include <string.h>
@@ -239,6 +238,11 @@ ET_DEFINE_(et_thrice_f32, 3)
 #undef ET_DEFINE_
 #endif
 """
+
+
+def test_kernels_reached_through_macros_conditionals_and_tables():
+    """The cut on a small made-up runtime: what each kind of item keeps, and what it drops."""
+    header = MADE_UP_RUNTIME
     used = used_runtime(
         (header,),
         "y = et_thrice_f32(1) + et_quarter_(1.0f) + et_also_local_(y); /* not et_unused_f32 */ m = ET_MODE_B;",
