@@ -1,13 +1,13 @@
-"""Instructions per training step on a Cortex-M4 (or a RISC-V target), counted deterministically by QEMU.
+"""Instructions per training step on a Cortex-M4 (or another Cortex-M or RISC-V target), counted by QEMU.
 
     python bench/instructions.py [--models kws,vww,ic,ad] [--steps 1] [--target cortex-m4]
 
 speed.py counts them too (batch-1 cases, cortex-m4); this runs the count alone. Each model (batch 1,
 the graph and SGD step of speed.py) is built for the target with count.c as its harness and run on
-QEMU's board (MPS2 AN386 for cortex-m4, AN500 for cortex-m7, AN505 for cortex-m33, virt for riscv32
-and riscv32-hf) with `-icount shift=0`: the count is the same on every run and every machine, for
-the same compiler. A step is a training step,
-an optimizer step and a gradient reset.
+QEMU's board (MPS2 AN386 for cortex-m4, AN500 for cortex-m7, AN505 for cortex-m33, MPS3 AN547 for
+cortex-m55, virt for riscv32 and riscv32-hf) with `-icount shift=0`: the count is the same on every
+run and every machine, for the same compiler. A step is a training step, an optimizer step and a
+gradient reset.
 """
 
 from __future__ import annotations

@@ -236,7 +236,6 @@ class _Stages:
     federated: bool
     fused_update: bool
     ram_budget: int | None
-    spec: OptimizerSpec
     notes: list[str] = field(default_factory=list)  # what the import found, each said once
     probes: dict[int, Any] = field(default_factory=dict)  # id(ModelC) -> the trainer at another batch
 
@@ -259,18 +258,22 @@ class _Stages:
             **{k: options[k] for k in _TRAINER_OPTIONS},
         )
         return cls(
-            model,
-            prefix,
-            max_batch,
-            trainer_options,
-            policy,
-            options["untie"],
-            options["frozen_bn"],
-            options["federated"],
-            bool(options["fused_update"]),
-            options["ram_budget"],
-            spec,
+            model=model,
+            prefix=prefix,
+            max_batch=max_batch,
+            trainer_options=trainer_options,
+            update_policy=policy,
+            untie=options["untie"],
+            frozen_bn=options["frozen_bn"],
+            federated=options["federated"],
+            fused_update=bool(options["fused_update"]),
+            ram_budget=options["ram_budget"],
         )
+
+    @property
+    def spec(self) -> OptimizerSpec:
+        """The optimizer the trainer compiles in."""
+        return self.trainer_options["optimizer"]
 
     def graph(self, batch: int, dims: dict) -> Any:
         with warnings.catch_warnings(record=True) as caught:

@@ -29,7 +29,6 @@
 #define ET_EACH4_(S) S(0) S(1) S(2) S(3)
 #define ET_EACH8_(S) S(0) S(1) S(2) S(3) S(4) S(5) S(6) S(7)
 
-
 /* lane[j % ET_LANES] += a[j * a_step] * b[j] for j < n, the lanes in
  * registers (p<l>) through the whole blocks.  (Whole blocks are counted up
  * front: a `j + ET_LANES <= n` loop makes 32-bit gcc warn of an overflow
