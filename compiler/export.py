@@ -8,8 +8,10 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
 import onnx
 from onnx import numpy_helper
+from onnx.reference import ReferenceEvaluator
 
 from . import checkpoint
 from .checkpoint import CheckpointError
@@ -56,8 +58,34 @@ def merge_parameter_blob(model, blob, graph_output_names=None) -> onnx.ModelProt
     )
     inference = onnx.utils.Extractor(proto).extract_model(json.loads(meta["edgetrain.inputs"]), names)
     _name_batch_axis(inference, json.loads(meta.get("edgetrain.batch", "{}")).get("axes", {}))
+    _quantize_weights(inference)
     del inference.metadata_props[:]
     return inference
+
+
+def _quantize_weights(model: onnx.ModelProto) -> None:
+    """A quantized model's weights train as float master copies that QuantizeLinear quantizes
+    (frontend.imports.quantized_parameters): the inference model holds the quantized integers
+    instead, read by DequantizeLinear as the model they came from was."""
+    graph = model.graph
+    inits = {i.name: i for i in graph.initializer}
+    inputs = set()
+    for node in [n for n in graph.node if n.op_type == "QuantizeLinear"]:
+        if not all(name in inits for name in node.input if name):
+            continue
+        inputs.update(node.input)
+        single = onnx.helper.make_model(
+            onnx.helper.make_graph(
+                [node], "q", [], [onnx.ValueInfoProto(name=node.output[0])], [inits[n] for n in node.input if n]
+            ),
+            opset_imports=model.opset_import,
+        )
+        (values,) = ReferenceEvaluator(single).run(None, {})
+        graph.node.remove(node)
+        graph.initializer.append(numpy_helper.from_array(np.asarray(values), node.output[0]))
+    read = {name for node in graph.node for name in node.input} | {o.name for o in graph.output}
+    for init in [i for i in graph.initializer if i.name in inputs - read]:  # master copies and their scales
+        graph.initializer.remove(init)
 
 
 def _name_batch_axis(model: onnx.ModelProto, axes: dict[str, str]) -> None:

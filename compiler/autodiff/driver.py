@@ -117,13 +117,13 @@ def differentiate(graph: Graph, loss: str, wrt: list[str]) -> tuple[dict[str, st
         if not any(name in reaches for name in node.outputs):
             continue
         spec = require(node)
-        # Integer and bool values (indices, masks) take no gradient.
+        # Integer and bool values (indices, masks) take no gradient, quantized ones straight through.
         needs = tuple(
             bool(name)
             and name in depends
             and name in reaches
             and slot not in spec.const_inputs
-            and graph.values[name].dtype == np.float32
+            and (graph.values[name].dtype == np.float32 or slot in spec.straight_through)
             for slot, name in enumerate(node.inputs)
         )
         if not any(needs):

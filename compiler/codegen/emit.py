@@ -15,6 +15,7 @@ import jinja2
 import numpy as np
 
 from ..errors import EdgetrainError
+from ..ir import QUANTIZED
 from ..lower import Affine, Arg, Floats, LoweredFunction, ParamInfo, Program, lower, lower_inference
 from ..memory import Block
 from ..memory.plan import FunctionPlan, MemoryPlan, plan
@@ -185,11 +186,13 @@ SOURCES = ("model.c", "model.h", "model_weights.h")
 
 # The arena is a union of equally long float, uint32_t and int32_t arrays (templates/model.c.j2),
 # so each tensor is read and written through an lvalue of its own type wherever the planner puts it.
-# Integer tensors, int32 or int64 in the model, and bool ones (0 or 1) are all int32_t in the C.
-_ARENA_VIEWS = {
+# Integer tensors, int32 or int64 in the model, bool ones (0 or 1) and quantized ones (int8, uint8,
+# int16, uint16) are all int32_t in the C.
+_ARENA_VIEWS: dict[np.dtype, str] = {
     np.dtype(np.float32): "et_arena.f",
     np.dtype(np.uint32): "et_arena.u",
     **{np.dtype(t): "et_arena.i" for t in (np.int32, np.int64, np.bool_)},
+    **dict.fromkeys(QUANTIZED, "et_arena.i"),
 }
 
 

@@ -37,6 +37,7 @@ PARAMETER_SLOTS = {
     "GRU": (1, 2, 3),
     "LSTM": (1, 2, 3),
     "RNN": (1, 2, 3),
+    "QuantizeLinear": (0,),  # a weight quantization-aware training fake-quantizes
 }
 # Names exporters give the constants they make (dynamo's val_12, lifted tensors); a state_dict name
 # is a dotted path of identifiers; these buffer names are state, not parameters.
@@ -48,6 +49,8 @@ _STATE_DICT_NAME = re.compile(r"[A-Za-z_]\w*(\.\w+)*")
 _BUFFER_LEAF = {"running_mean", "running_var", "num_batches_tracked", "inv_freq", "position_ids", "mask"}
 
 _SHAPE_ONLY = {("CastLike", 1), ("Expand", 1), ("Reshape", 1)}
+# Scales and zero points: constants the compiler fixes, never parameters a layer trains.
+_QUANTIZATION_CONSTANTS = {(op, slot) for op in ("QuantizeLinear", "DequantizeLinear") for slot in (1, 2)}
 _FOLDED_BN = "FuseBatchNorm"
 _TRAINING_BN = ("_native_batch_norm_legit_functional", "batch_norm_with_update", "_native_batch_norm_legit.")
 
@@ -162,6 +165,70 @@ def restore_names(proto: onnx.ModelProto) -> None:
         taken.add(public)
 
 
+def quantized_parameters(proto: onnx.ModelProto) -> None:
+    """A quantized model (QDQ, as onnxruntime's quantize_static writes it) keeps its weights as
+    integers that DequantizeLinear reads. To train them, each becomes a float master copy holding
+    its dequantized values, the parameter that training updates: an 8- or 16-bit weight is quantized
+    again from it by a QuantizeLinear of its own scale and zero point, so the forward pass computes
+    what the model does and training is quantization-aware (ops/quantize.py); an int32 bias, whose
+    steps (input scale times weight scale) are far finer than anything trained, is read as the float
+    it stands for, as quantization-aware training keeps biases. The master takes the name of the
+    value it replaces (the bias's DequantizeLinear output, the weight without quantize_static's
+    `_quantized`), so checkpoints and gradients use the layer's names."""
+    graph = proto.graph
+    inits = {i.name: i for i in graph.initializer}
+    readers = collections.defaultdict(list)
+    for node in graph.node:
+        for name in node.input:
+            readers[name].append(node)
+    taken = set(inits) | {o for n in graph.node for o in n.output} | {i.name for i in graph.input}
+    masters = 0
+    for dq in [n for n in graph.node if n.op_type == "DequantizeLinear"]:
+        weight, scale = inits.get(dq.input[0]), inits.get(dq.input[1])
+        zero_point = inits.get(dq.input[2]) if len(dq.input) > 2 and dq.input[2] else None
+        if weight is None or scale is None or (len(dq.input) > 2 and dq.input[2] and zero_point is None):
+            continue
+        if len(readers[weight.name]) != 1 or weight.data_type not in _QUANTIZED_WEIGHTS + (onnx.TensorProto.INT32,):
+            continue
+        values = _dequantized(dq, weight, scale, zero_point)
+        graph.initializer.remove(weight)
+        if weight.data_type == onnx.TensorProto.INT32:
+            graph.initializer.append(numpy_helper.from_array(values, dq.output[0]))
+            graph.node.remove(dq)
+            for name in dq.input[1:]:  # the bias's scale and zero point, when nothing else reads them
+                readers[name].remove(dq)
+                if not readers[name] and name in inits:
+                    graph.initializer.remove(inits.pop(name))
+        else:
+            master = weight.name.removesuffix("_quantized")
+            master = master if master not in taken else f"{weight.name}_float"
+            taken.add(master)
+            graph.initializer.append(numpy_helper.from_array(values, master))
+            quantize = onnx.helper.make_node(
+                "QuantizeLinear", [master, *dq.input[1:]], [weight.name], name=f"{dq.name}__quantize"
+            )
+            quantize.attribute.extend(a for a in dq.attribute if a.name == "axis")
+            graph.node.insert(list(graph.node).index(dq), quantize)
+        masters += 1
+    if masters:
+        note(f"{masters} quantized weight(s) and bias(es) train as float master copies, quantization-aware")
+
+
+_QUANTIZED_WEIGHTS = (onnx.TensorProto.INT8, onnx.TensorProto.UINT8, onnx.TensorProto.INT16, onnx.TensorProto.UINT16)
+
+
+def _dequantized(dq, weight, scale, zero_point) -> np.ndarray:
+    """What DequantizeLinear makes of the initializer, computed as the C computes it."""
+    x = numpy_helper.to_array(weight).astype(np.int64)
+    s = numpy_helper.to_array(scale).astype(np.float32)
+    z = np.zeros((), np.int64) if zero_point is None else numpy_helper.to_array(zero_point).astype(np.int64)
+    if s.size > 1:
+        axis = next((a.i for a in dq.attribute if a.name == "axis"), 1) % x.ndim
+        shape = [-1 if d == axis else 1 for d in range(x.ndim)]
+        s, z = s.reshape(shape), z.reshape(shape)
+    return ((x - z).astype(np.float32) * s).astype(np.float32)
+
+
 def tied_parameters(proto: onnx.ModelProto, params: set[str], untie: bool) -> None:
     """Exporters merge equal initializers (dynamo gives every fresh LayerNorm one weight of ones), and
     models tie weights on purpose (GPT-2's output layer and embedding). Either way one tensor is the
@@ -173,6 +240,8 @@ def tied_parameters(proto: onnx.ModelProto, params: set[str], untie: bool) -> No
         for slot, name in enumerate(node.input):
             if (node.op_type, slot) in _SHAPE_ONLY or node.op_type in ("Shape", "Size"):
                 continue  # reads the shape or type, not the values
+            if (node.op_type, slot) in _QUANTIZATION_CONSTANTS:
+                continue
             if name in params and (slot in PARAMETER_SLOTS.get(node.op_type, ()) or _looks_like_parameter(name)):
                 uses[name].append((node, slot))
     tied = {name: readers for name, readers in uses.items() if len({n.name for n, _ in readers}) > 1}

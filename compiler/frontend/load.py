@@ -15,7 +15,7 @@ from onnx import numpy_helper, shape_inference
 from onnx.reference import ReferenceEvaluator
 
 from ..errors import DynamicShapeError, EdgetrainError
-from ..ir import Graph, Node, Value
+from ..ir import QUANTIZED, Graph, Node, Value
 from ..ir.graph import frozen_attrs
 from ..ops import lookup, require
 from . import dims, imports
@@ -42,6 +42,7 @@ def load_model(
     imports.check_batchnorm(proto, frozen_bn)
     imports.restore_names(proto)
     imports.bernoulli_patterns(proto)
+    imports.quantized_parameters(proto)
     imports.tied_parameters(
         proto, {i.name for i in proto.graph.initializer if i.data_type == onnx.TensorProto.FLOAT}, untie
     )
@@ -402,13 +403,20 @@ def _to_ir(proto, constants) -> Graph:
     )
 
 
-# The dtypes the C computes at run time: float32 as float, integers and bools as int32_t (et_integer.h).
-COMPUTED = frozenset(np.dtype(t) for t in (np.float32, np.int32, np.int64, np.bool_))
+# The dtypes of model inputs: float32 as float, integers and bools as int32_t (et_integer.h).
+INPUTS = frozenset(np.dtype(t) for t in (np.float32, np.int32, np.int64, np.bool_))
+# The dtypes the C computes at run time: those, and quantized tensors as int32_t (et_quantize.h).
+COMPUTED = INPUTS | QUANTIZED
+# The ops that compute on quantized tensors: those that quantize and dequantize, and those that only
+# move elements.
+QUANTIZED_OPS = frozenset(
+    ("QuantizeLinear", "DequantizeLinear", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Identity")
+)
 
 
 def _input_dtype_problem(g, name: str, dtype) -> str | None:
     """Model inputs are float32, int32, int64 or bool (the C takes integers and bools as int32_t)."""
-    if dtype in COMPUTED:
+    if dtype in INPUTS:
         return None
     readers = [f"node '{n.name or f'{n.op_type}_{i}'}' ({n.op_type})" for i, n in enumerate(g.node) if name in n.input]
     read = f", read by {readers[0]}" if readers else ""
@@ -423,10 +431,10 @@ def _dtype_problem(node, value: Value, slot: int | None) -> str | None:
         if slot is None
         else f"reads {value.dtype} '{value.name}' at input {slot}"
     )
-    if value.dtype not in COMPUTED:
+    if value.dtype not in COMPUTED or (value.dtype in QUANTIZED and node.op not in QUANTIZED_OPS):
         return (
             f"node '{node.name}' ({node.op}) {use}; only float32, int32, int64 and bool tensors are computed at "
-            "run time"
+            "run time (8- and 16-bit integers by QuantizeLinear, DequantizeLinear and ops that move elements)"
         )
     if value.dtype != np.float32 and not spec.integer and slot not in spec.index_inputs:
         return f"node '{node.name}' ({node.op}) {use}; {node.op} computes float32 tensors only"

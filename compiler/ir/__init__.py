@@ -1,3 +1,3 @@
-from .graph import COUNTER, ET_DOMAIN, Graph, Node, Value
+from .graph import COUNTER, ET_DOMAIN, QUANTIZED, Graph, Node, Value, int32_in_c
 
-__all__ = ["COUNTER", "ET_DOMAIN", "Graph", "Node", "Value"]
+__all__ = ["COUNTER", "ET_DOMAIN", "QUANTIZED", "Graph", "Node", "Value", "int32_in_c"]

@@ -16,6 +16,15 @@ import numpy as np
 ET_DOMAIN = "ai.edgetrain"  # our own ops: gradients, fused losses and optimizer updates
 COUNTER = "dropout_counter"  # the trainer's count of training steps, which seeds dropout masks
 
+# Quantized tensors (QuantizeLinear's outputs, DequantizeLinear's inputs): 8- and 16-bit integers.
+QUANTIZED = frozenset(np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.uint16))
+
+
+def int32_in_c(dtype: Any) -> bool:
+    """Integer, bool and quantized tensors: the C keeps each element as an int32_t."""
+    dtype = np.dtype(dtype)
+    return dtype.kind in "bi" or dtype in QUANTIZED
+
 
 @dataclass(frozen=True)
 class Value:

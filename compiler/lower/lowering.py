@@ -12,7 +12,7 @@ import numpy as np
 from ..trainer import Trainer
 from ..checkpoint import HEADER, table_bytes
 from ..errors import EdgetrainError
-from ..ir import Node
+from ..ir import Node, int32_in_c
 from ..ops import Call, KernelCtx, OpDef, Tensor, Update, Var, lookup
 from .program import Affine, Arg, Floats, GradRef, LoweredFunction, NodeInfo, ParamInfo, Program, StateRef, TensorType
 
@@ -85,7 +85,7 @@ class _Storage:
 
 
 def is_int(dtype: Any) -> bool:
-    return np.dtype(dtype).kind in "bi"
+    return int32_in_c(dtype)
 
 
 def c_type(dtype: Any) -> str:

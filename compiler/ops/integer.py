@@ -8,12 +8,13 @@ their kernel by dtype with `typed`. No gradient flows through integer or bool va
 
 import numpy as np
 
+from ..ir import int32_in_c
 from .registry import at_least_1d, broadcast_strides, merged_axes, op, split_axis
 
 
 def is_integer(graph, name: str) -> bool:
     """Integer and bool tensors: an int32_t each in the C."""
-    return graph.values[name].dtype.kind in "bi"
+    return int32_in_c(graph.values[name].dtype)
 
 
 def typed(k, stem: str, name: str) -> str:
@@ -33,7 +34,7 @@ def broadcast_call(k, fn: str, a: str, b: str, y: str):
 
 def _kind(graph, name: str) -> str:
     dtype = graph.values[name].dtype
-    return "bool" if dtype == np.bool_ else ("int" if dtype.kind == "i" else "float")
+    return "bool" if dtype == np.bool_ else ("int" if int32_in_c(dtype) else "float")
 
 
 # ---- Cast: float <-> integer <-> bool; a cast that keeps the C type (int64 -> int32, bool -> int,

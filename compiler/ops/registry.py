@@ -130,6 +130,9 @@ class OpDef:
     # The kernel also takes integer and bool tensors (each an int32_t in the C) at any input or
     # output, picking its kernel by dtype; other ops compute float32 (integers only at index_inputs).
     integer: bool = False
+    # Integer input slots that take a float gradient all the same: a quantized tensor, which
+    # quantization-aware training differentiates straight through (ops/quantize.py).
+    straight_through: tuple[int, ...] = ()
     # Optimizer ops (ET_DOMAIN): the update's binding, in place of `kernel`.
     optimizer: OptimizerDef | None = None
 
@@ -157,6 +160,7 @@ def op(name: str, *, domain: str = "", const_inputs=(), index_inputs=()):
             dtypes=tuple(getattr(cls, "dtypes", ())),
             residual=bool(getattr(cls, "residual", False)),
             integer=bool(getattr(cls, "integer", False)),
+            straight_through=tuple(getattr(cls, "straight_through", ())),
             optimizer=_optimizer(cls),
         )
         return cls

@@ -70,6 +70,7 @@ ASPECT_RATIO = Refused("keep_aspect_ratio_policy")
 REDUCTION_NONE = Refused("reduction 'none' is not supported")
 REDUCTION_SUM = Refused("reduction 'sum' is not supported")
 PEEPHOLES = Refused("peepholes")
+BLOCKED = Refused("blocked quantization (block_size) is not supported")
 # Running statistics are buffers a training step updates, so they are not the inference graph's outputs.
 STATISTICS_OUTPUTS = Refused("running statistics are state")
 CONSTANT_BOUNDS = Skipped(
@@ -346,6 +347,25 @@ CASES: dict[str, OpCases] = {
         },
     ),
     "DepthToSpace": OpCases(included=("test_depthtospace_example", "test_depthtospace_crd_mode_example")),
+    "DequantizeLinear": OpCases(
+        included=(),
+        excluded={
+            "test_dequantizelinear": SMALL_INT_DATA,
+            "test_dequantizelinear_axis": SMALL_INT_DATA,
+            "test_dequantizelinear_e4m3fn": NARROW_INPUT,
+            "test_dequantizelinear_e4m3fn_float16": FLOAT_TYPE,
+            "test_dequantizelinear_e4m3fn_zero_point": NARROW_INPUT,
+            "test_dequantizelinear_e5m2": NARROW_INPUT,
+            "test_dequantizelinear_uint16": SMALL_INT_DATA,
+            "test_dequantizelinear_int16": SMALL_INT_DATA,
+            "test_dequantizelinear_uint4": NARROW_INPUT,
+            "test_dequantizelinear_int4": NARROW_INPUT,
+            "test_dequantizelinear_uint2": NARROW_INPUT,
+            "test_dequantizelinear_int2": NARROW_INPUT,
+            "test_dequantizelinear_float4e2m1": NARROW_INPUT,
+            "test_dequantizelinear_blocked": SMALL_INT_DATA,
+        },
+    ),
     "Div": OpCases(
         included=("test_div_example", "test_div", "test_div_bcast"),
         excluded={
@@ -667,6 +687,25 @@ CASES: dict[str, OpCases] = {
             "test_or_bcast4v2d": OLD_OPSET,
             "test_or_bcast4v3d": OLD_OPSET,
             "test_or_bcast4v4d": OLD_OPSET,
+        },
+    ),
+    "QuantizeLinear": OpCases(
+        included=(
+            "test_quantizelinear",
+            "test_quantizelinear_axis",
+            "test_quantizelinear_uint16",
+            "test_quantizelinear_int16",
+        ),
+        excluded={
+            "test_quantizelinear_e4m3fn": NARROW_OUTPUT,
+            "test_quantizelinear_e5m2": NARROW_OUTPUT,
+            "test_quantizelinear_uint4": NARROW_OUTPUT,
+            "test_quantizelinear_int4": NARROW_OUTPUT,
+            "test_quantizelinear_uint2": NARROW_OUTPUT,
+            "test_quantizelinear_int2": NARROW_OUTPUT,
+            "test_quantizelinear_float4e2m1": NARROW_OUTPUT,
+            "test_quantizelinear_blocked_asymmetric": BLOCKED,
+            "test_quantizelinear_blocked_symmetric": BLOCKED,
         },
     ),
     "PRelu": OpCases(included=("test_prelu_example", "test_prelu_broadcast")),

@@ -91,7 +91,8 @@ def _fragment(case, tag: str):
     inputs, initializers, feeds = [], [], []
     for slot, value in zip(slots, values):
         name = case.model.graph.node[0].input[slot]
-        array = np.asarray(value)
+        # data of a type NumPy has no dtype for (int4, float8): kept as written, refused anyway
+        array = value if isinstance(value, onnx.TensorProto) else np.asarray(value)
         if slot not in spec.const_inputs:
             info = onnx.ValueInfoProto()
             info.CopyFrom(infos[name])
@@ -100,6 +101,10 @@ def _fragment(case, tag: str):
                 array, info.type.tensor_type.elem_type = array.astype(np.float32), onnx.TensorProto.FLOAT
             inputs.append(info)
             feeds.append(array)
+        elif isinstance(array, onnx.TensorProto):
+            initializers.append(onnx.TensorProto())
+            initializers[-1].CopyFrom(array)
+            initializers[-1].name = rename[name]
         else:
             initializers.append(numpy_helper.from_array(array, rename[name]))
     outputs = []

@@ -1,0 +1,103 @@
+/* edgetrain runtime: QuantizeLinear and DequantizeLinear, and their
+ * gradients for quantization-aware training.
+ *
+ * A quantized tensor (int8, uint8, int16, uint16 or int32 in the model) is
+ * an int32_t per element here, like every integer tensor (et_integer.h).
+ * Scales and zero points are per tensor or per channel of one axis: the
+ * kernels see X as [outer][channels][inner] with channel c's scale[c] and
+ * zero_point[c] (channels 1: per tensor; zero_point NULL: 0).
+ *
+ * Quantizing rounds x / scale to the nearest integer, ties to even, adds
+ * the zero point and saturates to [qmin, qmax], as ONNX and onnxruntime
+ * do, with IEEE single-precision operations only, so every target gives
+ * the same integers.  The gradients are the straight-through estimator of
+ * quantization-aware training (as torch.fake_quantize_* differentiates):
+ * rounding passes the gradient, saturation stops it. */
+#ifndef ET_QUANTIZE_H
+#define ET_QUANTIZE_H
+
+#ifndef ET_COMMON_H
+#include "et_common.h"
+#endif
+
+/* v rounded to the nearest integer, ties to even.  Adding 2^23 to a
+ * magnitude below it leaves no fraction bits, so the sum is rounded by
+ * the FPU's default round-to-nearest-even; from 2^23 on every float is an
+ * integer already (and NaN stays NaN). */
+static inline float et_round_even_f32_(float v)
+{
+    float a = v < 0.0f ? -v : v;
+    if (!(a < 0x1p23f))
+        return v;
+    a = (a + 0x1p23f) - 0x1p23f;
+    return v < 0.0f ? -a : a;
+}
+
+/* round(x / scale) + zero_point as a float, before saturation. */
+static inline float et_quantized_f32_(float x, float scale, int32_t zero_point)
+{
+    return et_round_even_f32_(x / scale) + (float)zero_point;
+}
+
+/* Y = saturate(round(X / scale) + zero_point) in [qmin, qmax]; NaN gives qmin. */
+static inline void et_quantize_f32(int outer, int channels, int inner, const float *X, const float *scale,
+                                   const int32_t *zero_point, int32_t qmin, int32_t qmax, int32_t *Y)
+{
+    int o, c, i;
+    for (o = 0; o < outer; ++o)
+        for (c = 0; c < channels; ++c) {
+            const size_t at = ((size_t)o * (size_t)channels + (size_t)c) * (size_t)inner;
+            const int32_t zp = zero_point ? zero_point[c] : 0;
+            for (i = 0; i < inner; ++i) {
+                float q = et_quantized_f32_(X[at + (size_t)i], scale[c], zp);
+                Y[at + (size_t)i] = q > (float)qmin ? (q < (float)qmax ? (int32_t)q : qmax) : qmin;
+            }
+        }
+}
+
+/* Y = (X - zero_point) * scale, the difference taken in 64 bits (int32 tensors can be anything). */
+static inline void et_dequantize_f32(int outer, int channels, int inner, const int32_t *X, const float *scale,
+                                     const int32_t *zero_point, float *Y)
+{
+    int o, c, i;
+    for (o = 0; o < outer; ++o)
+        for (c = 0; c < channels; ++c) {
+            const size_t at = ((size_t)o * (size_t)channels + (size_t)c) * (size_t)inner;
+            const int64_t zp = zero_point ? zero_point[c] : 0;
+            for (i = 0; i < inner; ++i)
+                Y[at + (size_t)i] = (float)((int64_t)X[at + (size_t)i] - zp) * scale[c];
+        }
+}
+
+/* dX = dY * scale: DequantizeLinear's derivative, into the integer tensor it read. */
+static inline void et_dequantize_grad_f32(int outer, int channels, int inner, const float *dY, const float *scale,
+                                          float *dX)
+{
+    int o, c, i;
+    for (o = 0; o < outer; ++o)
+        for (c = 0; c < channels; ++c) {
+            const size_t at = ((size_t)o * (size_t)channels + (size_t)c) * (size_t)inner;
+            for (i = 0; i < inner; ++i)
+                dX[at + (size_t)i] = dY[at + (size_t)i] * scale[c];
+        }
+}
+
+/* dX = dY / scale where round(X / scale) + zero_point lies in [qmin, qmax], else 0: the
+ * straight-through estimator of QuantizeLinear. */
+static inline void et_quantize_grad_f32(int outer, int channels, int inner, const float *dY, const float *X,
+                                        const float *scale, const int32_t *zero_point, int32_t qmin, int32_t qmax,
+                                        float *dX)
+{
+    int o, c, i;
+    for (o = 0; o < outer; ++o)
+        for (c = 0; c < channels; ++c) {
+            const size_t at = ((size_t)o * (size_t)channels + (size_t)c) * (size_t)inner;
+            const int32_t zp = zero_point ? zero_point[c] : 0;
+            for (i = 0; i < inner; ++i) {
+                float q = et_quantized_f32_(X[at + (size_t)i], scale[c], zp);
+                dX[at + (size_t)i] = q >= (float)qmin && q <= (float)qmax ? dY[at + (size_t)i] / scale[c] : 0.0f;
+            }
+        }
+}
+
+#endif /* ET_QUANTIZE_H */

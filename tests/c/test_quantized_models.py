@@ -1,0 +1,152 @@
+"""Quantized models as onnxruntime's quantize_static writes them (QDQ: int8 weights and int32
+biases that DequantizeLinear reads, QuantizeLinear -> DequantizeLinear around activations) compile,
+compute what onnxruntime computes, train, and export a QDQ model with the trained integers that
+onnxruntime runs."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+
+from edgetrain import api, artifacts
+
+torch = pytest.importorskip("torch")
+ort = pytest.importorskip("onnxruntime")
+quantization = pytest.importorskip("onnxruntime.quantization")
+
+BATCH = 4
+
+
+class _Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(1, 6, 3, padding=1)
+        self.pool = torch.nn.MaxPool2d(2)
+        self.fc = torch.nn.Linear(6 * 4 * 4, 10)
+
+    def forward(self, x):
+        return self.fc(self.pool(torch.relu(self.conv(x))).flatten(1))
+
+
+class _Calibration(quantization.CalibrationDataReader):
+    def __init__(self, batches):
+        self.batches = iter(batches)
+
+    def get_next(self):
+        return next(self.batches, None)
+
+
+def _data(rng, n):
+    """Inputs and labels a nearest-centroid rule gives: a task the model can learn in a few steps."""
+    centroids = np.random.default_rng(7).normal(size=(10, 1, 8, 8)).astype(np.float32)
+    labels = rng.integers(0, 10, size=n)
+    return (centroids[labels] + 0.5 * rng.normal(size=(n, 1, 8, 8))).astype(np.float32), labels.astype(np.int64)
+
+
+@pytest.fixture(scope="module", params=["int8-per-channel", "uint8-per-tensor"])
+def qdq_model(request, tmp_path_factory):
+    """(the QDQ model's path, its output scale): quantize_static on a small CNN, calibrated on 8 batches."""
+    directory = tmp_path_factory.mktemp(request.param)
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            _Net().eval(),
+            (torch.randn(BATCH, 1, 8, 8),),
+            directory / "float.onnx",
+            input_names=["x"],
+            output_names=["logits"],
+            dynamo=False,
+        )
+    rng = np.random.default_rng(1)
+    per_channel = request.param == "int8-per-channel"
+    quantization.quantize_static(
+        str(directory / "float.onnx"),
+        str(directory / "qdq.onnx"),
+        _Calibration([{"x": _data(rng, BATCH)[0]} for _ in range(8)]),
+        quant_format=quantization.QuantFormat.QDQ,
+        per_channel=per_channel,
+        activation_type=quantization.QuantType.QInt8 if per_channel else quantization.QuantType.QUInt8,
+        weight_type=quantization.QuantType.QInt8,
+    )
+    model = onnx.load(directory / "qdq.onnx")
+    ops = {n.op_type for n in model.graph.node}
+    assert {"QuantizeLinear", "DequantizeLinear"} <= ops
+    weights = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    assert weights["conv.weight_quantized"].dtype == np.int8
+    return directory / "qdq.onnx", float(weights[model.graph.node[-1].input[1]])
+
+
+def _trainer(path, out):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        artifacts.generate_artifacts(
+            str(path), artifact_directory=out, loss=artifacts.LossType.CrossEntropyLoss, batch_size=BATCH
+        )
+    state = api.CheckpointState.load_checkpoint(str(out / "checkpoint"))
+    module = api.Module(str(out / "training_model.onnx"), state, str(out / "eval_model.onnx"))
+    return state, module
+
+
+def _sessions(path):
+    """onnxruntime on the QDQ model: as written (float Q and DQ ops) and optimized (integer kernels)."""
+    plain = ort.SessionOptions()
+    plain.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(str(path), plain), ort.InferenceSession(str(path))
+
+
+def _steps(a, b, scale) -> float:
+    return float(np.abs(a - b).max() / scale)
+
+
+def test_forward_is_onnxruntimes(qdq_model, tmp_path, figure):
+    path, scale = qdq_model
+    state, module = _trainer(path, tmp_path / "out")
+    assert {name for name, _ in state.parameters} == {"conv.weight", "conv.bias", "fc.weight", "fc.bias"}
+    module.eval()
+    as_written, optimized = _sessions(path)
+    rng = np.random.default_rng(2)
+    worst = [0.0, 0.0]
+    for _ in range(20):
+        x = _data(rng, BATCH)[0]
+        (ours,) = module.infer(x)
+        worst[0] = max(worst[0], _steps(ours, as_written.run(None, {"x": x})[0], scale))
+        worst[1] = max(worst[1], _steps(ours, optimized.run(None, {"x": x})[0], scale))
+    figure(f"QDQ forward, output steps from onnxruntime: {worst[0]:g} (as written), {worst[1]:g} (integer kernels)")
+    assert max(worst) <= 1 + 1e-3  # one step, as floats
+
+
+def test_trains_and_exports_a_qdq_model_onnxruntime_runs(qdq_model, tmp_path, figure):
+    path, scale = qdq_model
+    state, module = _trainer(path, tmp_path / "out")
+    optimizer = api.Optimizer(str(tmp_path / "out" / "optimizer_model.onnx"), module)
+    rng = np.random.default_rng(3)
+    x, y = _data(rng, 64)
+    module.train()
+    losses = []
+    for _ in range(10):
+        for i in range(0, 64, BATCH):
+            losses.append(float(module(x[i : i + BATCH], y[i : i + BATCH])))
+            optimizer.step()
+            module.lazy_reset_grad()
+    first, last = np.mean(losses[:16]), np.mean(losses[-16:])
+    figure(f"QDQ training: mean loss {first:.3f} in the first epoch, {last:.3f} in the tenth")
+    assert last < 0.6 * first
+
+    module.export_model_for_inferencing(str(tmp_path / "inference.onnx"), ["logits"])
+    exported = onnx.load(tmp_path / "inference.onnx")
+    weights = {i.name: numpy_helper.to_array(i) for i in exported.graph.initializer}
+    original = {i.name: numpy_helper.to_array(i) for i in onnx.load(path).graph.initializer}
+    assert weights["conv.weight_quantized"].dtype == np.int8
+    assert not np.array_equal(weights["fc.weight_quantized"], original["fc.weight_quantized"])
+    module.eval()
+    worst = 0.0
+    for session in _sessions(tmp_path / "inference.onnx"):
+        for i in range(0, 16, BATCH):
+            (ours,) = module.infer(x[i : i + BATCH])
+            worst = max(worst, _steps(ours, session.run(None, {"x": x[i : i + BATCH]})[0], scale))
+    assert worst <= 1 + 1e-3  # one step, as floats
