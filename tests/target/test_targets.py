@@ -137,6 +137,57 @@ def conv_zoo(batch=2, seed=0) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
 
 
+def qdq_cnn(batch=4, seed=0) -> onnx.ModelProto:
+    """A quantized model in the QDQ form quantize_static writes: int8 weights per output channel and
+    int32 biases that DequantizeLinear reads, the activations quantized and dequantized (int8, the
+    logits uint8), Conv -> Relu -> MaxPool -> Flatten -> Gemm on 1x8x8 images."""
+    rng = np.random.default_rng(seed)
+    inits, nodes = [], []
+
+    def const(name, array):
+        inits.append(numpy_helper.from_array(np.asarray(array), name))
+        return name
+
+    def fake_quant(x, scale, zero_point):
+        s, z = const(f"{x}.scale", np.float32(scale)), const(f"{x}.zero_point", zero_point)
+        nodes.extend(
+            [
+                helper.make_node("QuantizeLinear", [x, s, z], [f"{x}.q"]),
+                helper.make_node("DequantizeLinear", [f"{x}.q", s, z], [f"{x}.dq"]),
+            ]
+        )
+        return f"{x}.dq"
+
+    def layer(name, shape, input_scale):
+        w = rng.uniform(-1, 1, shape) / np.sqrt(np.prod(shape[1:]))
+        w_scale = (np.abs(w).reshape(shape[0], -1).max(axis=1) / 127).astype(np.float32)
+        q = np.rint(w / w_scale.reshape(-1, *[1] * (len(shape) - 1))).astype(np.int8)
+        b = np.rint(rng.uniform(-0.1, 0.1, shape[0]) / (input_scale * w_scale)).astype(np.int32)
+        for part, values, scale in (("weight", q, w_scale), ("bias", b, (input_scale * w_scale).astype(np.float32))):
+            args = [const(f"{name}.{part}_quantized", values), const(f"{name}.{part}_scale", scale)]
+            args.append(const(f"{name}.{part}_zero_point", np.zeros(shape[0], values.dtype)))
+            nodes.append(helper.make_node("DequantizeLinear", args, [f"{name}.{part}"], axis=0))
+        return f"{name}.weight", f"{name}.bias"
+
+    x = fake_quant("x", 0.02, np.int8(0))
+    nodes.append(helper.make_node("Conv", [x, *layer("conv", (4, 1, 3, 3), 0.02)], ["c"], pads=[1, 1, 1, 1]))
+    nodes.append(helper.make_node("Relu", ["c"], ["r"]))
+    nodes += [
+        helper.make_node("MaxPool", [fake_quant("r", 0.01, np.int8(-128))], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Flatten", ["p"], ["f"]),
+        helper.make_node("Gemm", ["f", *layer("fc", (3, 64), 0.01)], ["y"], transB=1),
+    ]
+    nodes.append(helper.make_node("Identity", [fake_quant("y", 0.01, np.uint8(128))], ["logits"]))
+    graph = helper.make_graph(
+        nodes,
+        "qdq_cnn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 1, 8, 8])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, 3])],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+
+
 # name: (model, input shape, learning rate or None for the default, optimizer)
 CASES = {
     "mlp": (lambda: mlp(batch=4), (4, 8), None, "AdamW"),
@@ -144,6 +195,7 @@ CASES = {
     "mlp_dropout": (lambda: mlp(batch=4, dropout=0.25), (4, 8), 0.01, "AdamW"),
     "cnn": (small_cnn, (4, 1, 8, 8), None, "AdamW"),
     "conv_zoo": (conv_zoo, (2, 2, 12, 12), None, "AdamW"),
+    "qdq_cnn": (qdq_cnn, (4, 1, 8, 8), None, "AdamW"),  # quantization-aware: QuantizeLinear's rounding
 }
 
 
