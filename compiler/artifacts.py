@@ -22,6 +22,7 @@ from .errors import DynamicShapeError, EdgetrainError, ImportNote
 from .files import write_artifact
 from . import targets
 from .frontend import load_model
+from .frontend.quantize import quantize_int8
 from .frontend.validate import check_prefix, check_ram
 from .ir.to_onnx import to_onnx
 from .lower import Affine, lower, lower_inference
@@ -72,6 +73,8 @@ def generate_artifacts(
     fused_update=False,
     update_policy=None,
     ram_budget=None,
+    quantize=None,
+    calibration_data=None,
     memory_plot=False,
     defer_free_dims=True,
 ) -> Path:
@@ -117,8 +120,18 @@ def generate_artifacts(
     requires_grad. ram_budget: bytes of RAM the trainer must fit in; cheaper plans (fused update,
     recomputation) are tried in turn, and the compile fails naming the smallest one reached.
     memory_plot: also draw memory.png, the arena occupancy over train_step's schedule (needs
-    matplotlib; off by default because drawing costs more than compiling a small model)."""
+    matplotlib; off by default because drawing costs more than compiling a small model).
+
+    quantize="int8": train quantization-aware, as a QDQ model (one that onnxruntime's quantize_static
+    wrote) trains: int8 weights with a scale per output channel, int8 activations with a scale per
+    tensor taken from calibration_data, batches of the model's inputs (edgetrain.frontend.quantize)."""
     _refuse_ort_only(ort_format, custom_op_library)
+    if quantize is not None:
+        if quantize != "int8":
+            raise EdgetrainError(f"quantize={quantize!r}: edgetrain quantizes to 'int8'")
+        model = quantize_int8(model, calibration_data)
+    elif calibration_data is not None:
+        raise EdgetrainError("calibration_data calibrates quantize='int8', which is not given")
     file_prefix, prefix = _prefixes(prefix, c_prefix)
     if loss is not None and not isinstance(loss, (LossType, str)):
         model, loss = _with_loss_block(model, loss, loss_input_names), None

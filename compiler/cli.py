@@ -8,6 +8,8 @@ import sys
 import warnings
 from pathlib import Path
 
+import numpy as np
+
 from . import artifacts
 from .errors import EdgetrainError, ImportNote
 from .memory.report import NO_MATPLOTLIB, can_plot, plot_directory
@@ -19,6 +21,19 @@ def _dim(text: str) -> tuple[str, int]:
     if not sep or not name or not size.isdigit() or int(size) < 1:
         raise argparse.ArgumentTypeError(f"expected NAME=N with N a positive integer, got {text!r}")
     return name, int(size)
+
+
+def _calibration(path: str | None) -> list[dict] | None:
+    """--calibration's batches: the .npz's arrays by input name, split along their first axis."""
+    if path is None:
+        return None
+    try:
+        with np.load(path) as arrays:
+            data = {name: arrays[name] for name in arrays.files}
+    except Exception as exc:
+        raise EdgetrainError(f"cannot read calibration data {path!r}: {exc}".splitlines()[0]) from None
+    count = min((len(a) for a in data.values()), default=0)
+    return [{name: a[i] for name, a in data.items()} for i in range(count)]
 
 
 def _add_compile(sub) -> None:
@@ -110,6 +125,17 @@ def _add_build_options(compile_) -> None:
         type=int,
         metavar="BYTES",
         help="fit the trainer's RAM in BYTES, with fused update and recomputation if needed",
+    )
+    compile_.add_argument(
+        "--quantize",
+        choices=["int8"],
+        help="train quantization-aware with int8 weights (per channel) and activations (per tensor), "
+        "calibrated on --calibration",
+    )
+    compile_.add_argument(
+        "--calibration",
+        metavar="NPZ",
+        help="calibration batches for --quantize: arrays by input name, the first axis indexing batches",
     )
     compile_.add_argument(
         "--nominal-checkpoint",
@@ -238,6 +264,8 @@ def _run(args) -> None:
             fused_update=args.fused_update,
             update_policy=args.update_policy,
             ram_budget=args.ram_budget,
+            quantize=args.quantize,
+            calibration_data=_calibration(args.calibration),
             memory_plot=plot,
             defer_free_dims=False,
         )  # the command line's job is the C

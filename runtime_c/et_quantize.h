@@ -82,8 +82,11 @@ static inline void et_dequantize_grad_f32(int outer, int channels, int inner, co
         }
 }
 
-/* dX = dY / scale where round(X / scale) + zero_point lies in [qmin, qmax], else 0: the
- * straight-through estimator of QuantizeLinear. */
+/* dX = dY / scale where round(X * (1 / scale)) + zero_point lies in [qmin, qmax], else 0: the
+ * straight-through estimator of QuantizeLinear.  The range test multiplies by the reciprocal, as
+ * torch.fake_quantize_* does, rather than dividing as the forward pass does: the two differ only
+ * where X / scale is a tie, and a symmetric scale (max|W| / 127.5, PyTorch's) makes the largest
+ * weight of each channel one, which PyTorch keeps in range and trains. */
 static inline void et_quantize_grad_f32(int outer, int channels, int inner, const float *dY, const float *X,
                                         const float *scale, const int32_t *zero_point, int32_t qmin, int32_t qmax,
                                         float *dX)
@@ -92,9 +95,9 @@ static inline void et_quantize_grad_f32(int outer, int channels, int inner, cons
     for (o = 0; o < outer; ++o)
         for (c = 0; c < channels; ++c) {
             const size_t at = ((size_t)o * (size_t)channels + (size_t)c) * (size_t)inner;
-            const int32_t zp = zero_point ? zero_point[c] : 0;
+            const float zp = zero_point ? (float)zero_point[c] : 0.0f, inverse = 1.0f / scale[c];
             for (i = 0; i < inner; ++i) {
-                float q = et_quantized_f32_(X[at + (size_t)i], scale[c], zp);
+                float q = et_round_even_f32_(X[at + (size_t)i] * inverse) + zp;
                 dX[at + (size_t)i] = q >= (float)qmin && q <= (float)qmax ? dY[at + (size_t)i] / scale[c] : 0.0f;
             }
         }

@@ -399,7 +399,7 @@ def _to_ir(proto, constants) -> Graph:
         params=params,
         constants=constants,
         buffers=buffers,
-        opset=max(_opset(proto), IR_OPSET),
+        opset=max(_opset(proto), QDQ_OPSET if any(n.op in QUANTIZED_OPS[:2] for n in nodes) else IR_OPSET),
     )
 
 
@@ -409,9 +409,20 @@ INPUTS = frozenset(np.dtype(t) for t in (np.float32, np.int32, np.int64, np.bool
 COMPUTED = INPUTS | QUANTIZED
 # The ops that compute on quantized tensors: those that quantize and dequantize, and those that only
 # move elements.
-QUANTIZED_OPS = frozenset(
-    ("QuantizeLinear", "DequantizeLinear", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Identity")
+QUANTIZED_OPS = (
+    "QuantizeLinear",
+    "DequantizeLinear",
+    "Reshape",
+    "Flatten",
+    "Squeeze",
+    "Unsqueeze",
+    "Transpose",
+    "Identity",
 )
+# A graph with QuantizeLinear or DequantizeLinear is written at their opset 19 form at least, the oldest
+# that onnx.reference runs (opset 13's, for int8 and uint8, computes the same; nothing else changed at 19
+# for the types the IR holds).
+QDQ_OPSET = 19
 
 
 def _input_dtype_problem(g, name: str, dtype) -> str | None:

@@ -30,7 +30,12 @@ def policy_parameters(graph: Graph, policy: str) -> list[str]:
     if not policy or not match:
         raise EdgetrainError(f"unknown update policy {policy!r}; expected 'bias', 'last:K' or 'bias+last:K'")
     bias, last = match.group(1), match.group(2)
-    layers = [[n for n in node.inputs if n in graph.params] for node in graph.nodes]
+    stands_for = _quantized_params(graph)
+    layers = [
+        [stands_for.get(n, n) for n in node.inputs if stands_for.get(n, n) in graph.params]
+        for node in graph.nodes
+        if node.op not in _QDQ
+    ]
     layers = [names for names in layers if names]
     chosen: set[str] = set()
     if last is not None:
@@ -43,6 +48,20 @@ def policy_parameters(graph: Graph, policy: str) -> list[str]:
     if bias:
         chosen.update(_biases(graph))
     return [p for p in graph.params if p in chosen]
+
+
+_QDQ = ("QuantizeLinear", "DequantizeLinear")
+
+
+def _quantized_params(graph: Graph) -> dict[str, str]:
+    """The parameter that each value a QuantizeLinear -> DequantizeLinear chain makes of one stands
+    for: a quantized model's layer reads its weight through them (frontend.imports.quantized_parameters)."""
+    stands_for: dict[str, str] = {}
+    for node in graph.nodes:
+        source = stands_for.get(node.inputs[0], node.inputs[0]) if node.inputs else ""
+        if node.op in _QDQ and source in graph.params:
+            stands_for[node.outputs[0]] = source
+    return stands_for
 
 
 def _biases(graph: Graph) -> set[str]:

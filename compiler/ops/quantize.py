@@ -85,7 +85,8 @@ class DequantizeLinear:
 
 @op("QuantizeLinearGrad", domain=ET_DOMAIN)
 class QuantizeLinearGrad:
-    """(dY, X, scale, zero_point) -> dX = dY / scale where X quantizes inside [qmin, qmax], else 0."""
+    """(dY, X, scale, zero_point) -> dX = dY / scale where X quantizes inside [qmin, qmax], else 0
+    (the range tested on X * (1 / scale), as torch.fake_quantize_* tests it: runtime_c/et_quantize.h)."""
 
     @staticmethod
     def kernel(k, node):
@@ -102,7 +103,7 @@ class QuantizeLinearGrad:
     @staticmethod
     def reference(dy, x, scale, zero_point=None, axis=1, qmin=0, qmax=0):
         scale = _per_channel(scale, x, axis)
-        q = np.rint(x / scale)
+        q = np.rint(x * (np.float32(1) / scale))
         if zero_point is not None:
             q = q + _per_channel(zero_point, x, axis).astype(np.float32)
         return (np.where((q >= qmin) & (q <= qmax), dy / scale, 0).astype(np.float32),)

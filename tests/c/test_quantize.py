@@ -4,7 +4,10 @@ per tensor and per channel, int8, uint8 and int16, then training_model.onnx unde
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
+import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -111,6 +114,51 @@ def _qat_linear(tmp_path, rng):
 
 
 CASES.check("qat-linear", _qat_linear)
+
+
+def _pytorch_qat(tmp_path, rng):
+    """A model prepared for quantization-aware training by torch.ao.quantization (per-channel weights,
+    uint8 activations), its observers run then frozen, as the TorchScript exporter writes it: the
+    C's loss and gradients against the QAT model's own autograd."""
+    import torch.ao.quantization as tq
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(1, 4, 3, padding=1)
+            self.fc = torch.nn.Linear(4 * 6 * 6, 5)
+
+        def forward(self, x):
+            return self.fc(torch.relu(self.conv(x)).flatten(1))
+
+    torch.manual_seed(int(rng.integers(2**31)))
+    net = Net().train()
+    activation = tq.FakeQuantize.with_args(
+        observer=tq.MovingAverageMinMaxObserver, quant_min=0, quant_max=255, dtype=torch.quint8
+    )
+    net.qconfig = tq.QConfig(activation=activation, weight=tq.default_per_channel_weight_fake_quant)
+    tq.prepare_qat(net, inplace=True)
+    x = torch.randn(3, 1, 6, 6)
+    for _ in range(4):
+        net(torch.randn(3, 1, 6, 6))
+    net.apply(tq.disable_observer)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            net, (x,), tmp_path / "qat.onnx", input_names=["x"], output_names=["y"], dynamo=False, opset_version=13
+        )
+    model = onnx.load(tmp_path / "qat.onnx")
+    assert sum(n.op_type == "QuantizeLinear" for n in model.graph.node) == 4  # 2 weights, 2 activations
+    names = ("conv.weight", "conv.bias", "fc.weight", "fc.bias")
+    params = {k: v.detach().numpy().copy() for k, v in net.named_parameters() if k in names}
+
+    def functional(x, **leaves):
+        return torch.func.functional_call(net, leaves, (x,))
+
+    return check_graph_gradients(model, params, functional, tmp_path, rng, data={"x": x.numpy()})
+
+
+CASES.check("pytorch-qat-export", _pytorch_qat)
 
 
 @pytest.mark.parametrize("spec", CASES)

@@ -150,3 +150,16 @@ def test_trains_and_exports_a_qdq_model_onnxruntime_runs(qdq_model, tmp_path, fi
             (ours,) = module.infer(x[i : i + BATCH])
             worst = max(worst, _steps(ours, session.run(None, {"x": x[i : i + BATCH]})[0], scale))
     assert worst <= 1 + 1e-3  # one step, as floats
+
+
+def test_int8_fine_tuning_is_within_a_point_of_float32(tmp_path, figure):
+    """The acceptance of quantized training: a CNN pre-trained in PyTorch, fine-tuned to slanted
+    digits with the same sparse update as float32 and as int8 (quantize="int8")."""
+    pytest.importorskip("sklearn")
+    from examples.personalization import quantized
+
+    result = quantized.run(tmp_path)
+    figure("fine-tuning on slanted digits, float32 against int8:\n" + quantized.table(result))
+    for kind in ("float32", "int8"):
+        assert result[kind]["after"] > result[kind]["before"] + 0.2
+    assert abs(result["int8"]["after"] - result["float32"]["after"]) <= 0.01

@@ -1,0 +1,151 @@
+"""quantize="int8": a float model put in the QDQ form a quantized model has, with scales edgetrain
+chooses, so it trains quantization-aware as a QDQ model does (ops/quantize.py).
+
+Weights (of Conv, ConvTranspose, Gemm and MatMul) are int8, symmetric, one scale per output
+channel: max|W| / 127 over the channel, zero point 0. Activations (those layers' data inputs and
+outputs, but the model's outputs) are int8 with one scale and zero point per tensor, asymmetric over
+the range [min(0, lowest), max(0, highest)] that calibration batches reach, run through the float
+model by onnx.reference. The weights stay float initializers, quantized by QuantizeLinear on every
+forward pass: the float master copies that training updates (as for a quantize_static model)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+from ..errors import EdgetrainError
+from .load import _normalize_opset, _read
+from .validate import check_model, one_line
+
+# Layers whose weights and activations are quantized: op -> its weight's input slot.
+_LAYERS = {"Conv": 1, "ConvTranspose": 1, "Gemm": 1, "MatMul": 1}
+
+
+def quantize_int8(model, calibration_data) -> onnx.ModelProto:
+    """`model` (a path or ModelProto, not changed) in QDQ form, calibrated on `calibration_data`:
+    an iterable of batches, each a dict of the model's inputs by name, or an array for a model with
+    one input."""
+    proto = onnx.ModelProto.FromString(_read(model).SerializeToString())
+    check_model(proto)
+    proto = _normalize_opset(proto)
+    graph = proto.graph
+    inits = {i.name: i for i in graph.initializer}
+    outputs = {o.name for o in graph.output}
+    weights: dict[str, int | None] = {}
+    activations: list[str] = []
+    for node in graph.node:
+        if node.op_type not in _LAYERS:
+            continue
+        for slot, name in enumerate(node.input[:2]):
+            if name in inits:
+                if slot == _LAYERS[node.op_type]:
+                    weights.setdefault(name, _channel_axis(node, inits[name]))
+            elif name:
+                activations.append(name)
+        activations += [name for name in node.output[:1] if name not in outputs]
+    activations = list(dict.fromkeys(activations))
+    if not weights and not activations:
+        raise EdgetrainError("quantize='int8': the model has no Conv, ConvTranspose, Gemm or MatMul to quantize")
+    ranges = _ranges(proto, activations, calibration_data)
+    taken = set(inits) | {n for node in graph.node for n in node.output} | {i.name for i in graph.input}
+    for name, axis in weights.items():
+        values = numpy_helper.to_array(inits[name]).astype(np.float32)
+        _insert(graph, taken, name, *_weight_scale(values, axis), axis)
+    for name in activations:
+        _insert(graph, taken, name, *_activation_scale(*ranges[name]), None)
+    return proto
+
+
+def _channel_axis(node, weight) -> int | None:
+    """The weight's axis of output channels, or None where one scale serves the whole tensor."""
+    rank = len(weight.dims)
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    if node.op_type == "Conv":
+        return 0
+    if node.op_type == "ConvTranspose":
+        return 1 if attrs.get("group", 1) == 1 else None
+    if node.op_type == "Gemm":
+        return 0 if attrs.get("transB", 0) else 1
+    return rank - 1 if rank == 2 else None  # MatMul's [K, N]
+
+
+def _weight_scale(values: np.ndarray, axis: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric int8: max|W| / 127 per channel (1 for an all-zero one), zero point 0."""
+    if axis is None:
+        peak = np.abs(values).max(initial=0.0)
+    else:
+        peak = np.abs(np.moveaxis(values, axis, 0)).reshape(values.shape[axis], -1).max(axis=1, initial=0.0)
+    scale = np.where(peak > 0, peak / 127, 1.0).astype(np.float32)
+    return scale, np.zeros(scale.shape, np.int8)
+
+
+def _activation_scale(lowest: float, highest: float) -> tuple[np.ndarray, np.ndarray]:
+    """Asymmetric int8 over [min(0, lowest), max(0, highest)], so that 0 is exact."""
+    lo, hi = min(0.0, lowest), max(0.0, highest)
+    scale = np.float32((hi - lo) / 255 if hi > lo else 1.0)
+    zero_point = np.int8(np.clip(np.rint(-128 - lo / scale), -128, 127))
+    return np.asarray(scale), np.asarray(zero_point)
+
+
+def _batches(calibration_data, names: list[str]) -> Iterable[dict[str, np.ndarray]]:
+    if calibration_data is None:
+        raise EdgetrainError("quantize='int8' needs calibration_data: batches of the model's inputs")
+    if isinstance(calibration_data, (np.ndarray, Mapping)):
+        calibration_data = [calibration_data]
+    for batch in calibration_data:
+        if not isinstance(batch, Mapping):
+            if len(names) != 1:
+                raise EdgetrainError(f"calibration batches of a model with inputs {names} must be dicts by input name")
+            batch = {names[0]: batch}
+        yield {k: np.asarray(v) for k, v in batch.items()}
+
+
+def _ranges(proto: onnx.ModelProto, names: list[str], calibration_data) -> dict[str, tuple[float, float]]:
+    """The lowest and highest value of each of `names` over the calibration batches."""
+    inits = {i.name for i in proto.graph.initializer}
+    inputs = [i.name for i in proto.graph.input if i.name not in inits]
+    evaluator = ReferenceEvaluator(proto)
+    ranges = {name: (np.inf, -np.inf) for name in names}
+    seen = 0
+    for batch in _batches(calibration_data, inputs):
+        try:
+            values = evaluator.run(names, batch)
+        except Exception as exc:
+            raise EdgetrainError(f"calibration batch {seen} does not run through the model: {one_line(exc)}") from None
+        for name, value in zip(names, values):
+            lo, hi = ranges[name]
+            ranges[name] = (min(lo, float(np.min(value))), max(hi, float(np.max(value))))
+        seen += 1
+    if not seen:
+        raise EdgetrainError("quantize='int8': calibration_data holds no batch")
+    return ranges
+
+
+def _insert(graph, taken: set[str], name: str, scale: np.ndarray, zero_point: np.ndarray, axis: int | None) -> None:
+    """QuantizeLinear -> DequantizeLinear on value `name`, which every reader then reads dequantized."""
+    s, z, q, dq = (_fresh(taken, f"{name}_{suffix}") for suffix in ("scale", "zero_point", "quantized", "dequantized"))
+    graph.initializer.extend([numpy_helper.from_array(scale, s), numpy_helper.from_array(zero_point, z)])
+    extra: dict[str, Any] = {} if axis is None else {"axis": axis}
+    for node in graph.node:
+        node.input[:] = [dq if i == name else i for i in node.input]
+    nodes = [
+        helper.make_node("QuantizeLinear", [name, s, z], [q], name=q, **extra),
+        helper.make_node("DequantizeLinear", [q, s, z], [dq], name=dq, **extra),
+    ]
+    producers = [i for i, node in enumerate(graph.node) if name in node.output]
+    readers = [i for i, node in enumerate(graph.node) if dq in node.input]
+    at = producers[0] + 1 if producers else min(readers, default=0)  # a weight's: before its layer
+    for offset, node in enumerate(nodes):
+        graph.node.insert(at + offset, node)
+
+
+def _fresh(taken: set[str], name: str) -> str:
+    while name in taken:
+        name += "_"
+    taken.add(name)
+    return name
