@@ -82,25 +82,39 @@ static inline void et_dequantize_grad_f32(int outer, int channels, int inner, co
         }
 }
 
-/* dX = dY / scale where round(X * (1 / scale)) + zero_point lies in [qmin, qmax], else 0: the
- * straight-through estimator of QuantizeLinear.  The range test multiplies by the reciprocal, as
- * torch.fake_quantize_* does, rather than dividing as the forward pass does: the two differ only
- * where X / scale is a tie, and a symmetric scale (max|W| / 127.5, PyTorch's) makes the largest
- * weight of each channel one, which PyTorch keeps in range and trains. */
-static inline void et_quantize_grad_f32(int outer, int channels, int inner, const float *dY, const float *X,
-                                        const float *scale, const int32_t *zero_point, int32_t qmin, int32_t qmax,
-                                        float *dX)
+/* The bits of where round(X * (1 / scale)) + zero_point lies in [qmin, qmax] (element j at bit
+ * j % 32 of word j / 32), kept from the forward pass for et_quantize_grad_f32 so X need not live
+ * until the backward one.  The range is tested on the reciprocal's product, as
+ * torch.fake_quantize_* tests it, where the forward pass divides: the two differ only where
+ * X / scale is a tie, and a symmetric scale (max|W| / 127.5, PyTorch's) makes the largest weight of
+ * each channel one, which PyTorch keeps in range and trains. */
+static inline void et_quantize_mask_f32(int outer, int channels, int inner, const float *X, const float *scale,
+                                        const int32_t *zero_point, int32_t qmin, int32_t qmax, uint32_t *mask)
 {
+    size_t j = 0;
     int o, c, i;
+    memset(mask, 0, ((size_t)outer * (size_t)channels * (size_t)inner + 31u) / 32u * sizeof *mask);
     for (o = 0; o < outer; ++o)
         for (c = 0; c < channels; ++c) {
-            const size_t at = ((size_t)o * (size_t)channels + (size_t)c) * (size_t)inner;
             const float zp = zero_point ? (float)zero_point[c] : 0.0f, inverse = 1.0f / scale[c];
-            for (i = 0; i < inner; ++i) {
-                float q = et_round_even_f32_(X[at + (size_t)i] * inverse) + zp;
-                dX[at + (size_t)i] = q >= (float)qmin && q <= (float)qmax ? dY[at + (size_t)i] / scale[c] : 0.0f;
+            for (i = 0; i < inner; ++i, ++j) {
+                float q = et_round_even_f32_(X[j] * inverse) + zp;
+                mask[j / 32u] |= (uint32_t)(q >= (float)qmin && q <= (float)qmax) << (j % 32u);
             }
         }
+}
+
+/* dX = dY / scale where the mask's bit is set, else 0: the straight-through estimator of
+ * QuantizeLinear. */
+static inline void et_quantize_grad_f32(int outer, int channels, int inner, const float *dY, const uint32_t *mask,
+                                        const float *scale, float *dX)
+{
+    size_t j = 0;
+    int o, c, i;
+    for (o = 0; o < outer; ++o)
+        for (c = 0; c < channels; ++c)
+            for (i = 0; i < inner; ++i, ++j)
+                dX[j] = (mask[j / 32u] >> (j % 32u)) & 1u ? dY[j] / scale[c] : 0.0f;
 }
 
 #endif /* ET_QUANTIZE_H */

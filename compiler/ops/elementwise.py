@@ -57,9 +57,15 @@ def _f32(x):
 # so the float result dies with its last forward reader. ----
 
 
-def _unpack_bits(mask, shape):
+def unpack_bits(mask, shape):
     bits = np.unpackbits(mask.astype("<u4").view(np.uint8), bitorder="little")
     return bits[: int(np.prod(shape))].reshape(shape).astype(bool)
+
+
+def pack_bits(flags) -> np.ndarray:
+    """Booleans as the uint32 words of a bit mask."""
+    packed = np.packbits(np.asarray(flags).ravel(), bitorder="little")
+    return np.pad(packed, (0, -packed.size % 4)).view("<u4").astype(np.uint32)
 
 
 @op("ReluMask", domain=ET_DOMAIN)
@@ -79,11 +85,10 @@ class ReluMask:
 
     @staticmethod
     def reference(y):
-        packed = np.packbits(y.ravel() > 0, bitorder="little")
-        return (np.pad(packed, (0, -packed.size % 4)).view("<u4").astype(np.uint32),)
+        return (pack_bits(y > 0),)
 
 
-_grad_op("ReluGrad", "et_relu_grad_f32", lambda dy, mask: _f32(np.where(_unpack_bits(mask, dy.shape), dy, 0)))
+_grad_op("ReluGrad", "et_relu_grad_f32", lambda dy, mask: _f32(np.where(unpack_bits(mask, dy.shape), dy, 0)))
 _grad_op("SigmoidGrad", "et_sigmoid_grad_f32", lambda dy, y: _f32(dy * y * (1 - y)))
 _grad_op("TanhGrad", "et_tanh_grad_f32", lambda dy, y: _f32(dy * (1 - y * y)))
 _grad_op("SqrtGrad", "et_sqrt_grad_f32", lambda dy, y: _f32(dy / (2 * y)))

@@ -12,6 +12,7 @@ import numpy as np
 
 from ..errors import EdgetrainError
 from ..ir import ET_DOMAIN
+from .elementwise import pack_bits, unpack_bits
 from .registry import op, split_axis
 
 
@@ -46,6 +47,7 @@ def _per_channel(array: np.ndarray, x: np.ndarray, axis: int) -> np.ndarray:
 @op("QuantizeLinear", const_inputs=(1, 2))
 class QuantizeLinear:
     integer = True
+    inplace = (0,)
 
     @staticmethod
     def kernel(k, node):
@@ -57,18 +59,16 @@ class QuantizeLinear:
     @staticmethod
     def grad(g, node, dy):
         qmin, qmax = _range(g.graph.values[node.outputs[0]].dtype)
-        dx = g.emit(
-            "QuantizeLinearGrad",
-            [dy[0], node.inputs[0], node.inputs[1], _zero_point(node) or ""],
-            {"axis": node.attr("axis", 1), "qmin": qmin, "qmax": qmax},
-            domain=ET_DOMAIN,
-        )
+        attrs = {"axis": node.attr("axis", 1), "qmin": qmin, "qmax": qmax}
+        mask = g.emit("QuantizeLinearMask", [*node.inputs[:2], _zero_point(node) or ""], attrs, domain=ET_DOMAIN)
+        dx = g.emit("QuantizeLinearGrad", [dy[0], mask, node.inputs[1]], {"axis": attrs["axis"]}, domain=ET_DOMAIN)
         return [dx, None, None]
 
 
 @op("DequantizeLinear", const_inputs=(1, 2))
 class DequantizeLinear:
     integer = True
+    inplace = (0,)
     straight_through = (0,)
 
     @staticmethod
@@ -83,30 +83,52 @@ class DequantizeLinear:
         return [dx, None, None]
 
 
-@op("QuantizeLinearGrad", domain=ET_DOMAIN)
-class QuantizeLinearGrad:
-    """(dY, X, scale, zero_point) -> dX = dY / scale where X quantizes inside [qmin, qmax], else 0
-    (the range tested on X * (1 / scale), as torch.fake_quantize_* tests it: runtime_c/et_quantize.h)."""
+@op("QuantizeLinearMask", domain=ET_DOMAIN)
+class QuantizeLinearMask:
+    """(X, scale, zero_point) -> the bits of where X quantizes inside [qmin, qmax] (tested on X * (1 /
+    scale), as torch.fake_quantize_* tests it: runtime_c/et_quantize.h): what QuantizeLinear's
+    gradient keeps of the forward pass, 1/32 of X's bytes."""
+
+    dtypes = (np.uint32,)
+    residual = True
 
     @staticmethod
     def kernel(k, node):
-        dy, x, scale = node.inputs[:3]
-        qmin, qmax = node.attr("qmin"), node.attr("qmax")
+        x, scale = node.inputs[:2]
         layout = _channels(k, node, x, scale)
-        zero_point = _zero_point(node, 3)
-        return [k.call("et_quantize_grad_f32", *layout, dy, x, scale, zero_point, qmin, qmax, node.outputs[0])]
+        args = (x, scale, _zero_point(node), node.attr("qmin"), node.attr("qmax"), node.outputs[0])
+        return [k.call("et_quantize_mask_f32", *layout, *args)]
 
     @staticmethod
     def shape(graph, node):
-        return [graph.shape(node.inputs[1])]
+        return [(-(-graph.values[node.inputs[0]].size // 32),)]
 
     @staticmethod
-    def reference(dy, x, scale, zero_point=None, axis=1, qmin=0, qmax=0):
-        scale = _per_channel(scale, x, axis)
-        q = np.rint(x * (np.float32(1) / scale))
+    def reference(x, scale, zero_point=None, axis=1, qmin=0, qmax=0):
+        q = np.rint(x * (np.float32(1) / _per_channel(scale, x, axis)))
         if zero_point is not None:
             q = q + _per_channel(zero_point, x, axis).astype(np.float32)
-        return (np.where((q >= qmin) & (q <= qmax), dy / scale, 0).astype(np.float32),)
+        return (pack_bits((q >= qmin) & (q <= qmax)),)
+
+
+@op("QuantizeLinearGrad", domain=ET_DOMAIN)
+class QuantizeLinearGrad:
+    """(dY, mask, scale) -> dX = dY / scale where the mask's bit is set, else 0."""
+
+    @staticmethod
+    def kernel(k, node):
+        dy, mask, scale = node.inputs
+        layout = _channels(k, node, dy, scale)
+        return [k.call("et_quantize_grad_f32", *layout, dy, mask, scale, node.outputs[0])]
+
+    @staticmethod
+    def shape(graph, node):
+        return [graph.shape(node.inputs[0])]
+
+    @staticmethod
+    def reference(dy, mask, scale, axis=1):
+        inside = unpack_bits(mask, dy.shape)
+        return (np.where(inside, dy / _per_channel(scale, dy, axis), 0).astype(np.float32),)
 
 
 @op("DequantizeLinearGrad", domain=ET_DOMAIN)

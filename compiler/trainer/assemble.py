@@ -6,6 +6,11 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
+import numpy as np
+import onnx
+from onnx import numpy_helper
+from onnx.reference import ReferenceEvaluator
+
 from ..autodiff import differentiate
 from ..errors import EdgetrainError
 from ..frontend.imports import default_trainable
@@ -156,6 +161,58 @@ def _state_updates(nodes: list[Node]) -> dict[str, str]:
     return updates
 
 
+def _frozen_fake_quantization(graph: Graph, nodes: list[Node], frozen: set[str]) -> list[Node]:
+    """A frozen weight that QuantizeLinear -> DequantizeLinear fake-quantizes (a quantized model's,
+    frontend.imports.quantized_parameters) is a constant: it takes the values the pair makes of it,
+    which the pair leaves as they are, and the training graph reads it without the pair, so no step
+    makes an integer and a float copy of it. The inference graph keeps the pair (the exported model
+    quantizes the weight from it)."""
+    readers: dict[str, list[Node]] = {}
+    for node in nodes:
+        for name in node.inputs:
+            readers.setdefault(name, []).append(node)
+    folded: dict[str, str] = {}  # a DequantizeLinear's output -> the weight it now is
+    for q in nodes:
+        weight = q.inputs[0] if q.op == "QuantizeLinear" else ""
+        pairs = readers.get(q.outputs[0], [])
+        if weight not in frozen or len(readers[weight]) != 1 or not pairs:
+            continue
+        if not all(
+            dq.op == "DequantizeLinear" and dq.inputs[1:] == q.inputs[1:] and dq.attrs == q.attrs for dq in pairs
+        ):
+            continue
+        graph.params[weight] = fake_quantized(graph, q)
+        folded.update((dq.outputs[0], weight) for dq in pairs)
+        folded[q.outputs[0]] = weight
+    return [
+        Node(n.op, tuple(folded.get(i, i) for i in n.inputs), n.outputs, n.attrs, n.name, n.domain)
+        for n in nodes
+        if not (set(n.outputs) & set(folded))
+    ]
+
+
+def fake_quantized(graph: Graph, q: Node) -> np.ndarray:
+    """DequantizeLinear(QuantizeLinear(W)) of a constant W, as onnx.reference computes it."""
+    names = [n for n in q.inputs if n]
+    values = {n: graph.params[n] if n in graph.params else graph.constants[n] for n in names}
+    pair = [
+        onnx.helper.make_node("QuantizeLinear", q.inputs, ["q"], **dict(q.attrs)),
+        onnx.helper.make_node("DequantizeLinear", ["q", *q.inputs[1:]], ["y"], **dict(q.attrs)),
+    ]
+    model = onnx.helper.make_model(
+        onnx.helper.make_graph(
+            pair,
+            "fq",
+            [],
+            [onnx.ValueInfoProto(name="y")],
+            [numpy_helper.from_array(np.asarray(v), n) for n, v in values.items()],
+        ),
+        opset_imports=[onnx.helper.make_opsetid("", max(graph.opset, 19))],
+    )
+    (y,) = ReferenceEvaluator(model).run(None, {})
+    return np.asarray(y, np.float32)
+
+
 def build_trainer(
     graph: Graph,
     *,
@@ -186,6 +243,7 @@ def build_trainer(
     training = _variants(graph, model_nodes, training=True)
     updates = _state_updates(training)
     graph.nodes = _live(training + loss_nodes, [loss_value] + extra + list(updates.values()))
+    graph.nodes = _frozen_fake_quantization(graph, graph.nodes, set(frozen))
     grads, backward_start = differentiate(graph, loss_value, trainable)
     train_nodes = recompute_cheap(graph, graph.nodes, backward_start, keep_every) if recompute else graph.nodes
     inference = _variants(graph, model_nodes, training=False)
