@@ -70,6 +70,14 @@ TARGETS = (
     ("vww-eval", "bias + last 1", 256),
 )
 
+# Issue 24's targets for int8 (quantize="int8"): (model, policy, at most this many KB of ram_bytes).
+# Each is compiled once more quantized, calibrated on CALIBRATION_BATCHES random batches.
+QUANTIZED_TARGETS = (
+    ("kws", "bias + last 5", 64),
+    ("vww", "bias + last 1", 96),
+)
+CALIBRATION_BATCHES = 4
+
 
 def _status(field: str) -> int:
     """A /proc/self/status figure in KiB."""
@@ -246,12 +254,55 @@ def measure(models: list[str], work: Path, with_ort: bool, start_tree: Path | No
             )
             if start_tree is not None:
                 row["start"] = _at_start(start_tree, graph, options, directory.with_name(directory.name + "-start"))
+            if any((name, label) == (model, policy) for model, policy, _ in QUANTIZED_TARGETS):
+                row["int8"] = _quantized(graph, options, sample, directory.with_name(directory.name + "-int8"))
             if with_ort:
                 ort_params = [p for p in trained if p in ort_trainable]
                 row["ort"] = _ort(work, name, ort_params, ort_trainable + ort_frozen, ort_cache) if ort_params else None
             rows.append(row)
             print(f"  {name:<4} {label:<24} {row['ram_bytes'] / KB:9.1f} KB", file=sys.stderr)
     return rows
+
+
+def _quantized(graph, options: dict, sample, out: Path) -> dict:
+    """The same compile with quantize="int8": its ram_bytes, or why it failed."""
+    from edgetrain import artifacts
+    from edgetrain.errors import EdgetrainError
+
+    rng = np.random.default_rng(1)
+    calibration = [rng.normal(size=(1, *sample)).astype(np.float32) for _ in range(CALIBRATION_BATCHES)]
+    try:
+        out = artifacts.generate_artifacts(
+            graph, artifact_directory=out, quantize="int8", calibration_data=calibration, **options
+        )
+    except EdgetrainError as exc:
+        return {"error": str(exc).splitlines()[0][:240].replace("|", "/")}
+    report = json.loads((out / "report.json").read_text())
+    return {"ram_bytes": report["ram_bytes"], "arena_bytes": report["arena_bytes"]}
+
+
+def quantized_table(rows: list[dict]) -> str:
+    """Issue 24's int8 figures beside the float32 ones of the same policies."""
+    lines = [
+        "| model | update policy | float32 ram_bytes | int8 ram_bytes | int8 / float32 | int8 target |",
+        "|---|---|--:|--:|--:|--:|",
+    ]
+    for model, policy, kb in QUANTIZED_TARGETS:
+        r = next((r for r in rows if (r["model"], r["policy"]) == (model, policy) and "int8" in r), None)
+        if r is None:
+            continue
+        q = r["int8"]
+        if "error" in q:
+            lines.append(
+                f"| {model} | {policy} | {r['ram_bytes'] / KB:,.1f} KB | failed: {q['error']} | – | ≤ {kb} KB |"
+            )
+            continue
+        met = "met" if q["ram_bytes"] <= kb * KB else "not met"
+        lines.append(
+            f"| {model} | {policy} | {r['ram_bytes'] / KB:,.1f} KB | {q['ram_bytes'] / KB:,.1f} KB "
+            f"| {q['ram_bytes'] / r['ram_bytes']:.2f} | ≤ {kb} KB ({met}) |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def _policy_options(name: str) -> dict[str, dict]:
@@ -455,6 +506,7 @@ def main(argv=None) -> None:
     if same:
         print(same_numbers_table(same))
     print(targets(rows, same))
+    print(quantized_table(rows))
     if args.start:
         print(start_table(rows, args.start))
 

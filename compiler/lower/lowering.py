@@ -134,7 +134,9 @@ def _function(
     # generated C must not depend on Python's string hashing.
     used = dict.fromkeys([a.name for call in calls for a in call.args if isinstance(a, Tensor)] + list(results))
     arena = tuple(name for name in used if storage.locate(name) is None)
-    infos = tuple(NodeInfo(n.op, n.name, tuple(n.inputs), tuple(n.outputs), tuple(_op(n).inplace)) for n in nodes)
+    infos = tuple(
+        NodeInfo(n.op, n.name, tuple(n.inputs), tuple(n.outputs), tuple(_op(n).inplace), _op(n).retypes) for n in nodes
+    )
     return LoweredFunction(
         tuple(calls), tuple(owner), infos, tuple(span), arena, tuple(results), backward_from, tuple(after_calls)
     )

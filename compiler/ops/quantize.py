@@ -48,6 +48,7 @@ def _per_channel(array: np.ndarray, x: np.ndarray, axis: int) -> np.ndarray:
 class QuantizeLinear:
     integer = True
     inplace = (0,)
+    retypes = True
 
     @staticmethod
     def kernel(k, node):
@@ -69,6 +70,7 @@ class QuantizeLinear:
 class DequantizeLinear:
     integer = True
     inplace = (0,)
+    retypes = True
     straight_through = (0,)
 
     @staticmethod

@@ -177,9 +177,7 @@ def _frozen_fake_quantization(graph: Graph, nodes: list[Node], frozen: set[str])
         pairs = readers.get(q.outputs[0], [])
         if weight not in frozen or len(readers[weight]) != 1 or not pairs:
             continue
-        if not all(
-            dq.op == "DequantizeLinear" and dq.inputs[1:] == q.inputs[1:] and dq.attrs == q.attrs for dq in pairs
-        ):
+        if not all(dq.op == "DequantizeLinear" and _same_quantization(graph, q, dq) for dq in pairs):
             continue
         graph.params[weight] = fake_quantized(graph, q)
         folded.update((dq.outputs[0], weight) for dq in pairs)
@@ -189,6 +187,15 @@ def _frozen_fake_quantization(graph: Graph, nodes: list[Node], frozen: set[str])
         for n in nodes
         if not (set(n.outputs) & set(folded))
     ]
+
+
+def _same_quantization(graph: Graph, q: Node, dq: Node) -> bool:
+    """Whether the two read the same scale and zero point (by value: the frontend gives each reader
+    of a float initializer held as a constant its own copy) along the same axis."""
+    if dict(q.attrs) != dict(dq.attrs) or len(q.inputs) != len(dq.inputs):
+        return False
+    pairs = zip(q.inputs[1:], dq.inputs[1:])
+    return all(a == b or np.array_equal(graph.constants[a], graph.constants[b]) for a, b in pairs)
 
 
 def fake_quantized(graph: Graph, q: Node) -> np.ndarray:
