@@ -1,8 +1,10 @@
 /* edgetrain runtime: QuantizeLinear and DequantizeLinear, and their
  * gradients for quantization-aware training.
  *
- * A quantized tensor (int8, uint8, int16, uint16 or int32 in the model) is
- * an int32_t per element here, like every integer tensor (et_integer.h).
+ * A quantized tensor (int8, uint8, int16, uint16 or int32 in the model) keeps
+ * its own width where the model computes it, and is an int32_t where the C
+ * API hands it over (a model output), like every integer tensor
+ * (et_integer.h): the kernels take it untyped, with its et_qtype.
  * Scales and zero points are per tensor or per channel of one axis: the
  * kernels see X as [outer][channels][inner] with channel c's scale[c] and
  * zero_point[c] (channels 1: per tensor; zero_point NULL: 0).
@@ -19,6 +21,31 @@
 #ifndef ET_COMMON_H
 #include "et_common.h"
 #endif
+
+enum et_qtype { ET_Q_INT32 = 0, ET_Q_INT8 = 1, ET_Q_UINT8 = 2, ET_Q_INT16 = 3, ET_Q_UINT16 = 4 };
+
+static inline int32_t et_q_get_(const void *X, size_t j, int type)
+{
+    switch (type) {
+    case ET_Q_INT8: return ((const int8_t *)X)[j];
+    case ET_Q_UINT8: return ((const uint8_t *)X)[j];
+    case ET_Q_INT16: return ((const int16_t *)X)[j];
+    case ET_Q_UINT16: return ((const uint16_t *)X)[j];
+    default: return ((const int32_t *)X)[j];
+    }
+}
+
+/* v lies in the type's range (QuantizeLinear saturated it). */
+static inline void et_q_put_(void *Y, size_t j, int type, int32_t v)
+{
+    switch (type) {
+    case ET_Q_INT8: ((int8_t *)Y)[j] = (int8_t)v; break;
+    case ET_Q_UINT8: ((uint8_t *)Y)[j] = (uint8_t)v; break;
+    case ET_Q_INT16: ((int16_t *)Y)[j] = (int16_t)v; break;
+    case ET_Q_UINT16: ((uint16_t *)Y)[j] = (uint16_t)v; break;
+    default: ((int32_t *)Y)[j] = v; break;
+    }
+}
 
 /* v rounded to the nearest integer, ties to even.  Adding 2^23 to a
  * magnitude below it leaves no fraction bits, so the sum is rounded by
@@ -39,33 +66,35 @@ static inline float et_quantized_f32_(float x, float scale, int32_t zero_point)
     return et_round_even_f32_(x / scale) + (float)zero_point;
 }
 
-/* Y = saturate(round(X / scale) + zero_point) in [qmin, qmax]; NaN gives qmin. */
+/* Y (of et_qtype y_type) = saturate(round(X / scale) + zero_point) in [qmin, qmax]; NaN gives
+ * qmin.  Y may be X's bytes: element j is read before it is written, and no wider than a float. */
 static inline void et_quantize_f32(int outer, int channels, int inner, const float *X, const float *scale,
-                                   const int32_t *zero_point, int32_t qmin, int32_t qmax, int32_t *Y)
+                                   const int32_t *zero_point, int32_t qmin, int32_t qmax, void *Y, int y_type)
 {
+    size_t j = 0;
     int o, c, i;
     for (o = 0; o < outer; ++o)
         for (c = 0; c < channels; ++c) {
-            const size_t at = ((size_t)o * (size_t)channels + (size_t)c) * (size_t)inner;
             const int32_t zp = zero_point ? zero_point[c] : 0;
-            for (i = 0; i < inner; ++i) {
-                float q = et_quantized_f32_(X[at + (size_t)i], scale[c], zp);
-                Y[at + (size_t)i] = q > (float)qmin ? (q < (float)qmax ? (int32_t)q : qmax) : qmin;
+            for (i = 0; i < inner; ++i, ++j) {
+                float q = et_quantized_f32_(X[j], scale[c], zp);
+                et_q_put_(Y, j, y_type, q > (float)qmin ? (q < (float)qmax ? (int32_t)q : qmax) : qmin);
             }
         }
 }
 
-/* Y = (X - zero_point) * scale, the difference taken in 64 bits (int32 tensors can be anything). */
-static inline void et_dequantize_f32(int outer, int channels, int inner, const int32_t *X, const float *scale,
-                                     const int32_t *zero_point, float *Y)
+/* Y = (X - zero_point) * scale for X of et_qtype x_type, the difference taken in 64 bits (int32
+ * tensors can be anything). */
+static inline void et_dequantize_f32(int outer, int channels, int inner, const void *X, int x_type,
+                                     const float *scale, const int32_t *zero_point, float *Y)
 {
+    size_t j = 0;
     int o, c, i;
     for (o = 0; o < outer; ++o)
         for (c = 0; c < channels; ++c) {
-            const size_t at = ((size_t)o * (size_t)channels + (size_t)c) * (size_t)inner;
             const int64_t zp = zero_point ? zero_point[c] : 0;
-            for (i = 0; i < inner; ++i)
-                Y[at + (size_t)i] = (float)((int64_t)X[at + (size_t)i] - zp) * scale[c];
+            for (i = 0; i < inner; ++i, ++j)
+                Y[j] = (float)((int64_t)et_q_get_(X, j, x_type) - zp) * scale[c];
         }
 }
 

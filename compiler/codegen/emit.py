@@ -15,7 +15,7 @@ import jinja2
 import numpy as np
 
 from ..errors import EdgetrainError
-from ..ir import QUANTIZED
+from ..ir import C_BYTES
 from ..lower import Affine, Arg, Floats, LoweredFunction, ParamInfo, Program, lower, lower_inference
 from ..memory import Block
 from ..memory.plan import FunctionPlan, MemoryPlan, plan
@@ -58,7 +58,7 @@ class Function:
 
     @property
     def arena_views(self) -> frozenset[str]:
-        """The arena's members its statements read or write (_ARENA_VIEWS): et_arena.i for integer
+        """The arena's members its statements read or write (ARENA_VIEWS): et_arena.i for integer
         and bool tensors, et_arena.u for bit masks."""
         return frozenset(a.base for stmt in self.stmts for a in stmt.args if a.base.startswith("et_arena."))
 
@@ -184,15 +184,18 @@ class InferenceC:
 # The generated C: model.c includes model.h and model_weights.h, the initial values.
 SOURCES = ("model.c", "model.h", "model_weights.h")
 
-# The arena is a union of equally long float, uint32_t and int32_t arrays (templates/model.c.j2),
+# The arena is a union of equally long arrays of each C type its tensors have (templates/model.c.j2),
 # so each tensor is read and written through an lvalue of its own type wherever the planner puts it.
-# Integer tensors, int32 or int64 in the model, bool ones (0 or 1) and quantized ones (int8, uint8,
-# int16, uint16) are all int32_t in the C.
-_ARENA_VIEWS: dict[np.dtype, str] = {
-    np.dtype(np.float32): "et_arena.f",
-    np.dtype(np.uint32): "et_arena.u",
-    **{np.dtype(t): "et_arena.i" for t in (np.int32, np.int64, np.bool_)},
-    **dict.fromkeys(QUANTIZED, "et_arena.i"),
+# Integer tensors, int32 or int64 in the model, and bool ones (0 or 1) are all int32_t in the C;
+# quantized ones keep their own width (ir.Graph.c_type).
+ARENA_VIEWS = {
+    "float": "et_arena.f",
+    "uint32_t": "et_arena.u",
+    "int32_t": "et_arena.i",
+    "int8_t": "et_arena.s8",
+    "uint8_t": "et_arena.u8",
+    "int16_t": "et_arena.s16",
+    "uint16_t": "et_arena.u16",
 }
 
 
@@ -223,7 +226,8 @@ class _Places:
         fixed = self.program.fixed.get(name)
         if fixed is not None:
             return fixed
-        return Arg("ptr", _ARENA_VIEWS[self.program.tensors[name].dtype], self.offsets[name])
+        c_type = self.program.tensors[name].c_type
+        return Arg("ptr", ARENA_VIEWS[c_type], self.offsets[name] * (4 // C_BYTES[c_type]))  # words to elements
 
     def arg(self, a: object) -> Arg:
         if isinstance(a, Tensor):

@@ -21,9 +21,21 @@ QUANTIZED = frozenset(np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.uint
 
 
 def int32_in_c(dtype: Any) -> bool:
-    """Integer, bool and quantized tensors: the C keeps each element as an int32_t."""
+    """Integer, bool and quantized tensors as the C's API and constants hold them: an int32_t each."""
     dtype = np.dtype(dtype)
     return dtype.kind in "bi" or dtype in QUANTIZED
+
+
+# The C type of a quantized tensor the model computes (not one it outputs, which the API gives as
+# int32_t): its own width, a byte or two (runtime_c/et_quantize.h).
+NARROW = {
+    np.dtype(np.int8): "int8_t",
+    np.dtype(np.uint8): "uint8_t",
+    np.dtype(np.int16): "int16_t",
+    np.dtype(np.uint16): "uint16_t",
+}
+# The bytes of each C type a tensor's elements can have.
+C_BYTES = {"float": 4, "uint32_t": 4, "int32_t": 4, "int8_t": 1, "uint8_t": 1, "int16_t": 2, "uint16_t": 2}
 
 
 @dataclass(frozen=True)
@@ -82,6 +94,17 @@ class Graph:
 
     def shape(self, name: str) -> tuple[int, ...]:
         return self.values[name].shape
+
+    def c_type(self, name: str) -> str:
+        """The C type of tensor `name`'s elements where the model computes it: float, uint32_t (bit
+        masks), int32_t (integers, bools, and the quantized tensors the model outputs), or a quantized
+        tensor's own width (NARROW)."""
+        dtype = self.values[name].dtype
+        if dtype in NARROW and name not in self.outputs:
+            return NARROW[dtype]
+        if dtype == np.uint32:
+            return "uint32_t"
+        return "int32_t" if int32_in_c(dtype) else "float"
 
     def producers(self) -> dict[str, Node]:
         return {out: node for node in self.nodes for out in node.outputs}

@@ -12,7 +12,7 @@ import numpy as np
 from ..trainer import Trainer
 from ..checkpoint import HEADER, table_bytes
 from ..errors import EdgetrainError
-from ..ir import Node, int32_in_c
+from ..ir import C_BYTES, Graph, Node, int32_in_c
 from ..ops import Call, KernelCtx, OpDef, Tensor, Update, Var, lookup
 from .program import Affine, Arg, Floats, GradRef, LoweredFunction, NodeInfo, ParamInfo, Program, StateRef, TensorType
 
@@ -230,7 +230,13 @@ def _outer_products(trainer: Trainer) -> dict[str, Node]:
 def _tensors(trainer: Trainer, functions: tuple[LoweredFunction, ...]) -> dict[str, TensorType]:
     g = trainer.graph
     names = dict.fromkeys(n for f in functions for n in f.arena)
-    return {name: TensorType(g.values[name].size, g.values[name].dtype) for name in names}
+    return {name: _tensor_type(g, name) for name in names}
+
+
+def _tensor_type(g: Graph, name: str) -> TensorType:
+    c_type = g.c_type(name)
+    per_word = 4 // C_BYTES[c_type]
+    return TensorType(-(-g.values[name].size // per_word), g.values[name].dtype, c_type)
 
 
 def _grads(trainer: Trainer, storage: _Storage, outer: dict[str, Node], fused_update: bool) -> tuple[GradRef, ...]:

@@ -37,8 +37,9 @@ class Arg:
 
 @dataclass(frozen=True)
 class TensorType:
-    words: int  # 4-byte words: one per element, whatever the dtype
+    words: int  # 4-byte words: one per element, or per 4 or 2 of a quantized tensor's narrow ones
     dtype: np.dtype
+    c_type: str = "float"  # of its elements in the C (ir.Graph.c_type)
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,14 @@ def _zero_point(node, slot: int = 2) -> str | None:
     return node.inputs[slot] if len(node.inputs) > slot and node.inputs[slot] else None
 
 
+# runtime_c/et_quantize.h's enum et_qtype, by the C type of a quantized tensor (ir.Graph.c_type).
+_QTYPES = {"int32_t": 0, "int8_t": 1, "uint8_t": 2, "int16_t": 3, "uint16_t": 4}
+
+
+def _qtype(k, name: str) -> int:
+    return _QTYPES[k.graph.c_type(name)]
+
+
 def _range(dtype) -> tuple[int, int]:
     info = np.iinfo(dtype)
     return int(info.min), int(info.max)
@@ -55,7 +63,7 @@ class QuantizeLinear:
         x, scale, y = node.inputs[0], node.inputs[1], node.outputs[0]
         qmin, qmax = _range(k.graph.values[y].dtype)
         layout = _channels(k, node, x, scale)
-        return [k.call("et_quantize_f32", *layout, x, scale, _zero_point(node), qmin, qmax, y)]
+        return [k.call("et_quantize_f32", *layout, x, scale, _zero_point(node), qmin, qmax, y, _qtype(k, y))]
 
     @staticmethod
     def grad(g, node, dy):
@@ -77,7 +85,7 @@ class DequantizeLinear:
     def kernel(k, node):
         x, scale = node.inputs[0], node.inputs[1]
         layout = _channels(k, node, x, scale)
-        return [k.call("et_dequantize_f32", *layout, x, scale, _zero_point(node), node.outputs[0])]
+        return [k.call("et_dequantize_f32", *layout, x, _qtype(k, x), scale, _zero_point(node), node.outputs[0])]
 
     @staticmethod
     def grad(g, node, dy):
@@ -117,6 +125,8 @@ class QuantizeLinearMask:
 class QuantizeLinearGrad:
     """(dY, mask, scale) -> dX = dY / scale where the mask's bit is set, else 0."""
 
+    inplace = (0,)
+
     @staticmethod
     def kernel(k, node):
         dy, mask, scale = node.inputs
@@ -136,6 +146,8 @@ class QuantizeLinearGrad:
 @op("DequantizeLinearGrad", domain=ET_DOMAIN)
 class DequantizeLinearGrad:
     """(dY, scale) -> dX = dY * scale: the gradient DequantizeLinear passes to its quantized input."""
+
+    inplace = (0,)
 
     @staticmethod
     def kernel(k, node):

@@ -252,7 +252,12 @@ def build_trainer(
     graph.nodes = _live(training + loss_nodes, [loss_value] + extra + list(updates.values()))
     graph.nodes = _frozen_fake_quantization(graph, graph.nodes, set(frozen))
     grads, backward_start = differentiate(graph, loss_value, trainable)
-    train_nodes = recompute_cheap(graph, graph.nodes, backward_start, keep_every) if recompute else graph.nodes
+    train_nodes = graph.nodes
+    if recompute:
+        train_nodes = recompute_cheap(graph, graph.nodes, backward_start, keep_every)
+    elif any(node.op == "DequantizeLinear" for node in graph.nodes):
+        # a quantized activation the backward pass reads is kept in its own width, dequantized there
+        train_nodes = recompute_cheap(graph, graph.nodes, backward_start, only=frozenset(["DequantizeLinear"]))
     inference = _variants(graph, model_nodes, training=False)
     graph.nodes = inference
     return Trainer(

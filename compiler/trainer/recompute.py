@@ -21,11 +21,18 @@ def _rewired(node: Node, inputs: tuple[str, ...], outputs: tuple[str, ...] | Non
     return Node(node.op, inputs, node.outputs if outputs is None else outputs, node.attrs, node.name, node.domain)
 
 
-def recompute(graph: Graph, nodes: list[Node], backward_start: int, keep_every: int = 0) -> list[Node]:
+def recompute(
+    graph: Graph, nodes: list[Node], backward_start: int, keep_every: int = 0, only: frozenset[str] | None = None
+) -> list[Node]:
     """`nodes` (forward, then backward from `backward_start`) with cheap activations recomputed.
     keep_every=K > 0 recomputes dear ones too (convolutions, matrix products), keeping only every
-    K-th of those the backward pass reads as a checkpoint to recompute from: RAM for time."""
+    K-th of those the backward pass reads as a checkpoint to recompute from: RAM for time. only:
+    the ops counted cheap, instead of _cheap's."""
     forward, backward = nodes[:backward_start], list(nodes[backward_start:])
+
+    def cheap(graph: Graph, node: Node) -> bool:
+        return node.op in only if only is not None else _cheap(graph, node)
+
     producer = {out: node for node in forward for out in node.outputs}
     read_back = {name for node in backward for name in node.inputs}
     # Kept: secondary outputs (saved statistics), residuals (made to be kept), and dear results
@@ -33,7 +40,7 @@ def recompute(graph: Graph, nodes: list[Node], backward_start: int, keep_every: 
     dear = [
         node.outputs[0]
         for node in forward
-        if node.outputs[0] in read_back and not _cheap(graph, node) and not require(node).residual
+        if node.outputs[0] in read_back and not cheap(graph, node) and not require(node).residual
     ]
     kept = {
         name
@@ -46,8 +53,10 @@ def recompute(graph: Graph, nodes: list[Node], backward_start: int, keep_every: 
         """The forward nodes that recompute `value` from kept values, in order; None if there are none."""
         if value not in producer or value in kept:
             return []
+        if only is not None and not cheap(graph, producer[value]):
+            return []  # with `only`, whatever else makes is kept
         node = producer[value]
-        if not (keep_every or _cheap(graph, node)) or node.outputs[0] != value:
+        if not (keep_every or cheap(graph, node)) or node.outputs[0] != value:
             return None
         chain: list[Node] = []
         for name in node.inputs:
