@@ -1,6 +1,6 @@
 """Instructions per training step on a Cortex-M4 (or another Cortex-M or RISC-V target), counted by QEMU.
 
-    python bench/instructions.py [--models kws,vww,ic,ad] [--steps 1] [--target cortex-m4]
+    python bench/instructions.py [--models kws,vww,ic,ad] [--steps 1] [--target cortex-m4] [--int8]
 
 speed.py counts them too (batch-1 cases, cortex-m4); this runs the count alone. Each model (batch 1,
 the graph and SGD step of speed.py) is built for the target with count.c as its harness and run on
@@ -13,6 +13,7 @@ gradient reset.
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 import tempfile
@@ -84,6 +85,28 @@ def count(data: Path, ours: Path, steps: int = 1, target: str = TARGET) -> int:
     return int(result.stdout.split("instructions per step")[1].split()[0])
 
 
+def int8_trainer(directory: Path) -> Path:
+    """The case's trainer (speed.py's graph, parameters and SGD step) with quantize="int8", calibrated
+    on the case's batch and 3 random ones."""
+    from edgetrain.artifacts import generate_artifacts
+
+    spec = json.loads((directory / "spec.json").read_text())
+    x = np.load(directory / "x.npy")
+    rng = np.random.default_rng(1)
+    generate_artifacts(
+        str(directory / "model.onnx"),
+        requires_grad=spec["requires_grad"],
+        frozen_params=spec["frozen"],
+        loss=spec["loss"],
+        optimizer="SGD",
+        learning_rate=spec["lr"],
+        artifact_directory=directory / "int8",
+        quantize="int8",
+        calibration_data=[x] + [rng.standard_normal(x.shape, dtype=np.float32) for _ in range(3)],
+    )
+    return directory / "int8"
+
+
 def main(argv=None) -> None:
     from cases import Case, run_worker
 
@@ -91,15 +114,23 @@ def main(argv=None) -> None:
     parser.add_argument("--models", default="kws,vww,ic,ad")
     parser.add_argument("--steps", type=int, default=1, help="steps counted (after one uncounted step)")
     parser.add_argument("--target", default=TARGET, choices=COUNTABLE)
+    parser.add_argument("--int8", action="store_true", help='also count each model with quantize="int8"')
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="edgetrain-instructions-") as tmp:
         cases = [Case(name, 1, Path(tmp) / name) for name in args.models.split(",")]
         for case in cases:
             case.prepare()
         run_worker(sys.executable, "edgetrain-generate", [case.ours("c") for case in cases])
-        print(f"| model (batch 1) | instructions per step on {args.target} |\n|---|---|")
+        columns = ("float32", "int8") if args.int8 else ("float32",)
+        print(
+            f"| model (batch 1) | {' | '.join(f'instructions per step on {args.target}, {c}' for c in columns)} |\n"
+            f"|---|{'---|' * len(columns)}"
+        )
         for case in cases:
-            print(f"| {case.name} | {count(case.directory, case.ours('c'), args.steps, args.target):,} |", flush=True)
+            counts = [count(case.directory, case.ours("c"), args.steps, args.target)]
+            if args.int8:
+                counts.append(count(case.directory, int8_trainer(case.directory), args.steps, args.target))
+            print(f"| {case.name} | {' | '.join(f'{n:,}' for n in counts)} |", flush=True)
 
 
 if __name__ == "__main__":
