@@ -109,7 +109,15 @@ def plan_function(program: Program, f: LoweredFunction) -> FunctionPlan:
     offsets, total = place(intervals)
     kind = _kinds(f, groups)
     blocks = tuple(
-        Block(" -> ".join(groups[iv.name]), kind[iv.name], 4 * offsets[iv.name], 4 * iv.size, iv.start, iv.end)
+        Block(
+            " -> ".join(groups[iv.name]),
+            kind[iv.name],
+            4 * offsets[iv.name],
+            4 * iv.size,
+            iv.start,
+            iv.end,
+            program.tensors[iv.name].c_type,
+        )
         for iv in sorted(intervals, key=lambda iv: (iv.start, iv.name))
     )
     where = {name: offsets[root.get(name, name)] for name in f.arena}

@@ -27,6 +27,7 @@ class Block:
     size: int  # bytes
     start: int  # index of the statement that writes it
     end: int  # index of the last statement that reads it (inclusive)
+    c_type: str = "float"  # of its elements: float, int32_t, uint32_t (bit masks), int8_t, ...
 
 
 def _aligned(n: int) -> int:

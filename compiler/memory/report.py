@@ -59,8 +59,17 @@ def _function(f) -> dict:
         "liveness_lower_bound_bytes": f.lower_bound * F32,
         "peak_statement": peak,
         "peak_bytes_by_kind": {k: sum(b["size"] for b in live if b["kind"] == k) for k in KINDS},
+        # the same bytes by the C type of their elements: quantized tensors' int8_t beside float
+        "peak_bytes_by_kind_and_type": {
+            k: {t: sum(b["size"] for b in live if (b["kind"], b["c_type"]) == (k, t)) for t in _types(live)}
+            for k in KINDS
+        },
         "blocks": blocks,
     }
+
+
+def _types(blocks: list[dict]) -> list[str]:
+    return sorted({b["c_type"] for b in blocks})
 
 
 def _peak(blocks: list[dict]) -> tuple[int | None, list[dict]]:

@@ -189,4 +189,7 @@ def test_int8_keeps_saved_activations_in_a_byte(tmp_path, figure):
         arena[kind] = json.loads((out / "report.json").read_text())["arena_by_function_bytes"]["train_step"]
     figure(f"train_step arena, biases + classifier: float32 {arena['float32']:,} B, int8 {arena['int8']:,} B")
     assert "int8_t s8[" in (tmp_path / "int8" / "model.c").read_text()
+    peak = json.loads((tmp_path / "int8" / "report.json").read_text())["functions"]["train_step"]
+    by_type = peak["peak_bytes_by_kind_and_type"]["activation"]
+    assert by_type["int8_t"] > 0 and sum(by_type.values()) == peak["peak_bytes_by_kind"]["activation"]
     assert arena["int8"] < 0.8 * arena["float32"]  # 0.73 when written
