@@ -179,7 +179,7 @@ def _frozen_fake_quantization(graph: Graph, nodes: list[Node], frozen: set[str])
             continue
         if not all(dq.op == "DequantizeLinear" and _same_quantization(graph, q, dq) for dq in pairs):
             continue
-        graph.params[weight] = fake_quantized(graph, q)
+        graph.params[weight] = _fake_quantized(graph, q)
         folded.update((dq.outputs[0], weight) for dq in pairs)
         folded[q.outputs[0]] = weight
     return [
@@ -198,7 +198,7 @@ def _same_quantization(graph: Graph, q: Node, dq: Node) -> bool:
     return all(a == b or np.array_equal(graph.constants[a], graph.constants[b]) for a, b in pairs)
 
 
-def fake_quantized(graph: Graph, q: Node) -> np.ndarray:
+def _fake_quantized(graph: Graph, q: Node) -> np.ndarray:
     """DequantizeLinear(QuantizeLinear(W)) of a constant W, as onnx.reference computes it."""
     names = [n for n in q.inputs if n]
     values = {n: graph.params[n] if n in graph.params else graph.constants[n] for n in names}
