@@ -12,7 +12,7 @@ def _cheap(graph: Graph, node: Node) -> bool:
     """Elementwise ops, batch normalization and depthwise convolution: a few operations per
     element, against a full convolution's or matrix product's many."""
     if node.op == "QuantizeLinear":
-        return False  # its narrow result is what is kept, to dequantize from again
+        return False  # its narrow result is kept, to dequantize from again (keep_every aside)
     if require(node).inplace or node.op == "BatchNormalizationTraining":
         return True
     return node.op == "Conv" and node.attr("group", 1) > 1 and node.attr("group") == graph.shape(node.inputs[0])[1]
@@ -55,8 +55,10 @@ def recompute(
         """The forward nodes that recompute `value` from kept values, in order; None if there are none."""
         if value not in producer or value in kept:
             return []
-        if producer[value].op == "QuantizeLinear" or (only is not None and not cheap(graph, producer[value])):
-            return []  # a quantized tensor is kept in its own width; with `only`, whatever else makes too
+        if (producer[value].op == "QuantizeLinear" and not keep_every) or (
+            only is not None and not cheap(graph, producer[value])
+        ):
+            return []  # a quantized tensor is kept in its own width (unless every op may be recomputed)
         node = producer[value]
         if not (keep_every or cheap(graph, node)) or node.outputs[0] != value:
             return None

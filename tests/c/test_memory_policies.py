@@ -60,12 +60,17 @@ CASES = {
     "last:3-sgd": ("last:3", {}, Plan(True)),
     "bias+last:2-sgd": ("bias+last:2", {}, Plan(True, True, 2)),
     "full-adamw": (None, {"optimizer": artifacts.OptimType.AdamW, "weight_decay": 0.01}, Plan(True)),
+    # quantized: int8 activations kept in a byte, or recomputed with everything else
+    "int8-bias+last:2-sgd": ("bias+last:2", {"quantize": "int8"}, Plan(True, True)),
+    "int8-bias-sgd": ("bias", {"quantize": "int8"}, Plan(True, True, NOTHING_KEPT)),
 }
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_fused_update_matches_accumulate(case, kws_small, tmp_path, monkeypatch):
     policy, options, plan = CASES[case]
+    if "quantize" in options:
+        options = {**options, "calibration_data": [x for x, _ in data(2, seed=9)]}
     batches = data(STEPS)
     reference, _ = compile_module(kws_small, tmp_path / "accumulate", update_policy=policy, **options)
     initial = reference.get_contiguous_parameters()
