@@ -173,6 +173,15 @@ def run_worker(python, command: str, directories: list[Path], mode: str = "repro
     _run([python, BENCH / "workers.py", command, *directories], mode, env, cwd)
 
 
+def generated(names: list[str], directory: Path) -> list[Case]:
+    """Each model's batch-1 case under `directory`, prepared, with the current edgetrain's trainer."""
+    cases = [Case(name, 1, directory / name) for name in names]
+    for case in cases:
+        case.prepare()
+    run_worker(sys.executable, "edgetrain-generate", [case.ours("c") for case in cases])
+    return cases
+
+
 def measure_process(args: list, mode: str = "reproducible", env=None) -> dict:
     """Run one measuring process; it prints one JSON line."""
     return json.loads(_run(args, mode, env).strip().splitlines()[-1])

@@ -17,7 +17,6 @@ import bisect
 import os
 import re
 import subprocess
-import sys
 import tempfile
 import threading
 from collections import Counter
@@ -25,7 +24,7 @@ from pathlib import Path
 
 from edgetrain import targets
 
-from cases import Case, run_worker
+from cases import generated
 from instructions import TARGET, firmware
 
 TRACE = re.compile(rb"Trace \d+: 0x[0-9a-f]+ \[[0-9a-f]+/([0-9a-f]+)/")
@@ -106,11 +105,7 @@ def main(argv=None) -> None:
     parser.add_argument("--annotate", metavar="FUNCTION", help="also print FUNCTION's disassembly with counts")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="edgetrain-profile-") as tmp:
-        cases = [Case(name, 1, Path(tmp) / name) for name in args.models.split(",")]
-        for case in cases:
-            case.prepare()
-        run_worker(sys.executable, "edgetrain-generate", [case.ours("c") for case in cases])
-        for case in cases:
+        for case in generated(args.models.split(","), Path(tmp)):
             build = firmware(case.directory, case.ours("c"), 1, args.target)
             counts, addresses = profile(build, args.target)
             total = sum(counts.values())

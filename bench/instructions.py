@@ -13,9 +13,7 @@ gradient reset.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
@@ -88,27 +86,17 @@ def count(data: Path, ours: Path, steps: int = 1, target: str = TARGET) -> int:
 def int8_trainer(directory: Path) -> Path:
     """The case's trainer (speed.py's graph, parameters and SGD step) with quantize="int8", calibrated
     on the case's batch and 3 random ones."""
-    from edgetrain.artifacts import generate_artifacts
+    from workers import edgetrain_generate
 
-    spec = json.loads((directory / "spec.json").read_text())
     x = np.load(directory / "x.npy")
     rng = np.random.default_rng(1)
-    generate_artifacts(
-        str(directory / "model.onnx"),
-        requires_grad=spec["requires_grad"],
-        frozen_params=spec["frozen"],
-        loss=spec["loss"],
-        optimizer="SGD",
-        learning_rate=spec["lr"],
-        artifact_directory=directory / "int8",
-        quantize="int8",
-        calibration_data=[x] + [rng.standard_normal(x.shape, dtype=np.float32) for _ in range(3)],
-    )
+    calibration = [x] + [rng.standard_normal(x.shape, dtype=np.float32) for _ in range(3)]
+    edgetrain_generate(directory / "int8", quantize="int8", calibration_data=calibration)
     return directory / "int8"
 
 
 def main(argv=None) -> None:
-    from cases import Case, run_worker
+    from cases import generated
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", default="kws,vww,ic,ad")
@@ -117,10 +105,7 @@ def main(argv=None) -> None:
     parser.add_argument("--int8", action="store_true", help='also count each model with quantize="int8"')
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="edgetrain-instructions-") as tmp:
-        cases = [Case(name, 1, Path(tmp) / name) for name in args.models.split(",")]
-        for case in cases:
-            case.prepare()
-        run_worker(sys.executable, "edgetrain-generate", [case.ours("c") for case in cases])
+        cases = generated(args.models.split(","), Path(tmp))
         columns = ("float32", "int8") if args.int8 else ("float32",)
         print(
             f"| model (batch 1) | {' | '.join(f'instructions per step on {args.target}, {c}' for c in columns)} |\n"

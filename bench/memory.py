@@ -79,6 +79,11 @@ QUANTIZED_TARGETS = (
 CALIBRATION_BATCHES = 4
 
 
+def _table_cell(error: str) -> str:
+    """An error line as a markdown table cell."""
+    return error[:240].replace("|", "/")
+
+
 def _status(field: str) -> int:
     """A /proc/self/status figure in KiB."""
     with open("/proc/self/status") as status:
@@ -182,7 +187,7 @@ def _at_start(start_tree: Path, graph, kwargs: dict, out: Path) -> dict:
         [sys.executable, __file__, "--generate-start", str(out / "spec.json")], capture_output=True, text=True, env=env
     )
     if result.returncode != 0:
-        return {"error": result.stderr.strip().splitlines()[-1][:240].replace("|", "/")}
+        return {"error": _table_cell(result.stderr.strip().splitlines()[-1])}
     return json.loads(result.stdout.splitlines()[-1])
 
 
@@ -237,7 +242,7 @@ def measure(models: list[str], work: Path, with_ort: bool, start_tree: Path | No
                 directory = work / name / label.replace(" ", "_").replace(",", "")
                 out = artifacts.generate_artifacts(graph, artifact_directory=directory, **options)
             except EdgetrainError as exc:  # the table says so, and the other rows still get measured
-                rows.append({**row, "error": str(exc).splitlines()[0][:240].replace("|", "/")})
+                rows.append({**row, "error": _table_cell(str(exc).splitlines()[0])})
                 print(f"  {name:<4} {label:<24} failed: {exc}", file=sys.stderr)
                 continue
             report = json.loads((out / "report.json").read_text())
@@ -276,7 +281,7 @@ def _quantized(graph, options: dict, sample, out: Path) -> dict:
             graph, artifact_directory=out, quantize="int8", calibration_data=calibration, **options
         )
     except EdgetrainError as exc:
-        return {"error": str(exc).splitlines()[0][:240].replace("|", "/")}
+        return {"error": _table_cell(str(exc).splitlines()[0])}
     report = json.loads((out / "report.json").read_text())
     return {"ram_bytes": report["ram_bytes"], "arena_bytes": report["arena_bytes"]}
 

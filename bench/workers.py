@@ -112,8 +112,9 @@ def cache_dir(directory: Path, mode: str) -> Path:
     return directory / f"cache-{mode}"
 
 
-def edgetrain_generate(directory: Path) -> None:
-    """Generate the trainer (PYTHONPATH picks the generator's revision)."""
+def edgetrain_generate(directory: Path, **options) -> None:
+    """Generate the trainer (PYTHONPATH picks the generator's revision), with generate_artifacts'
+    `options` beside the case's."""
     from edgetrain.artifacts import generate_artifacts
 
     spec = json.loads((directory.parent / "spec.json").read_text())
@@ -125,6 +126,7 @@ def edgetrain_generate(directory: Path) -> None:
         optimizer="SGD",
         learning_rate=spec["lr"],
         artifact_directory=directory,
+        **options,
     )
 
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 from onnx import numpy_helper
-from onnx.reference import ReferenceEvaluator
 
 from . import checkpoint
 from .checkpoint import CheckpointError
+from .frontend.load import run_node
 
 __all__ = ["merge_parameter_blob"]
 
@@ -74,13 +74,8 @@ def _quantize_weights(model: onnx.ModelProto) -> None:
         if not all(name in inits for name in node.input if name):
             continue
         inputs.update(node.input)
-        single = onnx.helper.make_model(
-            onnx.helper.make_graph(
-                [node], "q", [], [onnx.ValueInfoProto(name=node.output[0])], [inits[n] for n in node.input if n]
-            ),
-            opset_imports=model.opset_import,
-        )
-        (values,) = ReferenceEvaluator(single).run(None, {})
+        opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+        (values,) = run_node(node, {n: numpy_helper.to_array(inits[n]) for n in node.input if n}, opset)
         graph.node.remove(node)
         graph.initializer.append(numpy_helper.from_array(np.asarray(values), node.output[0]))
     read = {name for node in graph.node for name in node.input} | {o.name for o in graph.output}

@@ -67,7 +67,7 @@ static inline float et_quantized_f32_(float x, float scale, int32_t zero_point)
 }
 
 /* Y (of et_qtype y_type) = saturate(round(X / scale) + zero_point) in [qmin, qmax]; NaN gives
- * qmin.  Y may be X's bytes: element j is read before it is written, and no wider than a float. */
+ * qmin. */
 static inline void et_quantize_f32(int outer, int channels, int inner, const float *X, const float *scale,
                                    const int32_t *zero_point, int32_t qmin, int32_t qmax, void *Y, int y_type)
 {

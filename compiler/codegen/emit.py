@@ -15,7 +15,7 @@ import jinja2
 import numpy as np
 
 from ..errors import EdgetrainError
-from ..ir import C_BYTES
+from ..ir import PER_WORD
 from ..lower import Affine, Arg, Floats, LoweredFunction, ParamInfo, Program, lower, lower_inference
 from ..memory import Block
 from ..memory.plan import FunctionPlan, MemoryPlan, plan
@@ -58,7 +58,7 @@ class Function:
 
     @property
     def arena_views(self) -> frozenset[str]:
-        """The arena's members its statements read or write (ARENA_VIEWS): et_arena.i for integer
+        """The arena's members its statements read or write (_ARENA_VIEWS): et_arena.i for integer
         and bool tensors, et_arena.u for bit masks."""
         return frozenset(a.base for stmt in self.stmts for a in stmt.args if a.base.startswith("et_arena."))
 
@@ -188,7 +188,7 @@ SOURCES = ("model.c", "model.h", "model_weights.h")
 # so each tensor is read and written through an lvalue of its own type wherever the planner puts it.
 # Integer tensors, int32 or int64 in the model, and bool ones (0 or 1) are all int32_t in the C;
 # quantized ones keep their own width (ir.Graph.c_type).
-ARENA_VIEWS = {
+_ARENA_VIEWS = {
     "float": "et_arena.f",
     "uint32_t": "et_arena.u",
     "int32_t": "et_arena.i",
@@ -227,7 +227,7 @@ class _Places:
         if fixed is not None:
             return fixed
         c_type = self.program.tensors[name].c_type
-        return Arg("ptr", ARENA_VIEWS[c_type], self.offsets[name] * (4 // C_BYTES[c_type]))  # words to elements
+        return Arg("ptr", _ARENA_VIEWS[c_type], self.offsets[name] * PER_WORD[c_type])  # words to elements
 
     def arg(self, a: object) -> Arg:
         if isinstance(a, Tensor):
@@ -596,7 +596,19 @@ def _environment() -> jinja2.Environment:
     )
     env.filters.update(FILTERS)
     env.globals["runtime_kernels"] = _runtime_kernels
+    env.globals["arena_union"] = _arena_union
     return env
+
+
+def _arena_union(views: frozenset[str], floats: int) -> str:
+    """The arena union's members: its floats, and as many bytes of each other C type its tensors have."""
+    members = []
+    for c_type, view in _ARENA_VIEWS.items():
+        if c_type == "float" or view in views:
+            per_word = PER_WORD[c_type]
+            count = max(floats, 1) if per_word == 1 else f"{per_word} * {max(floats, 1)}"
+            members.append(f"{c_type} {view.removeprefix('et_arena.')}[{count}];")
+    return " ".join(members)
 
 
 def _runtime_kernels(code: str, every_kernel: bool) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import os
+from typing import Any
 
 import numpy as np
 import onnx
@@ -252,7 +253,7 @@ def _evaluate(node, constants, shapes) -> dict[str, np.ndarray] | None:
     if node.op_type in RANDOM_OPS:
         return None
     if node.op_type == "Constant":
-        return dict(zip(node.output, ReferenceEvaluator(_single(node, {})).run(None, {})))
+        return dict(zip(node.output, run_node(node, {})))
     if node.op_type == "Shape" and shapes.get(node.input[0]) is not None:
         attrs = {a.name: a.i for a in node.attribute}
         dims = shapes[node.input[0]][attrs.get("start", 0) : attrs.get("end", None)]
@@ -267,7 +268,7 @@ def _evaluate(node, constants, shapes) -> dict[str, np.ndarray] | None:
         if node.op_type in _FOLDERS:
             attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
             return dict(zip(node.output, _FOLDERS[node.op_type](*(constants.get(n) for n in node.input), **attrs)))
-        return dict(zip(node.output, ReferenceEvaluator(_single(node, feeds)).run(None, feeds)))
+        return dict(zip(node.output, run_node(node, feeds)))
     except Exception as exc:
         message = f"cannot fold constant node '{node.name}' ({node.op_type}): {exc}"
         raise EdgetrainError(message.splitlines()[0]) from None
@@ -288,7 +289,8 @@ def _gather_elements(data, indices, axis=0):
 _FOLDERS = {"GatherElements": _gather_elements}
 
 
-def _single(node, feeds) -> onnx.ModelProto:
+def run_node(node: onnx.NodeProto, feeds: dict, opset: int = IR_OPSET) -> list[Any]:
+    """The outputs of one node on the arrays `feeds`, as onnx.reference computes them."""
     inputs = [
         onnx.helper.make_tensor_value_info(
             name, onnx.helper.np_dtype_to_tensor_dtype(np.asarray(v).dtype), np.asarray(v).shape
@@ -297,7 +299,8 @@ def _single(node, feeds) -> onnx.ModelProto:
     ]
     outputs = [onnx.helper.make_empty_tensor_value_info(name) for name in node.output if name]
     graph = onnx.helper.make_graph([node], "fold", inputs, outputs)
-    return onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", IR_OPSET)])
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)])
+    return list(ReferenceEvaluator(model).run(None, feeds))
 
 
 def _values(g, params: dict, constants: dict) -> tuple[dict[str, Value], list[str]]:
@@ -399,7 +402,7 @@ def _to_ir(proto, constants) -> Graph:
         params=params,
         constants=constants,
         buffers=buffers,
-        opset=max(_opset(proto), QDQ_OPSET if any(n.op in QUANTIZED_OPS[:2] for n in nodes) else IR_OPSET),
+        opset=max(_opset(proto), QDQ_OPSET if any(n.op in QUANTIZED_OPS for n in nodes) else IR_OPSET),
     )
 
 
@@ -407,18 +410,9 @@ def _to_ir(proto, constants) -> Graph:
 INPUTS = frozenset(np.dtype(t) for t in (np.float32, np.int32, np.int64, np.bool_))
 # The dtypes the C computes at run time: those, and quantized tensors as int32_t (et_quantize.h).
 COMPUTED = INPUTS | QUANTIZED
-# The ops that compute on quantized tensors: those that quantize and dequantize, and those that only
-# move elements.
-QUANTIZED_OPS = (
-    "QuantizeLinear",
-    "DequantizeLinear",
-    "Reshape",
-    "Flatten",
-    "Squeeze",
-    "Unsqueeze",
-    "Transpose",
-    "Identity",
-)
+# The ops that compute on quantized tensors, which the C keeps in their own width (ir.Graph.c_type):
+# no other kernel reads or writes that width.
+QUANTIZED_OPS = ("QuantizeLinear", "DequantizeLinear")
 # A graph with QuantizeLinear or DequantizeLinear is written at their opset 19 form at least, the oldest
 # that onnx.reference runs (opset 13's, for int8 and uint8, computes the same; nothing else changed at 19
 # for the types the IR holds).
@@ -445,7 +439,7 @@ def _dtype_problem(node, value: Value, slot: int | None) -> str | None:
     if value.dtype not in COMPUTED or (value.dtype in QUANTIZED and node.op not in QUANTIZED_OPS):
         return (
             f"node '{node.name}' ({node.op}) {use}; only float32, int32, int64 and bool tensors are computed at "
-            "run time (8- and 16-bit integers by QuantizeLinear, DequantizeLinear and ops that move elements)"
+            "run time (8- and 16-bit integers by QuantizeLinear and DequantizeLinear only)"
         )
     if value.dtype != np.float32 and not spec.integer and slot not in spec.index_inputs:
         return f"node '{node.name}' ({node.op}) {use}; {node.op} computes float32 tensors only"

@@ -1,3 +1,3 @@
-from .graph import C_BYTES, COUNTER, ET_DOMAIN, QUANTIZED, Graph, Node, Value, int32_in_c
+from .graph import COUNTER, ET_DOMAIN, QUANTIZED, Graph, Node, PER_WORD, Value, int32_in_c
 
-__all__ = ["C_BYTES", "COUNTER", "ET_DOMAIN", "QUANTIZED", "Graph", "Node", "Value", "int32_in_c"]
+__all__ = ["COUNTER", "ET_DOMAIN", "QUANTIZED", "Graph", "Node", "PER_WORD", "Value", "int32_in_c"]

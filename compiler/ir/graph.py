@@ -16,8 +16,16 @@ import numpy as np
 ET_DOMAIN = "ai.edgetrain"  # our own ops: gradients, fused losses and optimizer updates
 COUNTER = "dropout_counter"  # the trainer's count of training steps, which seeds dropout masks
 
-# Quantized tensors (QuantizeLinear's outputs, DequantizeLinear's inputs): 8- and 16-bit integers.
-QUANTIZED = frozenset(np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.uint16))
+# Quantized tensors (QuantizeLinear's outputs, DequantizeLinear's inputs), 8- and 16-bit integers, and
+# the C type of one the model computes (not one it outputs, which the API gives as int32_t): its own
+# width, a byte or two (runtime_c/et_quantize.h).
+NARROW = {
+    np.dtype(np.int8): "int8_t",
+    np.dtype(np.uint8): "uint8_t",
+    np.dtype(np.int16): "int16_t",
+    np.dtype(np.uint16): "uint16_t",
+}
+QUANTIZED = frozenset(NARROW)
 
 
 def int32_in_c(dtype: Any) -> bool:
@@ -26,16 +34,8 @@ def int32_in_c(dtype: Any) -> bool:
     return dtype.kind in "bi" or dtype in QUANTIZED
 
 
-# The C type of a quantized tensor the model computes (not one it outputs, which the API gives as
-# int32_t): its own width, a byte or two (runtime_c/et_quantize.h).
-NARROW = {
-    np.dtype(np.int8): "int8_t",
-    np.dtype(np.uint8): "uint8_t",
-    np.dtype(np.int16): "int16_t",
-    np.dtype(np.uint16): "uint16_t",
-}
-# The bytes of each C type a tensor's elements can have.
-C_BYTES = {"float": 4, "uint32_t": 4, "int32_t": 4, "int8_t": 1, "uint8_t": 1, "int16_t": 2, "uint16_t": 2}
+# How many elements of each C type a tensor's elements can have fit one 4-byte word of the arena.
+PER_WORD = {"float": 1, "uint32_t": 1, "int32_t": 1, "int8_t": 4, "uint8_t": 4, "int16_t": 2, "uint16_t": 2}
 
 
 @dataclass(frozen=True)

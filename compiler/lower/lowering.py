@@ -12,7 +12,7 @@ import numpy as np
 from ..trainer import Trainer
 from ..checkpoint import HEADER, table_bytes
 from ..errors import EdgetrainError
-from ..ir import C_BYTES, Graph, Node, int32_in_c
+from ..ir import PER_WORD, Graph, Node, int32_in_c
 from ..ops import Call, KernelCtx, OpDef, Tensor, Update, Var, lookup
 from .program import Affine, Arg, Floats, GradRef, LoweredFunction, NodeInfo, ParamInfo, Program, StateRef, TensorType
 
@@ -80,17 +80,8 @@ class _Storage:
             value = self.trainer.graph.constants[name]
             if isinstance(batch, int):  # a splat, at its size at the largest batch
                 value = np.full(batch, value.flat[0], value.dtype)
-            (self._add_int_const if is_int(value.dtype) else self.add_const)(name, value)
+            (self._add_int_const if int32_in_c(value.dtype) else self.add_const)(name, value)
         return self.fixed.get(name)
-
-
-def is_int(dtype: Any) -> bool:
-    return int32_in_c(dtype)
-
-
-def c_type(dtype: Any) -> str:
-    """The C type of a model input or output's elements."""
-    return "int32_t" if is_int(dtype) else "float"
 
 
 def _op(node: Node) -> OpDef:
@@ -134,9 +125,7 @@ def _function(
     # generated C must not depend on Python's string hashing.
     used = dict.fromkeys([a.name for call in calls for a in call.args if isinstance(a, Tensor)] + list(results))
     arena = tuple(name for name in used if storage.locate(name) is None)
-    infos = tuple(
-        NodeInfo(n.op, n.name, tuple(n.inputs), tuple(n.outputs), tuple(_op(n).inplace), _op(n).retypes) for n in nodes
-    )
+    infos = tuple(NodeInfo(n.op, n.name, tuple(n.inputs), tuple(n.outputs), tuple(_op(n).inplace)) for n in nodes)
     return LoweredFunction(
         tuple(calls), tuple(owner), infos, tuple(span), arena, tuple(results), backward_from, tuple(after_calls)
     )
@@ -235,8 +224,7 @@ def _tensors(trainer: Trainer, functions: tuple[LoweredFunction, ...]) -> dict[s
 
 def _tensor_type(g: Graph, name: str) -> TensorType:
     c_type = g.c_type(name)
-    per_word = 4 // C_BYTES[c_type]
-    return TensorType(-(-g.values[name].size // per_word), g.values[name].dtype, c_type)
+    return TensorType(-(-g.values[name].size // PER_WORD[c_type]), g.values[name].dtype, c_type)
 
 
 def _grads(trainer: Trainer, storage: _Storage, outer: dict[str, Node], fused_update: bool) -> tuple[GradRef, ...]:
@@ -299,7 +287,7 @@ def lower(
         consts=Floats(storage.consts),
         int_consts=tuple(storage.int_consts),
         batch_consts=tuple(storage.batch_values),
-        label_type=None if labels is None else c_type(labels.dtype),
+        label_type=None if labels is None else g.c_type(labels.name),
         label_size=labels.size if labels else 0,
         train=train,
         eval=evaluate,
@@ -335,9 +323,9 @@ def _interface(trainer: Trainer) -> dict[str, Any]:
     g = trainer.graph
     return dict(
         input_sizes=tuple(g.values[n].size for n in g.inputs),
-        input_types=tuple(c_type(g.values[n].dtype) for n in g.inputs),
+        input_types=tuple(g.c_type(n) for n in g.inputs),
         output_sizes=tuple(g.values[n].size for n in g.outputs),
-        output_types=tuple(c_type(g.values[n].dtype) for n in g.outputs),
+        output_types=tuple(g.c_type(n) for n in g.outputs),
     )
 
 

@@ -51,7 +51,6 @@ class NodeInfo:
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     inplace: tuple[int, ...]
-    retypes: bool = False  # the output may take over an input of another dtype (OpDef.retypes)
 
 
 @dataclass(frozen=True)

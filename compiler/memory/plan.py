@@ -79,8 +79,7 @@ def _in_place(program: Program, f: LoweredFunction, last: dict[str, int]) -> dic
                 and y in arena
                 and x not in results
                 and last[x] == last_stmt
-                and types[x].words == types[y].words
-                and (node.retypes or types[x].dtype == types[y].dtype)
+                and (types[x].words, types[x].dtype) == (types[y].words, types[y].dtype)
             ):
                 root[y] = root.get(x, x)
                 break

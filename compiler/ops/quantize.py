@@ -1,8 +1,9 @@
 """QuantizeLinear and DequantizeLinear: the QDQ form of quantized models, as onnxruntime's
 quantize_static and PyTorch's quantization-aware training export them.
 
-A quantized tensor (int8, uint8, int16 or uint16; int32 for DequantizeLinear's biases) is an
-int32_t per element in the C (runtime_c/et_quantize.h), like every integer tensor. Training
+A quantized tensor (int8, uint8, int16 or uint16; int32 for DequantizeLinear's biases) keeps its own
+width in the C, or is an int32_t where the model outputs it (ir.Graph.c_type); the kernels
+(runtime_c/et_quantize.h) take its type as an argument. Training
 differentiates straight through the rounding, as torch.fake_quantize_* does: DequantizeLinear
 passes dY * scale to the quantized tensor it read, and QuantizeLinear passes that gradient / scale
 to its float input where the value was not saturated, 0 where it was. A Q -> DQ pair of one scale
@@ -55,8 +56,6 @@ def _per_channel(array: np.ndarray, x: np.ndarray, axis: int) -> np.ndarray:
 @op("QuantizeLinear", const_inputs=(1, 2))
 class QuantizeLinear:
     integer = True
-    inplace = (0,)
-    retypes = True
 
     @staticmethod
     def kernel(k, node):
@@ -77,8 +76,6 @@ class QuantizeLinear:
 @op("DequantizeLinear", const_inputs=(1, 2))
 class DequantizeLinear:
     integer = True
-    inplace = (0,)
-    retypes = True
     straight_through = (0,)
 
     @staticmethod

@@ -121,9 +121,6 @@ class OpDef:
     # Input slots whose bytes output 0 may take over when that input dies at this node: the
     # kernel reads each element of them before writing the same element of the output.
     inplace: tuple[int, ...] = ()
-    # Whether output 0 may take over an inplace input of another dtype with as many words (a float
-    # quantized to an int32_t code in place, and back).
-    retypes: bool = False
     # Our own ops' output dtypes where not float32 (ReLU's bit mask is uint32 words).
     dtypes: tuple[type, ...] = ()
     # Computes what a gradient rule keeps of forward values, in fewer bytes than they take (ReLU's
@@ -160,7 +157,6 @@ def op(name: str, *, domain: str = "", const_inputs=(), index_inputs=()):
             variant=getattr(cls, "variant", None),
             state=getattr(cls, "state", None),
             inplace=tuple(getattr(cls, "inplace", ())),
-            retypes=bool(getattr(cls, "retypes", False)),
             dtypes=tuple(getattr(cls, "dtypes", ())),
             residual=bool(getattr(cls, "residual", False)),
             integer=bool(getattr(cls, "integer", False)),

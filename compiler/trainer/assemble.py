@@ -8,12 +8,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
-from onnx.reference import ReferenceEvaluator
 
 from ..autodiff import differentiate
 from ..errors import EdgetrainError
 from ..frontend.imports import default_trainable
+from ..frontend.load import QDQ_OPSET, run_node
 from ..ir import Graph, Node
 from ..ops import require
 from ..optim import LossType, OptimizerSpec, append_loss
@@ -200,23 +199,11 @@ def _same_quantization(graph: Graph, q: Node, dq: Node) -> bool:
 
 def _fake_quantized(graph: Graph, q: Node) -> np.ndarray:
     """DequantizeLinear(QuantizeLinear(W)) of a constant W, as onnx.reference computes it."""
-    names = [n for n in q.inputs if n]
-    values = {n: graph.params[n] if n in graph.params else graph.constants[n] for n in names}
-    pair = [
-        onnx.helper.make_node("QuantizeLinear", q.inputs, ["q"], **dict(q.attrs)),
-        onnx.helper.make_node("DequantizeLinear", ["q", *q.inputs[1:]], ["y"], **dict(q.attrs)),
-    ]
-    model = onnx.helper.make_model(
-        onnx.helper.make_graph(
-            pair,
-            "fq",
-            [],
-            [onnx.ValueInfoProto(name="y")],
-            [numpy_helper.from_array(np.asarray(v), n) for n, v in values.items()],
-        ),
-        opset_imports=[onnx.helper.make_opsetid("", max(graph.opset, 19))],
-    )
-    (y,) = ReferenceEvaluator(model).run(None, {})
+    feeds = {n: graph.params[n] if n in graph.params else graph.constants[n] for n in q.inputs if n}
+    opset = max(graph.opset, QDQ_OPSET)
+    (feeds["q"],) = run_node(onnx.helper.make_node("QuantizeLinear", q.inputs, ["q"], **dict(q.attrs)), feeds, opset)
+    dequantize = onnx.helper.make_node("DequantizeLinear", ["q", *q.inputs[1:]], ["y"], **dict(q.attrs))
+    (y,) = run_node(dequantize, {n: feeds[n] for n in dequantize.input if n}, opset)
     return np.asarray(y, np.float32)
 
 

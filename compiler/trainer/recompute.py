@@ -9,11 +9,9 @@ from ..ops import require
 
 
 def _cheap(graph: Graph, node: Node) -> bool:
-    """Elementwise ops, batch normalization and depthwise convolution: a few operations per
-    element, against a full convolution's or matrix product's many."""
-    if node.op == "QuantizeLinear":
-        return False  # its narrow result is kept, to dequantize from again (keep_every aside)
-    if require(node).inplace or node.op == "BatchNormalizationTraining":
+    """Elementwise ops, batch normalization, dequantization and depthwise convolution: a few
+    operations per element, against a full convolution's or matrix product's many."""
+    if require(node).inplace or node.op in ("BatchNormalizationTraining", "DequantizeLinear"):
         return True
     return node.op == "Conv" and node.attr("group", 1) > 1 and node.attr("group") == graph.shape(node.inputs[0])[1]
 
@@ -50,15 +48,13 @@ def recompute(
         if name in producer and (producer[name].outputs[0] != name or require(producer[name]).residual)
     }
     kept |= set(dear[keep_every - 1 :: keep_every] if keep_every else dear)
+    if not keep_every:  # a quantized tensor stays in its own width, to dequantize from again
+        kept |= {node.outputs[0] for node in forward if node.op == "QuantizeLinear"}
 
     def segment(value: str) -> list[Node] | None:
         """The forward nodes that recompute `value` from kept values, in order; None if there are none."""
         if value not in producer or value in kept:
             return []
-        if (producer[value].op == "QuantizeLinear" and not keep_every) or (
-            only is not None and not cheap(graph, producer[value])
-        ):
-            return []  # a quantized tensor is kept in its own width (unless every op may be recomputed)
         node = producer[value]
         if not (keep_every or cheap(graph, node)) or node.outputs[0] != value:
             return None

@@ -71,6 +71,27 @@ CASES = {
         {},
         ["input 'x'", "int8", "float32, int32, int64"],
     ),
+    "int8 moved": (  # the C keeps int8 in a byte, which only QuantizeLinear and DequantizeLinear read
+        lambda: model_with(
+            [
+                helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+                helper.make_node("Reshape", ["q", "shape"], ["r"], name="reshape_q"),
+                helper.make_node("DequantizeLinear", ["r", "s", "z"], ["d"]),
+                helper.make_node("Mul", ["d", "w"], ["y"]),
+            ],
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [6])],
+            [
+                numpy_helper.from_array(np.float32(0.1), "s"),
+                numpy_helper.from_array(np.int8(0), "z"),
+                numpy_helper.from_array(np.array([6], np.int64), "shape"),
+                numpy_helper.from_array(np.ones(6, np.float32), "w"),
+            ],
+            opset=19,
+        ),
+        {},
+        ["'reshape_q' (Reshape) reads int8 'q'", "by QuantizeLinear and DequantizeLinear only"],
+    ),
     "unknown requires_grad": (
         mlp,
         {"batch_size": 4, "requires_grad": ["fc0.weight", "nope"]},
