@@ -5,8 +5,15 @@ Weights (of Conv, ConvTranspose, Gemm and MatMul) are int8, symmetric, one scale
 channel: max|W| / 127 over the channel, zero point 0. Activations (those layers' data inputs and
 outputs, but the model's outputs) are int8 with one scale and zero point per tensor, asymmetric over
 the range [min(0, lowest), max(0, highest)] that calibration batches reach, run through the float
-model by onnx.reference. The weights stay float initializers, quantized by QuantizeLinear on every
-forward pass: the float master copies that training updates (as for a quantize_static model)."""
+model by onnx.reference. A layer's output that only a Relu reads is quantized after the Relu
+instead, over [0, highest]: what an int8 layer with its ReLU fused writes, with one QuantizeLinear
+less. The weights stay float initializers, quantized by QuantizeLinear on every forward pass: the
+float master copies that training updates (as for a quantize_static model).
+
+An inference-mode BatchNormalization right after a Conv is folded into that Conv's weight and bias
+first, as every int8 deployment does (onnxruntime's quantization pre-processing, TFLite's
+converter): the int8 weight is then the one the deployed layer computes with, and no float
+normalization sits between two quantized layers."""
 
 from __future__ import annotations
 
@@ -34,8 +41,13 @@ def quantize_int8(model, calibration_data) -> onnx.ModelProto:
     check_model(proto)
     proto = _normalize_opset(proto)
     graph = proto.graph
+    fold_batchnorm(graph)
     inits = {i.name: i for i in graph.initializer}
     outputs = {o.name for o in graph.output}
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
     weights: dict[str, int | None] = {}
     activations: list[str] = []
     for node in graph.node:
@@ -47,7 +59,11 @@ def quantize_int8(model, calibration_data) -> onnx.ModelProto:
                     weights.setdefault(name, _channel_axis(node, inits[name]))
             elif name:
                 activations.append(name)
-        activations += [name for name in node.output[:1] if name not in outputs]
+        output = node.output[0]
+        after = readers.get(output, [])
+        if output not in outputs and len(after) == 1 and after[0].op_type == "Relu":
+            output = after[0].output[0]  # quantized after its ReLU, as an int8 layer computes it
+        activations += [output] if output not in outputs else []
     activations = list(dict.fromkeys(activations))
     if not weights and not activations:
         raise EdgetrainError("quantize='int8': the model has no Conv, ConvTranspose, Gemm or MatMul to quantize")
@@ -59,6 +75,42 @@ def quantize_int8(model, calibration_data) -> onnx.ModelProto:
     for name in activations:
         _insert(graph, taken, name, *_activation_scale(*ranges[name]), None)
     return proto
+
+
+def fold_batchnorm(graph) -> None:
+    """Folds each inference-mode BatchNormalization whose input is a float Conv's output, read by
+    nothing else, into that Conv: W * k per output channel and (b - mean) * k + beta, k = scale /
+    sqrt(var + epsilon). Every initializer it touches must be read by that Conv or BatchNormalization
+    alone, so that no other layer changes."""
+    inits = {i.name: i for i in graph.initializer if i.data_type == onnx.TensorProto.FLOAT}
+    readers: dict[str, int] = {}
+    for name in [n for node in graph.node for n in node.input] + [v.name for v in [*graph.input, *graph.output]]:
+        readers[name] = readers.get(name, 0) + 1
+    producer = {out: node for node in graph.node for out in node.output}
+    for bn in list(graph.node):
+        conv = producer.get(bn.input[0]) if bn.op_type == "BatchNormalization" else None
+        if conv is None or conv.op_type != "Conv" or readers[bn.input[0]] != 1:
+            continue
+        attrs = {a.name: helper.get_attribute_value(a) for a in bn.attribute}
+        own = [n for n in (*conv.input[1:3], *bn.input[1:5]) if n]
+        if attrs.get("training_mode", 0) or any(n not in inits or readers[n] != 1 for n in own):
+            continue
+        scale, beta, mean, var = (numpy_helper.to_array(inits[n]) for n in bn.input[1:5])
+        k = scale / np.sqrt(var + np.float32(attrs.get("epsilon", 1e-5)))
+        weight = numpy_helper.to_array(inits[conv.input[1]])
+        has_bias = len(conv.input) > 2 and conv.input[2]
+        bias = numpy_helper.to_array(inits[conv.input[2]]) if has_bias else np.zeros(k.shape, np.float32)
+        bias_name = conv.input[2] if has_bias else bn.input[2]  # beta becomes the bias it stands for
+        inits[conv.input[1]].CopyFrom(
+            numpy_helper.from_array(weight * k.reshape(-1, *[1] * (weight.ndim - 1)), conv.input[1])
+        )
+        inits[bias_name].CopyFrom(numpy_helper.from_array(((bias - mean) * k + beta).astype(np.float32), bias_name))
+        conv.input[:] = [conv.input[0], conv.input[1], bias_name]
+        conv.output[0] = bn.output[0]
+        graph.node.remove(bn)
+        dropped = set(bn.input[1:5]) - {bias_name}
+        for init in [i for i in graph.initializer if i.name in dropped]:
+            graph.initializer.remove(init)
 
 
 def _channel_axis(node, weight) -> int | None:

@@ -12,7 +12,7 @@ from onnx.reference import ReferenceEvaluator
 from edgetrain import artifacts
 from edgetrain.cli import main
 from edgetrain.errors import EdgetrainError
-from edgetrain.frontend.quantize import quantize_int8
+from edgetrain.frontend.quantize import fold_batchnorm, quantize_int8
 
 
 def _model() -> onnx.ModelProto:
@@ -65,16 +65,17 @@ def test_weights_are_symmetric_int8_per_output_channel():
 def test_activations_cover_the_calibration_range_per_tensor():
     quantized = quantize_int8(_model(), CALIBRATION)
     q = _quantizers(quantized)
-    assert set(q) == {"conv.weight", "fc.weight", "x", "c", "f"}  # the logits stay float
-    codes = [q[name].output[0] for name in ("x", "c", "f")]
+    # the logits stay float; the Conv's output is quantized after its Relu
+    assert set(q) == {"conv.weight", "fc.weight", "x", "r", "f"}
+    codes = [q[name].output[0] for name in ("x", "r", "f")]
     quantized.opset_import[0].version = 19  # the same QuantizeLinear, in the oldest form onnx.reference runs
     evaluator = ReferenceEvaluator(quantized)
     seen = [evaluator.run(codes, {"x": batch}) for batch in CALIBRATION]
-    for i, name in enumerate(("x", "c", "f")):
+    for i in range(len(codes)):
         values = np.concatenate([s[i].ravel() for s in seen])
         assert values.dtype == np.int8
         # the range ends at the extremes the calibration reached (0 always inside it)
-        assert values.min() <= -127 or name == "f"  # ReLU's outputs are never negative
+        assert values.min() <= -127  # ReLU's 0 is the lowest code
         assert values.max() >= 126
 
 
@@ -103,3 +104,69 @@ def test_command_line_quantizes_with_calibration_batches(tmp_path, capsys):
         main(argv)
     assert refused.value.code == 2
     assert "needs calibration_data" in capsys.readouterr().err
+
+
+def _conv_bn_model() -> onnx.ModelProto:
+    """Two Conv -> BatchNormalization (inference) -> Relu layers, the first Conv without a bias, and
+    a third Conv whose output a BatchNormalization and the model's output both read."""
+    rng = np.random.default_rng(1)
+    inits = {"w1": rng.normal(size=(4, 2, 3, 3)), "w2": rng.normal(size=(3, 4, 1, 1)), "b2": rng.normal(size=3)}
+    inits["w3"] = rng.normal(size=(3, 3, 1, 1))
+    for bn, channels in (("bn1", 4), ("bn2", 3), ("bn3", 3)):
+        inits.update(
+            {
+                f"{bn}.scale": rng.uniform(0.5, 2, channels),
+                f"{bn}.beta": rng.normal(size=channels),
+                f"{bn}.mean": rng.normal(size=channels),
+                f"{bn}.var": rng.uniform(0.1, 3, channels),
+            }
+        )
+    params = {bn: [f"{bn}.{p}" for p in ("scale", "beta", "mean", "var")] for bn in ("bn1", "bn2", "bn3")}
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c1", *params["bn1"]], ["n1"], epsilon=1e-3),
+        helper.make_node("Relu", ["n1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"]),
+        helper.make_node("BatchNormalization", ["c2", *params["bn2"]], ["n2"]),
+        helper.make_node("Conv", ["n2", "w3"], ["c3"]),
+        helper.make_node("BatchNormalization", ["c3", *params["bn3"]], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "convbn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2, 5, 5])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 3, 5, 5]) for n in ("y", "c3")],
+        [numpy_helper.from_array(v.astype(np.float32), k) for k, v in inits.items()],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def test_batchnorm_after_a_conv_is_folded_into_it():
+    model = _conv_bn_model()
+    folded = onnx.ModelProto.FromString(model.SerializeToString())
+    fold_batchnorm(folded.graph)
+    onnx.checker.check_model(folded, full_check=True)
+    # bn1 (Conv without a bias) and bn2 fold; bn3 stays, as the model also outputs its Conv's result
+    assert [n.op_type for n in folded.graph.node] == ["Conv", "Relu", "Conv", "Conv", "BatchNormalization"]
+    assert {i.name for i in folded.graph.initializer} == {"w1", "bn1.beta", "w2", "b2", "w3"} | {
+        f"bn3.{p}" for p in ("scale", "beta", "mean", "var")
+    }
+    x = np.random.default_rng(2).normal(size=(2, 2, 5, 5)).astype(np.float32)
+    for before, after in zip(
+        ReferenceEvaluator(model).run(None, {"x": x}), ReferenceEvaluator(folded).run(None, {"x": x})
+    ):
+        np.testing.assert_allclose(after, before, rtol=1e-4, atol=1e-5)
+    quantized = quantize_int8(model, [x])
+    assert sum(n.op_type == "BatchNormalization" for n in quantized.graph.node) == 1
+    assert {"w1", "w2"} <= set(_quantizers(quantized))  # the folded weights are the ones quantized
+
+
+def test_batchnorm_is_left_where_folding_would_change_another_layer():
+    model = _conv_bn_model()
+    shared = helper.make_node("Conv", ["x", "w1"], ["c0"], pads=[1, 1, 1, 1])  # w1 read twice
+    model.graph.node.insert(0, shared)
+    model.graph.output.append(helper.make_tensor_value_info("c0", TensorProto.FLOAT, [2, 4, 5, 5]))
+    training = next(n for n in model.graph.node if n.output[0] == "n2")
+    training.attribute.append(helper.make_attribute("training_mode", 1))
+    fold_batchnorm(model.graph)
+    assert sum(n.op_type == "BatchNormalization" for n in model.graph.node) == 3
