@@ -570,7 +570,7 @@ def _any_batch(proto: onnx.ModelProto, trainer: Trainer, probe: Trainer, axes: d
         n for n in g.constants if n in other.constants and not np.array_equal(g.constants[n], other.constants[n])
     }
     patched: dict[str, np.ndarray] = {}
-    for node in trainer.eval_nodes:
+    for node in trainer.eval_model_nodes:
         for slot, name in enumerate(node.inputs):
             if name not in changed:
                 continue
@@ -642,7 +642,7 @@ def _onnx_models(
     onnx.helper.set_model_props(training, meta)
     evaluation = to_onnx(
         g,
-        trainer.eval_nodes,
+        trainer.eval_model_nodes,
         data + trainer.trainable + trainer.buffers,
         [trainer.loss, *trainer.extra_outputs],
         frozen,

@@ -25,6 +25,9 @@ class Trainer:
     train_nodes: list[Node]
     eval_nodes: list[Node]
     infer_nodes: list[Node]
+    # eval_nodes as eval_model.onnx writes them: frozen weights keep their fake quantization, which
+    # the exported inference model quantizes them from (the C's functions read them folded)
+    eval_model_nodes: list[Node]
     loss: str
     labels: str | None
     trainable: list[str]
@@ -247,11 +250,13 @@ def build_trainer(
         train_nodes = recompute_cheap(graph, graph.nodes, backward_start, only=frozenset(["DequantizeLinear"]))
     inference = _variants(graph, model_nodes, training=False)
     graph.nodes = inference
+    eval_model_nodes = _live(inference + loss_nodes, [loss_value] + extra)
     return Trainer(
         graph=graph,
         train_nodes=train_nodes,
-        eval_nodes=_live(inference + loss_nodes, [loss_value] + extra),
-        infer_nodes=_live(inference, graph.outputs),
+        eval_nodes=_frozen_fake_quantization(graph, eval_model_nodes, set(frozen)),
+        infer_nodes=_frozen_fake_quantization(graph, _live(inference, graph.outputs), set(frozen)),
+        eval_model_nodes=eval_model_nodes,
         loss=loss_value,
         labels=labels,
         trainable=trainable,
@@ -273,7 +278,8 @@ def inference_only(graph: Graph) -> Trainer:
         graph=graph,
         train_nodes=[],
         eval_nodes=[],
-        infer_nodes=_live(graph.nodes, graph.outputs),
+        infer_nodes=_frozen_fake_quantization(graph, _live(graph.nodes, graph.outputs), set(graph.params)),
+        eval_model_nodes=[],
         loss=None,  # type: ignore[arg-type]
         labels=None,
         trainable=[],
