@@ -116,9 +116,10 @@ def generate_artifacts(
     fused_update: each training step applies the optimizer to each parameter as soon as its
     gradient is final, so no gradient buffers exist (gradients do not accumulate across calls, and
     Optimizer.step() has nothing left to do). update_policy: which parameters train, by name of a
-    sparse-update policy ("bias", "last:K", "bias+last:K"; see edgetrain.memory.policy), instead of
-    requires_grad. ram_budget: bytes of RAM the trainer must fit in; cheaper plans (fused update,
-    recomputation) are tried in turn, and the compile fails naming the smallest one reached.
+    sparse-update policy ("bias", "bias:K", "last:K", "bias+last:K", "bias:K+last:J"; see
+    edgetrain.memory.policy), instead of requires_grad. ram_budget: bytes of RAM the trainer must
+    fit in; cheaper plans (fused update, recomputation) are tried in turn, and the compile fails
+    naming the smallest one reached.
     memory_plot: also draw memory.png, the arena occupancy over train_step's schedule (needs
     matplotlib; off by default because drawing costs more than compiling a small model).
 

@@ -117,8 +117,8 @@ def _add_build_options(compile_) -> None:
     compile_.add_argument(
         "--update-policy",
         metavar="POLICY",
-        help="sparse update: 'bias', 'last:K' (the K parameterized layers nearest the output) or "
-        "'bias+last:K'; instead of --requires-grad",
+        help="sparse update: 'bias', 'bias:K' (the biases of the K parameterized layers nearest the output), "
+        "'last:K' (every parameter of those layers), 'bias+last:K' or 'bias:K+last:J'; instead of --requires-grad",
     )
     compile_.add_argument(
         "--ram-budget",

@@ -935,6 +935,50 @@ static inline void et_conv_transpose_f32(int N, int C, int M, int G, const int *
         }
 }
 
+/* Conv's input gradient, dY (M channels, spatial size `out`) -> dX (C channels, size `in`): the
+ * transposed convolution et_conv_transpose_f32 makes of dY with Conv's weights, without bias,
+ * where dX may be dY itself (the memory plan put it there: the backward pass then holds one of the
+ * two).  For the layers whose gradient rule picks this kernel (ConvGradXInPlace): a pointwise
+ * convolution without groups and with no more input than output channels, or a depthwise one whose
+ * planes keep their size.  In place, dX is made a piece at a time from a copy of that piece of dY
+ * in T (t values): for a pointwise one, t / M positions of every channel of one sample, written to
+ * planes n C + c <= n M + c, which hold either those positions' copied values or a sample done
+ * before; for a depthwise one, t / plane whole planes, written back where they were.  Each output
+ * is the sum the transposed convolution makes, in its order. */
+static inline void et_conv_grad_x_f32(int N, int C, int M, int G, const int *in, const int *out, const int *k,
+                                      const int *s, const int *d, const int *p, const float *dY, const float *W,
+                                      float *dX, float *T, int t)
+{
+    int plane = et_conv_volume_(in), n, c, m, j, b;
+    if (dX != dY) {
+        et_conv_transpose_f32(N, M, C, G, out, in, k, s, d, p, dY, W, NULL, dX);
+        return;
+    }
+    if (G == 1 && et_conv_pointwise_(in, out, k, s, p)) {
+        ET_PATH_("grad_x_in_place_pointwise");
+        for (n = 0; n < N; ++n)
+            for (j = 0; j < plane; j += b) {
+                b = t / M < plane - j ? t / M : plane - j;
+                for (m = 0; m < M; ++m)
+                    memcpy(T + (size_t)m * (size_t)b, dY + ((size_t)n * (size_t)M + (size_t)m) * (size_t)plane + j,
+                           (size_t)b * sizeof *T);
+                /* dX[n, c, j..] = the sum over m of W[m, c] * dY[n, m, j..] */
+                et_gemm_tiles_f32_(C, b, M, W, 1, (size_t)C, T, (size_t)b,
+                                   dX + (size_t)n * (size_t)C * (size_t)plane + j, (size_t)plane);
+            }
+        return;
+    }
+    ET_PATH_("grad_x_in_place_depthwise");
+    for (n = 0; n < N; ++n)
+        for (c = 0; c < C; c += b) {
+            float *planes = dX + ((size_t)n * (size_t)C + (size_t)c) * (size_t)plane;
+            b = t / plane < C - c ? t / plane : C - c;
+            memcpy(T, planes, (size_t)b * (size_t)plane * sizeof *T);
+            et_conv_transpose_f32(1, b, b, b, out, in, k, s, d, p, T, W + (size_t)c * (size_t)et_conv_volume_(k), NULL,
+                                  planes);
+        }
+}
+
 /* Weight gradients (et_conv_grad_w_f32) over output planes of at most
  * this many positions, for groups of at least ET_CONV_ROWS output
  * channels, sum their products in order rather than in lanes: over so few

@@ -44,6 +44,28 @@ static inline void et_relu_mask_f32(int n, const float *Y, uint32_t *mask)
     }
 }
 
+/* The bits of lo <= X <= hi (NaN gives 0), laid out as et_relu_mask_f32's: where Clip passes its
+ * gradient through. */
+static inline void et_clip_mask_f32(int n, float lo, float hi, const float *X, uint32_t *mask)
+{
+    int i, b, words = n / 32;
+    for (i = 0; i < words; ++i) {
+        const float *x = X + (size_t)i * 32u;
+        uint32_t word = 0u;
+        for (b = 0; b < 32; ++b)
+            word |= (uint32_t)(x[b] >= lo && x[b] <= hi) << b;
+        mask[i] = word;
+    }
+    if (n % 32) {
+        uint32_t word = 0u;
+        for (b = 0; b < n % 32; ++b) {
+            float x = X[(size_t)words * 32u + (size_t)b];
+            word |= (uint32_t)(x >= lo && x <= hi) << b;
+        }
+        mask[words] = word;
+    }
+}
+
 static inline void et_leaky_relu_f32(int n, float alpha, const float *X, float *Y)
 {
     int i;
@@ -175,7 +197,7 @@ static inline void et_fill_f32(int n, float v, float *Y)
 
 /* ---- gradients ---- */
 
-/* mask: et_relu_mask_f32's bits of the forward result. */
+/* mask: et_relu_mask_f32's bits of the forward result, or et_clip_mask_f32's of the input. */
 static inline void et_relu_grad_f32(int n, const float *dY, const uint32_t *mask, float *dX)
 {
     int i, b, words = n / 32;
@@ -241,16 +263,6 @@ static inline void et_pow_grad_f32(int n, float p, const float *dY, const float 
 }
 
 /* PyTorch clamp semantics: the gradient also flows at the bounds. */
-static inline void et_clip_grad_f32(int n, float lo, float hi, const float *dY,
-                                    const float *X, float *dX)
-{
-    int i;
-    for (i = 0; i < n; ++i) {
-        float x = X[i];
-        dX[i] = (x >= lo && x <= hi) ? dY[i] : 0.0f;
-    }
-}
-
 /* ---- dropout ---- */
 
 /* The mask is a pure function of (seed, counter, i), so the backward pass

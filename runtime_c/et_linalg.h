@@ -819,13 +819,41 @@ static inline void et_outer_accumulate_f32(int m, const float *A, int n, const f
     }
 }
 
+/* Y = op(A) B in tiles (et_tiles_f32_), ET_GEMM_COLS columns and ET_GEMM_DEPTH rows of B at a
+ * time: element (i, k) of op(A) is A[i * a_rs + k * a_ks], row k of B starts at B + k * b_rs and row
+ * i of Y at Y + i * y_rs.  Each output sums over k in order, from 0 (K = 0 makes zeros). */
+static inline void et_gemm_tiles_f32_(int M, int N, int K, const float *A, size_t a_rs, size_t a_ks,
+                                      const float *B, size_t b_rs, float *Y, size_t y_rs)
+{
+    size_t at[ET_GEMM_DEPTH], bt[ET_GEMM_DEPTH];
+    int i, j0, k, k0, n, rows, depth;
+    ET_PATH_("gemm_tiles");
+    for (j0 = 0; j0 < N; j0 += ET_GEMM_COLS) {
+        n = N - j0 < ET_GEMM_COLS ? N - j0 : ET_GEMM_COLS;
+        for (i = 0; i < M; i += ET_TILE_ROWS) {
+            rows = M - i < ET_TILE_ROWS ? M - i : ET_TILE_ROWS;
+            k0 = 0;
+            do {  /* once at least: K = 0 makes zeros */
+                depth = K - k0 < ET_GEMM_DEPTH ? K - k0 : ET_GEMM_DEPTH;
+                for (k = 0; k < depth; ++k) {
+                    at[k] = (size_t)(k0 + k) * a_ks;
+                    bt[k] = (size_t)(k0 + k) * b_rs;
+                }
+                et_tiles_f32_(rows, n, depth, A + (size_t)i * a_rs, a_rs, at, B + (size_t)j0, bt,
+                              Y + (size_t)i * y_rs + (size_t)j0, y_rs, k0 > 0);
+                k0 += depth;
+            } while (k0 < K);
+        }
+    }
+}
+
 static inline void et_gemm_f32(int M, int N, int K, float alpha, const float *A, int trans_a,
                                const float *B, int trans_b, float beta, const float *C, int c_rs,
                                int c_cs, float *Y)
 {
     /* Element (i,k) of op(A) is A[i*a_rs + k*a_ks]. */
     int a_rs = trans_a ? 1 : K, a_ks = trans_a ? M : 1;
-    int i, j, j0, k, k0, n, rows, depth;
+    int i, j;
     if (trans_b && !trans_a)
         et_gemm_dots_f32_(M, N, K, A, B, Y);
     else if (trans_b) {
@@ -846,7 +874,7 @@ static inline void et_gemm_f32(int M, int N, int K, float alpha, const float *A,
          * M floats apart, they share few cache sets when M is a power of two. */
         size_t at[ET_GEMM_NARROW_DEPTH], bt[ET_GEMM_NARROW_DEPTH];
         float yt[ET_GEMM_NARROW * ET_TILE_COLS];
-        int c;
+        int c, k, k0, n, depth;
         ET_PATH_("gemm_narrow");
         for (k = 0; k < ET_GEMM_NARROW_DEPTH; ++k) {
             at[k] = (size_t)k * (size_t)N;
@@ -871,27 +899,8 @@ static inline void et_gemm_f32(int M, int N, int K, float alpha, const float *A,
         ET_PATH_("gemm_outer");
         for (i = 0; i < M; ++i)
             et_scaled_row_f32_(N, A[(size_t)i * (size_t)a_rs], B, Y + (size_t)i * (size_t)N);
-    } else {
-        size_t at[ET_GEMM_DEPTH], bt[ET_GEMM_DEPTH];
-        ET_PATH_("gemm_tiles");
-        for (j0 = 0; j0 < N; j0 += ET_GEMM_COLS) {
-            n = N - j0 < ET_GEMM_COLS ? N - j0 : ET_GEMM_COLS;
-            for (i = 0; i < M; i += ET_TILE_ROWS) {
-                rows = M - i < ET_TILE_ROWS ? M - i : ET_TILE_ROWS;
-                k0 = 0;
-                do {  /* once at least: K = 0 makes zeros */
-                    depth = K - k0 < ET_GEMM_DEPTH ? K - k0 : ET_GEMM_DEPTH;
-                    for (k = 0; k < depth; ++k) {
-                        at[k] = (size_t)(k0 + k) * (size_t)a_ks;
-                        bt[k] = (size_t)(k0 + k) * (size_t)N;
-                    }
-                    et_tiles_f32_(rows, n, depth, A + (size_t)i * (size_t)a_rs, (size_t)a_rs, at, B + (size_t)j0, bt,
-                                  Y + (size_t)i * (size_t)N + (size_t)j0, (size_t)N, k0 > 0);
-                    k0 += depth;
-                } while (k0 < K);
-            }
-        }
-    }
+    } else
+        et_gemm_tiles_f32_(M, N, K, A, (size_t)a_rs, (size_t)a_ks, B, (size_t)N, Y, (size_t)N);
     if (alpha == 1.0f && !C)
         return;  /* multiplying by 1 changes no bits: save a pass over Y */
     for (i = 0; i < M; ++i)

@@ -63,8 +63,9 @@ def _liveness(f: LoweredFunction) -> tuple[dict[str, int], dict[str, int]]:
 
 def _in_place(program: Program, f: LoweredFunction, last: dict[str, int]) -> dict[str, str]:
     """Outputs that take over the bytes of an input dying at their node (the op's `inplace` slots:
-    its kernel reads each element before writing it). Returns value -> the value whose bytes it
-    uses."""
+    its kernel reads each element before writing it, or as much of the input as it overwrites, where
+    the output is smaller), of the same C type and no larger: the sizes along a chain of such
+    outputs only shrink. Returns value -> the value whose bytes it uses."""
     root: dict[str, str] = {}
     arena, results, types = set(f.arena), set(f.results), program.tensors
     for i, node in enumerate(f.nodes):
@@ -79,7 +80,8 @@ def _in_place(program: Program, f: LoweredFunction, last: dict[str, int]) -> dic
                 and y in arena
                 and x not in results
                 and last[x] == last_stmt
-                and (types[x].words, types[x].dtype) == (types[y].words, types[y].dtype)
+                and types[x].dtype == types[y].dtype
+                and types[y].words <= types[x].words
             ):
                 root[y] = root.get(x, x)
                 break
@@ -96,28 +98,45 @@ def _kinds(f: LoweredFunction, roots: dict[str, list[str]]) -> dict[str, str]:
     }
 
 
+def _interval(
+    program: Program, members: list[str], first: dict[str, int], last: dict[str, int]
+) -> tuple[Interval, list[list[str]]]:
+    """A group of tensors sharing bytes (in the order they take them over) as one interval, its
+    first tensor's words until a smaller one takes over, whose words (the rest of the bytes free)
+    from the statement after the one that writes it; and the tensors of each of its segments."""
+    end = max(last[m] for m in members)
+    runs, shrinks = [[members[0]]], []
+    for before, name in zip(members, members[1:]):
+        words = program.tensors[name].words
+        if words < program.tensors[before].words and first[name] + 1 <= end:
+            runs.append([])
+            shrinks.append((first[name] + 1, words))
+        runs[-1].append(name)
+    return Interval(members[0], first[members[0]], end, program.tensors[members[0]].words, tuple(shrinks)), runs
+
+
 def plan_function(program: Program, f: LoweredFunction) -> FunctionPlan:
     first, last = _liveness(f)
     root = _in_place(program, f, last)
     groups: dict[str, list[str]] = {}
     for name in sorted(f.arena, key=lambda n: (first[n], n)):
         groups.setdefault(root.get(name, name), []).append(name)
-    intervals = [
-        Interval(r, first[r], max(last[m] for m in members), program.tensors[r].words) for r, members in groups.items()
-    ]
+    segmented = {r: _interval(program, members, first, last) for r, members in groups.items()}
+    intervals = [interval for interval, _ in segmented.values()]
     offsets, total = place(intervals)
     kind = _kinds(f, groups)
     blocks = tuple(
         Block(
-            " -> ".join(groups[iv.name]),
+            " -> ".join(members),
             kind[iv.name],
             4 * offsets[iv.name],
-            4 * iv.size,
-            iv.start,
-            iv.end,
+            4 * words,
+            start,
+            end,
             program.tensors[iv.name].c_type,
         )
         for iv in sorted(intervals, key=lambda iv: (iv.start, iv.name))
+        for members, (start, end, words) in zip(segmented[iv.name][1], iv.segments())
     )
     where = {name: offsets[root.get(name, name)] for name in f.arena}
     return FunctionPlan(where, total, liveness_lower_bound(intervals), blocks)

@@ -15,6 +15,15 @@ class Interval:
     start: int  # index of the statement that writes it
     end: int  # index of the last statement that reads it (inclusive)
     size: int  # 4-byte words: floats, or the uint32 words of a bit mask
+    # (statement, words), in order: from that statement on it holds fewer words, the rest of its
+    # bytes free (a tensor that took over a larger one's bytes, memory.plan's in-place outputs)
+    shrinks: tuple[tuple[int, int], ...] = ()
+
+    def segments(self) -> list[tuple[int, int, int]]:
+        """(first statement, last statement, words) of each stretch of its life."""
+        starts = [(self.start, self.size), *self.shrinks]
+        ends = [statement - 1 for statement, _ in self.shrinks] + [self.end]
+        return [(start, end, words) for (start, words), end in zip(starts, ends)]
 
 
 @dataclass(frozen=True)
@@ -50,24 +59,53 @@ _REPAIRS = 10  # placements per order, each with the tensors the last put above 
 def _best_fit(intervals: list[Interval]) -> tuple[dict[str, int], int]:
     """Each tensor goes into the smallest free gap among the already placed tensors it is live
     with, or past the last of them when no gap fits."""
-    placed: list[tuple[int, int, int, int]] = []  # (start, end, offset, offset + aligned size)
+    placed: list[tuple[int, int, int, int]] = []  # (start, end, offset, offset + aligned size) of each segment
     offsets: dict[str, int] = {}
     total = 0
     for iv in intervals:
-        size = _aligned(iv.size)
-        busy = sorted((lo, hi) for start, end, lo, hi in placed if start <= iv.end and iv.start <= end)
-        best, best_gap, cursor = None, None, 0
-        for lo, hi in busy:
-            gap = lo - cursor
-            if gap >= size and (best_gap is None or gap < best_gap):
-                best, best_gap = cursor, gap
-            cursor = max(cursor, hi)
-        if best is None:
-            best = cursor
+        best = _fit_segments(placed, iv.segments()) if iv.shrinks else _fit(placed, iv)
         offsets[iv.name] = best
-        placed.append((iv.start, iv.end, best, best + size))
-        total = max(total, best + size)
+        placed += [(start, end, best, best + _aligned(words)) for start, end, words in iv.segments()]
+        total = max(total, best + _aligned(iv.size))
     return offsets, total
+
+
+def _fit(placed: list[tuple[int, int, int, int]], iv: Interval) -> int:
+    """The start of the smallest gap that fits `iv` among the placed tensors live with it, or the
+    end of the last of them."""
+    size = _aligned(iv.size)
+    busy = sorted((lo, hi) for start, end, lo, hi in placed if start <= iv.end and iv.start <= end)
+    best, best_gap, cursor = None, None, 0
+    for lo, hi in busy:
+        gap = lo - cursor
+        if gap >= size and (best_gap is None or gap < best_gap):
+            best, best_gap = cursor, gap
+        cursor = max(cursor, hi)
+    return cursor if best is None else best
+
+
+def _fit_segments(placed: list[tuple[int, int, int, int]], segments: list[tuple[int, int, int]]) -> int:
+    """_best_fit's offset for a tensor that shrinks: where every segment is clear of the placed
+    ones live with it, in the smallest gap above the first (largest) segment, else at the lowest
+    offset above everything that segment meets."""
+    meets = [
+        [(lo, hi) for start, end, lo, hi in placed if start <= last and first <= end] for first, last, _ in segments
+    ]
+    ends = sorted({0} | {hi for ranges in meets for _, hi in ranges})
+    best, best_gap, past = None, None, ends[-1]  # past every tensor met: always clear
+    for offset in ends:
+        if any(
+            lo < offset + _aligned(words) and offset < hi
+            for ranges, (_, _, words) in zip(meets, segments)
+            for lo, hi in ranges
+        ):
+            continue
+        above = [lo for lo, _ in meets[0] if lo >= offset]
+        if not above:
+            past = min(past, offset)
+        elif best_gap is None or min(above) - offset < best_gap:
+            best, best_gap = offset, min(above) - offset
+    return past if best is None else best
 
 
 def place(intervals: list[Interval]) -> tuple[dict[str, int], int]:
@@ -91,9 +129,9 @@ def place(intervals: list[Interval]) -> tuple[dict[str, int], int]:
 def liveness_lower_bound(intervals: list[Interval]) -> int:
     """The most floats live at any one statement: no placement can use less."""
     events: dict[int, int] = {}
-    for i in intervals:
-        events[i.start] = events.get(i.start, 0) + _aligned(i.size)
-        events[i.end + 1] = events.get(i.end + 1, 0) - _aligned(i.size)
+    for start, end, words in (segment for i in intervals for segment in i.segments()):
+        events[start] = events.get(start, 0) + _aligned(words)
+        events[end + 1] = events.get(end + 1, 0) - _aligned(words)
     live = peak = 0
     for point in sorted(events):
         live += events[point]

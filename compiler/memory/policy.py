@@ -19,17 +19,21 @@ _BIAS_SLOTS = {
     "InstanceNormalization": 2,
     "GroupNormalization": 2,
 }
-_POLICY = re.compile(r"(bias)?(?:(?:^|\+)last:(\d+))?")
+_POLICY = re.compile(r"(?:(bias)(?::(\d+))?)?(?:(?:^|\+)last:(\d+))?")
 
 
 def policy_parameters(graph: Graph, policy: str) -> list[str]:
-    """The trainable parameters of a named sparse-update policy: "bias" (every bias), "last:K" (every
-    parameter of the K parameterized layers nearest the output) or "bias+last:K" (both). A layer is
-    an op with a float initializer among its inputs (Conv, Gemm, MatMul, BatchNormalization, ...)."""
+    """The trainable parameters of a named sparse-update policy: "bias" (every bias), "bias:K" (the
+    biases of the K parameterized layers nearest the output), "last:K" (every parameter of those K
+    layers), or a bias policy and a last one joined by "+" ("bias+last:K", "bias:K+last:J": the Tiny
+    Training Engine's sparse update, whose backward pass stops at the K-th layer from the output). A
+    layer is an op with a float initializer among its inputs (Conv, Gemm, MatMul, BatchNormalization, ...)."""
     match = _POLICY.fullmatch(policy or "")
     if not policy or not match:
-        raise EdgetrainError(f"unknown update policy {policy!r}; expected 'bias', 'last:K' or 'bias+last:K'")
-    bias, last = match.group(1), match.group(2)
+        raise EdgetrainError(
+            f"unknown update policy {policy!r}; expected 'bias', 'bias:K', 'last:K', 'bias+last:K' or 'bias:K+last:J'"
+        )
+    bias, bias_layers, last = match.groups()
     stands_for = _quantized_params(graph)
     layers = [
         [stands_for.get(n, n) for n in node.inputs if stands_for.get(n, n) in graph.params]
@@ -37,16 +41,18 @@ def policy_parameters(graph: Graph, policy: str) -> list[str]:
         if node.op not in _QDQ
     ]
     layers = [names for names in layers if names]
-    chosen: set[str] = set()
-    if last is not None:
-        k = int(last)
-        if not 0 < k <= len(layers):
+
+    def nearest(k: str) -> list[list[str]]:
+        if not 0 < int(k) <= len(layers):
             raise EdgetrainError(
                 f"update policy {policy!r}: K must lie in [1, {len(layers)}] (the model's parameterized layers)"
             )
-        chosen.update(n for names in layers[-k:] for n in names)
+        return layers[-int(k) :]
+
+    chosen = {n for names in nearest(last) for n in names} if last is not None else set()
     if bias:
-        chosen.update(_biases(graph))
+        biases = _biases(graph)
+        chosen |= biases if bias_layers is None else {n for names in nearest(bias_layers) for n in names} & biases
     return [p for p in graph.params if p in chosen]
 
 

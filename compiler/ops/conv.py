@@ -143,10 +143,39 @@ class Conv:
             "group": int(node.attr("group", 1)),
         }
         d = dy[0]
-        dx = g.emit("ConvGradX", [d, w], {**attrs, "shape": list(xs)}, domain=ET_DOMAIN) if g.needs(0) else None
+        in_place = g.needs(0) and _in_place_grad_x(xs, g.shape(d), attrs)
+        dx = None
+        if g.needs(0) and not in_place:
+            dx = g.emit("ConvGradX", [d, w], {**attrs, "shape": list(xs)}, domain=ET_DOMAIN)
         dw = g.emit("ConvGradW", [d, x], attrs, domain=ET_DOMAIN) if g.needs(1) else None
         db = _bias_grad(g, d) if b and g.needs(2) else None
+        if in_place:  # dY's last reader, so that dX can take over its bytes
+            dx = g.emit("ConvGradXInPlace", [d, w], {**attrs, "shape": list(xs)}, domain=ET_DOMAIN, outputs=2)[0]
         return [dx, dw, db]
+
+
+# The scratch of ConvGradXInPlace's kernel holds about this many values: the piece of dY it copies.
+IN_PLACE_PIECE = 1024
+
+
+def _in_place_grad_x(x_shape, dy_shape, attrs) -> bool:
+    """Whether dX can take over dY's bytes (et_conv_grad_x_f32): a pointwise convolution without
+    groups whose input has no more channels than its output, or a depthwise one (a channel per group)
+    keeping its spatial size at unit strides."""
+    c, m = x_shape[1], dy_shape[1]
+    unit = all(v == 1 for v in attrs["strides"])
+    if attrs["group"] == 1:
+        return unit and all(v == 1 for v in attrs["kernel_shape"]) and not any(attrs["pads"]) and c <= m
+    return attrs["group"] == c == m and unit and tuple(x_shape[2:]) == tuple(dy_shape[2:])
+
+
+def _in_place_scratch(dx_shape, dy_channels: int, group: int) -> int:
+    """Values of et_conv_grad_x_f32's scratch: the same positions of every channel of dY
+    (pointwise), or whole planes (depthwise); at least one of either."""
+    plane = int(np.prod(dx_shape[2:]))
+    if group == 1:
+        return dy_channels * max(1, min(plane, IN_PLACE_PIECE // dy_channels))
+    return plane * max(1, min(dx_shape[1], IN_PLACE_PIECE // plane))
 
 
 def _convtranspose_window(node, x_shape, w_shape, y_shape) -> Window:
@@ -276,6 +305,46 @@ class ConvGradX:
         for tap in itertools.product(*map(range, kernel_shape)):
             dx[(...,) + _tap_slices(geo, tap, dy.shape[2:])] += np.einsum("ngm...,gmc->ngc...", dyg, wg[(...,) + tap])
         return (dx[(...,) + crop].reshape(shape).astype(np.float32),)
+
+
+@op("ConvGradXInPlace", domain=ET_DOMAIN)
+class ConvGradXInPlace:
+    """ConvGradX for the layers whose dX may take over dY's bytes (_in_place_grad_x): (dY, W) ->
+    (dX, the kernel's scratch). The memory plan decides whether it does."""
+
+    inplace = (0,)
+
+    @staticmethod
+    def kernel(k, node):
+        dy, w = node.inputs
+        dx, scratch = node.outputs
+        dys, xs = k.shape(dy), k.shape(dx)
+        geo = _explicit(node, xs[2:], dys[2:])
+        return [
+            k.call(
+                "et_conv_grad_x_f32",
+                dys[0],
+                xs[1],
+                dys[1],
+                int(node.attr("group")),
+                *geo.c_args(xs[2:], dys[2:]),
+                dy,
+                w,
+                dx,
+                scratch,
+                k.size(scratch),
+            )
+        ]
+
+    @staticmethod
+    def shape(graph, node):
+        shape = tuple(node.attr("shape"))
+        return [shape, (_in_place_scratch(shape, graph.shape(node.inputs[0])[1], node.attr("group")),)]
+
+    @staticmethod
+    def reference(dy, w, kernel_shape, strides, dilations, pads, group, shape):
+        (dx,) = ConvGradX.reference(dy, w, kernel_shape, strides, dilations, pads, group, shape)
+        return dx, np.zeros(_in_place_scratch(shape, dy.shape[1], group), np.float32)
 
 
 @op("ConvGradW", domain=ET_DOMAIN)

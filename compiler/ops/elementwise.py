@@ -88,6 +88,26 @@ class ReluMask:
         return (pack_bits(y > 0),)
 
 
+@op("ClipMask", domain=ET_DOMAIN)
+class ClipMask:
+    """X -> the bits of min <= X <= max (NaN gives 0), where Clip passes its gradient through, as
+    torch.clamp's does: ReluGrad applies them, and Clip can overwrite X."""
+
+    dtypes = (np.uint32,)
+    residual = True
+
+    @staticmethod
+    def kernel(k, node):
+        lo, hi = float(node.attr("min")), float(node.attr("max"))
+        return [k.call("et_clip_mask_f32", k.size(node.inputs[0]), lo, hi, node.inputs[0], node.outputs[0])]
+
+    shape = ReluMask.shape
+
+    @staticmethod
+    def reference(x, min, max):
+        return (pack_bits((x >= min) & (x <= max)),)
+
+
 _grad_op("ReluGrad", "et_relu_grad_f32", lambda dy, mask: _f32(np.where(unpack_bits(mask, dy.shape), dy, 0)))
 _grad_op("SigmoidGrad", "et_sigmoid_grad_f32", lambda dy, y: _f32(dy * y * (1 - y)))
 _grad_op("TanhGrad", "et_tanh_grad_f32", lambda dy, y: _f32(dy * (1 - y * y)))
@@ -95,9 +115,6 @@ _grad_op("SqrtGrad", "et_sqrt_grad_f32", lambda dy, y: _f32(dy / (2 * y)))
 _grad_op("LeakyReluGrad", "et_leaky_relu_grad_f32", lambda dy, x, alpha: _f32(np.where(x > 0, dy, alpha * dy)), "alpha")
 _grad_op(
     "PowGrad", "et_pow_grad_f32", lambda dy, x, exponent: _f32(dy * exponent * np.power(x, exponent - 1)), "exponent"
-)
-_grad_op(
-    "ClipGrad", "et_clip_grad_f32", lambda dy, x, min, max: _f32(np.where((x >= min) & (x <= max), dy, 0)), "min", "max"
 )
 
 _unary(
@@ -154,6 +171,8 @@ def _scalar(k, name, default):
 
 @op("Clip", const_inputs=(1, 2))
 class Clip:
+    inplace = (0,)
+
     @staticmethod
     def bounds(k, node):
         inputs = tuple(node.inputs) + ("", "")
@@ -167,7 +186,8 @@ class Clip:
     @staticmethod
     def grad(g, node, dy):
         lo, hi = Clip.bounds(g, node)
-        return [g.emit("ClipGrad", [dy[0], node.inputs[0]], {"min": lo, "max": hi}, domain=ET_DOMAIN)]
+        mask = g.emit("ClipMask", [node.inputs[0]], {"min": lo, "max": hi}, domain=ET_DOMAIN)
+        return [g.emit("ReluGrad", [dy[0], mask], domain=ET_DOMAIN)]
 
 
 @op("Pow", const_inputs=(1,))

@@ -90,14 +90,20 @@ def recompute(
             out.append(node)
             continue
         # The recomputation runs, once the node's other inputs exist, where the fewest gradient
-        # bytes are live (a convolution's weight gradient before its input gradient is made).
+        # bytes are live (a convolution's weight gradient before its input gradient is made). Last
+        # of all, an input the node may overwrite (its op's inplace slots) and nothing later reads
+        # gives it its bytes.
         made = {name for n in chain_nodes for name in n.outputs}
         at = max([i for i, n in enumerate(out) if set(n.outputs) & (set(node.inputs) - made)] + [len(forward) - 1])
         read_later = {name for n in backward[index:] for name in n.inputs}
+        read_after = {name for n in backward[index + 1 :] for name in n.inputs}
+        slots = [node.inputs[s] for s in require(node).inplace if s < len(node.inputs)]
+        given = max((graph.values[x].size for x in slots if x and x not in read_after and x not in made), default=0)
 
-        def live(p: int, read_later: set[str] = read_later) -> int:
+        def live(p: int, read_later: set[str] = read_later, given: int = given) -> int:
             read = read_later | {name for n in out[p:] for name in n.inputs}
-            return sum(graph.values[v].size for n in out[len(forward) : p] for v in n.outputs if v in read)
+            values = sum(graph.values[v].size for n in out[len(forward) : p] for v in n.outputs if v in read)
+            return values - (given if p == len(out) else 0)
 
         best = min(range(at + 1, len(out) + 1), key=lambda p: (live(p), -p))
         out[best:best] = chain_nodes + [node]

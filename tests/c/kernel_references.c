@@ -286,6 +286,55 @@ static void grad_w_case(void)
     free(got);
 }
 
+/* Conv's input gradient where dX takes over dY's bytes (et_conv_grad_x_f32), for the layers that
+ * qualify: pointwise without groups (C <= M) and depthwise keeping the plane's size; in place and
+ * apart, with scratch for a random number of pieces, against the transposed convolution. */
+static void grad_x_case(void)
+{
+    geometry g;
+    int a, pointwise = pick(0, 1), plane, t;
+    size_t ny, nx, nw;
+    float *dY, *W, *T, *want, *got, *shared;
+    char shape[256];
+    for (a = 0; a < 3; ++a) {
+        g.k[a] = pointwise || a == 0 ? 1 : 2 * pick(0, 2) + 1;
+        g.d[a] = pick(1, 2);
+        g.s[a] = 1;
+        g.p[a] = g.d[a] * (g.k[a] - 1) / 2;
+        g.in[a] = g.out[a] = a == 0 ? 1 : pick(0, 3) ? pick(1, 12) : pick(13, 60);
+    }
+    g.N = pick(1, 3);
+    g.M = pick(1, 40);
+    g.C = pointwise ? pick(1, g.M) : g.M;
+    g.G = pointwise ? 1 : g.C;
+    plane = volume(g.in);
+    t = pointwise ? g.M * pick(1, plane) : plane * pick(1, g.C);
+    ny = (size_t)g.N * (size_t)g.M * (size_t)plane;
+    nx = (size_t)g.N * (size_t)g.C * (size_t)plane;
+    nw = (size_t)g.M * (size_t)(g.C / g.G) * (size_t)volume(g.k);
+    dY = malloc(ny * sizeof *dY);
+    W = malloc(nw * sizeof *W);
+    T = malloc((size_t)t * sizeof *T);
+    shared = malloc(ny * sizeof *shared);
+    want = outputs(nx, 0x7fc00001u);
+    got = outputs(nx, 0x7fc00002u);
+    fill(dY, ny);
+    fill(W, nw);
+    describe(&g, shape, sizeof shape);
+    et_conv_transpose_f32_ref(g.N, g.M, g.C, g.G, g.out, g.in, g.k, g.s, g.d, g.p, dY, W, NULL, want);
+    et_conv_grad_x_f32(g.N, g.C, g.M, g.G, g.in, g.out, g.k, g.s, g.d, g.p, dY, W, got, T, t);
+    check("grad_x:apart", want, got, nx, shape);
+    memcpy(shared, dY, ny * sizeof *shared);
+    et_conv_grad_x_f32(g.N, g.C, g.M, g.G, g.in, g.out, g.k, g.s, g.d, g.p, shared, W, shared, T, t);
+    check("grad_x:in_place", want, shared, nx, shape);
+    free(dY);
+    free(W);
+    free(T);
+    free(shared);
+    free(want);
+    free(got);
+}
+
 int main(int argc, char **argv)
 {
     int cases = argc > 2 ? atoi(argv[2]) : 100, i;
@@ -295,6 +344,7 @@ int main(int argc, char **argv)
         conv_case(1);
         conv_case(-1);
         grad_w_case();
+        grad_x_case();
     }
     for (i = 0; i < MAX_PATHS && path_names[i]; ++i)
         printf("path %s %ld\n", path_names[i], path_counts[i]);

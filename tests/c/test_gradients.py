@@ -15,7 +15,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from edgetrain.ops.elementwise import _dropout_mask
-from gradcheck import Cases, assert_close, compile_module, normal, outside0, positive, run_case
+from gradcheck import Cases, assert_close, compile_module, fixed, normal, outside0, positive, run_case
 
 torch = pytest.importorskip("torch")
 
@@ -150,6 +150,13 @@ case(
     "min-max",
     "Clip",
     {"X": normal((2, 3, 4), avoid=(-0.5, 0.6))},
+    lambda x: torch.clamp(x, -0.5, 0.6),
+    consts={"lo": f32(-0.5), "hi": f32(0.6)},
+)
+case(
+    "at-the-bounds",  # the gradient passes at min and max themselves, as torch.clamp's does (ClipMask)
+    "Clip",
+    {"X": fixed(np.array([[-0.5, 0.6, 0.0, -1.0], [2.0, 0.6, -0.5, 0.3]], np.float32))},
     lambda x: torch.clamp(x, -0.5, 0.6),
     consts={"lo": f32(-0.5), "hi": f32(0.6)},
 )

@@ -17,6 +17,11 @@ from onnx.reference.op_run import OpRun
 
 from edgetrain import api, artifacts
 from edgetrain.errors import EdgetrainError
+from edgetrain.frontend import load_model
+from edgetrain.lower import lower
+from edgetrain.memory.plan import plan_function
+from edgetrain.optim import LossType, OptimizerSpec, OptimType
+from edgetrain.trainer import build_trainer
 from gradcheck import TOL, Cases, assert_close, build_op_model, compile_module, run_case, ties
 
 torch = pytest.importorskip("torch")
@@ -237,6 +242,10 @@ conv_case(
 conv_case("2d-depthwise-nobias", (1, 4, 5, 5), (4, 1, 3, 3), {"group": 4, "pads": [0, 1, 2, 1]}, bias=False)
 conv_case("2d-1x1", (2, 5, 4, 3), (3, 5, 1, 1), {})
 conv_case("2d-1x1-group2", (2, 4, 3, 3), (6, 2, 1, 1), {"group": 2})
+# Input gradients that may take over dY's bytes (ConvGradXInPlace): no more input than output channels
+# without groups, and depthwise at its size.
+conv_case("2d-1x1-expand", (2, 3, 4, 5), (6, 3, 1, 1), {})
+conv_case("2d-depthwise-dil2-same", (2, 5, 6, 7), (5, 1, 3, 3), {"group": 5, "dilations": [2, 2], "pads": [2, 2, 2, 2]})
 conv_case("2d-1x1-stride2-pad-end", (1, 3, 5, 5), (2, 3, 1, 1), {"strides": [2, 2], "pads": [0, 0, 1, 0]})
 conv_case("2d-same-lower-stride2-k4", (1, 2, 7, 6), (3, 2, 4, 4), {"strides": [2, 2], "auto_pad": "SAME_LOWER"})
 conv_case("2d-valid-stride3-k2", (2, 2, 8, 7), (3, 2, 2, 2), {"strides": [3, 3], "auto_pad": "VALID"})
@@ -395,13 +404,25 @@ class SmallCNN(torch.nn.Module):
         return self.fc(torch.flatten(self.pool(torch.relu(self.conv(x))), 1))
 
 
-@pytest.mark.filterwarnings("ignore")
-def test_exported_cnn_trains_like_torch(tmp_path):
-    """Conv -> Relu -> MaxPool -> Flatten -> Gemm from torch.onnx.export (TorchScript, training
-    mode): loss and gradients match torch over several SGD steps."""
+class SeparableCNN(torch.nn.Module):
+    """A depthwise-separable block: the layers whose input gradient takes over dY's bytes."""
+
+    def __init__(self):
+        super().__init__()
+        self.expand = torch.nn.Conv2d(2, 6, 1)
+        self.depthwise = torch.nn.Conv2d(6, 6, 3, padding=1, groups=6)
+        self.pointwise = torch.nn.Conv2d(6, 8, 1)
+        self.fc = torch.nn.Linear(8, 5)
+
+    def forward(self, x):
+        x = torch.relu(self.depthwise(torch.relu(self.expand(x))))
+        return self.fc(torch.relu(self.pointwise(x)).mean((2, 3)))
+
+
+def _trains_like_torch(net, tmp_path, batch: int) -> None:
+    """Exported by torch.onnx.export (TorchScript, training mode) to tmp_path / "cnn.onnx" and
+    trained by SGD: loss and gradients match torch over several steps."""
     torch.manual_seed(0)
-    net = SmallCNN()
-    batch = 4
     torch.onnx.export(
         net,
         (torch.randn(batch, 2, 8, 8),),
@@ -439,3 +460,24 @@ def test_exported_cnn_trains_like_torch(tmp_path):
         opt.step()
         module.lazy_reset_grad()
         torch_opt.step()
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_exported_cnn_trains_like_torch(tmp_path):
+    """Conv -> Relu -> MaxPool -> Flatten -> Gemm."""
+    _trains_like_torch(SmallCNN(), tmp_path, batch=4)
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_separable_block_trains_like_torch_with_input_gradients_in_place(tmp_path):
+    """The depthwise and the expanding pointwise Conv make their input gradient in the bytes of their
+    output gradient, and train as torch does, at a batch the kernel's pieces split."""
+    _trains_like_torch(SeparableCNN(), tmp_path, batch=3)
+    trainer = build_trainer(
+        load_model(tmp_path / "cnn.onnx", 3), loss=LossType.CrossEntropyLoss, optimizer=OptimizerSpec(OptimType.SGD)
+    )
+    program = lower(trainer, "model")
+    train = program.functions()["train"]
+    offsets = plan_function(program, train).offsets
+    in_place = [node for node in train.nodes if node.op == "ConvGradXInPlace"]
+    assert len(in_place) == 2 and all(offsets[n.outputs[0]] == offsets[n.inputs[0]] for n in in_place)

@@ -2,7 +2,8 @@
 
 kernel_references.c runs the matrix product and the three convolution kernels, through their
 dispatchers and each fast path called directly, on random shapes, and compares their bits with
-et_gemm_f32_ref, et_conv_f32_ref, et_conv_transpose_f32_ref and et_conv_grad_w_f32_ref. It is built
+et_gemm_f32_ref, et_conv_f32_ref, et_conv_transpose_f32_ref and et_conv_grad_w_f32_ref; and Conv's
+input gradient made in place of its output gradient (et_conv_grad_x_f32) with the transposed one. It is built
 the ways the generated C is: with vector tiles (host SIMD, and whatever -march=native adds), in the
 scalar form of the microcontrollers, and that scalar form with the padded-plane scratch of the hosts;
 ET_PATH_ counts which paths ran, so that a path the shapes stop reaching fails the test.
@@ -42,6 +43,8 @@ COMMON = {
     "transpose_gathered_by_row",
     "grad_lanes_pointwise",
     "grad_lanes_clipped",
+    "grad_x_in_place_pointwise",
+    "grad_x_in_place_depthwise",
 }
 SCRATCH = {  # the padded planes' paths: hosts, or a scalar build given the scratch
     "conv_direct",

@@ -55,6 +55,27 @@ def test_arena_close_to_lower_bound():
     assert np.mean(ratios) < 1.25
 
 
+def test_shrinking_tensors_never_overlap_in_any_segment():
+    """A tensor that holds fewer words from some statement on (an in-place output smaller than the
+    input it took over) frees the rest for others from then; no two live segments share bytes."""
+    for seed in range(20):
+        rng = np.random.default_rng(100 + seed)
+        intervals = []
+        for iv in random_intervals(seed):
+            cuts = sorted({int(c) for c in rng.integers(iv.start + 1, iv.end + 2, size=2)} - {iv.end + 1})
+            sizes = sorted(rng.integers(1, iv.size + 1, size=len(cuts)), reverse=True)
+            intervals.append(Interval(iv.name, iv.start, iv.end, iv.size, tuple(zip(cuts, map(int, sizes)))))
+        offsets, total = place(intervals)
+        segments = [(iv.name, *segment) for iv in intervals for segment in iv.segments()]
+        for i, (a, a_start, a_end, a_words) in enumerate(segments):
+            assert offsets[a] % ALIGN == 0 and offsets[a] + a_words <= total
+            for b, b_start, b_end, b_words in segments[i + 1 :]:
+                if a != b and a_start <= b_end and b_start <= a_end:
+                    assert offsets[a] + a_words <= offsets[b] or offsets[b] + b_words <= offsets[a]
+        bound = liveness_lower_bound(intervals)
+        assert bound <= total < 1.5 * bound
+
+
 def test_chain_reuses_memory():
     # a -> b -> c -> d: each tensor lives only while its consumer runs, so two buffers suffice.
     chain = [Interval(n, i, i + 1, 100) for i, n in enumerate("abcd")]
@@ -215,7 +236,10 @@ def test_named_update_policies(kws):
     last = policy_parameters(graph, "last:1")
     assert [graph.params[p].shape for p in last] == [(12, 64), (12,)]  # the classifier (Gemm)
     assert set(policy_parameters(graph, "bias+last:5")) == set(biases) | set(policy_parameters(graph, "last:5"))
-    for bad in ("weights", "last:0", "last:99", "bias+", ""):
+    # the biases of the last 3 layers (pointwise Conv, BatchNormalization, classifier), and the classifier
+    assert policy_parameters(graph, "bias:3") == biases[-3:]
+    assert policy_parameters(graph, "bias:3+last:1") == [p for p in graph.params if p in set(last) | set(biases[-3:])]
+    for bad in ("weights", "last:0", "last:99", "bias+", "", "bias:0", "bias:99", "bias:2last:1", "last:1+bias:2"):
         with pytest.raises(EdgetrainError, match="policy"):
             policy_parameters(graph, bad)
 
@@ -224,11 +248,12 @@ def test_sparse_update_prunes_the_backward_pass(kws):
     graph = load_model(kws, None)
     trainer, _ = compile_c(kws, requires_grad=policy_parameters(graph, "bias"))
     backward = [n.op for n in trainer.train_nodes[trainer.backward_start :]]
-    assert "ConvGradW" not in backward and "ConvGradX" in backward  # weights frozen; biases need dX
+    # weights frozen; biases need dX, which the depthwise and pointwise layers make in place
+    assert "ConvGradW" not in backward and "ConvGradXInPlace" in backward
     trainer, _ = compile_c(kws, requires_grad=policy_parameters(load_model(kws, None), "last:3"))
     backward = [n.op for n in trainer.train_nodes[trainer.backward_start :]]
     # Only the last pointwise Conv, its BatchNorm and the classifier train: dX stops at that Conv.
-    assert backward.count("ConvGradW") == 1 and "ConvGradX" not in backward
+    assert backward.count("ConvGradW") == 1 and not {"ConvGradX", "ConvGradXInPlace"} & set(backward)
 
 
 def test_kws_fits_the_sram_targets(kws):
