@@ -962,9 +962,14 @@ static inline void et_conv_grad_x_f32(int N, int C, int M, int G, const int *in,
                 for (m = 0; m < M; ++m)
                     memcpy(T + (size_t)m * (size_t)b, dY + ((size_t)n * (size_t)M + (size_t)m) * (size_t)plane + j,
                            (size_t)b * sizeof *T);
-                /* dX[n, c, j..] = the sum over m of W[m, c] * dY[n, m, j..] */
-                et_gemm_tiles_f32_(C, b, M, W, 1, (size_t)C, T, (size_t)b,
-                                   dX + (size_t)n * (size_t)C * (size_t)plane + j, (size_t)plane);
+                /* dX[n, c, j..] = the sum over m of W[m, c] * dY[n, m, j..]: a whole sample as
+                 * et_conv_transpose_f32 makes it, pieces in tiles */
+                if (b == plane)
+                    et_gemm_f32(C, plane, M, 1.0f, W, 1, T, 0, 1.0f, NULL, 0, 0,
+                                dX + (size_t)n * (size_t)C * (size_t)plane);
+                else
+                    et_gemm_tiles_f32_(C, b, M, W, 1, (size_t)C, T, (size_t)b,
+                                       dX + (size_t)n * (size_t)C * (size_t)plane + j, (size_t)plane);
             }
         return;
     }

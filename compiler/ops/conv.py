@@ -154,8 +154,13 @@ class Conv:
         return [dx, dw, db]
 
 
-# The scratch of ConvGradXInPlace's kernel holds about this many values: the piece of dY it copies.
+# The scratch of ConvGradXInPlace's kernel holds about this many values, the piece of dY it copies:
+# of a pointwise layer, the positions of whole tiles (et_linalg.h's ET_TILE_COLS, 16), at least 64
+# and else a whole sample's (whose product the kernel makes as the dispatching one would); of a
+# depthwise layer, at least 8 planes (et_conv.h's ET_CONV_DEPTHWISE_CHANNELS). Narrower pieces would
+# leave the kernels' vector lanes idle.
 IN_PLACE_PIECE = 1024
+IN_PLACE_COLUMNS, TILE_COLUMNS, IN_PLACE_PLANES = 64, 16, 8
 
 
 def _in_place_grad_x(x_shape, dy_shape, attrs) -> bool:
@@ -171,11 +176,12 @@ def _in_place_grad_x(x_shape, dy_shape, attrs) -> bool:
 
 def _in_place_scratch(dx_shape, dy_channels: int, group: int) -> int:
     """Values of et_conv_grad_x_f32's scratch: the same positions of every channel of dY
-    (pointwise), or whole planes (depthwise); at least one of either."""
+    (pointwise), or whole planes (depthwise)."""
     plane = int(np.prod(dx_shape[2:]))
     if group == 1:
-        return dy_channels * max(1, min(plane, IN_PLACE_PIECE // dy_channels))
-    return plane * max(1, min(dx_shape[1], IN_PLACE_PIECE // plane))
+        columns = max(IN_PLACE_COLUMNS, IN_PLACE_PIECE // dy_channels // TILE_COLUMNS * TILE_COLUMNS)
+        return dy_channels * (columns if columns < plane else plane)
+    return plane * min(dx_shape[1], max(IN_PLACE_PLANES, IN_PLACE_PIECE // plane))
 
 
 def _convtranspose_window(node, x_shape, w_shape, y_shape) -> Window:
