@@ -119,7 +119,8 @@ class OpDef:
     # statistics), and the outputs holding their new values after a training step.
     state: Callable[[Node], dict[int, int]] | None
     # Input slots whose bytes output 0 may take over when that input dies at this node: the
-    # kernel reads each element of them before writing the same element of the output.
+    # kernel reads each element of them before writing the same element of the output (or, for an
+    # output smaller than the input, before overwriting it: ConvGradXInPlace).
     inplace: tuple[int, ...] = ()
     # Our own ops' output dtypes where not float32 (ReLU's bit mask is uint32 words).
     dtypes: tuple[type, ...] = ()
