@@ -265,6 +265,13 @@ def _explicit(node, in_spatial, out_spatial) -> Window:
     return window(node, in_spatial, out_spatial, node.attr("kernel_shape"))
 
 
+def _conv_args(node, x_shape, dy_shape) -> tuple:
+    """(N, C, M, group, in, out, kernel, strides, dilations, pads) of the Conv whose gradient `node`
+    makes, as et_conv.h's kernels take them."""
+    geo = _explicit(node, x_shape[2:], dy_shape[2:])
+    return (x_shape[0], x_shape[1], dy_shape[1], int(node.attr("group")), *geo.c_args(x_shape[2:], dy_shape[2:]))
+
+
 @op("ConvGradX", domain=ET_DOMAIN)
 class ConvGradX:
     """dX of Conv(X, W): the transposed convolution of dY with Conv's weights and geometry."""
@@ -324,23 +331,8 @@ class ConvGradXInPlace:
     def kernel(k, node):
         dy, w = node.inputs
         dx, scratch = node.outputs
-        dys, xs = k.shape(dy), k.shape(dx)
-        geo = _explicit(node, xs[2:], dys[2:])
-        return [
-            k.call(
-                "et_conv_grad_x_f32",
-                dys[0],
-                xs[1],
-                dys[1],
-                int(node.attr("group")),
-                *geo.c_args(xs[2:], dys[2:]),
-                dy,
-                w,
-                dx,
-                scratch,
-                k.size(scratch),
-            )
-        ]
+        conv = _conv_args(node, k.shape(dx), k.shape(dy))
+        return [k.call("et_conv_grad_x_f32", *conv, dy, w, dx, scratch, k.size(scratch))]
 
     @staticmethod
     def shape(graph, node):
@@ -360,21 +352,7 @@ class ConvGradW:
     @staticmethod
     def kernel(k, node):
         dy, x = node.inputs
-        dys, xs = k.shape(dy), k.shape(x)
-        geo = _explicit(node, xs[2:], dys[2:])
-        return [
-            k.call(
-                "et_conv_grad_w_f32",
-                xs[0],
-                xs[1],
-                dys[1],
-                int(node.attr("group")),
-                *geo.c_args(xs[2:], dys[2:]),
-                dy,
-                x,
-                node.outputs[0],
-            )
-        ]
+        return [k.call("et_conv_grad_w_f32", *_conv_args(node, k.shape(x), k.shape(dy)), dy, x, node.outputs[0])]
 
     @staticmethod
     def shape(graph, node):
