@@ -3,6 +3,7 @@ overlap share bytes."""
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass
 
 ALIGN = 4  # floats (16 bytes), so vector loads of any tensor start aligned
@@ -85,27 +86,25 @@ def _fit(placed: list[tuple[int, int, int, int]], iv: Interval) -> int:
 
 
 def _fit_segments(placed: list[tuple[int, int, int, int]], segments: list[tuple[int, int, int]]) -> int:
-    """_best_fit's offset for a tensor that shrinks: where every segment is clear of the placed
-    ones live with it, in the smallest gap above the first (largest) segment, else at the lowest
-    offset above everything that segment meets."""
+    """_best_fit's offset for a tensor that shrinks: the lowest offset of a stretch where every
+    segment is clear of the placed ones live with it, in the smallest gap below what the first
+    (largest) segment meets, else the lowest such offset above all it meets."""
     meets = [
         [(lo, hi) for start, end, lo, hi in placed if start <= last and first <= end] for first, last, _ in segments
     ]
-    ends = sorted({0} | {hi for ranges in meets for _, hi in ranges})
-    best, best_gap, past = None, None, ends[-1]  # past every tensor met: always clear
-    for offset in ends:
-        if any(
-            lo < offset + _aligned(words) and offset < hi
-            for ranges, (_, _, words) in zip(meets, segments)
-            for lo, hi in ranges
-        ):
-            continue
-        above = [lo for lo, _ in meets[0] if lo >= offset]
-        if not above:
-            past = min(past, offset)
-        elif best_gap is None or min(above) - offset < best_gap:
-            best, best_gap = offset, min(above) - offset
-    return past if best is None else best
+    # offsets in [lo - words + 1, hi) would overlap a placed range
+    taken = sorted(
+        (max(0, lo - _aligned(words) + 1), hi) for ranges, (_, _, words) in zip(meets, segments) for lo, hi in ranges
+    )
+    clear, cursor = [], 0
+    for lo, hi in taken:
+        if lo > cursor:
+            clear.append(cursor)
+        cursor = max(cursor, hi)
+    clear.append(cursor)
+    above = sorted(lo for lo, _ in meets[0])
+    gaps = [(above[i] - offset, offset) for offset in clear if (i := bisect_left(above, offset)) < len(above)]
+    return min(gaps)[1] if gaps else clear[0]
 
 
 def place(intervals: list[Interval]) -> tuple[dict[str, int], int]:
