@@ -229,7 +229,7 @@ def measure(models: list[str], work: Path, with_ort: bool, start_tree: Path | No
     for name in models:
         # edgetrain trains the training-mode export (BatchNormalization with batch statistics) but
         # for the variants of VARIANT_POLICIES.
-        variant = next((s for s in VARIANT_POLICIES if name.endswith(s)), "")
+        variant = _variant(name)
         base = name.removesuffix(variant)
         ort_graph, ort_trainable, ort_frozen = export(torch_model(base), base, 1)
         if variant in FOLDED_BN:
@@ -336,14 +336,18 @@ def quantized_table(rows: list[dict]) -> str:
 
 def _policy_options(name: str) -> dict[str, dict]:
     """{label: generate_artifacts arguments} of model `name`'s policies ("{k}" filled in)."""
-    k = MODELS[name]
-    variant = next((policy for suffix, policy in VARIANT_POLICIES.items() if name.endswith(suffix)), None)
+    k, variant = MODELS[name], _variant(name)
     return {
         label.format(k=k): {
             key: value.format(k=k) if isinstance(value, str) else value for key, value in kwargs.items()
         }
-        for label, kwargs in ([variant] if variant else POLICIES)
+        for label, kwargs in ([VARIANT_POLICIES[variant]] if variant else POLICIES)
     }
+
+
+def _variant(name: str) -> str:
+    """The suffix of VARIANT_POLICIES that model `name` ends with, or ""."""
+    return next((suffix for suffix in VARIANT_POLICIES if name.endswith(suffix)), "")
 
 
 def same_numbers(work: Path) -> list[dict]:

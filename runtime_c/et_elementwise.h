@@ -45,7 +45,7 @@ static inline void et_relu_mask_f32(int n, const float *Y, uint32_t *mask)
 }
 
 /* The bits of lo <= X <= hi (NaN gives 0), laid out as et_relu_mask_f32's: where Clip passes its
- * gradient through. */
+ * gradient through (PyTorch's clamp: at the bounds too). */
 static inline void et_clip_mask_f32(int n, float lo, float hi, const float *X, uint32_t *mask)
 {
     int i, b, words = n / 32;
@@ -262,7 +262,6 @@ static inline void et_pow_grad_f32(int n, float p, const float *dY, const float 
         dX[i] = p == 0.0f ? 0.0f : dY[i] * (p * et_powf_const(X[i], p - 1.0f));
 }
 
-/* PyTorch clamp semantics: the gradient also flows at the bounds. */
 /* ---- dropout ---- */
 
 /* The mask is a pure function of (seed, counter, i), so the backward pass
