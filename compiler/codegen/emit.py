@@ -101,6 +101,7 @@ class ModelC:
     buffer_init: Floats
     consts: Floats  # what stays in flash: the frozen parameters (frozen_floats), then the constants
     int_consts: tuple[int, ...]  # integer and bool constants read at run time
+    narrow_consts: tuple[int, ...]  # int8 constants (an int8 layer's weights)
     state_slots: int
     step_values: tuple[Local, ...]  # the optimizer's scalars, computed once per step before its updates
     optimizer_update: Stmt  # optimizer_step's one update of every trainable parameter
@@ -163,6 +164,7 @@ class InferenceC:
     buffer_init: Floats
     consts: Floats
     int_consts: tuple[int, ...]
+    narrow_consts: tuple[int, ...]
     memory: MemoryPlan
     max_batch: int = 1  # as in ModelC
     fixed_batch: str | None = None
@@ -264,6 +266,7 @@ def emit(program: Program, memory: MemoryPlan) -> ModelC | InferenceC:
         buffer_init=program.buffer_init,
         consts=program.consts,
         int_consts=program.int_consts,
+        narrow_consts=program.narrow_consts,
         memory=memory,
         batch_consts=program.batch_consts,
     )
@@ -491,7 +494,12 @@ def _batched(models, trainers, batches, consts):
     m = models[0]
     functions = ("infer",) if isinstance(m, InferenceC) else ("train", "eval", "infer")
     for other in models[1:]:
-        if (other.consts, other.int_consts, other.batch_consts) != (m.consts, m.int_consts, m.batch_consts):
+        if (other.consts, other.int_consts, other.narrow_consts, other.batch_consts) != (
+            m.consts,
+            m.int_consts,
+            m.narrow_consts,
+            m.batch_consts,
+        ):
             read = {
                 a.value[0]
                 for f in functions

@@ -53,6 +53,8 @@ class _Storage:
             self.fixed.update((name, replace(self.fixed[name], base="et_frozen")) for name in trainer.frozen)
             self.frozen_floats = self.const_floats
         self.int_consts: list[int] = []  # integer and bool constants read at run time, as int32_t
+        self.narrow: set[str] = set()  # int8 constants kept as int8_t (OpDef.narrow_inputs)
+        self.narrow_consts: list[int] = []
 
     def add_const(self, name: str, array: Any) -> None:
         self.fixed[name] = Arg("ptr", "et_consts", self.const_floats - self.frozen_floats)
@@ -67,6 +69,12 @@ class _Storage:
                 f"constant '{name}' holds {int(outside[0])}, outside int32's range: the C keeps "
                 "integer tensors as int32_t"
             )
+        if name in self.narrow:
+            if array.size and (array.min() < -128 or array.max() > 127):
+                raise EdgetrainError(f"constant '{name}' is read as int8 but holds values outside its range")
+            self.fixed[name] = Arg("ptr", "et_narrow_consts", len(self.narrow_consts))
+            self.narrow_consts += array.tolist()
+            return
         self.fixed[name] = Arg("ptr", "et_int_consts", len(self.int_consts))
         self.int_consts += array.tolist()
 
@@ -111,6 +119,7 @@ def _function(
     owner: list[int] = []
     span: list[tuple[int, int]] = []  # per node: its first and last statement
     after_calls: list[tuple[int, ...]] = []
+    storage.narrow.update(node.inputs[slot] for node in nodes for slot in _op(node).narrow_inputs)
     for i, node in enumerate(nodes):
         begin = len(calls)
         own = _op(node).kernel(ctx, node)
@@ -286,6 +295,7 @@ def lower(
         buffer_init=Floats(g.buffers[n] for n in trainer.buffers),
         consts=Floats(storage.consts),
         int_consts=tuple(storage.int_consts),
+        narrow_consts=tuple(storage.narrow_consts),
         batch_consts=tuple(storage.batch_values),
         label_type=None if labels is None else g.c_type(labels.name),
         label_size=labels.size if labels else 0,
@@ -344,6 +354,7 @@ def lower_inference(trainer: Trainer, prefix: str, batch_consts: dict[str, Affin
         buffer_init=Floats(g.buffers[n] for n in trainer.buffers),
         consts=Floats(storage.consts),
         int_consts=tuple(storage.int_consts),
+        narrow_consts=tuple(storage.narrow_consts),
         batch_consts=tuple(storage.batch_values),
         trainer=False,
     )

@@ -139,6 +139,7 @@ class Program:
     buffer_init: Floats
     consts: Floats  # what stays in flash: the frozen parameters (frozen_floats), then the constants
     int_consts: tuple[int, ...]
+    narrow_consts: tuple[int, ...]  # int8 constants (an int8 layer's weights), kept as int8_t
     batch_consts: tuple[Affine, ...]
     trainer: bool = True  # False: an inference-only C
     label_type: str | None = None

@@ -171,7 +171,7 @@ def plan(program: Program) -> MemoryPlan:
         functions,
         ram,
         sum(ram.values()),
-        len(program.consts) * F32,
+        len(program.consts) * F32 + len(program.narrow_consts),
         program.trainable_floats,
         program.frozen_floats,
         program.fused_update,

@@ -57,6 +57,13 @@ class Window:
             pads,
         )
 
+    def output(self, in_spatial) -> tuple[int, ...]:
+        """The output size the window gives an input of `in_spatial`."""
+        return tuple(
+            (i + b + e - (k - 1) * d - 1) // s + 1
+            for i, b, e, k, d, s in zip(in_spatial, self.begin, self.end, self.kernel, self.dilations, self.strides)
+        )
+
     def taps(self, axis: int, o: int, length: int) -> range:
         """The taps of output position `o` along `axis` that land inside an input of `length`."""
         start, d = o * self.strides[axis] - self.begin[axis], self.dilations[axis]
@@ -93,10 +100,7 @@ def window(node, in_spatial, out_spatial, kernel) -> Window:
 
 def _conv_window(node, x_shape, w_shape, y_shape) -> Window:
     w = window(node, x_shape[2:], y_shape[2:], w_shape[2:])
-    natural = tuple(
-        (i + b + e - (k - 1) * d - 1) // s + 1
-        for i, b, e, k, d, s in zip(x_shape[2:], w.begin, w.end, w.kernel, w.dilations, w.strides)
-    )
+    natural = w.output(x_shape[2:])
     if natural != tuple(y_shape[2:]):  # a guard on the geometry both the kernels and the gradient rely on
         raise EdgetrainError(
             f"Conv node '{node.name}': output size {tuple(y_shape[2:])} does not follow "

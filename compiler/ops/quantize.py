@@ -9,10 +9,13 @@ passes dY * scale to the quantized tensor it read, and QuantizeLinear passes tha
 to its float input where the value was not saturated, 0 where it was. A Q -> DQ pair of one scale
 thus gives dY inside the range and 0 outside, the gradient of quantization-aware training."""
 
+import itertools
+
 import numpy as np
 
 from ..errors import EdgetrainError
 from ..ir import ET_DOMAIN
+from .conv import Window
 from .elementwise import pack_bits, unpack_bits
 from .registry import op, split_axis
 
@@ -158,3 +161,99 @@ class DequantizeLinearGrad:
     @staticmethod
     def reference(dy, scale, axis=1):
         return ((dy * _per_channel(scale, dy, axis)).astype(np.float32),)
+
+
+@op("QuantizedConv", domain=ET_DOMAIN)
+class QuantizedConv:
+    """(X, x_scale, x_zero_point, W, w_scale, B, y_scale, y_zero_point) -> (Y, patch[, inside][, positive]):
+    DequantizeLinear -> Conv (or Gemm, a Conv of no spatial axes) -> [Relu] -> QuantizeLinear as one
+    int8 layer (runtime_c/et_qconv.h), which trainer/integer.py puts in their place. X and Y are
+    quantized per tensor; W is int8, symmetric, per output channel or per tensor; B is float (or
+    omitted). inside and positive are QuantizeLinearMask's and ReluMask's bits of the value that Y
+    quantizes, for the backward pass; patch is the kernel's int16 workspace."""
+
+    dtypes = (np.int8, np.int16, np.uint32, np.uint32)
+    narrow_inputs = (3,)
+
+    @staticmethod
+    def kernel(k, node):
+        x, sx, zx, w, sw, b, sy, zy = node.inputs
+        y, patch, *masks = node.outputs
+        xs, ys = k.shape(x), k.shape(y)
+        inside = masks.pop(0) if node.attr("inside") else None
+        positive = masks.pop(0) if node.attr("positive") else None
+        qmin, qmax = _range(k.graph.values[y].dtype)
+        layer = (xs[0], xs[1], k.shape(w)[0], int(node.attr("group")), *_layer_window(node).c_args(xs[2:], ys[2:]))
+        scales = (_scalar(k, sx), _scalar(k, zx, int), w, sw, k.size(sw), b or None, int(node.attr("relu")))
+        output = (_scalar(k, sy), _scalar(k, zy, int), qmin, qmax, y, _qtype(k, y), inside, positive, patch)
+        return [k.call("et_qconv_s8", *layer, x, _qtype(k, x), *scales, *output)]
+
+    @staticmethod
+    def shape(graph, node):
+        x, w = graph.shape(node.inputs[0]), graph.shape(node.inputs[3])
+        spatial = _layer_window(node).output(x[2:])
+        masks = [(-(-x[0] * w[0] * int(np.prod(spatial, dtype=np.int64)) // 32),)] * (len(node.outputs) - 2)
+        return [(x[0], w[0], *spatial), (int(np.prod(w[1:], dtype=np.int64)),), *masks]
+
+    @staticmethod
+    def reference(x, sx, zx, w, sw, b, sy, zy, kernel_shape, strides, dilations, pads, group, relu, inside, positive):
+        f32 = np.float32
+        gemm = x.ndim == 2  # a Conv of one position
+        acc = _integer_conv(
+            x.astype(np.int64).reshape(*x.shape, *[1] * gemm) - (0 if zx is None else int(zx.flat[0])),
+            w.astype(np.int64).reshape(*w.shape, *[1] * gemm),
+            _layer_window_of(kernel_shape, strides, dilations, pads),
+            group,
+        )
+        acc = acc.reshape(acc.shape[:2]) if gemm else acc
+        m = w.shape[0]
+        shape = (1, m) + (1,) * (acc.ndim - 2)
+        v = acc.astype(f32) * (
+            f32(sx.flat[0]) * sw.astype(f32).reshape(shape) if sw.size > 1 else f32(sx.flat[0]) * f32(sw.flat[0])
+        )
+        if b is not None:
+            v = v + b.astype(f32).reshape(shape)
+        if relu:
+            v = np.maximum(v, f32(0))
+        y_type = zy.dtype if zy is not None else np.dtype(np.uint8)
+        y_zero = f32(0 if zy is None else int(zy.flat[0]))
+        qmin, qmax = _range(y_type)
+        q = np.rint(v / f32(sy.flat[0])) + y_zero
+        outputs = [np.clip(q, qmin, qmax).astype(y_type), np.zeros(w[0].size, np.int16)]
+        if inside:
+            q = np.rint(v * (f32(1) / f32(sy.flat[0]))) + y_zero
+            outputs.append(pack_bits((q >= qmin) & (q <= qmax)))
+        if positive:
+            outputs.append(pack_bits(v > 0))
+        return tuple(outputs)
+
+
+def _scalar(k, name: str, kind=float):
+    """A per-tensor scale or zero point as a literal (0 for an omitted zero point)."""
+    return kind(k.value_of(name).flat[0]) if name else kind(0)
+
+
+def _layer_window_of(kernel_shape, strides, dilations, pads) -> Window:
+    rank = len(kernel_shape)
+    return Window(tuple(kernel_shape), tuple(strides), tuple(dilations), tuple(pads[:rank]), tuple(pads[rank:]))
+
+
+def _layer_window(node) -> Window:
+    """QuantizedConv's explicit window."""
+    return _layer_window_of(*(list(node.attr(a)) for a in ("kernel_shape", "strides", "dilations", "pads")))
+
+
+def _integer_conv(x: np.ndarray, w: np.ndarray, geo: Window, group: int) -> np.ndarray:
+    """Conv of integer arrays, exactly (int64), zero padding: [N, C, *S] by [M, C / group, *K]."""
+    n, c, m = x.shape[0], x.shape[1], w.shape[0]
+    spatial = geo.output(x.shape[2:])
+    padded = np.pad(x, [(0, 0), (0, 0), *zip(geo.begin, geo.end)])
+    y = np.zeros((n, group, m // group, *spatial), np.int64)
+    for tap in itertools.product(*map(range, geo.kernel)):
+        window = tuple(
+            slice(t * d, t * d + (o - 1) * s + 1, s) for t, d, o, s in zip(tap, geo.dilations, spatial, geo.strides)
+        )
+        xs = padded[(slice(None), slice(None)) + window].reshape(n, group, c // group, -1)
+        ws = w[(slice(None), slice(None)) + tap].reshape(group, m // group, c // group)
+        y += np.einsum("ngcp,gmc->ngmp", xs, ws).reshape(y.shape)
+    return y.reshape(n, m, *spatial)

@@ -136,6 +136,9 @@ class OpDef:
     straight_through: tuple[int, ...] = ()
     # Optimizer ops (ET_DOMAIN): the update's binding, in place of `kernel`.
     optimizer: OptimizerDef | None = None
+    # Constant input slots kept in flash in their own width (an int8 layer's weights), where other
+    # integer constants are int32_t.
+    narrow_inputs: tuple[int, ...] = ()
 
 
 REGISTRY: dict[tuple[str, str], OpDef] = {}
@@ -163,6 +166,7 @@ def op(name: str, *, domain: str = "", const_inputs=(), index_inputs=()):
             integer=bool(getattr(cls, "integer", False)),
             straight_through=tuple(getattr(cls, "straight_through", ())),
             optimizer=_optimizer(cls),
+            narrow_inputs=tuple(getattr(cls, "narrow_inputs", ())),
         )
         return cls
 

@@ -16,6 +16,7 @@ from ..frontend.load import QDQ_OPSET, run_node
 from ..ir import Graph, Node
 from ..ops import require
 from ..optim import LossType, OptimizerSpec, append_loss
+from .integer import fuse_int8_layers
 from .recompute import recompute as recompute_cheap
 
 
@@ -191,6 +192,12 @@ def _frozen_fake_quantization(graph: Graph, nodes: list[Node], frozen: set[str])
     ]
 
 
+def _weight_quantizers(graph: Graph, nodes: list[Node], frozen: set[str]) -> dict[str, Node]:
+    """The QuantizeLinear of each frozen weight in `nodes` (which keep them): what an int8 layer
+    that reads the weight folded takes its int8 values from."""
+    return {n.inputs[0]: n for n in nodes if n.op == "QuantizeLinear" and n.inputs[0] in frozen}
+
+
 def _same_quantization(graph: Graph, q: Node, dq: Node) -> bool:
     """Whether the two read the same scale and zero point (by value: the frontend gives each reader
     of a float initializer held as a constant its own copy) along the same axis."""
@@ -251,11 +258,21 @@ def build_trainer(
     inference = _variants(graph, model_nodes, training=False)
     graph.nodes = inference
     eval_model_nodes = _live(inference + loss_nodes, [loss_value] + extra)
+    quantizers = _weight_quantizers(graph, eval_model_nodes, set(frozen))
+    keep = {loss_value, *extra, *updates.values(), *graph.outputs}
+    fused_train = fuse_int8_layers(graph, train_nodes, quantizers, keep)
+    kept = {id(n) for n in fused_train}
+    first_backward = next((n for n in train_nodes[backward_start:] if id(n) in kept), None)
+    backward_start = next((i for i, n in enumerate(fused_train) if n is first_backward), len(fused_train))
     return Trainer(
         graph=graph,
-        train_nodes=train_nodes,
-        eval_nodes=_frozen_fake_quantization(graph, eval_model_nodes, set(frozen)),
-        infer_nodes=_frozen_fake_quantization(graph, _live(inference, graph.outputs), set(frozen)),
+        train_nodes=fused_train,
+        eval_nodes=fuse_int8_layers(
+            graph, _frozen_fake_quantization(graph, eval_model_nodes, set(frozen)), quantizers, keep
+        ),
+        infer_nodes=fuse_int8_layers(
+            graph, _frozen_fake_quantization(graph, _live(inference, graph.outputs), set(frozen)), quantizers, keep
+        ),
         eval_model_nodes=eval_model_nodes,
         loss=loss_value,
         labels=labels,

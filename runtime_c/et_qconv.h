@@ -1,0 +1,99 @@
+/* edgetrain runtime: an int8 layer (a convolution, or a matrix product as a
+ * convolution of 1 x 1 positions) as an int8 deployment runs it: int8
+ * input, int8 weights, int32 accumulation, the output requantized to int8.
+ *
+ * It stands for DequantizeLinear -> Conv (or Gemm) -> [Relu] ->
+ * QuantizeLinear of a quantized model, whose float tensors in between it
+ * never stores.  The sums are exact integers, so their order does not
+ * matter; the requantization is a fixed sequence of IEEE single-precision
+ * operations (et_quantize.h's rounding), so every target gives the same
+ * integers.  Against the float layers it replaces, only the rounding of
+ * the sums differs: an output may move by one quantization step. */
+#ifndef ET_QCONV_H
+#define ET_QCONV_H
+
+#ifndef ET_CONV_H
+#include "et_conv.h"
+#endif
+#ifndef ET_QUANTIZE_H
+#include "et_quantize.h"
+#endif
+
+/* patch[c * k_size + t] = X[n, g * Cg + c] at the input position that
+ * output position `at` reads through tap t, minus x_zero, or 0 where the
+ * tap falls in the padding (which holds a dequantized 0). */
+static inline void et_qconv_patch_(int Cg, int c0, const int *in, const int *k, const int *s, const int *d,
+                                   const int *p, const int *at, const void *X, size_t x_at, int x_type,
+                                   int32_t x_zero, int16_t *patch)
+{
+    int in_size = et_conv_volume_(in), k_size = et_conv_volume_(k), c, t, a, kt[3];
+    for (t = 0, kt[0] = kt[1] = kt[2] = 0; t < k_size; ++t, et_conv_next_tap_(kt, k)) {
+        size_t offset = 0;
+        int inside = 1;
+        for (a = 0; a < 3; ++a) {
+            int i = at[a] * s[a] + kt[a] * d[a] - p[a];
+            inside &= i >= 0 && i < in[a];
+            offset = offset * (size_t)in[a] + (size_t)i;
+        }
+        for (c = 0; c < Cg; ++c) {
+            size_t j = x_at + (size_t)(c0 + c) * (size_t)in_size + offset;
+            patch[c * k_size + t] = (int16_t)(inside ? et_q_get_(X, j, x_type) - x_zero : 0);
+        }
+    }
+}
+
+/* Y[n, m, o] = saturate(round(v / y_scale) + y_zero) in [qmin, qmax], with
+ *   acc = the sum over c and taps t of (X - x_zero) * W[m, c, t] (int32, exact),
+ *   v = (float)acc * (x_scale * w_scale[m]), plus B[m] where B is given, then max(v, 0) where relu:
+ * the float value the replaced layers would quantize.  Conv's geometry and
+ * grouping as et_conv.h's; W int8 with zero point 0, w_scale per output
+ * channel (w_channels M) or per tensor (1).  Where given, `inside` gets
+ * the bits of et_quantize_mask_f32 (round(v * (1 / y_scale)) + y_zero in
+ * [qmin, qmax]) and `positive` those of et_relu_mask_f32 (v > 0), which the
+ * backward pass reads as it would the replaced layers'.  `patch` holds
+ * C / G * kernel volume int16. */
+static inline void et_qconv_s8(int N, int C, int M, int G, const int *in, const int *out, const int *k,
+                               const int *s, const int *d, const int *p, const void *X, int x_type, float x_scale,
+                               int32_t x_zero, const int8_t *W, const float *w_scale, int w_channels,
+                               const float *B, int relu, float y_scale, int32_t y_zero, int32_t qmin, int32_t qmax,
+                               void *Y, int y_type, uint32_t *inside, uint32_t *positive, int16_t *patch)
+{
+    int Cg = C / G, Mg = M / G, in_size = et_conv_volume_(in), out_size = et_conv_volume_(out);
+    int taps = Cg * et_conv_volume_(k), n, g, m, o, j, at[3];
+    size_t words = ((size_t)N * (size_t)M * (size_t)out_size + 31u) / 32u;
+    const float inverse = 1.0f / y_scale;
+    if (inside)
+        memset(inside, 0, words * sizeof *inside);
+    if (positive)
+        memset(positive, 0, words * sizeof *positive);
+    for (n = 0; n < N; ++n)
+        for (g = 0; g < G; ++g)
+            for (o = 0; o < out_size; ++o) {
+                et_conv_position_(o, out, at);
+                et_qconv_patch_(Cg, g * Cg, in, k, s, d, p, at, X, (size_t)n * (size_t)C * (size_t)in_size, x_type,
+                                x_zero, patch);
+                for (m = g * Mg; m < (g + 1) * Mg; ++m) {
+                    const int8_t *Wm = W + (size_t)m * (size_t)taps;
+                    const size_t e = ((size_t)n * (size_t)M + (size_t)m) * (size_t)out_size + (size_t)o;
+                    int32_t acc = 0;
+                    float v, q;
+                    for (j = 0; j < taps; ++j)
+                        acc += (int32_t)patch[j] * (int32_t)Wm[j];
+                    v = (float)acc * (x_scale * w_scale[w_channels > 1 ? m : 0]);
+                    if (B)
+                        v = v + B[m];
+                    if (relu)
+                        v = v > 0.0f ? v : 0.0f;
+                    q = et_quantized_f32_(v, y_scale, y_zero);
+                    et_q_put_(Y, e, y_type, q > (float)qmin ? (q < (float)qmax ? (int32_t)q : qmax) : qmin);
+                    if (inside) {
+                        q = et_round_even_f32_(v * inverse) + (float)y_zero;
+                        inside[e / 32u] |= (uint32_t)(q >= (float)qmin && q <= (float)qmax) << (e % 32u);
+                    }
+                    if (positive)
+                        positive[e / 32u] |= (uint32_t)(v > 0.0f) << (e % 32u);
+                }
+            }
+}
+
+#endif /* ET_QCONV_H */

@@ -1,0 +1,272 @@
+"""Int8 layers (trainer/integer.py, runtime_c/et_qconv.h): a quantized model's DequantizeLinear ->
+Conv or Gemm -> [Relu] -> QuantizeLinear runs as one integer kernel. Checked: the kernel bit for bit
+against its NumPy reference (ops/quantize.py QuantizedConv) over convolution geometries, and a
+quantized model end to end: every layer fused in every function, the forward pass within one
+quantization step of onnxruntime on the exported QDQ model, training as the float layers train, and
+no float tensor of a fused layer in the arena."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import warnings
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from edgetrain import api, artifacts
+from edgetrain.ops.quantize import QuantizedConv
+from edgetrain.runtime_c import headers
+from edgetrain.trainer import assemble
+
+RUNTIME = Path(__file__).resolve().parents[2] / "runtime_c"
+
+cffi = pytest.importorskip("cffi")
+torch = pytest.importorskip("torch")
+ort = pytest.importorskip("onnxruntime")
+
+STRICT = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-ffp-contract=off", "-O2"]
+WRAPPER = r"""
+void t_qconv(int N, int C, int M, int G, const int *in, const int *out, const int *k, const int *s, const int *d,
+             const int *p, const void *X, int x_type, float x_scale, int32_t x_zero, const int8_t *W,
+             const float *w_scale, int w_channels, const float *B, int relu, float y_scale, int32_t y_zero,
+             int32_t qmin, int32_t qmax, void *Y, int y_type, uint32_t *inside, uint32_t *positive, int16_t *patch)
+{ et_qconv_s8(N, C, M, G, in, out, k, s, d, p, X, x_type, x_scale, x_zero, W, w_scale, w_channels, B, relu,
+              y_scale, y_zero, qmin, qmax, Y, y_type, inside, positive, patch); }
+"""
+
+
+@pytest.fixture(scope="module")
+def kernel(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("qconv")
+    source = directory / "qconv.c"
+    source.write_text("".join((RUNTIME / h).read_text() + "\n" for h in headers("et_qconv.h")) + WRAPPER)
+    lib = directory / "libqconv.so"
+    subprocess.run(["gcc", *STRICT, "-shared", "-fPIC", str(source), "-o", str(lib)], check=True)
+    ffi = cffi.FFI()
+    ffi.cdef(
+        "void t_qconv(int, int, int, int, const int *, const int *, const int *, const int *, const int *,"
+        " const int *, const void *, int, float, int32_t, const int8_t *, const float *, int, const float *, int,"
+        " float, int32_t, int32_t, int32_t, void *, int, uint32_t *, uint32_t *, int16_t *);"
+    )
+    return ffi, ffi.dlopen(str(lib))
+
+
+QTYPE = {np.dtype(np.int8): 1, np.dtype(np.uint8): 2}
+
+# (N, C, M, group, spatial input, kernel, strides, dilations, pads begin + end)
+GEOMETRIES = {
+    "3x3-padded": (2, 3, 4, 1, (7, 6), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
+    "depthwise-stride-2": (1, 6, 6, 6, (9, 8), (3, 3), (2, 2), (1, 1), (1, 0, 1, 1)),
+    "pointwise": (3, 8, 5, 1, (4, 5), (1, 1), (1, 1), (1, 1), (0, 0, 0, 0)),
+    "grouped-dilated": (2, 4, 6, 2, (9, 9), (3, 2), (1, 2), (2, 1), (2, 0, 1, 1)),
+    "1-d": (2, 3, 4, 1, (11,), (5,), (2,), (1,), (2, 2)),
+    "gemm": (5, 12, 7, 1, (), (1,), (1,), (1,), (0, 0)),
+}
+
+
+def _c_args(values, fill: int):
+    """3 ints, as et_conv.h takes a geometry: leading unit axes (or zero pads)."""
+    return [fill] * (3 - len(values)) + list(values)
+
+
+@pytest.mark.parametrize("geometry", GEOMETRIES)
+@pytest.mark.parametrize("x_type", [np.int8, np.uint8])
+def test_kernel_is_its_reference_bit_for_bit(kernel, geometry, x_type):
+    ffi, lib = kernel
+    n, c, m, group, spatial, k, s, d, pads = GEOMETRIES[geometry]
+    rng = np.random.default_rng(len(geometry) + (x_type == np.uint8))
+    info = np.iinfo(x_type)
+    x = rng.integers(info.min, info.max + 1, size=(n, c, *spatial)).astype(x_type)
+    w = rng.integers(-127, 128, size=(m, c // group, *(k if spatial else ()))).astype(np.int8)
+    x_zero = np.array(rng.integers(info.min, info.max + 1), x_type)
+    y_zero = np.array(rng.integers(info.min, info.max + 1), x_type)
+    sx, sy = np.float32(0.02), np.float32(rng.uniform(0.02, 0.05))
+    sw = rng.uniform(0.001, 0.01, size=m if geometry != "pointwise" else 1).astype(np.float32)
+    bias = rng.normal(scale=5.0, size=m).astype(np.float32)
+    attrs = dict(kernel_shape=list(k), strides=list(s), dilations=list(d), pads=list(pads), group=group)
+    for relu in (0, 1):
+        want = QuantizedConv.reference(x, sx, x_zero, w, sw, bias, sy, y_zero, **attrs, relu=relu, inside=1, positive=1)
+        out_spatial = want[0].shape[2:]
+        y = np.zeros(want[0].shape, x_type)
+        inside, positive = np.zeros_like(want[2]), np.zeros_like(want[3])
+        patch = np.zeros(w[0].size, np.int16)
+        cast = lambda a, t: ffi.cast(t, a.ctypes.data)  # noqa: E731
+        lib.t_qconv(
+            n, c, m, group,
+            _c_args(spatial, 1), _c_args(out_spatial, 1), _c_args(k[:len(spatial)], 1), _c_args(s[:len(spatial)], 1),
+            _c_args(d[:len(spatial)], 1), _c_args(pads[:len(spatial)], 0),
+            cast(x, "void *"), QTYPE[x.dtype], float(sx), int(x_zero), cast(w, "int8_t *"),
+            cast(sw, "float *"), sw.size, cast(bias, "float *"), relu, float(sy), int(y_zero),
+            int(info.min), int(info.max), cast(y, "void *"), QTYPE[x.dtype],
+            cast(inside, "uint32_t *"), cast(positive, "uint32_t *"), cast(patch, "int16_t *"),
+        )  # fmt: skip
+        np.testing.assert_array_equal(y, want[0])
+        np.testing.assert_array_equal(inside, want[2])
+        np.testing.assert_array_equal(positive, want[3])
+        assert len(np.unique(y)) > 3  # the outputs spread over the range, not all saturated
+
+
+class _Layers(torch.nn.Module):
+    """Every kind of layer the int8 kernel takes: a padded 3x3, a depthwise with stride 2, a
+    pointwise, a grouped and dilated one, a hidden Linear with ReLU and the classifier."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(1, 8, 3, padding=1)
+        self.depthwise = torch.nn.Conv2d(8, 8, 3, stride=2, padding=1, groups=8)
+        self.pointwise = torch.nn.Conv2d(8, 8, 1)
+        self.grouped = torch.nn.Conv2d(8, 8, 3, padding=2, dilation=2, groups=2)
+        self.hidden = torch.nn.Linear(8 * 16, 16)
+        self.fc = torch.nn.Linear(16, 10)
+
+    def forward(self, x):
+        x = torch.relu(self.conv(x))
+        x = torch.relu(self.depthwise(x))
+        x = torch.relu(self.pointwise(x))
+        x = self.grouped(x)
+        return self.fc(torch.relu(self.hidden(x.flatten(1))))
+
+
+def _data(rng, n):
+    centroids = np.random.default_rng(7).normal(size=(10, 1, 8, 8)).astype(np.float32)
+    labels = rng.integers(0, 10, size=n)
+    return (centroids[labels] + 0.5 * rng.normal(size=(n, 1, 8, 8))).astype(np.float32), labels.astype(np.int64)
+
+
+def _pretrained(model: torch.nn.Module) -> torch.nn.Module:
+    """A few Adam steps in float, so that the layers' features tell the classes apart: fixed
+    activation scales calibrated on an untrained model saturate as soon as training moves it."""
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    rng = np.random.default_rng(9)
+    for _ in range(40):
+        x, y = _data(rng, 16)
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(model(torch.from_numpy(x)), torch.from_numpy(y)).backward()
+        optimizer.step()
+    return model
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    """(float32 artifacts, int8 artifacts) of _Layers, batch 4: every bias and the two Linear layers
+    trained, so that the convolutions read frozen int8 weights and the hidden layer trained ones."""
+    directory = tmp_path_factory.mktemp("int8_layers")
+    torch.manual_seed(0)
+    model = _pretrained(_Layers())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            model.eval(),
+            (torch.randn(4, 1, 8, 8),),
+            directory / "model.onnx",
+            input_names=["input"],
+            output_names=["logits"],
+            dynamo=False,
+        )
+    rng = np.random.default_rng(1)
+    options = dict(
+        loss=artifacts.LossType.CrossEntropyLoss, batch_size=4, update_policy="bias+last:2", learning_rate=0.01
+    )
+    calibration = [_data(rng, 4)[0] for _ in range(8)]
+    int8 = {"quantize": "int8", "calibration_data": calibration}
+    out = {}
+    monkeypatch = pytest.MonkeyPatch()
+    for kind, extra in (("float32", {}), ("int8", int8), ("int8, float layers", int8)):
+        if kind == "int8, float layers":  # the same QDQ model with nothing fused
+            monkeypatch.setattr(assemble, "fuse_int8_layers", lambda graph, nodes, *_: nodes)
+        out[kind] = artifacts.generate_artifacts(
+            str(directory / "model.onnx"), artifact_directory=directory / kind.replace(", ", "-"), **options, **extra
+        )
+    monkeypatch.undo()
+    return out
+
+
+def _module(out):
+    state = api.CheckpointState.load_checkpoint(str(out / "checkpoint"))
+    return api.Module(str(out / "training_model.onnx"), state, str(out / "eval_model.onnx"))
+
+
+def test_every_layer_is_an_int8_layer_in_every_function(compiled):
+    model_c = (compiled["int8"] / "model.c").read_text()
+    bodies = {f: model_c.split(f"int model_{f}(")[1].split("\n}\n")[0] for f in ("train_step", "eval_step", "infer")}
+    for function, body in bodies.items():
+        # five layers: the classifier's output is the model's, in float
+        assert body.count("et_qconv_s8(") == 5, function
+        assert "et_conv_f32(" not in body, function
+    assert "static const int8_t et_narrow_consts[" in model_c  # the frozen int8 weights, a byte each
+
+
+def test_forward_is_within_a_step_of_onnxruntime(compiled, tmp_path, figure):
+    out = compiled["int8"]
+    module = _module(out)
+    module.eval()
+    module.export_model_for_inferencing(str(tmp_path / "inference.onnx"), ["logits"])
+    exported = onnx.load(str(tmp_path / "inference.onnx"))
+    assert {n.op_type for n in exported.graph.node} >= {"QuantizeLinear", "DequantizeLinear", "Conv"}
+    session = ort.InferenceSession(str(tmp_path / "inference.onnx"))
+    rng = np.random.default_rng(2)
+    worst = 0.0
+    for _ in range(10):
+        x = _data(rng, 4)[0]
+        worst = max(worst, float(np.abs(module.infer(x)[0] - session.run(None, {"input": x})[0]).max()))
+    scale = _classifier_input_step(exported)
+    figure(f"int8 layers: logits within {worst:.3g} of onnxruntime's (one input step moves them by up to {scale:.3g})")
+    assert worst <= scale
+
+
+def _classifier_input_step(model: onnx.ModelProto) -> float:
+    """How far one quantization step of the classifier's input moves a logit at most: its scale
+    times the largest row sum of |W|."""
+    graph = model.graph
+    inits = {i.name: onnx.numpy_helper.to_array(i) for i in graph.initializer}
+    gemm = [n for n in graph.node if n.op_type == "Gemm"][-1]
+    dq = next(n for n in graph.node if n.output[0] == gemm.input[0])
+    weight_dq = next(n for n in graph.node if n.output[0] == gemm.input[1])  # int8 weights, a scale per row
+    weight = inits[weight_dq.input[0]] * inits[weight_dq.input[1]].reshape(-1, 1)
+    return float(inits[dq.input[1]]) * float(np.abs(weight).sum(axis=1).max())
+
+
+def test_trains_as_the_float_layers_train(compiled, figure):
+    """Fine-tuning on the same batches: the int8 layers learn, and their losses follow those of the
+    same QDQ model computed with float layers (where only the rounding of the sums differs)."""
+    losses = {}
+    for kind, out in compiled.items():
+        module = _module(out)
+        optimizer = api.Optimizer(str(out / "optimizer_model.onnx"), module)
+        module.train()
+        rng = np.random.default_rng(3)
+        losses[kind] = []
+        for _ in range(60):
+            x, y = _data(rng, 4)
+            losses[kind].append(float(module(x, y)))
+            optimizer.step()
+            module.lazy_reset_grad()
+    first = {k: np.mean(v[:10]) for k, v in losses.items()}
+    last = {k: np.mean(v[-10:]) for k, v in losses.items()}
+    apart = np.abs(np.subtract(losses["int8"], losses["int8, float layers"]))
+    figure(
+        "mean loss of the first and last 10 of 60 steps: "
+        + ", ".join(f"{k} {first[k]:.3f} -> {last[k]:.3f}" for k in losses)
+        + f"; int8 layers against float layers: at most {apart.max():.4f} apart"
+    )
+    assert last["int8"] < 0.5 * first["int8"]
+    assert apart.max() < 0.05 * max(losses["int8, float layers"])
+
+
+def test_no_float_tensor_of_a_fused_layer_in_the_arena(compiled):
+    int8 = json.loads((compiled["int8"] / "report.json").read_text())
+    unfused = json.loads((compiled["int8, float layers"] / "report.json").read_text())
+    float32 = json.loads((compiled["float32"] / "report.json").read_text())
+    for function in ("eval_step", "infer"):
+        blocks = int8["functions"][function]["blocks"]
+        floats = {part for b in blocks if b["c_type"] == "float" for part in b["name"].split(" -> ")}
+        # the float results of Conv, Gemm and Relu are gone, but the classifier's (the model's output)
+        layers = {f for f in floats if re.search(r"/(Conv|Gemm|Relu)[_\w]*_output_0$", f)}
+        assert layers == {"logits"} or not layers, layers
+        assert int8["arena_by_function_bytes"][function] < float32["arena_by_function_bytes"][function] / 2
+        assert int8["arena_by_function_bytes"][function] < unfused["arena_by_function_bytes"][function]
+    assert int8["ram_bytes"] <= unfused["ram_bytes"]
