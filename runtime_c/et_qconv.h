@@ -47,25 +47,25 @@ static inline void et_qconv_patch_(int Cg, int c0, const int *in, const int *k, 
  *   v = (float)acc * (x_scale * w_scale[m]), plus B[m] where B is given, then max(v, 0) where relu:
  * the float value the replaced layers would quantize.  Conv's geometry and
  * grouping as et_conv.h's; W int8 with zero point 0, w_scale per output
- * channel (w_channels M) or per tensor (1).  Where given, `inside` gets
- * the bits of et_quantize_mask_f32 (round(v * (1 / y_scale)) + y_zero in
- * [qmin, qmax]) and `positive` those of et_relu_mask_f32 (v > 0), which the
- * backward pass reads as it would the replaced layers'.  `patch` holds
- * C / G * kernel volume int16. */
+ * channel (w_channels M) or per tensor (1).  Where given, `mask` gets the
+ * bits of where the backward pass lets the gradient through (laid out as
+ * et_relu_mask_f32's): those of et_quantize_mask_f32 (round(v * (1 /
+ * y_scale)) + y_zero in [qmin, qmax]) where `masks` has ET_QMASK_INSIDE,
+ * and of et_relu_mask_f32 (v > 0) where it has ET_QMASK_POSITIVE; with
+ * both, each bit is both tests.  `patch` holds C / G * kernel volume int16. */
+enum { ET_QMASK_INSIDE = 1, ET_QMASK_POSITIVE = 2 };
 static inline void et_qconv_s8(int N, int C, int M, int G, const int *in, const int *out, const int *k,
                                const int *s, const int *d, const int *p, const void *X, int x_type, float x_scale,
                                int32_t x_zero, const int8_t *W, const float *w_scale, int w_channels,
                                const float *B, int relu, float y_scale, int32_t y_zero, int32_t qmin, int32_t qmax,
-                               void *Y, int y_type, uint32_t *inside, uint32_t *positive, int16_t *patch)
+                               void *Y, int y_type, uint32_t *mask, int masks, int16_t *patch)
 {
     int Cg = C / G, Mg = M / G, in_size = et_conv_volume_(in), out_size = et_conv_volume_(out);
     int taps = Cg * et_conv_volume_(k), n, g, m, o, j, at[3];
     size_t words = ((size_t)N * (size_t)M * (size_t)out_size + 31u) / 32u;
     const float inverse = 1.0f / y_scale;
-    if (inside)
-        memset(inside, 0, words * sizeof *inside);
-    if (positive)
-        memset(positive, 0, words * sizeof *positive);
+    if (mask)
+        memset(mask, 0, words * sizeof *mask);
     for (n = 0; n < N; ++n)
         for (g = 0; g < G; ++g)
             for (o = 0; o < out_size; ++o) {
@@ -86,13 +86,52 @@ static inline void et_qconv_s8(int N, int C, int M, int G, const int *in, const 
                         v = v > 0.0f ? v : 0.0f;
                     q = et_quantized_f32_(v, y_scale, y_zero);
                     et_q_put_(Y, e, y_type, q > (float)qmin ? (q < (float)qmax ? (int32_t)q : qmax) : qmin);
-                    if (inside) {
+                    if (mask) {
+                        int pass = !(masks & ET_QMASK_POSITIVE) || v > 0.0f;
                         q = et_round_even_f32_(v * inverse) + (float)y_zero;
-                        inside[e / 32u] |= (uint32_t)(q >= (float)qmin && q <= (float)qmax) << (e % 32u);
+                        pass &= !(masks & ET_QMASK_INSIDE) || (q >= (float)qmin && q <= (float)qmax);
+                        mask[e / 32u] |= (uint32_t)pass << (e % 32u);
                     }
-                    if (positive)
-                        positive[e / 32u] |= (uint32_t)(v > 0.0f) << (e % 32u);
                 }
+            }
+}
+
+/* dW[m, c, t] = x_scale * (the sum over n and output positions o, lane
+ * by lane as et_dot_lanes_f32_ keeps them (position j of the run over n
+ * and o in lane j % ET_LANES, from 0), then et_dot_total_f32_, of
+ * dY[n, m, o] * (X - x_zero) at the input that o reads through t, 0 in the
+ * padding): Conv's weight gradient (et_conv_grad_w_f32's) from the int8
+ * input a quantized model keeps, never dequantized into a float tensor. */
+static inline void et_conv_grad_w_q8_f32(int N, int C, int M, int G, const int *in, const int *out, const int *k,
+                                         const int *s, const int *d, const int *p, const float *dY, const void *X,
+                                         int x_type, float x_scale, int32_t x_zero, float *dW)
+{
+    int Cg = C / G, Mg = M / G, in_size = et_conv_volume_(in), out_size = et_conv_volume_(out);
+    int k_size = et_conv_volume_(k), n, m, c, o, t, a, l, j, at[3], kt[3];
+    for (m = 0; m < M; ++m)
+        for (c = 0; c < Cg; ++c)
+            for (t = 0, kt[0] = kt[1] = kt[2] = 0; t < k_size; ++t, et_conv_next_tap_(kt, k)) {
+                float lane[ET_LANES];
+                for (l = 0; l < ET_LANES; ++l)
+                    lane[l] = 0.0f;
+                for (n = 0, j = 0; n < N; ++n) {
+                    const float *dy = dY + ((size_t)n * (size_t)M + (size_t)m) * (size_t)out_size;
+                    size_t plane = ((size_t)n * (size_t)C + (size_t)((m / Mg) * Cg + c)) * (size_t)in_size;
+                    for (o = 0; o < out_size; ++o, ++j) {
+                        size_t offset = 0;
+                        int inside = 1;
+                        et_conv_position_(o, out, at);
+                        for (a = 0; a < 3; ++a) {
+                            int i = at[a] * s[a] + kt[a] * d[a] - p[a];
+                            inside &= i >= 0 && i < in[a];
+                            offset = offset * (size_t)in[a] + (size_t)i;
+                        }
+                        if (inside)
+                            lane[j % ET_LANES] = et_mla_(lane[j % ET_LANES], dy[o],
+                                                         (float)(et_q_get_(X, plane + offset, x_type) - x_zero));
+                    }
+                }
+                dW[((size_t)m * (size_t)Cg + (size_t)c) * (size_t)k_size + (size_t)t] = x_scale * et_dot_total_f32_(lane);
             }
 }
 

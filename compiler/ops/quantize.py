@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import EdgetrainError
 from ..ir import ET_DOMAIN
-from .conv import Window
+from .conv import ConvGradW, Window, _conv_args
 from .elementwise import pack_bits, unpack_bits
 from .registry import op, split_axis
 
@@ -165,35 +165,35 @@ class DequantizeLinearGrad:
 
 @op("QuantizedConv", domain=ET_DOMAIN)
 class QuantizedConv:
-    """(X, x_scale, x_zero_point, W, w_scale, B, y_scale, y_zero_point) -> (Y, patch[, inside][, positive]):
-    DequantizeLinear -> Conv (or Gemm, a Conv of no spatial axes) -> [Relu] -> QuantizeLinear as one
+    """(X, x_scale, x_zero_point, W, w_scale, B, y_scale, y_zero_point) -> (Y, patch[, mask]):
+    DequantizeLinear -> Conv (or Gemm, a Conv of one position) -> [Relu] -> QuantizeLinear as one
     int8 layer (runtime_c/et_qconv.h), which trainer/integer.py puts in their place. X and Y are
     quantized per tensor; W is int8, symmetric, per output channel or per tensor; B is float (or
-    omitted). inside and positive are QuantizeLinearMask's and ReluMask's bits of the value that Y
-    quantizes, for the backward pass; patch is the kernel's int16 workspace."""
+    omitted). mask, where the backward pass reads one: the bits of where the value Y quantizes lies
+    inside Y's range (attribute inside: QuantizeLinearMask's) and is positive (positive:
+    ReluMask's), both tests at once with both. patch is the kernel's int16 workspace."""
 
-    dtypes = (np.int8, np.int16, np.uint32, np.uint32)
+    dtypes = (np.int8, np.int16, np.uint32)
     narrow_inputs = (3,)
 
     @staticmethod
     def kernel(k, node):
         x, sx, zx, w, sw, b, sy, zy = node.inputs
-        y, patch, *masks = node.outputs
+        y, patch, *mask = node.outputs
         xs, ys = k.shape(x), k.shape(y)
-        inside = masks.pop(0) if node.attr("inside") else None
-        positive = masks.pop(0) if node.attr("positive") else None
         qmin, qmax = _range(k.graph.values[y].dtype)
         layer = (xs[0], xs[1], k.shape(w)[0], int(node.attr("group")), *_layer_window(node).c_args(xs[2:], ys[2:]))
         scales = (_scalar(k, sx), _scalar(k, zx, int), w, sw, k.size(sw), b or None, int(node.attr("relu")))
-        output = (_scalar(k, sy), _scalar(k, zy, int), qmin, qmax, y, _qtype(k, y), inside, positive, patch)
+        masks = int(node.attr("inside")) | 2 * int(node.attr("positive"))
+        output = (_scalar(k, sy), _scalar(k, zy, int), qmin, qmax, y, _qtype(k, y), *(mask or [None]), masks, patch)
         return [k.call("et_qconv_s8", *layer, x, _qtype(k, x), *scales, *output)]
 
     @staticmethod
     def shape(graph, node):
         x, w = graph.shape(node.inputs[0]), graph.shape(node.inputs[3])
         spatial = _layer_window(node).output(x[2:])
-        masks = [(-(-x[0] * w[0] * int(np.prod(spatial, dtype=np.int64)) // 32),)] * (len(node.outputs) - 2)
-        return [(x[0], w[0], *spatial), (int(np.prod(w[1:], dtype=np.int64)),), *masks]
+        mask = [(-(-x[0] * w[0] * int(np.prod(spatial, dtype=np.int64)) // 32),)] * (len(node.outputs) - 2)
+        return [(x[0], w[0], *spatial), (int(np.prod(w[1:], dtype=np.int64)),), *mask]
 
     @staticmethod
     def reference(x, sx, zx, w, sw, b, sy, zy, kernel_shape, strides, dilations, pads, group, relu, inside, positive):
@@ -206,11 +206,8 @@ class QuantizedConv:
             group,
         )
         acc = acc.reshape(acc.shape[:2]) if gemm else acc
-        m = w.shape[0]
-        shape = (1, m) + (1,) * (acc.ndim - 2)
-        v = acc.astype(f32) * (
-            f32(sx.flat[0]) * sw.astype(f32).reshape(shape) if sw.size > 1 else f32(sx.flat[0]) * f32(sw.flat[0])
-        )
+        shape = (1, w.shape[0]) + (1,) * (acc.ndim - 2)
+        v = acc.astype(f32) * (f32(sx.flat[0]) * sw.astype(f32).reshape(shape if sw.size > 1 else ()))
         if b is not None:
             v = v + b.astype(f32).reshape(shape)
         if relu:
@@ -218,14 +215,34 @@ class QuantizedConv:
         y_type = zy.dtype if zy is not None else np.dtype(np.uint8)
         y_zero = f32(0 if zy is None else int(zy.flat[0]))
         qmin, qmax = _range(y_type)
-        q = np.rint(v / f32(sy.flat[0])) + y_zero
-        outputs = [np.clip(q, qmin, qmax).astype(y_type), np.zeros(w[0].size, np.int16)]
-        if inside:
-            q = np.rint(v * (f32(1) / f32(sy.flat[0]))) + y_zero
-            outputs.append(pack_bits((q >= qmin) & (q <= qmax)))
-        if positive:
-            outputs.append(pack_bits(v > 0))
-        return tuple(outputs)
+        outputs = [np.clip(np.rint(v / f32(sy.flat[0])) + y_zero, qmin, qmax).astype(y_type)]
+        outputs.append(np.zeros(w[0].size, np.int16))
+        q = np.rint(v * (f32(1) / f32(sy.flat[0]))) + y_zero
+        passes = ((q >= qmin) & (q <= qmax) if inside else True) & (v > 0 if positive else True)
+        return (*outputs, pack_bits(passes)) if inside or positive else tuple(outputs)
+
+
+@op("ConvGradWQuantized", domain=ET_DOMAIN)
+class ConvGradWQuantized:
+    """(dY, X, x_scale, x_zero_point) -> ConvGradW's dW from a quantized X (per tensor), which the
+    backward pass then reads as it is kept, without a float copy (runtime_c/et_qconv.h)."""
+
+    @staticmethod
+    def kernel(k, node):
+        dy, x, sx, zx = node.inputs
+        conv = _conv_args(node, k.shape(x), k.shape(dy))
+        call = ("et_conv_grad_w_q8_f32", *conv, dy, x, _qtype(k, x), _scalar(k, sx), _scalar(k, zx, int))
+        return [k.call(*call, node.outputs[0])]
+
+    @staticmethod
+    def shape(graph, node):
+        dys, xs = graph.shape(node.inputs[0]), graph.shape(node.inputs[1])
+        return [(dys[1], xs[1] // int(node.attr("group"))) + tuple(node.attr("kernel_shape"))]
+
+    @staticmethod
+    def reference(dy, x, sx, zx, kernel_shape, strides, dilations, pads, group):
+        dequantized = (x.astype(np.float64) - (0 if zx is None else int(zx.flat[0]))) * float(sx.flat[0])
+        return ConvGradW.reference(dy, dequantized, kernel_shape, strides, dilations, pads, group)
 
 
 def _scalar(k, name: str, kind=float):

@@ -16,7 +16,7 @@ from ..frontend.load import QDQ_OPSET, run_node
 from ..ir import Graph, Node
 from ..ops import require
 from ..optim import LossType, OptimizerSpec, append_loss
-from .integer import fuse_int8_layers
+from .integer import early_weight_chains, fuse_int8_layers
 from .recompute import recompute as recompute_cheap
 
 
@@ -264,6 +264,7 @@ def build_trainer(
     kept = {id(n) for n in fused_train}
     first_backward = next((n for n in train_nodes[backward_start:] if id(n) in kept), None)
     backward_start = next((i for i, n in enumerate(fused_train) if n is first_backward), len(fused_train))
+    fused_train = early_weight_chains(fused_train, backward_start)
     return Trainer(
         graph=graph,
         train_nodes=fused_train,

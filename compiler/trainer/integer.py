@@ -1,12 +1,15 @@
 """Int8 layers: in a quantized model's functions, each DequantizeLinear -> Conv (or Gemm) -> [Relu]
 -> QuantizeLinear becomes one QuantizedConv (ops/quantize.py), which reads int8, accumulates in
-int32 and writes int8, so none of the layer's float tensors takes arena space.
+int32 and writes int8, so none of the layer's float tensors takes arena space; and a weight
+gradient (ConvGradW) reads the int8 input the backward pass keeps rather than a float copy of it.
 
 Runs on a function's finished node list (after differentiation and recomputation): the backward
 pass keeps reading the bit masks the replaced QuantizeLinearMask and ReluMask nodes made, which the
 int8 layer now makes. A layer is replaced only where nothing else reads its float tensors."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import onnx
@@ -31,13 +34,24 @@ def fuse_int8_layers(graph: Graph, nodes: list[Node], quantizers: dict[str, Node
             readers.setdefault(name, []).append(node)
     fused: dict[int, Node] = {}  # id of the layer's node -> its int8 layer
     gone: set[int] = set()
+    renamed: dict[str, str] = {}  # a ReluMask's bits -> the layer's mask, which has them
     for node in nodes:
         if node.op in ("Conv", "Gemm") and not node.domain:
             match = _layer(graph, node, producer, readers, quantizers, keep)
             if match is not None:
-                fused[id(node)], replaced = match
+                fused[id(node)], replaced, masks = match
                 gone.update(map(id, replaced))
-    return [fused.get(id(n), n) for n in nodes if id(n) in fused or id(n) not in gone]
+                renamed.update((m, masks[0]) for m in masks[1:])
+        elif node.op == "ConvGradW" and (dq := _dequantized(graph, node.inputs[1], node, producer, readers, keep)):
+            fused[id(node)] = Node(
+                "ConvGradWQuantized", (node.inputs[0], *dq.inputs), node.outputs, node.attrs, node.name, ET_DOMAIN
+            )
+            gone.add(id(dq))
+    out = [fused.get(id(n), n) for n in nodes if id(n) in fused or id(n) not in gone]
+    return [
+        replace(n, inputs=tuple(renamed.get(i, i) for i in n.inputs)) if set(n.inputs) & set(renamed) else n
+        for n in out
+    ]
 
 
 def _only_reader(readers, name: str, node: Node) -> bool:
@@ -52,13 +66,40 @@ def _zero(graph: Graph, node: Node) -> str:
     return node.inputs[2] if len(node.inputs) > 2 else ""
 
 
-def _layer(graph: Graph, layer: Node, producer, readers, quantizers, keep) -> tuple[Node, list[Node]] | None:
-    """The int8 layer for Conv or Gemm `layer`, and the nodes it replaces; None where it does not apply."""
-    x, w, bias = (tuple(layer.inputs) + ("",))[:3]
+# The straight-through gradients of a quantized weight, in place of the weight's gradient.
+_WEIGHT_CHAIN = ("DequantizeLinearGrad", "QuantizeLinearGrad")
+
+
+def early_weight_chains(nodes: list[Node], backward_start: int) -> list[Node]:
+    """The backward pass with each DequantizeLinearGrad and QuantizeLinearGrad moved up to just
+    after what it reads is made and every other reader of its input has run: a trained int8
+    weight's gradient then reaches its parameter (and a fused update) as soon as it exists, instead
+    of staying alive while the layers below are differentiated. Each is in place and reads its
+    input last, as before, so it takes no new arena space."""
+    order = list(nodes[:backward_start])
+    for node in nodes[backward_start:]:
+        if node.op not in _WEIGHT_CHAIN:
+            order.append(node)
+            continue
+        after = [i for i, n in enumerate(order) if set(n.outputs) & set(node.inputs) or node.inputs[0] in n.inputs]
+        order.insert(max(after, default=backward_start - 1) + 1, node)
+    return order
+
+
+def _dequantized(graph: Graph, x: str, node: Node, producer, readers, keep) -> Node | None:
+    """The DequantizeLinear that makes `x` for `node` alone, per tensor from int8 or uint8."""
     dq = producer.get(x)
-    if dq is None or dq.op != "DequantizeLinear" or not _only_reader(readers, x, layer) or not _per_tensor(graph, dq):
+    if dq is None or dq.op != "DequantizeLinear" or not _only_reader(readers, x, node) or x in keep:
         return None
-    if graph.values[dq.inputs[0]].dtype not in _X_TYPES or x in keep:
+    return dq if _per_tensor(graph, dq) and graph.values[dq.inputs[0]].dtype in _X_TYPES else None
+
+
+def _layer(graph: Graph, layer: Node, producer, readers, quantizers, keep) -> tuple[Node, list[Node], list[str]] | None:
+    """The int8 layer for Conv or Gemm `layer`, the nodes it replaces and the masks they made (the
+    layer's own first); None where it does not apply."""
+    x, w, bias = (tuple(layer.inputs) + ("",))[:3]
+    dq = _dequantized(graph, x, layer, producer, readers, keep)
+    if dq is None:
         return None
     geometry = _geometry(graph, layer)
     weight = _weight(graph, layer, producer, readers, quantizers)
@@ -75,10 +116,12 @@ def _layer(graph: Graph, layer: Node, producer, readers, quantizers, keep) -> tu
     q, inside, positive = out
     masks = [m for m in (inside, positive) if m is not None]
     patch = graph.add_value(graph.fresh("patch"), (taps,), np.int16)
+    # One mask serves both gradients: ReluGrad passes what QuantizeLinearGrad (its only input) passed
+    # where the value was positive, so each may apply both tests at once.
     node = Node(
         "QuantizedConv",
         (dq.inputs[0], dq.inputs[1], _zero(graph, dq), w_q, w_scale, bias, q.inputs[1], _zero(graph, q)),
-        (q.outputs[0], patch, *(m.outputs[0] for m in masks)),
+        (q.outputs[0], patch, *(m.outputs[0] for m in masks[:1])),
         {
             **geometry,
             "relu": int(relu is not None),
@@ -88,7 +131,8 @@ def _layer(graph: Graph, layer: Node, producer, readers, quantizers, keep) -> tu
         layer.name,
         ET_DOMAIN,
     )
-    return node, [n for n in (dq, w_dq, layer, relu, q, *masks) if n is not None]
+    replaced = [n for n in (dq, w_dq, layer, relu, q, *masks) if n is not None]
+    return node, replaced, [m.outputs[0] for m in masks]
 
 
 def _geometry(graph: Graph, layer: Node) -> dict | None:

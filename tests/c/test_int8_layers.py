@@ -33,9 +33,9 @@ WRAPPER = r"""
 void t_qconv(int N, int C, int M, int G, const int *in, const int *out, const int *k, const int *s, const int *d,
              const int *p, const void *X, int x_type, float x_scale, int32_t x_zero, const int8_t *W,
              const float *w_scale, int w_channels, const float *B, int relu, float y_scale, int32_t y_zero,
-             int32_t qmin, int32_t qmax, void *Y, int y_type, uint32_t *inside, uint32_t *positive, int16_t *patch)
+             int32_t qmin, int32_t qmax, void *Y, int y_type, uint32_t *mask, int masks, int16_t *patch)
 { et_qconv_s8(N, C, M, G, in, out, k, s, d, p, X, x_type, x_scale, x_zero, W, w_scale, w_channels, B, relu,
-              y_scale, y_zero, qmin, qmax, Y, y_type, inside, positive, patch); }
+              y_scale, y_zero, qmin, qmax, Y, y_type, mask, masks, patch); }
 """
 
 
@@ -50,7 +50,7 @@ def kernel(tmp_path_factory):
     ffi.cdef(
         "void t_qconv(int, int, int, int, const int *, const int *, const int *, const int *, const int *,"
         " const int *, const void *, int, float, int32_t, const int8_t *, const float *, int, const float *, int,"
-        " float, int32_t, int32_t, int32_t, void *, int, uint32_t *, uint32_t *, int16_t *);"
+        " float, int32_t, int32_t, int32_t, void *, int, uint32_t *, int, int16_t *);"
     )
     return ffi, ffi.dlopen(str(lib))
 
@@ -88,11 +88,14 @@ def test_kernel_is_its_reference_bit_for_bit(kernel, geometry, x_type):
     sw = rng.uniform(0.001, 0.01, size=m if geometry != "pointwise" else 1).astype(np.float32)
     bias = rng.normal(scale=5.0, size=m).astype(np.float32)
     attrs = dict(kernel_shape=list(k), strides=list(s), dilations=list(d), pads=list(pads), group=group)
-    for relu in (0, 1):
-        want = QuantizedConv.reference(x, sx, x_zero, w, sw, bias, sy, y_zero, **attrs, relu=relu, inside=1, positive=1)
+    for relu, masks in ((0, 0), (0, 1), (1, 2), (1, 3)):
+        inside, positive = masks & 1, masks >> 1
+        want = QuantizedConv.reference(
+            x, sx, x_zero, w, sw, bias, sy, y_zero, **attrs, relu=relu, inside=inside, positive=positive
+        )
         out_spatial = want[0].shape[2:]
         y = np.zeros(want[0].shape, x_type)
-        inside, positive = np.zeros_like(want[2]), np.zeros_like(want[3])
+        mask = np.zeros_like(want[2]) if masks else np.zeros(1, np.uint32)
         patch = np.zeros(w[0].size, np.int16)
         cast = lambda a, t: ffi.cast(t, a.ctypes.data)  # noqa: E731
         lib.t_qconv(
@@ -102,11 +105,12 @@ def test_kernel_is_its_reference_bit_for_bit(kernel, geometry, x_type):
             cast(x, "void *"), QTYPE[x.dtype], float(sx), int(x_zero), cast(w, "int8_t *"),
             cast(sw, "float *"), sw.size, cast(bias, "float *"), relu, float(sy), int(y_zero),
             int(info.min), int(info.max), cast(y, "void *"), QTYPE[x.dtype],
-            cast(inside, "uint32_t *"), cast(positive, "uint32_t *"), cast(patch, "int16_t *"),
+            cast(mask, "uint32_t *") if masks else ffi.NULL, masks, cast(patch, "int16_t *"),
         )  # fmt: skip
         np.testing.assert_array_equal(y, want[0])
-        np.testing.assert_array_equal(inside, want[2])
-        np.testing.assert_array_equal(positive, want[3])
+        if masks:
+            np.testing.assert_array_equal(mask, want[2])
+            assert 0 < np.unpackbits(mask.view(np.uint8)).sum() < y.size  # some bits of each value
         assert len(np.unique(y)) > 3  # the outputs spread over the range, not all saturated
 
 
