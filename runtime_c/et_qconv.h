@@ -44,21 +44,26 @@ static inline void et_qconv_patch_(int Cg, int c0, const int *in, const int *k, 
 
 /* Y[n, m, o] = saturate(round(v / y_scale) + y_zero) in [qmin, qmax], with
  *   acc = the sum over c and taps t of (X - x_zero) * W[m, c, t] (int32, exact),
- *   v = (float)acc * (x_scale * w_scale[m]), plus B[m] where B is given, then max(v, 0) where relu:
+ *   v = (float)acc * (x_scale * w_scale[m]), plus B[m] where B is given, then the activation
+ *   (ET_QACT_RELU: max(v, 0); ET_QACT_CLIP: v clamped to [low, high], as et_clip_f32 clamps):
  * the float value the replaced layers would quantize.  Conv's geometry and
  * grouping as et_conv.h's; W int8 with zero point 0, w_scale per output
  * channel (w_channels M) or per tensor (1).  Where given, `mask` gets the
  * bits of where the backward pass lets the gradient through (laid out as
  * et_relu_mask_f32's): those of et_quantize_mask_f32 (round(v * (1 /
  * y_scale)) + y_zero in [qmin, qmax]) where `masks` has ET_QMASK_INSIDE,
- * and of et_relu_mask_f32 (v > 0) where it has ET_QMASK_POSITIVE; with
- * both, each bit is both tests.  `patch` holds C / G * kernel volume int16. */
-enum { ET_QMASK_INSIDE = 1, ET_QMASK_POSITIVE = 2 };
+ * and of the activation's gradient where it has ET_QMASK_ACTIVE (ReLU:
+ * et_relu_mask_f32's v > 0; clip: et_clip_mask_f32's low <= v <= high,
+ * before clamping); with both, each bit is both tests.  `patch` holds
+ * C / G * kernel volume int16. */
+enum { ET_QMASK_INSIDE = 1, ET_QMASK_ACTIVE = 2 };
+enum { ET_QACT_NONE = 0, ET_QACT_RELU = 1, ET_QACT_CLIP = 2 };
 static inline void et_qconv_s8(int N, int C, int M, int G, const int *in, const int *out, const int *k,
                                const int *s, const int *d, const int *p, const void *X, int x_type, float x_scale,
                                int32_t x_zero, const int8_t *W, const float *w_scale, int w_channels,
-                               const float *B, int relu, float y_scale, int32_t y_zero, int32_t qmin, int32_t qmax,
-                               void *Y, int y_type, uint32_t *mask, int masks, int16_t *patch)
+                               const float *B, int activation, float low, float high, float y_scale, int32_t y_zero,
+                               int32_t qmin, int32_t qmax, void *Y, int y_type, uint32_t *mask, int masks,
+                               int16_t *patch)
 {
     int Cg = C / G, Mg = M / G, in_size = et_conv_volume_(in), out_size = et_conv_volume_(out);
     int taps = Cg * et_conv_volume_(k), n, g, m, o, j, at[3];
@@ -77,17 +82,24 @@ static inline void et_qconv_s8(int N, int C, int M, int G, const int *in, const 
                     const size_t e = ((size_t)n * (size_t)M + (size_t)m) * (size_t)out_size + (size_t)o;
                     int32_t acc = 0;
                     float v, q;
+                    int active = 1;
                     for (j = 0; j < taps; ++j)
                         acc += (int32_t)patch[j] * (int32_t)Wm[j];
                     v = (float)acc * (x_scale * w_scale[w_channels > 1 ? m : 0]);
                     if (B)
                         v = v + B[m];
-                    if (relu)
+                    if (activation == ET_QACT_RELU) {
                         v = v > 0.0f ? v : 0.0f;
+                        active = v > 0.0f;
+                    } else if (activation == ET_QACT_CLIP) {
+                        active = v >= low && v <= high;
+                        v = v < low ? low : v;
+                        v = v > high ? high : v;
+                    }
                     q = et_quantized_f32_(v, y_scale, y_zero);
                     et_q_put_(Y, e, y_type, q > (float)qmin ? (q < (float)qmax ? (int32_t)q : qmax) : qmin);
                     if (mask) {
-                        int pass = !(masks & ET_QMASK_POSITIVE) || v > 0.0f;
+                        int pass = !(masks & ET_QMASK_ACTIVE) || active;
                         q = et_round_even_f32_(v * inverse) + (float)y_zero;
                         pass &= !(masks & ET_QMASK_INSIDE) || (q >= (float)qmin && q <= (float)qmax);
                         mask[e / 32u] |= (uint32_t)pass << (e % 32u);

@@ -5,8 +5,8 @@ Weights (of Conv, ConvTranspose, Gemm and MatMul) are int8, symmetric, one scale
 channel: max|W| / 127 over the channel, zero point 0. Activations (those layers' data inputs and
 outputs, but the model's outputs) are int8 with one scale and zero point per tensor, asymmetric over
 the range [min(0, lowest), max(0, highest)] that calibration batches reach, run through the float
-model by onnx.reference. A layer's output that only a Relu reads is quantized after the Relu
-instead, over [0, highest]: what an int8 layer with its ReLU fused writes, with one QuantizeLinear
+model by onnx.reference. A layer's output that only a Relu or Clip (ReLU6) reads is quantized
+after it instead: what an int8 layer with its activation fused writes, with one QuantizeLinear
 less. The weights stay float initializers, quantized by QuantizeLinear on every forward pass: the
 float master copies that training updates (as for a quantize_static model).
 
@@ -61,8 +61,8 @@ def quantize_int8(model, calibration_data) -> onnx.ModelProto:
                 activations.append(name)
         output = node.output[0]
         after = readers.get(output, [])
-        if output not in outputs and len(after) == 1 and after[0].op_type == "Relu":
-            output = after[0].output[0]  # quantized after its ReLU, as an int8 layer computes it
+        if output not in outputs and len(after) == 1 and after[0].op_type in ("Relu", "Clip"):
+            output = after[0].output[0]  # quantized after its ReLU or ReLU6, as an int8 layer computes it
         activations += [output] if output not in outputs else []
     activations = list(dict.fromkeys(activations))
     if not weights and not activations:

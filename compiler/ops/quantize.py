@@ -169,9 +169,10 @@ class QuantizedConv:
     DequantizeLinear -> Conv (or Gemm, a Conv of one position) -> [Relu] -> QuantizeLinear as one
     int8 layer (runtime_c/et_qconv.h), which trainer/integer.py puts in their place. X and Y are
     quantized per tensor; W is int8, symmetric, per output channel or per tensor; B is float (or
-    omitted). mask, where the backward pass reads one: the bits of where the value Y quantizes lies
-    inside Y's range (attribute inside: QuantizeLinearMask's) and is positive (positive:
-    ReluMask's), both tests at once with both. patch is the kernel's int16 workspace."""
+    omitted); activation is "", "Relu" or "Clip" (to [low, high]). mask, where the backward pass
+    reads one: the bits of where the value Y quantizes lies inside Y's range (attribute inside:
+    QuantizeLinearMask's) and where the activation passes its gradient (active: ReluMask's or
+    ClipMask's), both tests at once with both. patch is the kernel's int16 workspace."""
 
     dtypes = (np.int8, np.int16, np.uint32)
     narrow_inputs = (3,)
@@ -183,8 +184,9 @@ class QuantizedConv:
         xs, ys = k.shape(x), k.shape(y)
         qmin, qmax = _range(k.graph.values[y].dtype)
         layer = (xs[0], xs[1], k.shape(w)[0], int(node.attr("group")), *_layer_window(node).c_args(xs[2:], ys[2:]))
-        scales = (_scalar(k, sx), _scalar(k, zx, int), w, sw, k.size(sw), b or None, int(node.attr("relu")))
-        masks = int(node.attr("inside")) | 2 * int(node.attr("positive"))
+        activation = (_ACTIVATIONS.index(node.attr("activation")), float(node.attr("low")), float(node.attr("high")))
+        scales = (_scalar(k, sx), _scalar(k, zx, int), w, sw, k.size(sw), b or None, *activation)
+        masks = int(node.attr("inside")) | 2 * int(node.attr("active"))
         output = (_scalar(k, sy), _scalar(k, zy, int), qmin, qmax, y, _qtype(k, y), *(mask or [None]), masks, patch)
         return [k.call("et_qconv_s8", *layer, x, _qtype(k, x), *scales, *output)]
 
@@ -196,7 +198,26 @@ class QuantizedConv:
         return [(x[0], w[0], *spatial), (int(np.prod(w[1:], dtype=np.int64)),), *mask]
 
     @staticmethod
-    def reference(x, sx, zx, w, sw, b, sy, zy, kernel_shape, strides, dilations, pads, group, relu, inside, positive):
+    def reference(
+        x,
+        sx,
+        zx,
+        w,
+        sw,
+        b,
+        sy,
+        zy,
+        kernel_shape,
+        strides,
+        dilations,
+        pads,
+        group,
+        activation,
+        low,
+        high,
+        inside,
+        active,
+    ):
         f32 = np.float32
         gemm = x.ndim == 2  # a Conv of one position
         acc = _integer_conv(
@@ -210,16 +231,21 @@ class QuantizedConv:
         v = acc.astype(f32) * (f32(sx.flat[0]) * sw.astype(f32).reshape(shape if sw.size > 1 else ()))
         if b is not None:
             v = v + b.astype(f32).reshape(shape)
-        if relu:
+        passes = np.ones(v.shape, bool)
+        if activation == "Relu":
             v = np.maximum(v, f32(0))
+            passes = v > 0
+        elif activation == "Clip":
+            passes = (v >= low) & (v <= high)
+            v = np.minimum(np.maximum(v, f32(low)), f32(high))
         y_type = zy.dtype if zy is not None else np.dtype(np.uint8)
         y_zero = f32(0 if zy is None else int(zy.flat[0]))
         qmin, qmax = _range(y_type)
         outputs = [np.clip(np.rint(v / f32(sy.flat[0])) + y_zero, qmin, qmax).astype(y_type)]
         outputs.append(np.zeros(w[0].size, np.int16))
         q = np.rint(v * (f32(1) / f32(sy.flat[0]))) + y_zero
-        passes = ((q >= qmin) & (q <= qmax) if inside else True) & (v > 0 if positive else True)
-        return (*outputs, pack_bits(passes)) if inside or positive else tuple(outputs)
+        passes = ((q >= qmin) & (q <= qmax) if inside else True) & (passes if active else True)
+        return (*outputs, pack_bits(passes)) if inside or active else tuple(outputs)
 
 
 @op("ConvGradWQuantized", domain=ET_DOMAIN)
@@ -243,6 +269,10 @@ class ConvGradWQuantized:
     def reference(dy, x, sx, zx, kernel_shape, strides, dilations, pads, group):
         dequantized = (x.astype(np.float64) - (0 if zx is None else int(zx.flat[0]))) * float(sx.flat[0])
         return ConvGradW.reference(dy, dequantized, kernel_shape, strides, dilations, pads, group)
+
+
+# et_qconv.h's ET_QACT_*, by QuantizedConv's activation attribute
+_ACTIVATIONS = ("", "Relu", "Clip")
 
 
 def _scalar(k, name: str, kind=float):

@@ -16,7 +16,9 @@ import onnx
 
 from ..frontend.load import QDQ_OPSET, run_node
 from ..ir import ET_DOMAIN, Graph, Node
+from ..ops import KernelCtx
 from ..ops.conv import window
+from ..ops.elementwise import Clip
 
 _X_TYPES = (np.dtype(np.int8), np.dtype(np.uint8))
 # |x - x_zero| <= 255 and |w| <= 128: the sums of this many products fit an int32
@@ -42,20 +44,18 @@ def fuse_int8_layers(graph: Graph, nodes: list[Node], quantizers: dict[str, Node
                 fused[id(node)], replaced, masks = match
                 gone.update(map(id, replaced))
                 renamed.update((m, masks[0]) for m in masks[1:])
-        elif node.op == "ConvGradW" and (dq := _dequantized(graph, node.inputs[1], node, producer, readers, keep)):
+        elif node.op == "ConvGradW" and (dq := _dequantized(graph, node.inputs[1], producer, keep)):
             fused[id(node)] = Node(
                 "ConvGradWQuantized", (node.inputs[0], *dq.inputs), node.outputs, node.attrs, node.name, ET_DOMAIN
             )
-            gone.add(id(dq))
     out = [fused.get(id(n), n) for n in nodes if id(n) in fused or id(n) not in gone]
-    return [
+    out = [
         replace(n, inputs=tuple(renamed.get(i, i) for i in n.inputs)) if set(n.inputs) & set(renamed) else n
         for n in out
     ]
-
-
-def _only_reader(readers, name: str, node: Node) -> bool:
-    return [id(n) for n in readers.get(name, [])] == [id(node)]
+    # A DequantizeLinear that the int8 layers took the place of as readers may have none left.
+    read = {name for n in out for name in n.inputs} | keep
+    return [n for n in out if n.op != "DequantizeLinear" or n.outputs[0] in read]
 
 
 def _per_tensor(graph: Graph, node: Node) -> bool:
@@ -86,10 +86,10 @@ def early_weight_chains(nodes: list[Node], backward_start: int) -> list[Node]:
     return order
 
 
-def _dequantized(graph: Graph, x: str, node: Node, producer, readers, keep) -> Node | None:
-    """The DequantizeLinear that makes `x` for `node` alone, per tensor from int8 or uint8."""
+def _dequantized(graph: Graph, x: str, producer, keep) -> Node | None:
+    """The DequantizeLinear that makes `x`, per tensor from int8 or uint8."""
     dq = producer.get(x)
-    if dq is None or dq.op != "DequantizeLinear" or not _only_reader(readers, x, node) or x in keep:
+    if dq is None or dq.op != "DequantizeLinear" or x in keep:
         return None
     return dq if _per_tensor(graph, dq) and graph.values[dq.inputs[0]].dtype in _X_TYPES else None
 
@@ -98,41 +98,51 @@ def _layer(graph: Graph, layer: Node, producer, readers, quantizers, keep) -> tu
     """The int8 layer for Conv or Gemm `layer`, the nodes it replaces and the masks they made (the
     layer's own first); None where it does not apply."""
     x, w, bias = (tuple(layer.inputs) + ("",))[:3]
-    dq = _dequantized(graph, x, layer, producer, readers, keep)
+    dq = _dequantized(graph, x, producer, keep)
     if dq is None:
         return None
     geometry = _geometry(graph, layer)
-    weight = _weight(graph, layer, producer, readers, quantizers)
+    weight = _weight(graph, layer, producer, quantizers)
     if geometry is None or weight is None:
         return None
-    (w_q, w_scale, w_dq), taps = weight, int(np.prod(graph.shape(w)[1:], dtype=np.int64))
+    (w_q, w_scale), taps = weight, int(np.prod(graph.shape(w)[1:], dtype=np.int64))
     y = layer.outputs[0]
-    after = readers.get(y, [])
-    relu = after[0] if len(after) == 1 and after[0].op == "Relu" and not after[0].domain else None
-    value = relu.outputs[0] if relu else y
-    out = _quantized_output(graph, readers.get(value, []), value, relu is not None)
+    act, act_mask, attrs = _activation(graph, readers.get(y, []))
+    value = act.outputs[0] if act else y
+    out = _quantized_output(graph, readers.get(value, []), value, relu=attrs["activation"] == "Relu")
     if out is None or taps > _MAX_TAPS or {y, value} & keep:
         return None
-    q, inside, positive = out
-    masks = [m for m in (inside, positive) if m is not None]
+    q, inside, relu_mask = out
+    masks = [m for m in (inside, relu_mask or act_mask) if m is not None]
     patch = graph.add_value(graph.fresh("patch"), (taps,), np.int16)
     # One mask serves both gradients: ReluGrad passes what QuantizeLinearGrad (its only input) passed
-    # where the value was positive, so each may apply both tests at once.
+    # where the activation passed it, so each may apply both tests at once.
     node = Node(
         "QuantizedConv",
         (dq.inputs[0], dq.inputs[1], _zero(graph, dq), w_q, w_scale, bias, q.inputs[1], _zero(graph, q)),
         (q.outputs[0], patch, *(m.outputs[0] for m in masks[:1])),
-        {
-            **geometry,
-            "relu": int(relu is not None),
-            "inside": int(inside is not None),
-            "positive": int(positive is not None),
-        },
+        {**geometry, **attrs, "inside": int(inside is not None), "active": int(bool(relu_mask or act_mask))},
         layer.name,
         ET_DOMAIN,
     )
-    replaced = [n for n in (dq, w_dq, layer, relu, q, *masks) if n is not None]
+    replaced = [n for n in (layer, act, q, *masks) if n is not None]
     return node, replaced, [m.outputs[0] for m in masks]
+
+
+def _activation(graph: Graph, after: list[Node]) -> tuple[Node | None, Node | None, dict]:
+    """(the Relu or Clip that alone reads the layer's output, the ClipMask a Clip's gradient reads of
+    that output, QuantizedConv's activation attributes); no activation otherwise (the caller then
+    finds whether a QuantizeLinear alone reads the output)."""
+    ops = sorted(n.op for n in after)
+    if ops == ["Relu"]:
+        return after[0], None, {"activation": "Relu", "low": 0.0, "high": 0.0}  # bounds unused
+    if ops in (["Clip"], ["Clip", "ClipMask"]):
+        clip = next(n for n in after if n.op == "Clip")
+        low, high = Clip.bounds(KernelCtx(graph), clip)
+        mask = next((n for n in after if n.op == "ClipMask"), None)
+        if mask is None or (mask.attr("min"), mask.attr("max")) == (low, high):
+            return clip, mask, {"activation": "Clip", "low": low, "high": high}
+    return None, None, {"activation": "", "low": 0.0, "high": 0.0}
 
 
 def _geometry(graph: Graph, layer: Node) -> dict | None:
@@ -155,25 +165,24 @@ def _geometry(graph: Graph, layer: Node) -> dict | None:
     return {**geo.attrs(), "group": int(layer.attr("group", 1))}
 
 
-def _weight(graph: Graph, layer: Node, producer, readers, quantizers) -> tuple[str, str, Node | None] | None:
-    """(int8 weight, its scale, the DequantizeLinear it replaces) of the layer, symmetric with one
-    scale per output channel or per tensor; None where the weight is not such."""
+def _weight(graph: Graph, layer: Node, producer, quantizers) -> tuple[str, str] | None:
+    """(int8 weight, its scale) of the layer, symmetric with one scale per output channel or per
+    tensor; None where the weight is not such."""
     w = layer.inputs[1]
-    dq = producer.get(w)
-    if dq is not None and dq.op == "DequantizeLinear" and _only_reader(readers, w, layer):
-        quantized, source = dq.inputs[0], dq
+    node = producer.get(w)
+    if node is not None and node.op == "DequantizeLinear":
+        quantized = node.inputs[0]
     elif w in quantizers:
-        quantized, source = _int8_constant(graph, quantizers[w]), None
+        node, quantized = quantizers[w], _int8_constant(graph, quantizers[w])
     else:
         return None
-    node = source or quantizers[w]
     zero = _zero(graph, node)
     if graph.values[quantized].dtype != np.int8 or (zero and np.any(graph.constants.get(zero, 1) != 0)):
         return None
     axis = node.attr("axis", 1) % len(graph.shape(w))
     if not _per_tensor(graph, node) and axis != 0:
         return None
-    return quantized, node.inputs[1], source
+    return quantized, node.inputs[1]
 
 
 def _int8_constant(graph: Graph, q: Node) -> str:

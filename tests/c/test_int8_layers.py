@@ -32,10 +32,11 @@ STRICT = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-ffp-contract
 WRAPPER = r"""
 void t_qconv(int N, int C, int M, int G, const int *in, const int *out, const int *k, const int *s, const int *d,
              const int *p, const void *X, int x_type, float x_scale, int32_t x_zero, const int8_t *W,
-             const float *w_scale, int w_channels, const float *B, int relu, float y_scale, int32_t y_zero,
+             const float *w_scale, int w_channels, const float *B, int activation, float low, float high,
+             float y_scale, int32_t y_zero,
              int32_t qmin, int32_t qmax, void *Y, int y_type, uint32_t *mask, int masks, int16_t *patch)
-{ et_qconv_s8(N, C, M, G, in, out, k, s, d, p, X, x_type, x_scale, x_zero, W, w_scale, w_channels, B, relu,
-              y_scale, y_zero, qmin, qmax, Y, y_type, mask, masks, patch); }
+{ et_qconv_s8(N, C, M, G, in, out, k, s, d, p, X, x_type, x_scale, x_zero, W, w_scale, w_channels, B, activation,
+              low, high, y_scale, y_zero, qmin, qmax, Y, y_type, mask, masks, patch); }
 """
 
 
@@ -50,6 +51,7 @@ def kernel(tmp_path_factory):
     ffi.cdef(
         "void t_qconv(int, int, int, int, const int *, const int *, const int *, const int *, const int *,"
         " const int *, const void *, int, float, int32_t, const int8_t *, const float *, int, const float *, int,"
+        " float, float,"
         " float, int32_t, int32_t, int32_t, void *, int, uint32_t *, int, int16_t *);"
     )
     return ffi, ffi.dlopen(str(lib))
@@ -88,11 +90,14 @@ def test_kernel_is_its_reference_bit_for_bit(kernel, geometry, x_type):
     sw = rng.uniform(0.001, 0.01, size=m if geometry != "pointwise" else 1).astype(np.float32)
     bias = rng.normal(scale=5.0, size=m).astype(np.float32)
     attrs = dict(kernel_shape=list(k), strides=list(s), dilations=list(d), pads=list(pads), group=group)
-    for relu, masks in ((0, 0), (0, 1), (1, 2), (1, 3)):
-        inside, positive = masks & 1, masks >> 1
+    activations = [("", 0.0, 0.0, 0), ("", 0.0, 0.0, 1), ("Relu", 0.0, np.inf, 2), ("Relu", 0.0, np.inf, 3)]
+    activations += [("Clip", 0.0, 6.0, 3), ("Clip", -1.5, 2.0, 2)]
+    for activation, low, high, masks in activations:
+        inside, active = masks & 1, masks >> 1
         want = QuantizedConv.reference(
-            x, sx, x_zero, w, sw, bias, sy, y_zero, **attrs, relu=relu, inside=inside, positive=positive
-        )
+            x, sx, x_zero, w, sw, bias, sy, y_zero, **attrs, activation=activation, low=low, high=high,
+            inside=inside, active=active,
+        )  # fmt: skip
         out_spatial = want[0].shape[2:]
         y = np.zeros(want[0].shape, x_type)
         mask = np.zeros_like(want[2]) if masks else np.zeros(1, np.uint32)
@@ -103,7 +108,8 @@ def test_kernel_is_its_reference_bit_for_bit(kernel, geometry, x_type):
             _c_args(spatial, 1), _c_args(out_spatial, 1), _c_args(k[:len(spatial)], 1), _c_args(s[:len(spatial)], 1),
             _c_args(d[:len(spatial)], 1), _c_args(pads[:len(spatial)], 0),
             cast(x, "void *"), QTYPE[x.dtype], float(sx), int(x_zero), cast(w, "int8_t *"),
-            cast(sw, "float *"), sw.size, cast(bias, "float *"), relu, float(sy), int(y_zero),
+            cast(sw, "float *"), sw.size, cast(bias, "float *"), ["", "Relu", "Clip"].index(activation), low, high,
+            float(sy), int(y_zero),
             int(info.min), int(info.max), cast(y, "void *"), QTYPE[x.dtype],
             cast(mask, "uint32_t *") if masks else ffi.NULL, masks, cast(patch, "int16_t *"),
         )  # fmt: skip
@@ -116,7 +122,8 @@ def test_kernel_is_its_reference_bit_for_bit(kernel, geometry, x_type):
 
 class _Layers(torch.nn.Module):
     """Every kind of layer the int8 kernel takes: a padded 3x3, a depthwise with stride 2, a
-    pointwise, a grouped and dilated one, a hidden Linear with ReLU and the classifier."""
+    pointwise with ReLU6, a grouped and dilated one without activation, a hidden Linear with ReLU
+    and the classifier."""
 
     def __init__(self):
         super().__init__()
@@ -130,7 +137,7 @@ class _Layers(torch.nn.Module):
     def forward(self, x):
         x = torch.relu(self.conv(x))
         x = torch.relu(self.depthwise(x))
-        x = torch.relu(self.pointwise(x))
+        x = torch.nn.functional.relu6(self.pointwise(x))  # exported as Clip
         x = self.grouped(x)
         return self.fc(torch.relu(self.hidden(x.flatten(1))))
 

@@ -5,6 +5,8 @@
 #define ET_WASM_MATH_H
 
 #define INFINITY (__builtin_inff())
+#define HUGE_VALF (__builtin_huge_valf())
+#define NAN (__builtin_nanf(""))
 float sqrtf(float x);
 
 #endif
