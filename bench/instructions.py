@@ -85,13 +85,22 @@ def count(data: Path, ours: Path, steps: int = 1, target: str = TARGET) -> int:
 
 def int8_trainer(directory: Path) -> Path:
     """The case's trainer (speed.py's graph, parameters and SGD step) with quantize="int8", calibrated
-    on the case's batch and 3 random ones."""
+    on the case's batch and 3 random ones: its BatchNormalization folded into the convolutions first,
+    as quantize="int8" folds it (the folded statistics and affine parameters then train no more)."""
+    import onnx
+    from edgetrain.frontend.quantize import fold_batchnorm
     from workers import edgetrain_generate
 
+    model = onnx.load(str(directory / "model.onnx"))
+    fold_batchnorm(model.graph)
+    (directory / "int8").mkdir(exist_ok=True)
+    onnx.save(model, str(directory / "int8" / "folded.onnx"))
     x = np.load(directory / "x.npy")
     rng = np.random.default_rng(1)
     calibration = [x] + [rng.standard_normal(x.shape, dtype=np.float32) for _ in range(3)]
-    edgetrain_generate(directory / "int8", quantize="int8", calibration_data=calibration)
+    edgetrain_generate(
+        directory / "int8", directory / "int8" / "folded.onnx", quantize="int8", calibration_data=calibration
+    )
     return directory / "int8"
 
 

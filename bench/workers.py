@@ -112,16 +112,20 @@ def cache_dir(directory: Path, mode: str) -> Path:
     return directory / f"cache-{mode}"
 
 
-def edgetrain_generate(directory: Path, **options) -> None:
+def edgetrain_generate(directory: Path, model: Path | None = None, **options) -> None:
     """Generate the trainer (PYTHONPATH picks the generator's revision), with generate_artifacts'
-    `options` beside the case's."""
+    `options` beside the case's; `model` in place of the case's, whose parameters of the case's
+    lists it keeps train as they do there."""
+    import onnx
     from edgetrain.artifacts import generate_artifacts
 
     spec = json.loads((directory.parent / "spec.json").read_text())
+    model = model or directory.parent / "model.onnx"
+    names = {i.name for i in onnx.load(str(model), load_external_data=False).graph.initializer}
     generate_artifacts(
-        str(directory.parent / "model.onnx"),
-        requires_grad=spec["requires_grad"],
-        frozen_params=spec["frozen"],
+        str(model),
+        requires_grad=[n for n in spec["requires_grad"] if n in names],
+        frozen_params=[n for n in spec["frozen"] if n in names],
         loss=spec["loss"],
         optimizer="SGD",
         learning_rate=spec["lr"],

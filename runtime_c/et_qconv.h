@@ -19,27 +19,126 @@
 #include "et_quantize.h"
 #endif
 
-/* patch[c * k_size + t] = X[n, g * Cg + c] at the input position that
- * output position `at` reads through tap t, minus x_zero, or 0 where the
- * tap falls in the padding (which holds a dequantized 0). */
-static inline void et_qconv_patch_(int Cg, int c0, const int *in, const int *k, const int *s, const int *d,
-                                   const int *p, const int *at, const void *X, size_t x_at, int x_type,
-                                   int32_t x_zero, int16_t *patch)
+enum { ET_QMASK_INSIDE = 1, ET_QMASK_ACTIVE = 2 };
+enum { ET_QACT_NONE = 0, ET_QACT_RELU = 1, ET_QACT_CLIP = 2 };
+
+/* X (int8 or uint8, by x_type) minus its zero point, from its bytes without a branch: an int8
+ * value is its byte with the top bit flipped, less 128. */
+typedef struct {
+    const uint8_t *bytes;
+    uint32_t flip;
+    int32_t bias;
+} et_q8_;
+
+static inline et_q8_ et_q8_of_(const void *X, int x_type, int32_t x_zero)
 {
-    int in_size = et_conv_volume_(in), k_size = et_conv_volume_(k), c, t, a, kt[3];
-    for (t = 0, kt[0] = kt[1] = kt[2] = 0; t < k_size; ++t, et_conv_next_tap_(kt, k)) {
-        size_t offset = 0;
-        int inside = 1;
-        for (a = 0; a < 3; ++a) {
-            int i = at[a] * s[a] + kt[a] * d[a] - p[a];
-            inside &= i >= 0 && i < in[a];
-            offset = offset * (size_t)in[a] + (size_t)i;
-        }
-        for (c = 0; c < Cg; ++c) {
-            size_t j = x_at + (size_t)(c0 + c) * (size_t)in_size + offset;
-            patch[c * k_size + t] = (int16_t)(inside ? et_q_get_(X, j, x_type) - x_zero : 0);
+    et_q8_ x;
+    x.bytes = (const uint8_t *)X;
+    x.flip = x_type == ET_Q_INT8 ? 0x80u : 0u;
+    x.bias = (x_type == ET_Q_INT8 ? 128 : 0) + x_zero;
+    return x;
+}
+
+static inline int32_t et_q8_at_(et_q8_ x, size_t j)
+{
+    return (int32_t)(x.bytes[j] ^ x.flip) - x.bias;
+}
+
+/* patch[c * k_size + t] = X[c] (the channels from x_at on) at the input
+ * position that output position `at` reads through tap t, minus x_zero,
+ * or 0 where the tap falls in the padding (which holds a dequantized 0). */
+static inline void et_qconv_patch_(int Cg, const int *in, const int *k, const int *s, const int *d, const int *p,
+                                   const int *at, et_q8_ X, size_t x_at, int16_t *patch)
+{
+    int in_size = et_conv_volume_(in), c, kz, ky, kx;
+    for (c = 0; c < Cg; ++c) {
+        int16_t *t = patch + (size_t)c * (size_t)et_conv_volume_(k);
+        for (kz = 0; kz < k[0]; ++kz) {
+            int iz = at[0] * s[0] + kz * d[0] - p[0];
+            for (ky = 0; ky < k[1]; ++ky) {
+                int iy = at[1] * s[1] + ky * d[1] - p[1];
+                int row = iz >= 0 && iz < in[0] && iy >= 0 && iy < in[1];
+                size_t at_row = row ? x_at + (size_t)c * (size_t)in_size + ((size_t)iz * (size_t)in[1] + (size_t)iy) * (size_t)in[2] : 0;
+                for (kx = 0; kx < k[2]; ++kx, ++t) {
+                    int ix = at[2] * s[2] + kx * d[2] - p[2];
+                    *t = (int16_t)(row && ix >= 0 && ix < in[2] ? et_q8_at_(X, at_row + (size_t)ix) : 0);
+                }
+            }
         }
     }
+}
+
+/* What an int8 layer does with the sum of an output: et_qconv_s8's arguments after the sums. */
+struct et_qout_ {
+    float x_scale;
+    const float *w_scale;
+    int w_channels;
+    const float *B;
+    int activation;
+    float low, high, y_scale, inverse;
+    int32_t y_zero, qmin, qmax;
+    void *Y;
+    int y_type;
+    uint32_t *mask;
+    int masks;
+};
+
+/* Element e (output channel m) of Y, and its mask bit, from its sum acc (et_qconv_s8's formulas). */
+static inline void et_qconv_store_(const struct et_qout_ *out, int m, size_t e, int32_t acc)
+{
+    float v = (float)acc * (out->x_scale * out->w_scale[out->w_channels > 1 ? m : 0]), q;
+    int active = 1;
+    if (out->B)
+        v = v + out->B[m];
+    if (out->activation == ET_QACT_RELU) {
+        v = v > 0.0f ? v : 0.0f;
+        active = v > 0.0f;
+    } else if (out->activation == ET_QACT_CLIP) {
+        active = v >= out->low && v <= out->high;
+        v = v < out->low ? out->low : v;
+        v = v > out->high ? out->high : v;
+    }
+    q = et_quantized_f32_(v, out->y_scale, out->y_zero);
+    et_q_put_(out->Y, e, out->y_type,
+              q > (float)out->qmin ? (q < (float)out->qmax ? (int32_t)q : out->qmax) : out->qmin);
+    if (out->mask) {
+        int pass = !(out->masks & ET_QMASK_ACTIVE) || active;
+        q = et_round_even_f32_(v * out->inverse) + (float)out->y_zero;
+        pass &= !(out->masks & ET_QMASK_INSIDE) || (q >= (float)out->qmin && q <= (float)out->qmax);
+        out->mask[e / 32u] |= (uint32_t)pass << (e % 32u);
+    }
+}
+
+/* A depthwise layer (one input and one output channel per group): each
+ * plane's sums straight from X, without a patch. */
+static inline void et_qconv_depthwise_(int N, int C, const int *in, const int *out, const int *k, const int *s,
+                                       const int *d, const int *p, et_q8_ X, const int8_t *W,
+                                       const struct et_qout_ *q)
+{
+    int in_size = et_conv_volume_(in), out_size = et_conv_volume_(out), n, c, o, kz, ky, kx, at[3];
+    for (n = 0; n < N; ++n)
+        for (c = 0; c < C; ++c) {
+            const size_t plane = ((size_t)n * (size_t)C + (size_t)c) * (size_t)in_size;
+            for (o = 0, at[0] = at[1] = at[2] = 0; o < out_size; ++o, et_conv_next_tap_(at, out)) {
+                const int8_t *w = W + (size_t)c * (size_t)et_conv_volume_(k);
+                int32_t acc = 0;
+                for (kz = 0; kz < k[0]; ++kz) {
+                    int iz = at[0] * s[0] + kz * d[0] - p[0];
+                    for (ky = 0; ky < k[1]; ++ky, w += k[2]) {
+                        int iy = at[1] * s[1] + ky * d[1] - p[1];
+                        size_t row = plane + ((size_t)iz * (size_t)in[1] + (size_t)iy) * (size_t)in[2];
+                        if (iz < 0 || iz >= in[0] || iy < 0 || iy >= in[1])
+                            continue;
+                        for (kx = 0; kx < k[2]; ++kx) {
+                            int ix = at[2] * s[2] + kx * d[2] - p[2];
+                            if (ix >= 0 && ix < in[2])
+                                acc += et_q8_at_(X, row + (size_t)ix) * (int32_t)w[kx];
+                        }
+                    }
+                }
+                et_qconv_store_(q, c, ((size_t)n * (size_t)C + (size_t)c) * (size_t)out_size + (size_t)o, acc);
+            }
+        }
 }
 
 /* Y[n, m, o] = saturate(round(v / y_scale) + y_zero) in [qmin, qmax], with
@@ -55,9 +154,8 @@ static inline void et_qconv_patch_(int Cg, int c0, const int *in, const int *k, 
  * and of the activation's gradient where it has ET_QMASK_ACTIVE (ReLU:
  * et_relu_mask_f32's v > 0; clip: et_clip_mask_f32's low <= v <= high,
  * before clamping); with both, each bit is both tests.  `patch` holds
- * C / G * kernel volume int16. */
-enum { ET_QMASK_INSIDE = 1, ET_QMASK_ACTIVE = 2 };
-enum { ET_QACT_NONE = 0, ET_QACT_RELU = 1, ET_QACT_CLIP = 2 };
+ * C / G * kernel volume int16: each output position's inputs, gathered
+ * once for the output channels of its group. */
 static inline void et_qconv_s8(int N, int C, int M, int G, const int *in, const int *out, const int *k,
                                const int *s, const int *d, const int *p, const void *X, int x_type, float x_scale,
                                int32_t x_zero, const int8_t *W, const float *w_scale, int w_channels,
@@ -67,84 +165,99 @@ static inline void et_qconv_s8(int N, int C, int M, int G, const int *in, const 
 {
     int Cg = C / G, Mg = M / G, in_size = et_conv_volume_(in), out_size = et_conv_volume_(out);
     int taps = Cg * et_conv_volume_(k), n, g, m, o, j, at[3];
-    size_t words = ((size_t)N * (size_t)M * (size_t)out_size + 31u) / 32u;
-    const float inverse = 1.0f / y_scale;
+    const struct et_qout_ q = {x_scale, w_scale, w_channels, B, activation, low, high, y_scale, 1.0f / y_scale,
+                               y_zero, qmin, qmax, Y, y_type, mask, masks};
     if (mask)
-        memset(mask, 0, words * sizeof *mask);
+        memset(mask, 0, ((size_t)N * (size_t)M * (size_t)out_size + 31u) / 32u * sizeof *mask);
+    if (Cg == 1 && Mg == 1) {
+        et_qconv_depthwise_(N, C, in, out, k, s, d, p, et_q8_of_(X, x_type, x_zero), W, &q);
+        return;
+    }
     for (n = 0; n < N; ++n)
         for (g = 0; g < G; ++g)
-            for (o = 0; o < out_size; ++o) {
-                et_conv_position_(o, out, at);
-                et_qconv_patch_(Cg, g * Cg, in, k, s, d, p, at, X, (size_t)n * (size_t)C * (size_t)in_size, x_type,
-                                x_zero, patch);
-                for (m = g * Mg; m < (g + 1) * Mg; ++m) {
-                    const int8_t *Wm = W + (size_t)m * (size_t)taps;
+            for (o = 0, at[0] = at[1] = at[2] = 0; o < out_size; ++o, et_conv_next_tap_(at, out)) {
+                et_qconv_patch_(Cg, in, k, s, d, p, at, et_q8_of_(X, x_type, x_zero),
+                                ((size_t)n * (size_t)C + (size_t)(g * Cg)) * (size_t)in_size, patch);
+                for (m = g * Mg; m < (g + 1) * Mg; m += 4) {  /* 4 channels share each patch load */
+                    const int8_t *w0 = W + (size_t)m * (size_t)taps, *w1 = w0 + taps, *w2 = w1 + taps, *w3 = w2 + taps;
                     const size_t e = ((size_t)n * (size_t)M + (size_t)m) * (size_t)out_size + (size_t)o;
-                    int32_t acc = 0;
-                    float v, q;
-                    int active = 1;
-                    for (j = 0; j < taps; ++j)
-                        acc += (int32_t)patch[j] * (int32_t)Wm[j];
-                    v = (float)acc * (x_scale * w_scale[w_channels > 1 ? m : 0]);
-                    if (B)
-                        v = v + B[m];
-                    if (activation == ET_QACT_RELU) {
-                        v = v > 0.0f ? v : 0.0f;
-                        active = v > 0.0f;
-                    } else if (activation == ET_QACT_CLIP) {
-                        active = v >= low && v <= high;
-                        v = v < low ? low : v;
-                        v = v > high ? high : v;
+                    int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, r;
+                    if ((g + 1) * Mg - m < 4) {
+                        for (r = 0; m + r < (g + 1) * Mg; ++r, w0 += taps) {
+                            for (j = 0, a0 = 0; j < taps; ++j)
+                                a0 += (int32_t)patch[j] * (int32_t)w0[j];
+                            et_qconv_store_(&q, m + r, e + (size_t)r * (size_t)out_size, a0);
+                        }
+                        break;
                     }
-                    q = et_quantized_f32_(v, y_scale, y_zero);
-                    et_q_put_(Y, e, y_type, q > (float)qmin ? (q < (float)qmax ? (int32_t)q : qmax) : qmin);
-                    if (mask) {
-                        int pass = !(masks & ET_QMASK_ACTIVE) || active;
-                        q = et_round_even_f32_(v * inverse) + (float)y_zero;
-                        pass &= !(masks & ET_QMASK_INSIDE) || (q >= (float)qmin && q <= (float)qmax);
-                        mask[e / 32u] |= (uint32_t)pass << (e % 32u);
+                    for (j = 0; j < taps; ++j) {
+                        const int32_t x = patch[j];
+                        a0 += x * (int32_t)w0[j];
+                        a1 += x * (int32_t)w1[j];
+                        a2 += x * (int32_t)w2[j];
+                        a3 += x * (int32_t)w3[j];
                     }
+                    et_qconv_store_(&q, m, e, a0);
+                    et_qconv_store_(&q, m + 1, e + (size_t)out_size, a1);
+                    et_qconv_store_(&q, m + 2, e + 2 * (size_t)out_size, a2);
+                    et_qconv_store_(&q, m + 3, e + 3 * (size_t)out_size, a3);
                 }
             }
 }
 
-/* dW[m, c, t] = x_scale * (the sum over n and output positions o, lane
- * by lane as et_dot_lanes_f32_ keeps them (position j of the run over n
- * and o in lane j % ET_LANES, from 0), then et_dot_total_f32_, of
- * dY[n, m, o] * (X - x_zero) at the input that o reads through t, 0 in the
- * padding): Conv's weight gradient (et_conv_grad_w_f32's) from the int8
- * input a quantized model keeps, never dequantized into a float tensor. */
+/* dW[m, c, t] = x_scale * the sum, over n and the rows of output positions
+ * in order, of each row's sum (from 0, over o in order) of dY[n, m, o] *
+ * (X - x_zero) at the input that o reads through t (none in the padding):
+ * Conv's weight gradient (et_conv_grad_w_f32's) from the int8 input a
+ * quantized model keeps, never dequantized into a float tensor.  Rows keep
+ * the sums short (a long sum taken in order rounds at the size of its
+ * total).  Four output channels at a time share each input's conversion. */
 static inline void et_conv_grad_w_q8_f32(int N, int C, int M, int G, const int *in, const int *out, const int *k,
                                          const int *s, const int *d, const int *p, const float *dY, const void *X,
                                          int x_type, float x_scale, int32_t x_zero, float *dW)
 {
     int Cg = C / G, Mg = M / G, in_size = et_conv_volume_(in), out_size = et_conv_volume_(out);
-    int k_size = et_conv_volume_(k), n, m, c, o, t, a, l, j, at[3], kt[3];
-    for (m = 0; m < M; ++m)
-        for (c = 0; c < Cg; ++c)
-            for (t = 0, kt[0] = kt[1] = kt[2] = 0; t < k_size; ++t, et_conv_next_tap_(kt, k)) {
-                float lane[ET_LANES];
-                for (l = 0; l < ET_LANES; ++l)
-                    lane[l] = 0.0f;
-                for (n = 0, j = 0; n < N; ++n) {
+    int k_size = et_conv_volume_(k), n, m, c, t, a, r, rows, oz, oy, ox, kt[3], lo[3], hi[3];
+    const et_q8_ x = et_q8_of_(X, x_type, x_zero);
+    for (c = 0; c < Cg; ++c)
+        for (t = 0, kt[0] = kt[1] = kt[2] = 0; t < k_size; ++t, et_conv_next_tap_(kt, k)) {
+            for (a = 0; a < 3; ++a)  /* the output positions whose input through t is inside X */
+                et_conv_span_(s[a], kt[a] * d[a] - p[a], in[a], out[a], &lo[a], &hi[a]);
+            for (m = 0; m < M; m += rows) {
+                float total[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                rows = (m / Mg + 1) * Mg - m < 4 ? 1 : 4;  /* 4 channels of one group, else 1 */
+                for (n = 0; n < N; ++n) {
+                    const size_t plane = ((size_t)n * (size_t)C + (size_t)((m / Mg) * Cg + c)) * (size_t)in_size;
                     const float *dy = dY + ((size_t)n * (size_t)M + (size_t)m) * (size_t)out_size;
-                    size_t plane = ((size_t)n * (size_t)C + (size_t)((m / Mg) * Cg + c)) * (size_t)in_size;
-                    for (o = 0; o < out_size; ++o, ++j) {
-                        size_t offset = 0;
-                        int inside = 1;
-                        et_conv_position_(o, out, at);
-                        for (a = 0; a < 3; ++a) {
-                            int i = at[a] * s[a] + kt[a] * d[a] - p[a];
-                            inside &= i >= 0 && i < in[a];
-                            offset = offset * (size_t)in[a] + (size_t)i;
+                    for (oz = lo[0]; oz < hi[0]; ++oz)
+                        for (oy = lo[1]; oy < hi[1]; ++oy) {
+                            const size_t o = ((size_t)oz * (size_t)out[1] + (size_t)oy) * (size_t)out[2];
+                            const size_t i = plane + ((size_t)(oz * s[0] + kt[0] * d[0] - p[0]) * (size_t)in[1] +
+                                                      (size_t)(oy * s[1] + kt[1] * d[1] - p[1])) * (size_t)in[2] +
+                                             (size_t)(kt[2] * d[2] - p[2]);
+                            const float *y0 = dy + o, *y1 = y0 + out_size, *y2 = y1 + out_size, *y3 = y2 + out_size;
+                            float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+                            if (rows == 4)
+                                for (ox = lo[2]; ox < hi[2]; ++ox) {
+                                    const float v = (float)et_q8_at_(x, i + (size_t)(ox * s[2]));
+                                    s0 = et_mla_(s0, y0[ox], v);
+                                    s1 = et_mla_(s1, y1[ox], v);
+                                    s2 = et_mla_(s2, y2[ox], v);
+                                    s3 = et_mla_(s3, y3[ox], v);
+                                }
+                            else
+                                for (ox = lo[2]; ox < hi[2]; ++ox)
+                                    s0 = et_mla_(s0, y0[ox], (float)et_q8_at_(x, i + (size_t)(ox * s[2])));
+                            total[0] += s0;
+                            total[1] += s1;
+                            total[2] += s2;
+                            total[3] += s3;
                         }
-                        if (inside)
-                            lane[j % ET_LANES] = et_mla_(lane[j % ET_LANES], dy[o],
-                                                         (float)(et_q_get_(X, plane + offset, x_type) - x_zero));
-                    }
                 }
-                dW[((size_t)m * (size_t)Cg + (size_t)c) * (size_t)k_size + (size_t)t] = x_scale * et_dot_total_f32_(lane);
+                for (r = 0; r < rows; ++r)
+                    dW[((size_t)(m + r) * (size_t)Cg + (size_t)c) * (size_t)k_size + (size_t)t] = x_scale * total[r];
             }
+        }
 }
 
 #endif /* ET_QCONV_H */

@@ -87,11 +87,12 @@ def early_weight_chains(nodes: list[Node], backward_start: int) -> list[Node]:
 
 
 def _dequantized(graph: Graph, x: str, producer, keep) -> Node | None:
-    """The DequantizeLinear that makes `x`, per tensor from int8 or uint8."""
+    """The DequantizeLinear that makes `x`, per tensor from int8 or uint8 bytes."""
     dq = producer.get(x)
     if dq is None or dq.op != "DequantizeLinear" or x in keep:
         return None
-    return dq if _per_tensor(graph, dq) and graph.values[dq.inputs[0]].dtype in _X_TYPES else None
+    # held in a byte (the model's outputs are int32_t in the C)
+    return dq if _per_tensor(graph, dq) and graph.c_type(dq.inputs[0]) in ("int8_t", "uint8_t") else None
 
 
 def _layer(graph: Graph, layer: Node, producer, readers, quantizers, keep) -> tuple[Node, list[Node], list[str]] | None:

@@ -18,7 +18,7 @@ import onnx
 import pytest
 
 from edgetrain import api, artifacts
-from edgetrain.ops.quantize import QuantizedConv
+from edgetrain.ops.quantize import ConvGradWQuantized, QuantizedConv
 from edgetrain.runtime_c import headers
 from edgetrain.trainer import assemble
 
@@ -37,6 +37,9 @@ void t_qconv(int N, int C, int M, int G, const int *in, const int *out, const in
              int32_t qmin, int32_t qmax, void *Y, int y_type, uint32_t *mask, int masks, int16_t *patch)
 { et_qconv_s8(N, C, M, G, in, out, k, s, d, p, X, x_type, x_scale, x_zero, W, w_scale, w_channels, B, activation,
               low, high, y_scale, y_zero, qmin, qmax, Y, y_type, mask, masks, patch); }
+void t_grad_w(int N, int C, int M, int G, const int *in, const int *out, const int *k, const int *s, const int *d,
+              const int *p, const float *dY, const void *X, int x_type, float x_scale, int32_t x_zero, float *dW)
+{ et_conv_grad_w_q8_f32(N, C, M, G, in, out, k, s, d, p, dY, X, x_type, x_scale, x_zero, dW); }
 """
 
 
@@ -53,6 +56,8 @@ def kernel(tmp_path_factory):
         " const int *, const void *, int, float, int32_t, const int8_t *, const float *, int, const float *, int,"
         " float, float,"
         " float, int32_t, int32_t, int32_t, void *, int, uint32_t *, int, int16_t *);"
+        "void t_grad_w(int, int, int, int, const int *, const int *, const int *, const int *, const int *,"
+        " const int *, const float *, const void *, int, float, int32_t, float *);"
     )
     return ffi, ffi.dlopen(str(lib))
 
@@ -118,6 +123,33 @@ def test_kernel_is_its_reference_bit_for_bit(kernel, geometry, x_type):
             np.testing.assert_array_equal(mask, want[2])
             assert 0 < np.unpackbits(mask.view(np.uint8)).sum() < y.size  # some bits of each value
         assert len(np.unique(y)) > 3  # the outputs spread over the range, not all saturated
+
+
+@pytest.mark.parametrize("geometry", [g for g in GEOMETRIES if g != "gemm"])
+@pytest.mark.parametrize("x_type", [np.int8, np.uint8])
+def test_weight_gradient_from_int8_input_is_its_reference(kernel, geometry, x_type):
+    """et_conv_grad_w_q8_f32 against ConvGradWQuantized's reference (float64 on the dequantized input)."""
+    ffi, lib = kernel
+    n, c, m, group, spatial, k, s, d, pads = GEOMETRIES[geometry]
+    rng = np.random.default_rng(7)
+    info = np.iinfo(x_type)
+    x = rng.integers(info.min, info.max + 1, size=(n, c, *spatial)).astype(x_type)
+    x_zero, sx = np.array(3, x_type), np.float32(0.05)
+    attrs = dict(kernel_shape=list(k), strides=list(s), dilations=list(d), pads=list(pads), group=group)
+    out_spatial = QuantizedConv.reference(
+        x, sx, x_zero, np.zeros((m, c // group, *k), np.int8), np.ones(1, np.float32), None, np.float32(1), x_zero,
+        **attrs, activation="", low=0.0, high=0.0, inside=0, active=0,
+    )[0].shape[2:]  # fmt: skip
+    dy = rng.normal(size=(n, m, *out_spatial)).astype(np.float32)
+    (want,) = ConvGradWQuantized.reference(dy, x, np.array(sx), x_zero, **attrs)
+    dw = np.zeros((m, c // group, *k), np.float32)
+    cast = lambda a, t: ffi.cast(t, a.ctypes.data)  # noqa: E731
+    lib.t_grad_w(
+        n, c, m, group, _c_args(spatial, 1), _c_args(out_spatial, 1), _c_args(k, 1), _c_args(s, 1), _c_args(d, 1),
+        _c_args(pads[: len(spatial)], 0), cast(dy, "float *"), cast(x, "void *"), QTYPE[x.dtype], float(sx),
+        int(x_zero), cast(dw, "float *"),
+    )  # fmt: skip
+    np.testing.assert_allclose(dw, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
 
 
 class _Layers(torch.nn.Module):
