@@ -291,12 +291,15 @@ def inference_only(graph: Graph) -> Trainer:
     """A model with nothing to train, as its inference graph alone: every float initializer is
     frozen, and there is no loss, no training graph and no optimizer."""
     graph.nodes = _variants(graph, list(graph.nodes), training=False)
+    live = _live(graph.nodes, graph.outputs)
+    quantizers = _weight_quantizers(graph, live, set(graph.params))
+    infer = _frozen_fake_quantization(graph, live, set(graph.params))
     # Neither loss nor optimizer: lowering an inference-only trainer (lower_inference) reads neither.
     return Trainer(
         graph=graph,
         train_nodes=[],
         eval_nodes=[],
-        infer_nodes=_frozen_fake_quantization(graph, _live(graph.nodes, graph.outputs), set(graph.params)),
+        infer_nodes=fuse_int8_layers(graph, infer, quantizers, set(graph.outputs)),
         eval_model_nodes=[],
         loss=None,  # type: ignore[arg-type]
         labels=None,

@@ -1,11 +1,12 @@
-"""Int8 layers: in a quantized model's functions, each DequantizeLinear -> Conv (or Gemm) -> [Relu]
--> QuantizeLinear becomes one QuantizedConv (ops/quantize.py), which reads int8, accumulates in
+"""Int8 layers: in a quantized model's functions, each DequantizeLinear -> Conv (or Gemm) -> [Relu or
+Clip] -> QuantizeLinear becomes one QuantizedConv (ops/quantize.py), which reads int8, accumulates in
 int32 and writes int8, so none of the layer's float tensors takes arena space; and a weight
 gradient (ConvGradW) reads the int8 input the backward pass keeps rather than a float copy of it.
 
 Runs on a function's finished node list (after differentiation and recomputation): the backward
-pass keeps reading the bit masks the replaced QuantizeLinearMask and ReluMask nodes made, which the
-int8 layer now makes. A layer is replaced only where nothing else reads its float tensors."""
+pass keeps reading the bit masks the replaced QuantizeLinearMask, ReluMask and ClipMask nodes made,
+which the int8 layer now makes. A layer is replaced only where nothing else reads the float tensors
+it computes; its dequantized input stays where other nodes read it too."""
 
 from __future__ import annotations
 

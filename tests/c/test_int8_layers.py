@@ -313,3 +313,13 @@ def test_no_float_tensor_of_a_fused_layer_in_the_arena(compiled):
         assert int8["arena_by_function_bytes"][function] < float32["arena_by_function_bytes"][function] / 2
         assert int8["arena_by_function_bytes"][function] < unfused["arena_by_function_bytes"][function]
     assert int8["ram_bytes"] <= unfused["ram_bytes"]
+
+
+def test_an_inference_only_c_has_the_int8_layers(compiled, tmp_path):
+    """The exported QDQ model compiled for inference alone runs the same int8 layers."""
+    module = _module(compiled["int8"])
+    module.export_model_for_inferencing(str(tmp_path / "inference.onnx"), ["logits"])
+    artifacts.generate_inference(str(tmp_path / "inference.onnx"), tmp_path / "out", batch_size=4)
+    model_c = (tmp_path / "out" / "model.c").read_text()
+    body = model_c.split("int model_infer(")[1]
+    assert body.count("et_qconv_s8(") == 5 and "et_conv_f32(" not in body
