@@ -260,4 +260,42 @@ static inline void et_conv_grad_w_q8_f32(int N, int C, int M, int G, const int *
         }
 }
 
+/* Positions per piece of et_conv_grad_x_q8_f32: its scratch holds them for every output channel. */
+#define ET_QCONV_GRAD_PIECE 16
+
+/* dX[n, c, o] = the sum over m, in order, from 0, of (float)W[m, c] *
+ * (dY[n, m, o] * w_scale[m]): a pointwise convolution's input gradient
+ * (no groups, C <= M) from its int8 weights, W dequantized one scale at a
+ * time rather than as a float copy of it.  dX may take over dY's bytes:
+ * the positions of a piece are copied to `scratch` (M * ET_QCONV_GRAD_PIECE
+ * floats, scaled there) before any of their dX is written, and dX's
+ * element lies at or before the dY elements of its position that the
+ * sample's later pieces still need. */
+static inline void et_conv_grad_x_q8_f32(int N, int C, int M, int plane, const float *dY, const int8_t *W,
+                                         const float *w_scale, int w_channels, float *dX, float *scratch)
+{
+    int n, c, m, o, o0, len;
+    for (n = 0; n < N; ++n)
+        for (o0 = 0; o0 < plane; o0 += len) {
+            const float *dy = dY + (size_t)n * (size_t)M * (size_t)plane + (size_t)o0;
+            float *dx = dX + (size_t)n * (size_t)C * (size_t)plane + (size_t)o0;
+            len = plane - o0 < ET_QCONV_GRAD_PIECE ? plane - o0 : ET_QCONV_GRAD_PIECE;
+            for (m = 0; m < M; ++m)
+                for (o = 0; o < len; ++o)
+                    scratch[m * len + o] = dy[(size_t)m * (size_t)plane + (size_t)o] * w_scale[w_channels > 1 ? m : 0];
+            for (c = 0; c < C; ++c) {
+                float sum[ET_QCONV_GRAD_PIECE];
+                for (o = 0; o < len; ++o)
+                    sum[o] = 0.0f;
+                for (m = 0; m < M; ++m) {
+                    const float w = (float)W[(size_t)m * (size_t)C + (size_t)c], *y = scratch + m * len;
+                    for (o = 0; o < len; ++o)
+                        sum[o] = et_mla_(sum[o], w, y[o]);
+                }
+                for (o = 0; o < len; ++o)
+                    dx[(size_t)c * (size_t)plane + (size_t)o] = sum[o];
+            }
+        }
+}
+
 #endif /* ET_QCONV_H */

@@ -275,6 +275,37 @@ class ConvGradWQuantized:
 _ACTIVATIONS = ("", "Relu", "Clip")
 
 
+@op("ConvGradXQuantized", domain=ET_DOMAIN)
+class ConvGradXQuantized:
+    """(dY, W, w_scale) -> (dX, scratch): a pointwise convolution's input gradient (ConvGradXInPlace's,
+    no groups) from its int8 weights, symmetric per output channel or per tensor, without a float copy
+    of them (runtime_c/et_qconv.h). dX may take over dY's bytes, as ConvGradXInPlace's does."""
+
+    inplace = (0,)
+
+    @staticmethod
+    def kernel(k, node):
+        dy, w, sw = node.inputs
+        dx, scratch = node.outputs
+        n, c, plane = k.shape(dx)[0], k.shape(dx)[1], int(np.prod(k.shape(dx)[2:], dtype=np.int64))
+        return [k.call("et_conv_grad_x_q8_f32", n, c, k.shape(dy)[1], plane, dy, w, sw, k.size(sw), dx, scratch)]
+
+    @staticmethod
+    def shape(graph, node):
+        return [tuple(node.attr("shape")), (graph.shape(node.inputs[0])[1] * GRAD_X_PIECE,)]
+
+    @staticmethod
+    def reference(dy, w, sw, shape):
+        m = w.shape[0]
+        weights = w.reshape(m, -1).astype(np.float64) * (sw.reshape(m, 1) if sw.size > 1 else sw.reshape(()))
+        dx = np.einsum("nm...,mc->nc...", dy.astype(np.float64), weights)
+        return dx.reshape(shape).astype(np.float32), np.zeros(m * GRAD_X_PIECE, np.float32)
+
+
+# runtime_c/et_qconv.h's ET_QCONV_GRAD_PIECE: positions of dY per piece of ConvGradXQuantized's scratch
+GRAD_X_PIECE = 16
+
+
 def _scalar(k, name: str, kind=float):
     """A per-tensor scale or zero point as a literal (0 for an omitted zero point)."""
     return kind(k.value_of(name).flat[0]) if name else kind(0)

@@ -20,6 +20,7 @@ from ..ir import ET_DOMAIN, Graph, Node
 from ..ops import KernelCtx
 from ..ops.conv import window
 from ..ops.elementwise import Clip
+from ..ops.quantize import GRAD_X_PIECE
 
 _X_TYPES = (np.dtype(np.int8), np.dtype(np.uint8))
 # |x - x_zero| <= 255 and |w| <= 128: the sums of this many products fit an int32
@@ -48,6 +49,15 @@ def fuse_int8_layers(graph: Graph, nodes: list[Node], quantizers: dict[str, Node
         elif node.op == "ConvGradW" and (dq := _dequantized(graph, node.inputs[1], producer, keep)):
             fused[id(node)] = Node(
                 "ConvGradWQuantized", (node.inputs[0], *dq.inputs), node.outputs, node.attrs, node.name, ET_DOMAIN
+            )
+        elif (
+            node.op == "ConvGradXInPlace" and node.attr("group") == 1 and (weight := _weight(graph, node, producer, {}))
+        ):
+            scratch = graph.add_value(graph.fresh("scratch"), (graph.shape(node.inputs[0])[1] * GRAD_X_PIECE,))
+            outputs = (node.outputs[0], scratch)
+            inputs = (node.inputs[0], *weight)
+            fused[id(node)] = Node(
+                "ConvGradXQuantized", inputs, outputs, {"shape": node.attr("shape")}, node.name, ET_DOMAIN
             )
     out = [fused.get(id(n), n) for n in nodes if id(n) in fused or id(n) not in gone]
     out = [
