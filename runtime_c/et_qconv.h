@@ -284,16 +284,27 @@ static inline void et_conv_grad_x_q8_f32(int N, int C, int M, int plane, const f
                 for (o = 0; o < len; ++o)
                     scratch[m * len + o] = dy[(size_t)m * (size_t)plane + (size_t)o] * w_scale[w_channels > 1 ? m : 0];
             for (c = 0; c < C; ++c) {
-                float sum[ET_QCONV_GRAD_PIECE];
-                for (o = 0; o < len; ++o)
-                    sum[o] = 0.0f;
-                for (m = 0; m < M; ++m) {
-                    const float w = (float)W[(size_t)m * (size_t)C + (size_t)c], *y = scratch + m * len;
-                    for (o = 0; o < len; ++o)
-                        sum[o] = et_mla_(sum[o], w, y[o]);
+                float *dxc = dx + (size_t)c * (size_t)plane;
+                for (o = 0; o + 8 <= len; o += 8) {  /* eight positions' sums in registers (p<l>) */
+#define ET_SUMS_(l) float p##l = 0.0f;
+#define ET_ADD_(l) p##l = et_mla_(p##l, w, y[l]);
+#define ET_STORE_(l) dxc[o + l] = p##l;
+                    ET_EACH8_(ET_SUMS_)
+                    for (m = 0; m < M; ++m) {
+                        const float w = (float)W[(size_t)m * (size_t)C + (size_t)c], *y = scratch + m * len + o;
+                        ET_EACH8_(ET_ADD_)
+                    }
+                    ET_EACH8_(ET_STORE_)
+#undef ET_SUMS_
+#undef ET_ADD_
+#undef ET_STORE_
                 }
-                for (o = 0; o < len; ++o)
-                    dx[(size_t)c * (size_t)plane + (size_t)o] = sum[o];
+                for (; o < len; ++o) {
+                    float sum = 0.0f;
+                    for (m = 0; m < M; ++m)
+                        sum = et_mla_(sum, (float)W[(size_t)m * (size_t)C + (size_t)c], scratch[m * len + o]);
+                    dxc[o] = sum;
+                }
             }
         }
 }
