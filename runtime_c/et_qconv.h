@@ -1,14 +1,19 @@
 /* edgetrain runtime: an int8 layer (a convolution, or a matrix product as a
  * convolution of 1 x 1 positions) as an int8 deployment runs it: int8
- * input, int8 weights, int32 accumulation, the output requantized to int8.
+ * input, int8 weights, int32 accumulation, the output requantized to int8;
+ * and the gradients that read its int8 tensors as they are kept (a weight
+ * gradient from the int8 input, a pointwise input gradient from the int8
+ * weights).
  *
- * It stands for DequantizeLinear -> Conv (or Gemm) -> [Relu] ->
- * QuantizeLinear of a quantized model, whose float tensors in between it
- * never stores.  The sums are exact integers, so their order does not
- * matter; the requantization is a fixed sequence of IEEE single-precision
- * operations (et_quantize.h's rounding), so every target gives the same
- * integers.  Against the float layers it replaces, only the rounding of
- * the sums differs: an output may move by one quantization step. */
+ * The layer stands for DequantizeLinear -> Conv (or Gemm) -> [Relu or
+ * Clip] -> QuantizeLinear of a quantized model, whose float tensors in
+ * between it never stores.  The sums are exact integers, so their order
+ * does not matter; the requantization is a fixed sequence of IEEE
+ * single-precision operations (et_quantize.h's rounding), so every target
+ * gives the same integers.  Against the float layers it replaces, only the
+ * rounding of the sums differs: an output may move by one quantization
+ * step.  Quantized inputs are int8 or uint8 (x_type ET_Q_INT8 or
+ * ET_Q_UINT8), read from their bytes. */
 #ifndef ET_QCONV_H
 #define ET_QCONV_H
 
