@@ -63,7 +63,8 @@ static inline void et_qconv_patch_(int Cg, const int *in, const int *k, const in
             for (ky = 0; ky < k[1]; ++ky) {
                 int iy = at[1] * s[1] + ky * d[1] - p[1];
                 int row = iz >= 0 && iz < in[0] && iy >= 0 && iy < in[1];
-                size_t at_row = row ? x_at + (size_t)c * (size_t)in_size + ((size_t)iz * (size_t)in[1] + (size_t)iy) * (size_t)in[2] : 0;
+                size_t at_row = x_at + (size_t)c * (size_t)in_size;
+                at_row += row ? ((size_t)iz * (size_t)in[1] + (size_t)iy) * (size_t)in[2] : 0;
                 for (kx = 0; kx < k[2]; ++kx, ++t) {
                     int ix = at[2] * s[2] + kx * d[2] - p[2];
                     *t = (int16_t)(row && ix >= 0 && ix < in[2] ? et_q8_at_(X, at_row + (size_t)ix) : 0);
@@ -91,7 +92,7 @@ struct et_qout_ {
 /* Element e (output channel m) of Y, and its mask bit, from its sum acc (et_qconv_s8's formulas). */
 static inline void et_qconv_store_(const struct et_qout_ *out, int m, size_t e, int32_t acc)
 {
-    float v = (float)acc * (out->x_scale * out->w_scale[out->w_channels > 1 ? m : 0]), q;
+    float v = (float)acc * (out->x_scale * out->w_scale[out->w_channels > 1 ? m : 0]);
     int active = 1;
     if (out->B)
         v = v + out->B[m];
@@ -103,13 +104,12 @@ static inline void et_qconv_store_(const struct et_qout_ *out, int m, size_t e, 
         v = v < out->low ? out->low : v;
         v = v > out->high ? out->high : v;
     }
-    q = et_quantized_f32_(v, out->y_scale, out->y_zero);
     et_q_put_(out->Y, e, out->y_type,
-              q > (float)out->qmin ? (q < (float)out->qmax ? (int32_t)q : out->qmax) : out->qmin);
+              et_saturate_(et_quantized_f32_(v, out->y_scale, out->y_zero), out->qmin, out->qmax));
     if (out->mask) {
         int pass = !(out->masks & ET_QMASK_ACTIVE) || active;
-        q = et_round_even_f32_(v * out->inverse) + (float)out->y_zero;
-        pass &= !(out->masks & ET_QMASK_INSIDE) || (q >= (float)out->qmin && q <= (float)out->qmax);
+        pass &= !(out->masks & ET_QMASK_INSIDE) ||
+                et_quantize_inside_(v, out->inverse, (float)out->y_zero, out->qmin, out->qmax);
         out->mask[e / 32u] |= (uint32_t)pass << (e % 32u);
     }
 }
@@ -170,19 +170,20 @@ static inline void et_qconv_s8(int N, int C, int M, int G, const int *in, const 
 {
     int Cg = C / G, Mg = M / G, in_size = et_conv_volume_(in), out_size = et_conv_volume_(out);
     int taps = Cg * et_conv_volume_(k), n, g, m, o, j, at[3];
+    const et_q8_ x = et_q8_of_(X, x_type, x_zero);
     const struct et_qout_ q = {x_scale, w_scale, w_channels, B, activation, low, high, y_scale, 1.0f / y_scale,
                                y_zero, qmin, qmax, Y, y_type, mask, masks};
     if (mask)
         memset(mask, 0, ((size_t)N * (size_t)M * (size_t)out_size + 31u) / 32u * sizeof *mask);
     if (Cg == 1 && Mg == 1) {
-        et_qconv_depthwise_(N, C, in, out, k, s, d, p, et_q8_of_(X, x_type, x_zero), W, &q);
+        et_qconv_depthwise_(N, C, in, out, k, s, d, p, x, W, &q);
         return;
     }
     for (n = 0; n < N; ++n)
         for (g = 0; g < G; ++g)
             for (o = 0, at[0] = at[1] = at[2] = 0; o < out_size; ++o, et_conv_next_tap_(at, out)) {
-                et_qconv_patch_(Cg, in, k, s, d, p, at, et_q8_of_(X, x_type, x_zero),
-                                ((size_t)n * (size_t)C + (size_t)(g * Cg)) * (size_t)in_size, patch);
+                et_qconv_patch_(Cg, in, k, s, d, p, at, x, ((size_t)n * (size_t)C + (size_t)(g * Cg)) * (size_t)in_size,
+                                patch);
                 for (m = g * Mg; m < (g + 1) * Mg; m += 4) {  /* 4 channels share each patch load */
                     const int8_t *w0 = W + (size_t)m * (size_t)taps, *w1 = w0 + taps, *w2 = w1 + taps, *w3 = w2 + taps;
                     const size_t e = ((size_t)n * (size_t)M + (size_t)m) * (size_t)out_size + (size_t)o;
@@ -196,11 +197,11 @@ static inline void et_qconv_s8(int N, int C, int M, int G, const int *in, const 
                         break;
                     }
                     for (j = 0; j < taps; ++j) {
-                        const int32_t x = patch[j];
-                        a0 += x * (int32_t)w0[j];
-                        a1 += x * (int32_t)w1[j];
-                        a2 += x * (int32_t)w2[j];
-                        a3 += x * (int32_t)w3[j];
+                        const int32_t v = patch[j];
+                        a0 += v * (int32_t)w0[j];
+                        a1 += v * (int32_t)w1[j];
+                        a2 += v * (int32_t)w2[j];
+                        a3 += v * (int32_t)w3[j];
                     }
                     et_qconv_store_(&q, m, e, a0);
                     et_qconv_store_(&q, m + 1, e + (size_t)out_size, a1);
@@ -285,9 +286,11 @@ static inline void et_conv_grad_x_q8_f32(int N, int C, int M, int plane, const f
             const float *dy = dY + (size_t)n * (size_t)M * (size_t)plane + (size_t)o0;
             float *dx = dX + (size_t)n * (size_t)C * (size_t)plane + (size_t)o0;
             len = plane - o0 < ET_QCONV_GRAD_PIECE ? plane - o0 : ET_QCONV_GRAD_PIECE;
-            for (m = 0; m < M; ++m)
+            for (m = 0; m < M; ++m) {
+                const float scale = w_scale[w_channels > 1 ? m : 0];
                 for (o = 0; o < len; ++o)
-                    scratch[m * len + o] = dy[(size_t)m * (size_t)plane + (size_t)o] * w_scale[w_channels > 1 ? m : 0];
+                    scratch[m * len + o] = dy[(size_t)m * (size_t)plane + (size_t)o] * scale;
+            }
             for (c = 0; c < C; ++c) {
                 float *dxc = dx + (size_t)c * (size_t)plane;
                 for (o = 0; o + 8 <= len; o += 8) {  /* eight positions' sums in registers (p<l>) */

@@ -66,6 +66,20 @@ static inline float et_quantized_f32_(float x, float scale, int32_t zero_point)
     return et_round_even_f32_(x / scale) + (float)zero_point;
 }
 
+/* q (a rounded value plus its zero point) saturated to [qmin, qmax]; NaN gives qmin. */
+static inline int32_t et_saturate_(float q, int32_t qmin, int32_t qmax)
+{
+    return q > (float)qmin ? (q < (float)qmax ? (int32_t)q : qmax) : qmin;
+}
+
+/* Whether round(x * inverse) + zero_point lies in [qmin, qmax]: where QuantizeLinear's gradient
+ * passes (et_quantize_mask_f32). */
+static inline int et_quantize_inside_(float x, float inverse, float zero_point, int32_t qmin, int32_t qmax)
+{
+    float q = et_round_even_f32_(x * inverse) + zero_point;
+    return q >= (float)qmin && q <= (float)qmax;
+}
+
 /* Y (of et_qtype y_type) = saturate(round(X / scale) + zero_point) in [qmin, qmax]; NaN gives
  * qmin. */
 static inline void et_quantize_f32(int outer, int channels, int inner, const float *X, const float *scale,
@@ -76,10 +90,8 @@ static inline void et_quantize_f32(int outer, int channels, int inner, const flo
     for (o = 0; o < outer; ++o)
         for (c = 0; c < channels; ++c) {
             const int32_t zp = zero_point ? zero_point[c] : 0;
-            for (i = 0; i < inner; ++i, ++j) {
-                float q = et_quantized_f32_(X[j], scale[c], zp);
-                et_q_put_(Y, j, y_type, q > (float)qmin ? (q < (float)qmax ? (int32_t)q : qmax) : qmin);
-            }
+            for (i = 0; i < inner; ++i, ++j)
+                et_q_put_(Y, j, y_type, et_saturate_(et_quantized_f32_(X[j], scale[c], zp), qmin, qmax));
         }
 }
 
@@ -126,10 +138,8 @@ static inline void et_quantize_mask_f32(int outer, int channels, int inner, cons
     for (o = 0; o < outer; ++o)
         for (c = 0; c < channels; ++c) {
             const float zp = zero_point ? (float)zero_point[c] : 0.0f, inverse = 1.0f / scale[c];
-            for (i = 0; i < inner; ++i, ++j) {
-                float q = et_round_even_f32_(X[j] * inverse) + zp;
-                mask[j / 32u] |= (uint32_t)(q >= (float)qmin && q <= (float)qmax) << (j % 32u);
-            }
+            for (i = 0; i < inner; ++i, ++j)
+                mask[j / 32u] |= (uint32_t)et_quantize_inside_(X[j], inverse, zp, qmin, qmax) << (j % 32u);
         }
 }
 

@@ -57,6 +57,12 @@ class Window:
             pads,
         )
 
+    @staticmethod
+    def explicit(kernel_shape, strides, dilations, pads) -> Window:
+        """The window of a gradient or int8 op's explicit attributes (pads: begins, then ends)."""
+        rank = len(kernel_shape)
+        return Window(tuple(kernel_shape), tuple(strides), tuple(dilations), tuple(pads[:rank]), tuple(pads[rank:]))
+
     def output(self, in_spatial) -> tuple[int, ...]:
         """The output size the window gives an input of `in_spatial`."""
         return tuple(
@@ -307,13 +313,7 @@ class ConvGradX:
 
     @staticmethod
     def reference(dy, w, kernel_shape, strides, dilations, pads, group, shape):
-        geo = Window(
-            tuple(kernel_shape),
-            tuple(strides),
-            tuple(dilations),
-            tuple(pads[: len(strides)]),
-            tuple(pads[len(strides) :]),
-        )
+        geo = Window.explicit(kernel_shape, strides, dilations, pads)
         n, m = dy.shape[:2]
         c = shape[1]
         dyg = dy.astype(np.float64).reshape(n, group, m // group, *dy.shape[2:])
@@ -365,13 +365,7 @@ class ConvGradW:
 
     @staticmethod
     def reference(dy, x, kernel_shape, strides, dilations, pads, group):
-        geo = Window(
-            tuple(kernel_shape),
-            tuple(strides),
-            tuple(dilations),
-            tuple(pads[: len(strides)]),
-            tuple(pads[len(strides) :]),
-        )
+        geo = Window.explicit(kernel_shape, strides, dilations, pads)
         n, c = x.shape[:2]
         m = dy.shape[1]
         dyg = dy.astype(np.float64).reshape(n, group, m // group, -1)

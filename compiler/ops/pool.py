@@ -164,8 +164,7 @@ class MaxPoolGrad:
 
     @staticmethod
     def reference(dy, x, kernel_shape, strides, dilations, pads):
-        rank = len(kernel_shape)
-        geo = Window(tuple(kernel_shape), tuple(strides), tuple(dilations), tuple(pads[:rank]), tuple(pads[rank:]))
+        geo = Window.explicit(kernel_shape, strides, dilations, pads)
         dx = np.zeros(x.shape, np.float64)
         for o, taps in _windows(geo, x.shape[2:], dy.shape[2:]):
             for plane in np.ndindex(*x.shape[:2]):
@@ -202,7 +201,7 @@ class AveragePoolGrad:
     @staticmethod
     def reference(dy, kernel_shape, strides, dilations, pads, count_include_pad, shape):
         rank = len(kernel_shape)
-        geo = Window(tuple(kernel_shape), tuple(strides), tuple(dilations), tuple(pads[:rank]), tuple(pads[rank:]))
+        geo = Window.explicit(kernel_shape, strides, dilations, pads)
         padded = Window(geo.kernel, geo.strides, geo.dilations, (0,) * rank, (0,) * rank)  # window j starts at j*s
         dx = np.zeros(shape, np.float64)
         for o, taps in _windows(geo, shape[2:], dy.shape[2:]):

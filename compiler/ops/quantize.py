@@ -30,7 +30,8 @@ def _channels(k, node, x: str, scale: str) -> tuple[int, int, int]:
     return split_axis(shape, node.attr("axis", 1))
 
 
-def _zero_point(node, slot: int = 2) -> str | None:
+def zero_point_of(node, slot: int = 2) -> str | None:
+    """The node's zero-point input, or None where it has none (0)."""
     return node.inputs[slot] if len(node.inputs) > slot and node.inputs[slot] else None
 
 
@@ -65,13 +66,13 @@ class QuantizeLinear:
         x, scale, y = node.inputs[0], node.inputs[1], node.outputs[0]
         qmin, qmax = _range(k.graph.values[y].dtype)
         layout = _channels(k, node, x, scale)
-        return [k.call("et_quantize_f32", *layout, x, scale, _zero_point(node), qmin, qmax, y, _qtype(k, y))]
+        return [k.call("et_quantize_f32", *layout, x, scale, zero_point_of(node), qmin, qmax, y, _qtype(k, y))]
 
     @staticmethod
     def grad(g, node, dy):
         qmin, qmax = _range(g.graph.values[node.outputs[0]].dtype)
         attrs = {"axis": node.attr("axis", 1), "qmin": qmin, "qmax": qmax}
-        mask = g.emit("QuantizeLinearMask", [*node.inputs[:2], _zero_point(node) or ""], attrs, domain=ET_DOMAIN)
+        mask = g.emit("QuantizeLinearMask", [*node.inputs[:2], zero_point_of(node) or ""], attrs, domain=ET_DOMAIN)
         dx = g.emit("QuantizeLinearGrad", [dy[0], mask, node.inputs[1]], {"axis": attrs["axis"]}, domain=ET_DOMAIN)
         return [dx, None, None]
 
@@ -85,7 +86,7 @@ class DequantizeLinear:
     def kernel(k, node):
         x, scale = node.inputs[0], node.inputs[1]
         layout = _channels(k, node, x, scale)
-        return [k.call("et_dequantize_f32", *layout, x, _qtype(k, x), scale, _zero_point(node), node.outputs[0])]
+        return [k.call("et_dequantize_f32", *layout, x, _qtype(k, x), scale, zero_point_of(node), node.outputs[0])]
 
     @staticmethod
     def grad(g, node, dy):
@@ -106,7 +107,7 @@ class QuantizeLinearMask:
     def kernel(k, node):
         x, scale = node.inputs[:2]
         layout = _channels(k, node, x, scale)
-        args = (x, scale, _zero_point(node), node.attr("qmin"), node.attr("qmax"), node.outputs[0])
+        args = (x, scale, zero_point_of(node), node.attr("qmin"), node.attr("qmax"), node.outputs[0])
         return [k.call("et_quantize_mask_f32", *layout, *args)]
 
     @staticmethod
@@ -223,7 +224,7 @@ class QuantizedConv:
         acc = _integer_conv(
             x.astype(np.int64).reshape(*x.shape, *[1] * gemm) - (0 if zx is None else int(zx.flat[0])),
             w.astype(np.int64).reshape(*w.shape, *[1] * gemm),
-            _layer_window_of(kernel_shape, strides, dilations, pads),
+            Window.explicit(kernel_shape, strides, dilations, pads),
             group,
         )
         acc = acc.reshape(acc.shape[:2]) if gemm else acc
@@ -311,14 +312,9 @@ def _scalar(k, name: str, kind=float):
     return kind(k.value_of(name).flat[0]) if name else kind(0)
 
 
-def _layer_window_of(kernel_shape, strides, dilations, pads) -> Window:
-    rank = len(kernel_shape)
-    return Window(tuple(kernel_shape), tuple(strides), tuple(dilations), tuple(pads[:rank]), tuple(pads[rank:]))
-
-
 def _layer_window(node) -> Window:
     """QuantizedConv's explicit window."""
-    return _layer_window_of(*(list(node.attr(a)) for a in ("kernel_shape", "strides", "dilations", "pads")))
+    return Window.explicit(*(node.attr(a) for a in ("kernel_shape", "strides", "dilations", "pads")))
 
 
 def _integer_conv(x: np.ndarray, w: np.ndarray, geo: Window, group: int) -> np.ndarray:

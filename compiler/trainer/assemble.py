@@ -16,7 +16,7 @@ from ..frontend.load import QDQ_OPSET, run_node
 from ..ir import Graph, Node
 from ..ops import require
 from ..optim import LossType, OptimizerSpec, append_loss
-from .integer import early_weight_chains, fuse_int8_layers
+from .integer import early_weight_chains, fuse_int8_layers, quantized_constant
 from .recompute import recompute as recompute_cheap
 
 
@@ -209,11 +209,11 @@ def _same_quantization(graph: Graph, q: Node, dq: Node) -> bool:
 
 def _fake_quantized(graph: Graph, q: Node) -> np.ndarray:
     """DequantizeLinear(QuantizeLinear(W)) of a constant W, as onnx.reference computes it."""
-    feeds = {n: graph.params[n] if n in graph.params else graph.constants[n] for n in q.inputs if n}
-    opset = max(graph.opset, QDQ_OPSET)
-    (feeds["q"],) = run_node(onnx.helper.make_node("QuantizeLinear", q.inputs, ["q"], **dict(q.attrs)), feeds, opset)
-    dequantize = onnx.helper.make_node("DequantizeLinear", ["q", *q.inputs[1:]], ["y"], **dict(q.attrs))
-    (y,) = run_node(dequantize, {n: feeds[n] for n in dequantize.input if n}, opset)
+    dequantize = onnx.helper.make_node(
+        "DequantizeLinear", [quantized_constant(graph, q), *q.inputs[1:]], ["y"], **dict(q.attrs)
+    )
+    feeds = {n: graph.params[n] if n in graph.params else graph.constants[n] for n in dequantize.input if n}
+    (y,) = run_node(dequantize, feeds, max(graph.opset, QDQ_OPSET))
     return np.asarray(y, np.float32)
 
 

@@ -20,7 +20,7 @@ from ..ir import ET_DOMAIN, Graph, Node
 from ..ops import KernelCtx
 from ..ops.conv import window
 from ..ops.elementwise import Clip
-from ..ops.quantize import GRAD_X_PIECE
+from ..ops.quantize import GRAD_X_PIECE, zero_point_of
 
 _X_TYPES = (np.dtype(np.int8), np.dtype(np.uint8))
 # |x - x_zero| <= 255 and |w| <= 128: the sums of this many products fit an int32
@@ -71,10 +71,6 @@ def fuse_int8_layers(graph: Graph, nodes: list[Node], quantizers: dict[str, Node
 
 def _per_tensor(graph: Graph, node: Node) -> bool:
     return graph.values[node.inputs[1]].size == 1
-
-
-def _zero(graph: Graph, node: Node) -> str:
-    return node.inputs[2] if len(node.inputs) > 2 else ""
 
 
 # The straight-through gradients of a quantized weight, in place of the weight's gradient.
@@ -131,7 +127,7 @@ def _layer(graph: Graph, layer: Node, producer, readers, quantizers, keep) -> tu
     # where the activation passed it, so each may apply both tests at once.
     node = Node(
         "QuantizedConv",
-        (dq.inputs[0], dq.inputs[1], _zero(graph, dq), w_q, w_scale, bias, q.inputs[1], _zero(graph, q)),
+        (dq.inputs[0], dq.inputs[1], zero_point_of(dq) or "", w_q, w_scale, bias, q.inputs[1], zero_point_of(q) or ""),
         (q.outputs[0], patch, *(m.outputs[0] for m in masks[:1])),
         {**geometry, **attrs, "inside": int(inside is not None), "active": int(bool(relu_mask or act_mask))},
         layer.name,
@@ -185,10 +181,10 @@ def _weight(graph: Graph, layer: Node, producer, quantizers) -> tuple[str, str] 
     if node is not None and node.op == "DequantizeLinear":
         quantized = node.inputs[0]
     elif w in quantizers:
-        node, quantized = quantizers[w], _int8_constant(graph, quantizers[w])
+        node, quantized = quantizers[w], quantized_constant(graph, quantizers[w])
     else:
         return None
-    zero = _zero(graph, node)
+    zero = zero_point_of(node)
     if graph.values[quantized].dtype != np.int8 or (zero and np.any(graph.constants.get(zero, 1) != 0)):
         return None
     axis = node.attr("axis", 1) % len(graph.shape(w))
@@ -197,9 +193,10 @@ def _weight(graph: Graph, layer: Node, producer, quantizers) -> tuple[str, str] 
     return quantized, node.inputs[1]
 
 
-def _int8_constant(graph: Graph, q: Node) -> str:
-    """The int8 values QuantizeLinear `q` makes of its frozen weight, as a constant."""
-    name = f"{q.outputs[0]}_int8"  # one constant for every function that reads it
+def quantized_constant(graph: Graph, q: Node) -> str:
+    """The integers QuantizeLinear `q` makes of its constant input (a frozen weight), as a constant:
+    computed once, for the frozen weight's fold and every function's int8 layer that reads them."""
+    name = f"{q.outputs[0]}_values"
     if name not in graph.constants:
         feeds = {n: graph.params[n] if n in graph.params else graph.constants[n] for n in q.inputs if n}
         node = onnx.helper.make_node("QuantizeLinear", q.inputs, ["q"], **dict(q.attrs))

@@ -21,6 +21,7 @@ from edgetrain import api, artifacts
 from edgetrain.ops.quantize import ConvGradWQuantized, ConvGradXQuantized, QuantizedConv
 from edgetrain.runtime_c import headers
 from edgetrain.trainer import assemble
+from test_quantized_models import _data  # the same centroid task
 
 RUNTIME = Path(__file__).resolve().parents[2] / "runtime_c"
 
@@ -194,12 +195,6 @@ class _Layers(torch.nn.Module):
         x = torch.nn.functional.relu6(self.pointwise(x))  # exported as Clip
         x = self.grouped(x)
         return self.fc(torch.relu(self.hidden(x.flatten(1))))
-
-
-def _data(rng, n):
-    centroids = np.random.default_rng(7).normal(size=(10, 1, 8, 8)).astype(np.float32)
-    labels = rng.integers(0, 10, size=n)
-    return (centroids[labels] + 0.5 * rng.normal(size=(n, 1, 8, 8))).astype(np.float32), labels.astype(np.int64)
 
 
 def _pretrained(model: torch.nn.Module) -> torch.nn.Module:
