@@ -211,27 +211,31 @@ static inline void et_qconv_s8(int N, int C, int M, int G, const int *in, const 
             }
 }
 
-/* dW[m, c, t] = x_scale * the sum, over n and the rows of output positions
- * in order, of each row's sum (from 0, over o in order) of dY[n, m, o] *
- * (X - x_zero) at the input that o reads through t (none in the padding):
- * Conv's weight gradient (et_conv_grad_w_f32's) from the int8 input a
- * quantized model keeps, never dequantized into a float tensor.  Rows keep
+/* dW[m - first, c, t] for the output channels first <= m < first + count:
+ * x_scale * the sum, over n and the rows of output positions in order, of
+ * each row's sum (from 0, over o in order) of dY[n, m, o] * (X - x_zero) at
+ * the input that o reads through t (none in the padding).  Conv's weight
+ * gradient (et_conv_grad_w_f32's) from the int8 input a quantized model
+ * keeps, never dequantized into a float tensor; a block of channels at a
+ * time where a fused update applies each block as it is made.  Rows keep
  * the sums short (a long sum taken in order rounds at the size of its
- * total).  Four output channels at a time share each input's conversion. */
+ * total).  Four output channels at a time share each input's conversion;
+ * no channel's sums depend on which others are computed with it. */
 static inline void et_conv_grad_w_q8_f32(int N, int C, int M, int G, const int *in, const int *out, const int *k,
                                          const int *s, const int *d, const int *p, const float *dY, const void *X,
-                                         int x_type, float x_scale, int32_t x_zero, float *dW)
+                                         int x_type, float x_scale, int32_t x_zero, int first, int count,
+                                         float *dW)
 {
-    int Cg = C / G, Mg = M / G, in_size = et_conv_volume_(in), out_size = et_conv_volume_(out);
+    int Cg = C / G, Mg = M / G, in_size = et_conv_volume_(in), out_size = et_conv_volume_(out), end = first + count;
     int k_size = et_conv_volume_(k), n, m, c, t, a, r, rows, oz, oy, ox, kt[3], lo[3], hi[3];
     const et_q8_ x = et_q8_of_(X, x_type, x_zero);
     for (c = 0; c < Cg; ++c)
         for (t = 0, kt[0] = kt[1] = kt[2] = 0; t < k_size; ++t, et_conv_next_tap_(kt, k)) {
             for (a = 0; a < 3; ++a)  /* the output positions whose input through t is inside X */
                 et_conv_span_(s[a], kt[a] * d[a] - p[a], in[a], out[a], &lo[a], &hi[a]);
-            for (m = 0; m < M; m += rows) {
+            for (m = first; m < end; m += rows) {
                 float total[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                rows = (m / Mg + 1) * Mg - m < 4 ? 1 : 4;  /* 4 channels of one group, else 1 */
+                rows = (m / Mg + 1) * Mg - m < 4 || end - m < 4 ? 1 : 4;  /* 4 channels of one group, else 1 */
                 for (n = 0; n < N; ++n) {
                     const size_t plane = ((size_t)n * (size_t)C + (size_t)((m / Mg) * Cg + c)) * (size_t)in_size;
                     const float *dy = dY + ((size_t)n * (size_t)M + (size_t)m) * (size_t)out_size;
@@ -261,7 +265,7 @@ static inline void et_conv_grad_w_q8_f32(int N, int C, int M, int G, const int *
                         }
                 }
                 for (r = 0; r < rows; ++r)
-                    dW[((size_t)(m + r) * (size_t)Cg + (size_t)c) * (size_t)k_size + (size_t)t] = x_scale * total[r];
+                    dW[((size_t)(m - first + r) * (size_t)Cg + (size_t)c) * (size_t)k_size + (size_t)t] = x_scale * total[r];
             }
         }
 }

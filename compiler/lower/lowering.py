@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..trainer import Trainer
+from ..trainer.integer import weight_gradient_blocks
 from ..checkpoint import HEADER, table_bytes
 from ..errors import EdgetrainError
 from ..ir import PER_WORD, Graph, Node, int32_in_c
@@ -141,7 +142,11 @@ def _function(
 
 
 def _fused_updates(
-    trainer: Trainer, storage: _Storage, nodes: list[Node], outer: dict[str, Node]
+    trainer: Trainer,
+    storage: _Storage,
+    nodes: list[Node],
+    outer: dict[str, Node],
+    blocks: dict[str, list[tuple[str, int]]],
 ) -> dict[int, list[Call]]:
     """Operator reordering: each parameter's optimizer update, placed right after the node where
     its gradient is final and the parameter's last reader has run (so every gradient is computed
@@ -149,7 +154,9 @@ def _fused_updates(
     arena temporary that dies at its update; one in `outer` (_outer_products) is never made, and
     the update reads its two factors. Once the forward pass is done and its loss and new buffer
     values (BatchNormalization's running statistics) are checked finite, the buffers are written,
-    so those values need not stay in the arena through the backward pass either."""
+    so those values need not stay in the arena through the backward pass either. A weight in
+    `blocks` (trainer.integer.weight_gradient_blocks) is updated a block at a time, each block
+    checked and applied right after its gradient is made."""
     g, opt = trainer.graph, trainer.optimizer
     index = {name: i for i, node in enumerate(nodes) for name in node.outputs}
     assert trainer.loss is not None
@@ -171,13 +178,26 @@ def _fused_updates(
         forward_done: [check_finite(1, trainer.loss)] + [check_finite(g.values[v].size, v) for _, v in buffers] + copies
     }
     lr = Var("et_lr")
+
+    def state(at: int) -> tuple[Arg, ...]:
+        return tuple(
+            Arg("ptr", "et_state", slot * storage.trainable_floats + at) for slot in range(len(opt.state_slots))
+        )
+
+    for param, param_blocks in blocks.items():
+        at = offset_of(storage.fixed[param])
+        for part, first in param_blocks:
+            size = g.values[part].size
+            block = Update((size,), (Tensor(part),), Tensor(param, first), state(at + first), lr)
+            after.setdefault(index[part], []).extend([check_finite(size, part), opt.binding.update(block, opt.attrs())])
     for param in trainer.trainable:
+        if param in blocks:
+            continue
         size, at = g.values[param].size, offset_of(storage.fixed[param])
         grad = trainer.grads[param]
         if grad is None:  # the loss does not depend on it; weight decay and momentum still act
             grad = f"{param}.zero_grad"
             storage.add_const(grad, np.zeros(size, np.float32))
-        state = [Arg("ptr", "et_state", slot * storage.trainable_floats + at) for slot in range(len(opt.state_slots))]
         # The kernels take a gradient as (size, ..., W, G) or, from factors, as (m, A, n, B, ..., W).
         operand: tuple[object, ...]
         g_arg: tuple[object, ...]
@@ -187,7 +207,7 @@ def _fused_updates(
             made = max(index.get(a, -1), index.get(b, -1))
         else:
             kind, operand, g_arg, made = "", (size,), (Tensor(grad),), index.get(grad, -1)
-        update = opt.binding.update(Update(operand, g_arg, Tensor(param), tuple(state), lr, kind), opt.attrs())
+        update = opt.binding.update(Update(operand, g_arg, Tensor(param), state(at), lr, kind), opt.attrs())
         check = Call(f"et_check{kind}_finite_f32", (*operand, *g_arg), checked=True)
         i = max(made, last_read.get(param, -1), forward_done)
         after.setdefault(i, []).extend([check, update])
@@ -271,13 +291,16 @@ def lower(
         )
     )
     train_nodes = [node for node in trainer.train_nodes if node not in outer.values()]
+    blocks: dict[str, list[tuple[str, int]]] = {}
+    if fused_update:
+        train_nodes, blocks = weight_gradient_blocks(g, train_nodes, trainer.grads)
     extra = list(trainer.extra_outputs)
     train = _function(
         trainer,
         storage,
         train_nodes,
         [trainer.loss] + extra + kept,
-        _fused_updates(trainer, storage, train_nodes, outer) if fused_update else None,
+        _fused_updates(trainer, storage, train_nodes, outer, blocks) if fused_update else None,
         trainer.backward_start,
     )
     evaluate = _function(trainer, storage, trainer.eval_nodes, [trainer.loss] + extra)

@@ -17,7 +17,7 @@ from ..errors import EdgetrainError
 from ..ir import ET_DOMAIN
 from .conv import ConvGradW, Window, _conv_args
 from .elementwise import pack_bits, unpack_bits
-from .registry import op, split_axis
+from .registry import Tensor, op, split_axis
 
 
 def _channels(k, node, x: str, scale: str) -> tuple[int, int, int]:
@@ -122,6 +122,28 @@ class QuantizeLinearMask:
         return (pack_bits((q >= qmin) & (q <= qmax)),)
 
 
+# QuantizeLinearGrad and DequantizeLinearGrad may take a block of output channels of a weight's
+# gradient (trainer/integer.py weight_gradient_blocks): dY then starts at channel `first` along axis 0,
+# of the weight's scale (per tensor or along axis 0) and of QuantizeLinearGrad's mask, which holds
+# the whole weight's bits.
+
+
+def _block_scale(k, node, dy: str, scale: str) -> tuple[tuple[int, int, int], object]:
+    """(dY's layout for the scale, the scale from the block's first channel)."""
+    layout, first = _channels(k, node, dy, scale), int(node.attr("first", 0))
+    return layout, Tensor(scale, first) if first and layout[1] > 1 else scale
+
+
+def _block_start(dy_shape, first: int) -> int:
+    """The element of the whole weight at which a block from channel `first` starts."""
+    return first * int(np.prod(dy_shape[1:], dtype=np.int64))
+
+
+def _block(array: np.ndarray, first: int, like: np.ndarray, axis: int) -> np.ndarray:
+    """The per-channel `array` from channel `first`, as many channels as `like` has (per tensor: as is)."""
+    return array if array.size == 1 else array.ravel()[first : first + like.shape[axis % like.ndim]]
+
+
 @op("QuantizeLinearGrad", domain=ET_DOMAIN)
 class QuantizeLinearGrad:
     """(dY, mask, scale) -> dX = dY / scale where the mask's bit is set, else 0."""
@@ -131,17 +153,21 @@ class QuantizeLinearGrad:
     @staticmethod
     def kernel(k, node):
         dy, mask, scale = node.inputs
-        layout = _channels(k, node, dy, scale)
-        return [k.call("et_quantize_grad_f32", *layout, dy, mask, scale, node.outputs[0])]
+        layout, scale_arg = _block_scale(k, node, dy, scale)
+        bit = _block_start(k.shape(dy), int(node.attr("first", 0)))
+        assert bit % 32 == 0, "a block's bits start at a word of the mask"
+        return [k.call("et_quantize_grad_f32", *layout, dy, Tensor(mask, bit // 32), scale_arg, node.outputs[0])]
 
     @staticmethod
     def shape(graph, node):
         return [graph.shape(node.inputs[0])]
 
     @staticmethod
-    def reference(dy, mask, scale, axis=1):
-        inside = unpack_bits(mask, dy.shape)
-        return (np.where(inside, dy / _per_channel(scale, dy, axis), 0).astype(np.float32),)
+    def reference(dy, mask, scale, axis=1, first=0):
+        start = _block_start(dy.shape, first)
+        inside = unpack_bits(mask, (mask.size * 32,))[start : start + dy.size].reshape(dy.shape)
+        scale = _per_channel(_block(scale, first, dy, axis), dy, axis)
+        return (np.where(inside, dy / scale, 0).astype(np.float32),)
 
 
 @op("DequantizeLinearGrad", domain=ET_DOMAIN)
@@ -153,15 +179,16 @@ class DequantizeLinearGrad:
     @staticmethod
     def kernel(k, node):
         dy, scale = node.inputs
-        return [k.call("et_dequantize_grad_f32", *_channels(k, node, dy, scale), dy, scale, node.outputs[0])]
+        layout, scale_arg = _block_scale(k, node, dy, scale)
+        return [k.call("et_dequantize_grad_f32", *layout, dy, scale_arg, node.outputs[0])]
 
     @staticmethod
     def shape(graph, node):
         return [graph.shape(node.inputs[0])]
 
     @staticmethod
-    def reference(dy, scale, axis=1):
-        return ((dy * _per_channel(scale, dy, axis)).astype(np.float32),)
+    def reference(dy, scale, axis=1, first=0):
+        return ((dy * _per_channel(_block(scale, first, dy, axis), dy, axis)).astype(np.float32),)
 
 
 @op("QuantizedConv", domain=ET_DOMAIN)
@@ -258,18 +285,23 @@ class ConvGradWQuantized:
     def kernel(k, node):
         dy, x, sx, zx = node.inputs
         conv = _conv_args(node, k.shape(x), k.shape(dy))
+        first, count = node.attr("channels", (0, k.shape(dy)[1]))
         call = ("et_conv_grad_w_q8_f32", *conv, dy, x, _qtype(k, x), _scalar(k, sx), _scalar(k, zx, int))
-        return [k.call(*call, node.outputs[0])]
+        return [k.call(*call, int(first), int(count), node.outputs[0])]
 
     @staticmethod
     def shape(graph, node):
         dys, xs = graph.shape(node.inputs[0]), graph.shape(node.inputs[1])
-        return [(dys[1], xs[1] // int(node.attr("group"))) + tuple(node.attr("kernel_shape"))]
+        count = node.attr("channels", (0, dys[1]))[1]
+        return [(count, xs[1] // int(node.attr("group"))) + tuple(node.attr("kernel_shape"))]
 
     @staticmethod
-    def reference(dy, x, sx, zx, kernel_shape, strides, dilations, pads, group):
+    def reference(dy, x, sx, zx, kernel_shape, strides, dilations, pads, group, channels=None):
+        """channels: (first, count), the block of output channels computed (default: all)."""
         dequantized = (x.astype(np.float64) - (0 if zx is None else int(zx.flat[0]))) * float(sx.flat[0])
-        return ConvGradW.reference(dy, dequantized, kernel_shape, strides, dilations, pads, group)
+        (dw,) = ConvGradW.reference(dy, dequantized, kernel_shape, strides, dilations, pads, group)
+        first, count = channels or (0, dw.shape[0])
+        return (dw[first : first + count],)
 
 
 # et_qconv.h's ET_QACT_*, by QuantizedConv's activation attribute

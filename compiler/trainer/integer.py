@@ -10,6 +10,7 @@ it computes; its dequantized input stays where other nodes read it too."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -91,6 +92,83 @@ def early_weight_chains(nodes: list[Node], backward_start: int) -> list[Node]:
         after = [i for i, n in enumerate(order) if set(n.outputs) & set(node.inputs) or node.inputs[0] in n.inputs]
         order.insert(max(after, default=backward_start - 1) + 1, node)
     return order
+
+
+# A weight gradient made a block of output channels at a time (weight_gradient_blocks) is cut into
+# at most this many blocks: each then holds an eighth of the gradient's bytes, or a little more.
+_BLOCKS = 8
+
+
+def weight_gradient_blocks(
+    graph: Graph, nodes: list[Node], grads: dict[str, str | None]
+) -> tuple[list[Node], dict[str, list[tuple[str, int]]]]:
+    """For a fused update (lower.lowering._fused_updates): each trained weight whose gradient an
+    int8 layer's weight gradient (ConvGradWQuantized) makes, through the weight's straight-through
+    chain, is differentiated a block of output channels at a time, each block's chain right after
+    it, so the update can apply each block as it is made and the whole gradient never exists.
+    Where nothing reads the weight after its gradient is made: an int8 layer reads the int8 copy the
+    forward pass made of it. Each block gives the same bits as the whole gradient's rows. Returns
+    the nodes and, per such weight, (each block's gradient, the element of the weight it starts at)."""
+    producer = {out: (i, node) for i, node in enumerate(nodes) for out in node.outputs}
+    read: dict[str, int] = {}
+    last_read: dict[str, int] = {}
+    for i, node in enumerate(nodes):
+        for name in node.inputs:
+            read[name] = read.get(name, 0) + 1
+            last_read[name] = i
+    cut: dict[int, list[Node]] = {}  # the index of a weight gradient -> its blocks' nodes
+    gone: set[int] = set()  # the chains the blocks have in their place
+    blocks: dict[str, list[tuple[str, int]]] = {}
+    for param, grad in grads.items():
+        chain: list[Node] = []
+        value = grad or ""
+        while value in producer and producer[value][1].op in _WEIGHT_CHAIN:
+            chain.insert(0, producer[value][1])
+            value = chain[0].inputs[0]
+        if value not in producer or read.get(grad or "", 0):
+            continue
+        at, made = producer[value]
+        inner = graph.values[value].size // graph.shape(value)[0]
+        rows = _block_rows(graph.shape(value)[0], inner)
+        if made.op != "ConvGradWQuantized" or last_read.get(param, -1) > at or rows is None:
+            continue
+        if any(read.get(n.inputs[0]) != 1 or not _along_first_axis(graph, n) for n in chain):
+            continue
+        cut[at], blocks[param] = [], []
+        gone.update(id(n) for n in chain)
+        channels = graph.shape(value)[0]
+        for first in range(0, channels, rows):
+            count = min(rows, channels - first)
+            shape = (count, *graph.shape(value)[1:])
+            out = graph.add_value(graph.fresh("weight_grad_block"), shape)
+            attrs = {**made.attrs, "channels": [first, count]}
+            cut[at].append(Node(made.op, made.inputs, (out,), attrs, f"{made.name}_{first}", made.domain))
+            for node in chain:
+                before, out = out, graph.add_value(graph.fresh("weight_grad_block"), shape)
+                attrs = {**node.attrs, "first": first}
+                cut[at].append(
+                    Node(node.op, (before, *node.inputs[1:]), (out,), attrs, f"{node.name}_{first}", node.domain)
+                )
+            blocks[param].append((out, first * inner))
+    out_nodes = []
+    for i, node in enumerate(nodes):
+        if id(node) not in gone:
+            out_nodes += cut.get(i, [node])
+    return out_nodes, blocks
+
+
+def _block_rows(channels: int, inner: int) -> int | None:
+    """Output channels per block of a weight gradient with `inner` elements per channel: the fewest
+    that cut it into at most _BLOCKS blocks and start each block's mask bits at a word (a multiple
+    of 32 elements); None where that is one block."""
+    whole_words = 32 // math.gcd(inner, 32)
+    rows = math.ceil(math.ceil(channels / _BLOCKS) / whole_words) * whole_words
+    return rows if rows < channels else None
+
+
+def _along_first_axis(graph: Graph, node: Node) -> bool:
+    """Whether a straight-through node's scale is per tensor or per output channel (axis 0)."""
+    return graph.values[node.inputs[-1]].size == 1 or node.attr("axis", 1) % len(graph.shape(node.inputs[0])) == 0
 
 
 def _dequantized(graph: Graph, x: str, producer, keep) -> Node | None:

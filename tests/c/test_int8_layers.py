@@ -39,8 +39,9 @@ void t_qconv(int N, int C, int M, int G, const int *in, const int *out, const in
 { et_qconv_s8(N, C, M, G, in, out, k, s, d, p, X, x_type, x_scale, x_zero, W, w_scale, w_channels, B, activation,
               low, high, y_scale, y_zero, qmin, qmax, Y, y_type, mask, masks, patch); }
 void t_grad_w(int N, int C, int M, int G, const int *in, const int *out, const int *k, const int *s, const int *d,
-              const int *p, const float *dY, const void *X, int x_type, float x_scale, int32_t x_zero, float *dW)
-{ et_conv_grad_w_q8_f32(N, C, M, G, in, out, k, s, d, p, dY, X, x_type, x_scale, x_zero, dW); }
+              const int *p, const float *dY, const void *X, int x_type, float x_scale, int32_t x_zero, int first,
+              int count, float *dW)
+{ et_conv_grad_w_q8_f32(N, C, M, G, in, out, k, s, d, p, dY, X, x_type, x_scale, x_zero, first, count, dW); }
 void t_grad_x(int N, int C, int M, int plane, const float *dY, const int8_t *W, const float *w_scale, int w_channels,
               float *dX, float *scratch)
 { et_conv_grad_x_q8_f32(N, C, M, plane, dY, W, w_scale, w_channels, dX, scratch); }
@@ -61,7 +62,7 @@ def kernel(tmp_path_factory):
         " float, float,"
         " float, int32_t, int32_t, int32_t, void *, int, uint32_t *, int, int16_t *);"
         "void t_grad_w(int, int, int, int, const int *, const int *, const int *, const int *, const int *,"
-        " const int *, const float *, const void *, int, float, int32_t, float *);"
+        " const int *, const float *, const void *, int, float, int32_t, int, int, float *);"
         "void t_grad_x(int, int, int, int, const float *, const int8_t *, const float *, int, float *, float *);"
     )
     return ffi, ffi.dlopen(str(lib))
@@ -133,7 +134,8 @@ def test_kernel_is_its_reference_bit_for_bit(kernel, geometry, x_type):
 @pytest.mark.parametrize("geometry", [g for g in GEOMETRIES if g != "gemm"])
 @pytest.mark.parametrize("x_type", [np.int8, np.uint8])
 def test_weight_gradient_from_int8_input_is_its_reference(kernel, geometry, x_type):
-    """et_conv_grad_w_q8_f32 against ConvGradWQuantized's reference (float64 on the dequantized input)."""
+    """et_conv_grad_w_q8_f32 against ConvGradWQuantized's reference (float64 on the dequantized input),
+    and each block of output channels (as a fused update makes them) bit for bit the whole's rows."""
     ffi, lib = kernel
     n, c, m, group, spatial, k, s, d, pads = GEOMETRIES[geometry]
     rng = np.random.default_rng(7)
@@ -147,14 +149,21 @@ def test_weight_gradient_from_int8_input_is_its_reference(kernel, geometry, x_ty
     )[0].shape[2:]  # fmt: skip
     dy = rng.normal(size=(n, m, *out_spatial)).astype(np.float32)
     (want,) = ConvGradWQuantized.reference(dy, x, np.array(sx), x_zero, **attrs)
-    dw = np.zeros((m, c // group, *k), np.float32)
     cast = lambda a, t: ffi.cast(t, a.ctypes.data)  # noqa: E731
-    lib.t_grad_w(
-        n, c, m, group, _c_args(spatial, 1), _c_args(out_spatial, 1), _c_args(k, 1), _c_args(s, 1), _c_args(d, 1),
-        _c_args(pads[: len(spatial)], 0), cast(dy, "float *"), cast(x, "void *"), QTYPE[x.dtype], float(sx),
-        int(x_zero), cast(dw, "float *"),
-    )  # fmt: skip
-    np.testing.assert_allclose(dw, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+    def channels(first, count):
+        dw = np.zeros((count, c // group, *k), np.float32)
+        lib.t_grad_w(
+            n, c, m, group, _c_args(spatial, 1), _c_args(out_spatial, 1), _c_args(k, 1), _c_args(s, 1),
+            _c_args(d, 1), _c_args(pads[: len(spatial)], 0), cast(dy, "float *"), cast(x, "void *"), QTYPE[x.dtype],
+            float(sx), int(x_zero), first, count, cast(dw, "float *"),
+        )  # fmt: skip
+        return dw
+
+    whole = channels(0, m)
+    np.testing.assert_allclose(whole, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    for first, count in ((0, 1), (1, m - 2), (m - 3, 3)):
+        np.testing.assert_array_equal(channels(first, count), whole[first : first + count])
 
 
 @pytest.mark.parametrize("n, c, m, plane, per_channel", [(2, 5, 8, 37, True), (3, 8, 8, 16, False), (1, 3, 4, 1, True)])
@@ -212,9 +221,10 @@ def _pretrained(model: torch.nn.Module) -> torch.nn.Module:
 
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory):
-    """(float32 artifacts, int8 artifacts, int8 artifacts with nothing fused) of _Layers, batch 4:
-    every bias and the last four layers trained, so that the first two convolutions read frozen int8
-    weights and the others trained ones (the pointwise one's input gradient from its int8 weights)."""
+    """(float32 artifacts, int8 artifacts, int8 artifacts with nothing fused, int8 artifacts with a
+    fused update) of _Layers, batch 4: every bias and the last four layers trained, so that the first
+    two convolutions read frozen int8 weights and the others trained ones (the pointwise one's input
+    gradient from its int8 weights)."""
     directory = tmp_path_factory.mktemp("int8_layers")
     torch.manual_seed(0)
     model = _pretrained(_Layers())
@@ -236,7 +246,8 @@ def compiled(tmp_path_factory):
     int8 = {"quantize": "int8", "calibration_data": calibration}
     out = {}
     monkeypatch = pytest.MonkeyPatch()
-    for kind, extra in (("float32", {}), ("int8", int8), ("int8, float layers", int8)):
+    fused = {**int8, "fused_update": True}
+    for kind, extra in (("float32", {}), ("int8", int8), ("int8, fused update", fused), ("int8, float layers", int8)):
         if kind == "int8, float layers":  # the same QDQ model with nothing fused
             monkeypatch.setattr(assemble, "fuse_int8_layers", lambda graph, nodes, *_: nodes)
         out[kind] = artifacts.generate_artifacts(
@@ -297,6 +308,8 @@ def test_trains_as_the_float_layers_train(compiled, figure):
     same QDQ model computed with float layers (where only the rounding of the sums differs)."""
     losses = {}
     for kind, out in compiled.items():
+        if kind == "int8, fused update":
+            continue  # the int8 build's numbers (test_fused_update_by_blocks_gives_the_same_weights)
         module = _module(out)
         optimizer = api.Optimizer(str(out / "optimizer_model.onnx"), module)
         module.train()
@@ -317,6 +330,32 @@ def test_trains_as_the_float_layers_train(compiled, figure):
     )
     assert last["int8"] < 0.5 * first["int8"]
     assert apart.max() < 0.05 * max(losses["int8, float layers"])
+
+
+def _trained_weights(out, steps: int) -> np.ndarray:
+    module = _module(out)
+    optimizer = api.Optimizer(str(out / "optimizer_model.onnx"), module)
+    module.train()
+    rng = np.random.default_rng(4)
+    for _ in range(steps):
+        module(*_data(rng, 4))
+        optimizer.step()  # does nothing in a fused-update build
+        module.lazy_reset_grad()
+    return module.get_contiguous_parameters(trainable_only=False)
+
+
+def test_fused_update_by_blocks_gives_the_same_weights(compiled):
+    """With a fused update, the pointwise layer's weight gradient is made and applied a block of
+    output channels at a time (trainer/integer.py weight_gradient_blocks), never whole; the weights
+    after 10 AdamW steps are those of the build that accumulates whole gradients, bit for bit."""
+    out = compiled["int8, fused update"]
+    body = (out / "model.c").read_text().split("int model_train_step(")[1].split("\n}\n")[0]
+    blocks = re.findall(r"et_conv_grad_w_q8_f32\(1?[^;]*?, (\d+), (\d+), et_arena", body)
+    assert ("0", "4") in blocks and ("4", "4") in blocks  # the pointwise weight's 8 channels in 2 blocks
+    report = json.loads((out / "report.json").read_text())
+    gradients = [b for b in report["functions"]["train_step"]["blocks"] if b["kind"] == "gradient"]
+    assert max(b["size"] for b in gradients if "weight_grad_block" in b["name"]) == 4 * 4 * 8
+    np.testing.assert_array_equal(_trained_weights(out, 10), _trained_weights(compiled["int8"], 10))
 
 
 def test_no_float_tensor_of_a_fused_layer_in_the_arena(compiled):
