@@ -211,6 +211,23 @@ static inline void et_qconv_s8(int N, int C, int M, int G, const int *in, const 
             }
 }
 
+/* Y[r] = x_scale * ((float)S / (float)plane), S the exact int32 sum of
+ * X - x_zero over row r's plane values: a global average pool of a
+ * quantized tensor (per tensor), read from its int8 or uint8 bytes rather
+ * than a float copy of them.  plane * 255 fits an int32. */
+static inline void et_qmean_f32(int rows, int plane, const void *X, int x_type, float x_scale, int32_t x_zero,
+                                float *Y)
+{
+    const et_q8_ x = et_q8_of_(X, x_type, x_zero);
+    int r, i;
+    for (r = 0; r < rows; ++r) {
+        int32_t sum = 0;
+        for (i = 0; i < plane; ++i)
+            sum += et_q8_at_(x, (size_t)r * (size_t)plane + (size_t)i);
+        Y[r] = x_scale * ((float)sum / (float)plane);
+    }
+}
+
 /* dW[m - first, c, t] for the output channels first <= m < first + count:
  * x_scale * the sum, over n and the rows of output positions in order, of
  * each row's sum (from 0, over o in order) of dY[n, m, o] * (X - x_zero) at

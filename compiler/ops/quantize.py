@@ -304,6 +304,34 @@ class ConvGradWQuantized:
         return (dw[first : first + count],)
 
 
+@op("QuantizedGlobalAveragePool", domain=ET_DOMAIN)
+class QuantizedGlobalAveragePool:
+    """(X, x_scale, x_zero_point) -> Y: GlobalAveragePool (or an AveragePool of one window over each
+    unpadded plane) of DequantizeLinear(X), X int8 or uint8 per tensor, which trainer/integer.py puts
+    in their place: each plane summed exactly in int32, then scaled (runtime_c/et_qconv.h), with no
+    float copy of X."""
+
+    @staticmethod
+    def kernel(k, node):
+        x, sx, zx = node.inputs
+        xs = k.shape(x)
+        plane = int(np.prod(xs[2:], dtype=np.int64))
+        scale = (_scalar(k, sx), _scalar(k, zx, int))
+        return [k.call("et_qmean_f32", xs[0] * xs[1], plane, x, _qtype(k, x), *scale, node.outputs[0])]
+
+    @staticmethod
+    def shape(graph, node):
+        xs = graph.shape(node.inputs[0])
+        return [(*xs[:2], *(1,) * (len(xs) - 2))]
+
+    @staticmethod
+    def reference(x, sx, zx=None):
+        zero = 0 if zx is None else int(zx.flat[0])
+        total = (x.astype(np.int64) - zero).sum(axis=tuple(range(2, x.ndim)), keepdims=True)
+        plane = np.float32(np.prod(x.shape[2:]))
+        return ((np.float32(sx.flat[0]) * (total.astype(np.float32) / plane)).astype(np.float32),)
+
+
 # et_qconv.h's ET_QACT_*, by QuantizedConv's activation attribute
 _ACTIVATIONS = ("", "Relu", "Clip")
 

@@ -47,6 +47,9 @@ def fuse_int8_layers(graph: Graph, nodes: list[Node], quantizers: dict[str, Node
                 fused[id(node)], replaced, masks = match
                 gone.update(map(id, replaced))
                 renamed.update((m, masks[0]) for m in masks[1:])
+        elif _whole_plane(graph, node) and (dq := _dequantized(graph, node.inputs[0], producer, keep)):
+            inputs = (dq.inputs[0], dq.inputs[1], zero_point_of(dq) or "")
+            fused[id(node)] = Node("QuantizedGlobalAveragePool", inputs, node.outputs, {}, node.name, ET_DOMAIN)
         elif node.op == "ConvGradW" and (dq := _dequantized(graph, node.inputs[1], producer, keep)):
             fused[id(node)] = Node(
                 "ConvGradWQuantized", (node.inputs[0], *dq.inputs), node.outputs, node.attrs, node.name, ET_DOMAIN
@@ -68,6 +71,21 @@ def fuse_int8_layers(graph: Graph, nodes: list[Node], quantizers: dict[str, Node
     # A DequantizeLinear that the int8 layers took the place of as readers may have none left.
     read = {name for n in out for name in n.inputs} | keep
     return [n for n in out if n.op != "DequantizeLinear" or n.outputs[0] in read]
+
+
+def _whole_plane(graph: Graph, pool: Node) -> bool:
+    """Whether `pool` averages each plane as one unpadded window (GlobalAveragePool does), whose int32
+    sum of int8 values cannot overflow."""
+    if pool.op not in ("GlobalAveragePool", "AveragePool") or pool.domain:
+        return False
+    xs = graph.shape(pool.inputs[0])
+    if int(np.prod(xs[2:], dtype=np.int64)) * 255 > 2**31 - 1:
+        return False
+    if pool.op == "GlobalAveragePool":
+        return True
+    geo = window(pool, xs[2:], graph.shape(pool.outputs[0])[2:], pool.attr("kernel_shape"))
+    plain = not any(geo.begin) and not any(geo.end) and set(geo.dilations) <= {1}
+    return plain and tuple(geo.kernel) == tuple(xs[2:])
 
 
 def _per_tensor(graph: Graph, node: Node) -> bool:

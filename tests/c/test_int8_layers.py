@@ -18,7 +18,7 @@ import onnx
 import pytest
 
 from edgetrain import api, artifacts
-from edgetrain.ops.quantize import ConvGradWQuantized, ConvGradXQuantized, QuantizedConv
+from edgetrain.ops.quantize import ConvGradWQuantized, ConvGradXQuantized, QuantizedConv, QuantizedGlobalAveragePool
 from edgetrain.runtime_c import headers
 from edgetrain.trainer import assemble
 from test_quantized_models import _data  # the same centroid task
@@ -42,6 +42,8 @@ void t_grad_w(int N, int C, int M, int G, const int *in, const int *out, const i
               const int *p, const float *dY, const void *X, int x_type, float x_scale, int32_t x_zero, int first,
               int count, float *dW)
 { et_conv_grad_w_q8_f32(N, C, M, G, in, out, k, s, d, p, dY, X, x_type, x_scale, x_zero, first, count, dW); }
+void t_mean(int rows, int plane, const void *X, int x_type, float x_scale, int32_t x_zero, float *Y)
+{ et_qmean_f32(rows, plane, X, x_type, x_scale, x_zero, Y); }
 void t_grad_x(int N, int C, int M, int plane, const float *dY, const int8_t *W, const float *w_scale, int w_channels,
               float *dX, float *scratch)
 { et_conv_grad_x_q8_f32(N, C, M, plane, dY, W, w_scale, w_channels, dX, scratch); }
@@ -64,6 +66,7 @@ def kernel(tmp_path_factory):
         "void t_grad_w(int, int, int, int, const int *, const int *, const int *, const int *, const int *,"
         " const int *, const float *, const void *, int, float, int32_t, int, int, float *);"
         "void t_grad_x(int, int, int, int, const float *, const int8_t *, const float *, int, float *, float *);"
+        "void t_mean(int, int, const void *, int, float, int32_t, float *);"
     )
     return ffi, ffi.dlopen(str(lib))
 
@@ -164,6 +167,24 @@ def test_weight_gradient_from_int8_input_is_its_reference(kernel, geometry, x_ty
     np.testing.assert_allclose(whole, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
     for first, count in ((0, 1), (1, m - 2), (m - 3, 3)):
         np.testing.assert_array_equal(channels(first, count), whole[first : first + count])
+
+
+@pytest.mark.parametrize("x_type", [np.int8, np.uint8])
+def test_global_average_pool_of_int8_is_its_reference(kernel, x_type):
+    """et_qmean_f32 bit for bit against QuantizedGlobalAveragePool's reference, which is within a
+    float rounding of the mean of the dequantized values in float64."""
+    ffi, lib = kernel
+    rng = np.random.default_rng(5)
+    info = np.iinfo(x_type)
+    x = rng.integers(info.min, info.max + 1, size=(2, 5, 25, 5)).astype(x_type)
+    x_zero, sx = np.array(-7 if x_type == np.int8 else 130, x_type), np.float32(0.0371)
+    (want,) = QuantizedGlobalAveragePool.reference(x, np.array(sx), x_zero)
+    y = np.zeros(want.shape, np.float32)
+    lib.t_mean(10, 125, ffi.cast("void *", x.ctypes.data), QTYPE[x.dtype], float(sx), int(x_zero),
+               ffi.cast("float *", y.ctypes.data))  # fmt: skip
+    np.testing.assert_array_equal(y, want)
+    exact = (x.astype(np.float64) - int(x_zero)).mean(axis=(2, 3), keepdims=True) * float(sx)
+    np.testing.assert_allclose(y, exact, rtol=3e-7, atol=1e-9)
 
 
 @pytest.mark.parametrize("n, c, m, plane, per_channel", [(2, 5, 8, 37, True), (3, 8, 8, 16, False), (1, 3, 4, 1, True)])
@@ -371,6 +392,44 @@ def test_no_float_tensor_of_a_fused_layer_in_the_arena(compiled):
         assert int8["arena_by_function_bytes"][function] < float32["arena_by_function_bytes"][function] / 2
         assert int8["arena_by_function_bytes"][function] < unfused["arena_by_function_bytes"][function]
     assert int8["ram_bytes"] <= unfused["ram_bytes"]
+
+
+def test_global_average_pool_reads_int8(tmp_path, figure):
+    """A pool over each whole plane of a quantized tensor (KWS's and MobileNet's) reads its int8
+    values in every function, with no float copy of them, and the logits stay within a step of
+    onnxruntime's on the exported QDQ model."""
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(1, 8, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(8, 10),
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(_pretrained(net).eval(), (torch.randn(4, 1, 8, 8),), tmp_path / "model.onnx",
+                          input_names=["input"], output_names=["logits"], dynamo=False)  # fmt: skip
+    rng = np.random.default_rng(1)
+    out = artifacts.generate_artifacts(
+        str(tmp_path / "model.onnx"), artifact_directory=tmp_path / "out", batch_size=4, update_policy="bias",
+        quantize="int8", calibration_data=[_data(rng, 4)[0] for _ in range(8)],
+    )  # fmt: skip
+    model_c = (out / "model.c").read_text()
+    for function in ("train_step", "eval_step", "infer"):
+        body = model_c.split(f"int model_{function}(")[1].split("\n}\n")[0]
+        assert body.count("et_qmean_f32(") == 1 and "et_average_pool_f32(" not in body, function
+    module = _module(out)
+    module.eval()
+    module.export_model_for_inferencing(str(tmp_path / "inference.onnx"), ["logits"])
+    session = ort.InferenceSession(str(tmp_path / "inference.onnx"))
+    worst = 0.0
+    for _ in range(10):
+        x = _data(rng, 4)[0]
+        worst = max(worst, float(np.abs(module.infer(x)[0] - session.run(None, {"input": x})[0]).max()))
+    step = _classifier_input_step(onnx.load(str(tmp_path / "inference.onnx")))
+    figure(f"int8 global average pool: logits within {worst:.3g} of onnxruntime's (one input step: {step:.3g})")
+    assert worst <= step
 
 
 def test_an_inference_only_c_has_the_int8_layers(compiled, tmp_path):
