@@ -1,9 +1,10 @@
 /* edgetrain runtime: an int8 layer (a convolution, or a matrix product as a
  * convolution of 1 x 1 positions) as an int8 deployment runs it: int8
  * input, int8 weights, int32 accumulation, the output requantized to int8;
- * and the gradients that read its int8 tensors as they are kept (a weight
- * gradient from the int8 input, a pointwise input gradient from the int8
- * weights).
+ * a global average pool of an int8 tensor; and the gradients that read its
+ * int8 tensors as they are kept (a weight gradient from the int8 input, by
+ * blocks of output channels if need be, a pointwise input gradient from the
+ * int8 weights).
  *
  * The layer stands for DequantizeLinear -> Conv (or Gemm) -> [Relu or
  * Clip] -> QuantizeLinear of a quantized model, whose float tensors in
