@@ -26,6 +26,8 @@ from ..ops.quantize import GRAD_X_PIECE, zero_point_of
 _X_TYPES = (np.dtype(np.int8), np.dtype(np.uint8))
 # |x - x_zero| <= 255 and |w| <= 128: the sums of this many products fit an int32
 _MAX_TAPS = (2**31 - 1) // (255 * 128)
+# and the sums of this many |x - x_zero| (a pooled plane's)
+_MAX_PLANE = (2**31 - 1) // 255
 
 
 def fuse_int8_layers(graph: Graph, nodes: list[Node], quantizers: dict[str, Node], keep: set[str]) -> list[Node]:
@@ -79,7 +81,7 @@ def _whole_plane(graph: Graph, pool: Node) -> bool:
     if pool.op not in ("GlobalAveragePool", "AveragePool") or pool.domain:
         return False
     xs = graph.shape(pool.inputs[0])
-    if int(np.prod(xs[2:], dtype=np.int64)) * 255 > 2**31 - 1:
+    if int(np.prod(xs[2:], dtype=np.int64)) > _MAX_PLANE:
         return False
     if pool.op == "GlobalAveragePool":
         return True
