@@ -1,6 +1,6 @@
 """Where a training step's instructions go on a Cortex-M: instructions executed per function.
 
-    python bench/hotspots.py [--models kws] [--target cortex-m4] [--top 15]
+    python bench/hotspots.py [--models kws] [--target cortex-m4] [--top 15] [--int8]
 
 Each model (batch 1, the graph and SGD step of speed.py) is built for the target with count.c as
 its harness, as instructions.py builds it, and run on QEMU with one instruction per translation
@@ -25,7 +25,7 @@ from pathlib import Path
 from edgetrain import targets
 
 from cases import generated
-from instructions import TARGET, firmware
+from instructions import TARGET, firmware, int8_trainer
 
 TRACE = re.compile(rb"Trace \d+: 0x[0-9a-f]+ \[[0-9a-f]+/([0-9a-f]+)/")
 
@@ -102,11 +102,13 @@ def main(argv=None) -> None:
     parser.add_argument("--models", default="kws")
     parser.add_argument("--target", default=TARGET)
     parser.add_argument("--top", type=int, default=15)
+    parser.add_argument("--int8", action="store_true", help='profile each model compiled with quantize="int8"')
     parser.add_argument("--annotate", metavar="FUNCTION", help="also print FUNCTION's disassembly with counts")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="edgetrain-profile-") as tmp:
         for case in generated(args.models.split(","), Path(tmp)):
-            build = firmware(case.directory, case.ours("c"), 1, args.target)
+            trainer = int8_trainer(case.directory) if args.int8 else case.ours("c")
+            build = firmware(case.directory, trainer, 1, args.target)
             counts, addresses = profile(build, args.target)
             total = sum(counts.values())
             print(f"\n{case.name} on {args.target}: {total:,} instructions executed (two steps and the harness)\n")

@@ -14,7 +14,8 @@
  * gives the same integers.  Against the float layers it replaces, only the
  * rounding of the sums differs: an output may move by one quantization
  * step.  Quantized inputs are int8 or uint8 (x_type ET_Q_INT8 or
- * ET_Q_UINT8), read from their bytes. */
+ * ET_Q_UINT8), read from their bytes.  Where the core has the DSP
+ * extension, the layer's sums take two products per SMLAD. */
 #ifndef ET_QCONV_H
 #define ET_QCONV_H
 
@@ -23,6 +24,18 @@
 #endif
 #ifndef ET_QUANTIZE_H
 #include "et_quantize.h"
+#endif
+
+/* Cores with ARM's DSP extension (Cortex-M4, M7, M33, M55; ARMv7-A) add two
+ * 16-bit products to a 32-bit sum in one SMLAD instruction, and widen two
+ * of a word's four int8 weights to 16 bits in one SXTB16 (gcc's and
+ * clang's builtins, which need no header).  The sums stay
+ * exact integers, so adding products two at a time gives every target the
+ * same sums. */
+#if defined(__GNUC__) && defined(__ARM_FEATURE_SIMD32) && !defined(__ARM_BIG_ENDIAN) && !defined(ET_NO_SMLAD)
+#define ET_SMLAD 1
+#else
+#define ET_SMLAD 0
 #endif
 
 enum { ET_QMASK_INSIDE = 1, ET_QMASK_ACTIVE = 2 };
@@ -57,6 +70,14 @@ static inline void et_qconv_patch_(int Cg, const int *in, const int *k, const in
                                    const int *at, et_q8_ X, size_t x_at, int16_t *patch)
 {
     int in_size = et_conv_volume_(in), c, kz, ky, kx;
+    if (et_conv_volume_(k) == 1) {  /* one tap (pointwise layers): one input position for every channel */
+        const int iz = at[0] * s[0] - p[0], iy = at[1] * s[1] - p[1], ix = at[2] * s[2] - p[2];
+        const int inside = iz >= 0 && iz < in[0] && iy >= 0 && iy < in[1] && ix >= 0 && ix < in[2];
+        const size_t x_pos = inside ? ((size_t)iz * (size_t)in[1] + (size_t)iy) * (size_t)in[2] + (size_t)ix : 0;
+        for (c = 0; c < Cg; ++c)
+            patch[c] = (int16_t)(inside ? et_q8_at_(X, x_at + (size_t)c * (size_t)in_size + x_pos) : 0);
+        return;
+    }
     for (c = 0; c < Cg; ++c) {
         int16_t *t = patch + (size_t)c * (size_t)et_conv_volume_(k);
         for (kz = 0; kz < k[0]; ++kz) {
@@ -115,33 +136,122 @@ static inline void et_qconv_store_(const struct et_qout_ *out, int m, size_t e, 
     }
 }
 
+#if ET_SMLAD
+/* acc + four products: of the halfwords of `even` with bytes 0 and 2 of
+ * the word at w (SXTB16 widens them), and of `odd` with bytes 1 and 3. */
+static inline int32_t et_smlad4_(uint32_t even, uint32_t odd, const int8_t *w, int32_t acc)
+{
+    uint32_t four, odd_bytes;
+    memcpy(&four, w, sizeof four);
+    __asm__("sxtb16 %0, %1, ror #8" : "=r"(odd_bytes) : "r"(four));  /* gcc forms no SXTB16 with a rotation */
+    acc = __builtin_arm_smlad((int32_t)even, __builtin_arm_sxtb16((int32_t)four), acc);
+    return __builtin_arm_smlad((int32_t)odd, (int32_t)odd_bytes, acc);
+}
+#endif
+
+/* sums[r] + the sum over j < taps of patch[j] * w_r[j] for r < 2 (w_1 = w_0
+ * + w_rs), the patch in et_qconv_patch_order_'s order: with SMLAD, four
+ * taps at a time, the patch's first pair of halfwords (taps 0 and 2) and
+ * its second (1 and 3).  Two channels at a time keep the loop in registers. */
+static inline void et_qconv_dot2_(int taps, const int16_t *patch, const int8_t *w, int w_rs, int32_t *sums)
+{
+    int32_t a0 = sums[0], a1 = sums[1];
+    int j = 0;
+#if ET_SMLAD
+    for (; j + 4 <= taps; j += 4) {
+        uint32_t even, odd;
+        memcpy(&even, patch + j, sizeof even);
+        memcpy(&odd, patch + j + 2, sizeof odd);
+        a0 = et_smlad4_(even, odd, w + j, a0);
+        a1 = et_smlad4_(even, odd, w + w_rs + j, a1);
+    }
+#endif
+    for (; j < taps; ++j) {
+        a0 += (int32_t)patch[j] * (int32_t)w[j];
+        a1 += (int32_t)patch[j] * (int32_t)w[w_rs + j];
+    }
+    sums[0] = a0;
+    sums[1] = a1;
+}
+
+/* With SMLAD, each whole four taps of a gathered patch in the order 0, 2,
+ * 1, 3: the order et_qconv_dot2_ reads them in, pairs of halfwords that
+ * line up with SXTB16's pairs of weights. */
+static inline void et_qconv_patch_order_(int taps, int16_t *patch)
+{
+#if ET_SMLAD
+    int j;
+    for (j = 0; j + 4 <= taps; j += 4) {
+        const int16_t second = patch[j + 1];
+        patch[j + 1] = patch[j + 2];
+        patch[j + 2] = second;
+    }
+#else
+    (void)taps;
+    (void)patch;
+#endif
+}
+
+/* Taps of a depthwise window that et_qconv_depthwise_ reads through a table of their offsets,
+ * without bounds tests, where the whole window lies inside the input (3 x 3 to 7 x 7 windows).  */
+#define ET_QDW_TAPS 64
+
 /* A depthwise layer (one input and one output channel per group): each
- * plane's sums straight from X, without a patch. */
+ * plane's sums straight from X, without a patch.  An output whose window
+ * lies inside the plane sums its taps' bytes through a table of offsets
+ * (less x's bias times the sum of the weights, the same integer); those
+ * near the border test each tap. */
 static inline void et_qconv_depthwise_(int N, int C, const int *in, const int *out, const int *k, const int *s,
                                        const int *d, const int *p, et_q8_ X, const int8_t *W,
                                        const struct et_qout_ *q)
 {
-    int in_size = et_conv_volume_(in), out_size = et_conv_volume_(out), n, c, o, kz, ky, kx, at[3];
+    int in_size = et_conv_volume_(in), out_size = et_conv_volume_(out), k_size = et_conv_volume_(k);
+    int n, c, o, t, a, kz, ky, kx, at[3], kt[3], lo[3], hi[3], first[2], last[2];
+    size_t offset[ET_QDW_TAPS];
+    const int table = k_size <= ET_QDW_TAPS;
+    for (a = 0; a < 3; ++a) {  /* the outputs whose first and last taps along axis a are inside */
+        et_conv_span_(s[a], -p[a], in[a], out[a], &first[0], &first[1]);
+        et_conv_span_(s[a], (k[a] - 1) * d[a] - p[a], in[a], out[a], &last[0], &last[1]);
+        lo[a] = first[0] > last[0] ? first[0] : last[0];
+        hi[a] = first[1] < last[1] ? first[1] : last[1];
+    }
+    for (t = 0, kt[0] = kt[1] = kt[2] = 0; table && t < k_size; ++t, et_conv_next_tap_(kt, k))
+        offset[t] = ((size_t)(kt[0] * d[0]) * (size_t)in[1] + (size_t)(kt[1] * d[1])) * (size_t)in[2] +
+                    (size_t)(kt[2] * d[2]);
     for (n = 0; n < N; ++n)
         for (c = 0; c < C; ++c) {
             const size_t plane = ((size_t)n * (size_t)C + (size_t)c) * (size_t)in_size;
+            const int8_t *wc = W + (size_t)c * (size_t)k_size;
+            int32_t w_sum = 0;
+            for (t = 0; t < k_size; ++t)
+                w_sum += wc[t];
             for (o = 0, at[0] = at[1] = at[2] = 0; o < out_size; ++o, et_conv_next_tap_(at, out)) {
-                const int8_t *w = W + (size_t)c * (size_t)et_conv_volume_(k);
+                const int8_t *w = wc;
                 int32_t acc = 0;
-                for (kz = 0; kz < k[0]; ++kz) {
-                    int iz = at[0] * s[0] + kz * d[0] - p[0];
-                    for (ky = 0; ky < k[1]; ++ky, w += k[2]) {
-                        int iy = at[1] * s[1] + ky * d[1] - p[1];
-                        size_t row = plane + ((size_t)iz * (size_t)in[1] + (size_t)iy) * (size_t)in[2];
-                        if (iz < 0 || iz >= in[0] || iy < 0 || iy >= in[1])
-                            continue;
-                        for (kx = 0; kx < k[2]; ++kx) {
-                            int ix = at[2] * s[2] + kx * d[2] - p[2];
-                            if (ix >= 0 && ix < in[2])
-                                acc += et_q8_at_(X, row + (size_t)ix) * (int32_t)w[kx];
+                if (table && at[0] >= lo[0] && at[0] < hi[0] && at[1] >= lo[1] && at[1] < hi[1] && at[2] >= lo[2] &&
+                    at[2] < hi[2]) {
+                    const uint8_t *x = X.bytes + plane +
+                                       ((size_t)(at[0] * s[0] - p[0]) * (size_t)in[1] + (size_t)(at[1] * s[1] - p[1])) *
+                                           (size_t)in[2] +
+                                       (size_t)(at[2] * s[2] - p[2]);
+                    for (t = 0; t < k_size; ++t)
+                        acc += (int32_t)(x[offset[t]] ^ X.flip) * (int32_t)w[t];
+                    acc -= X.bias * w_sum;
+                } else
+                    for (kz = 0; kz < k[0]; ++kz) {
+                        int iz = at[0] * s[0] + kz * d[0] - p[0];
+                        for (ky = 0; ky < k[1]; ++ky, w += k[2]) {
+                            int iy = at[1] * s[1] + ky * d[1] - p[1];
+                            size_t row = plane + ((size_t)iz * (size_t)in[1] + (size_t)iy) * (size_t)in[2];
+                            if (iz < 0 || iz >= in[0] || iy < 0 || iy >= in[1])
+                                continue;
+                            for (kx = 0; kx < k[2]; ++kx) {
+                                int ix = at[2] * s[2] + kx * d[2] - p[2];
+                                if (ix >= 0 && ix < in[2])
+                                    acc += et_q8_at_(X, row + (size_t)ix) * (int32_t)w[kx];
+                            }
                         }
                     }
-                }
                 et_qconv_store_(q, c, ((size_t)n * (size_t)C + (size_t)c) * (size_t)out_size + (size_t)o, acc);
             }
         }
@@ -170,7 +280,7 @@ static inline void et_qconv_s8(int N, int C, int M, int G, const int *in, const 
                                int16_t *patch)
 {
     int Cg = C / G, Mg = M / G, in_size = et_conv_volume_(in), out_size = et_conv_volume_(out);
-    int taps = Cg * et_conv_volume_(k), n, g, m, o, j, at[3];
+    int taps = Cg * et_conv_volume_(k), n, g, m, o, at[3];
     const et_q8_ x = et_q8_of_(X, x_type, x_zero);
     const struct et_qout_ q = {x_scale, w_scale, w_channels, B, activation, low, high, y_scale, 1.0f / y_scale,
                                y_zero, qmin, qmax, Y, y_type, mask, masks};
@@ -185,29 +295,15 @@ static inline void et_qconv_s8(int N, int C, int M, int G, const int *in, const 
             for (o = 0, at[0] = at[1] = at[2] = 0; o < out_size; ++o, et_conv_next_tap_(at, out)) {
                 et_qconv_patch_(Cg, in, k, s, d, p, at, x, ((size_t)n * (size_t)C + (size_t)(g * Cg)) * (size_t)in_size,
                                 patch);
-                for (m = g * Mg; m < (g + 1) * Mg; m += 4) {  /* 4 channels share each patch load */
-                    const int8_t *w0 = W + (size_t)m * (size_t)taps, *w1 = w0 + taps, *w2 = w1 + taps, *w3 = w2 + taps;
+                et_qconv_patch_order_(taps, patch);
+                for (m = g * Mg; m < (g + 1) * Mg; m += 2) {  /* 2 channels share each patch load */
                     const size_t e = ((size_t)n * (size_t)M + (size_t)m) * (size_t)out_size + (size_t)o;
-                    int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, r;
-                    if ((g + 1) * Mg - m < 4) {
-                        for (r = 0; m + r < (g + 1) * Mg; ++r, w0 += taps) {
-                            for (j = 0, a0 = 0; j < taps; ++j)
-                                a0 += (int32_t)patch[j] * (int32_t)w0[j];
-                            et_qconv_store_(&q, m + r, e + (size_t)r * (size_t)out_size, a0);
-                        }
-                        break;
-                    }
-                    for (j = 0; j < taps; ++j) {
-                        const int32_t v = patch[j];
-                        a0 += v * (int32_t)w0[j];
-                        a1 += v * (int32_t)w1[j];
-                        a2 += v * (int32_t)w2[j];
-                        a3 += v * (int32_t)w3[j];
-                    }
-                    et_qconv_store_(&q, m, e, a0);
-                    et_qconv_store_(&q, m + 1, e + (size_t)out_size, a1);
-                    et_qconv_store_(&q, m + 2, e + 2 * (size_t)out_size, a2);
-                    et_qconv_store_(&q, m + 3, e + 3 * (size_t)out_size, a3);
+                    const int pair = (g + 1) * Mg - m > 1;
+                    int32_t sums[2] = {0, 0};
+                    et_qconv_dot2_(taps, patch, W + (size_t)m * (size_t)taps, pair ? taps : 0, sums);
+                    et_qconv_store_(&q, m, e, sums[0]);
+                    if (pair)
+                        et_qconv_store_(&q, m + 1, e + (size_t)out_size, sums[1]);
                 }
             }
 }

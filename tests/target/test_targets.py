@@ -188,14 +188,22 @@ def qdq_cnn(batch=4, seed=0) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
 
 
-# name: (model, input shape, learning rate or None for the default, optimizer)
+def _calibration(shape) -> dict:
+    """generate_artifacts' options for quantize="int8", calibrated on 4 random batches of `shape`."""
+    rng = np.random.default_rng(2)
+    return {"quantize": "int8", "calibration_data": [rng.normal(size=shape).astype(np.float32) for _ in range(4)]}
+
+
+# name: (model, input shape, learning rate or None for the default, optimizer, other options)
 CASES = {
-    "mlp": (lambda: mlp(batch=4), (4, 8), None, "AdamW"),
-    "mlp_sgd": (lambda: mlp(batch=4), (4, 8), 0.05, "SGD"),  # plain SGD: its own update kernel
-    "mlp_dropout": (lambda: mlp(batch=4, dropout=0.25), (4, 8), 0.01, "AdamW"),
-    "cnn": (small_cnn, (4, 1, 8, 8), None, "AdamW"),
-    "conv_zoo": (conv_zoo, (2, 2, 12, 12), None, "AdamW"),
-    "qdq_cnn": (qdq_cnn, (4, 1, 8, 8), None, "AdamW"),  # quantization-aware: QuantizeLinear's rounding
+    "mlp": (lambda: mlp(batch=4), (4, 8), None, "AdamW", {}),
+    "mlp_sgd": (lambda: mlp(batch=4), (4, 8), 0.05, "SGD", {}),  # plain SGD: its own update kernel
+    "mlp_dropout": (lambda: mlp(batch=4, dropout=0.25), (4, 8), 0.01, "AdamW", {}),
+    "cnn": (small_cnn, (4, 1, 8, 8), None, "AdamW", {}),
+    "conv_zoo": (conv_zoo, (2, 2, 12, 12), None, "AdamW", {}),
+    "qdq_cnn": (qdq_cnn, (4, 1, 8, 8), None, "AdamW", {}),  # quantization-aware: QuantizeLinear's rounding
+    # int8 layers of every kind (full, grouped, depthwise, pointwise, strided): SMLAD where the core has it
+    "conv_zoo_int8": (lambda: conv_zoo(batch=1), (1, 2, 12, 12), None, "AdamW", _calibration((1, 2, 12, 12))),
 }
 
 
@@ -228,11 +236,13 @@ def reference_lines(directory, data, steps, lr=None, label="") -> list[str]:
 
 @pytest.fixture(scope="module", params=list(CASES))
 def case(request, tmp_path_factory):
-    build, shape, lr, optimizer = CASES[request.param]
+    build, shape, lr, optimizer, options = CASES[request.param]
     model = build()
     need_ops(model)
     directory = tmp_path_factory.mktemp(request.param)
-    artifacts.generate_artifacts(model, artifact_directory=directory, optimizer=artifacts.OptimType[optimizer])
+    artifacts.generate_artifacts(
+        model, artifact_directory=directory, optimizer=artifacts.OptimType[optimizer], **options
+    )
     data = make_data(shape)
     np.savez(directory / "data.npz", **data)
     return directory, lr, reference_lines(directory, data, STEPS, lr)
@@ -385,6 +395,24 @@ def test_cortex_m55_has_no_helium_float_vectors(tmp_path):
     assert "-mcpu=cortex-m55+nomve.fp" in spec.cflags
     assert float_vectors(spec.cflags) == 0
     assert float_vectors([f for f in spec.cflags if not f.startswith("-mcpu")] + ["-mcpu=cortex-m55"]) > 0
+
+
+def test_int8_layers_take_two_products_per_smlad_where_the_core_has_them(tmp_path):
+    """An int8 model's layers sum with SMLAD on Cortex-M4 (the DSP extension) and without it on
+    Cortex-M3 (none): the bit-identity cases above then check the two against each other."""
+    build, _, _, _, options = CASES["conv_zoo_int8"]
+    directory = artifacts.generate_artifacts(build(), artifact_directory=tmp_path / "int8", **options)
+
+    def smlads(target: str) -> int:
+        spec = need(target)
+        compiled = subprocess.run(
+            [spec.cc, *spec.cflags, "-S", "-o", "-", str(directory / "model.c")], capture_output=True, text=True
+        )
+        assert compiled.returncode == 0, compiled.stderr
+        return len(re.findall(r"\bsmlad\b", compiled.stdout))
+
+    assert smlads("cortex-m4") > 0
+    assert smlads("cortex-m3") == 0
 
 
 MVE_PROBE = r"""

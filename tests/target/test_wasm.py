@@ -47,11 +47,11 @@ def node_lines(directory, data, steps, lr, work: Path, api_calls=False) -> list[
 @pytest.mark.parametrize("name", list(CASES))
 def test_edgetrain_js_trains_bit_identically_to_the_host(name, tmp_path):
     need("wasm32")
-    build, shape, lr, optimizer = CASES[name]
+    build, shape, lr, optimizer, options = CASES[name]
     model = build()
     need_ops(model)
     directory = artifacts.generate_artifacts(
-        model, artifact_directory=tmp_path / name, optimizer=artifacts.OptimType[optimizer]
+        model, artifact_directory=tmp_path / name, optimizer=artifacts.OptimType[optimizer], **options
     )
     data = make_data(shape)
     assert node_lines(directory, data, STEPS, lr, tmp_path) == reference_lines(directory, data, STEPS, lr)
