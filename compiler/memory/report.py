@@ -43,6 +43,29 @@ def memory_report(trainer, memory) -> dict:
         # their results.
         "recomputed_ops": _recomputed(trainer),
         "functions": {name: _function(f) for name, f in functions.items()},
+        **_int8_masters(trainer),
+    }
+
+
+def _int8_masters(trainer) -> dict:
+    """{"int8_trained_weights": ...} where the trainer trains weights that the model quantizes to
+    integers, else nothing. Each trains as a float32 master that the forward pass quantizes again,
+    rather than as its integers updated in place (quantization-aware scaling): on the slanted digits
+    of examples/personalization/quantized.py, updating the integers left held-out accuracy 3.0 to
+    5.3 points below float32's (seeds 0 to 2), the masters within 0.4 points. The entry gives what
+    the masters cost beside what the integers would."""
+    quantized = {n.inputs[0] for n in trainer.train_nodes if n.op in ("QuantizeLinear", "QuantizeLinearMask")}
+    weights = {p: trainer.graph.values[p].size for p in trainer.trainable if p in quantized}
+    if not weights:
+        return {}
+    total = sum(weights.values())
+    return {
+        "int8_trained_weights": {
+            "update": "float32 master",
+            "weights": weights,
+            "master_bytes": total * F32,
+            "as_integers_bytes": total,
+        }
     }
 
 
@@ -97,6 +120,12 @@ def format_report(report: dict) -> str:
     ]
     width = max(len(r[0]) for r in rows)
     lines = [f"{label:<{width}}  {value:>12,} B" for label, value in rows]
+    if "int8_trained_weights" in report:
+        q = report["int8_trained_weights"]
+        lines.append(
+            f"{len(q['weights'])} trained int8 weights as float32 masters: {q['master_bytes']:,} B "
+            f"(as integers: {q['as_integers_bytes']:,} B)"
+        )
     if report["recomputed_ops"]:
         lines.append(f"train_step recomputes {report['recomputed_ops']} forward ops instead of keeping their results")
     lines += format_sizes(report, width)

@@ -7,6 +7,8 @@ compare the user's held-out accuracy.
 2. The user's digits are real held-out digits, slanted by 10-20 degrees (run.py's user_handwriting).
 3. Compile the export twice with update_policy "bias+last:1" (every bias and the classifier train),
    float32 and int8, and fine-tune each with AdamW on the same digits in the same order.
+4. Fine-tune the int8 build once more as quantization-aware scaling (QAS) would: its trained int8
+   weights rounded to their integer grid after every step, as if stored as those integers.
 
 Run: python examples/personalization/quantized.py   (needs the demo extra and torch).
 """
@@ -20,6 +22,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+import onnx
 import torch
 from scipy import ndimage
 from sklearn.datasets import load_digits
@@ -75,8 +78,30 @@ def pretrain(x: np.ndarray, y: np.ndarray, path: Path, seed: int, epochs: int) -
         )
 
 
-def fine_tune(model: Path, out: Path, x, y, x_test, y_test, epochs: int, seed: int, **quantize) -> dict:
-    """Held-out accuracy before and after fine-tuning with POLICY, and the trainer's RAM."""
+def int8_weights(out: Path, state: api.CheckpointState) -> dict[str, tuple[np.ndarray, int, int]]:
+    """The trained parameters that the training model quantizes to integers on every forward pass
+    (the float masters of int8 weights): name -> (scale, broadcast to the weight, qmin, qmax)."""
+    graph = onnx.load(str(out / "training_model.onnx"), load_external_data=False).graph
+    inits = {i.name: onnx.numpy_helper.to_array(i) for i in graph.initializer}
+    trained = {name for name, p in state.parameters.items() if p.requires_grad}
+    found = {}
+    for node in graph.node:
+        if node.op_type == "QuantizeLinear" and node.input[0] in trained:
+            weight = state.parameters[node.input[0]].data
+            axis = next((a.i for a in node.attribute if a.name == "axis"), 1) % weight.ndim
+            scale = inits[node.input[1]].astype(np.float32)
+            if scale.ndim:
+                scale = scale.reshape([-1 if d == axis else 1 for d in range(weight.ndim)])
+            info = np.iinfo(inits[node.input[2]].dtype)
+            found[node.input[0]] = (scale, int(info.min), int(info.max))
+    return found
+
+
+def fine_tune(model: Path, out: Path, x, y, x_test, y_test, epochs: int, seed: int, qas=False, **quantize) -> dict:
+    """Held-out accuracy before and after fine-tuning with POLICY, and the trainer's RAM. qas: after
+    each step, every trained int8 weight's master is rounded to its integer grid (nearest, ties to
+    even, as QuantizeLinear rounds): the weights an update of the int8 values themselves would leave
+    (quantization-aware scaling's update, without a float master), computed by the same trainer."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         artifacts.generate_artifacts(
@@ -90,6 +115,7 @@ def fine_tune(model: Path, out: Path, x, y, x_test, y_test, epochs: int, seed: i
     state = api.CheckpointState.load_checkpoint(out / "checkpoint")
     module = api.Module(out / "training_model.onnx", state, out / "eval_model.onnx")
     optimizer = api.Optimizer(out / "optimizer_model.onnx", module)
+    grids = int8_weights(out, state) if qas else {}
 
     def accuracy() -> float:
         module.eval()
@@ -107,8 +133,12 @@ def fine_tune(model: Path, out: Path, x, y, x_test, y_test, epochs: int, seed: i
             module(x[rows], y[rows])
             optimizer.step()
             module.lazy_reset_grad()
+            for name, (scale, qmin, qmax) in grids.items():
+                weight = state.parameters[name].data
+                weight[...] = np.clip(np.rint(weight / scale), qmin, qmax) * scale
     report = json.loads((out / "report.json").read_text())
-    return {"before": before, "after": accuracy(), "ram_bytes": report["ram_bytes"]}
+    masters = sum(int(np.prod(state.parameters[name].data.shape)) for name in int8_weights(out, state))
+    return {"before": before, "after": accuracy(), "ram_bytes": report["ram_bytes"], "master_floats": masters}
 
 
 def run(work: Path, seed: int = 0, pretrain_epochs: int = 30, finetune_epochs: int = 30, user_train: int = 150) -> dict:
@@ -131,6 +161,9 @@ def run(work: Path, seed: int = 0, pretrain_epochs: int = 30, finetune_epochs: i
         "int8": fine_tune(
             work / "pretrained.onnx", work / "int8", *data, quantize="int8", calibration_data=calibration
         ),
+        "int8, QAS": fine_tune(
+            work / "pretrained.onnx", work / "qas", *data, qas=True, quantize="int8", calibration_data=calibration
+        ),
         "user_test": len(x_user_test) // BATCH * BATCH,
     }
 
@@ -146,9 +179,13 @@ def main() -> None:
 
 
 def table(r: dict) -> str:
-    rows = [f"{'trainer':<8} {'before':>7} {'after':>7} {'RAM (host)':>11}"]
+    """Each trainer's accuracy, its RAM and the bytes of its trained int8 weights' float masters
+    (QAS would keep those weights in a quarter of them; its RAM column is the master build's)."""
+    rows = [f"{'trainer':<10} {'before':>7} {'after':>7} {'RAM (host)':>11} {'int8 weight masters':>20}"]
     rows += [
-        f"{k:<8} {r[k]['before']:>7.3f} {r[k]['after']:>7.3f} {r[k]['ram_bytes']:>11,}" for k in ("float32", "int8")
+        f"{k:<10} {r[k]['before']:>7.3f} {r[k]['after']:>7.3f} {r[k]['ram_bytes']:>11,} "
+        f"{4 * r[k]['master_floats']:>18,} B"
+        for k in ("float32", "int8", "int8, QAS")
     ]
     return "\n".join(rows)
 

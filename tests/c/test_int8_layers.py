@@ -394,6 +394,20 @@ def test_no_float_tensor_of_a_fused_layer_in_the_arena(compiled):
     assert int8["ram_bytes"] <= unfused["ram_bytes"]
 
 
+def test_report_says_how_trained_int8_weights_train(compiled):
+    """report.json names the trained weights the model quantizes, and what their float32 masters
+    cost beside their integers; a float32 build has no such entry."""
+    report = json.loads((compiled["int8"] / "report.json").read_text())
+    state = api.CheckpointState.load_checkpoint(str(compiled["int8"] / "checkpoint"))
+    trained = [n for n in report["import"]["trainable"] if state.parameters[n].data.ndim > 1]  # not the biases
+    entry = report["int8_trained_weights"]
+    assert entry["update"] == "float32 master"
+    assert entry["weights"] == {n: state.parameters[n].data.size for n in trained}
+    assert entry["master_bytes"] == 4 * entry["as_integers_bytes"] == 4 * sum(entry["weights"].values())
+    assert report["ram_breakdown"]["parameters"] >= entry["master_bytes"]
+    assert "int8_trained_weights" not in json.loads((compiled["float32"] / "report.json").read_text())
+
+
 def test_global_average_pool_reads_int8(tmp_path, figure):
     """A pool over each whole plane of a quantized tensor (KWS's and MobileNet's) reads its int8
     values in every function, with no float copy of them, and the logits stay within a step of

@@ -160,10 +160,16 @@ def test_int8_fine_tuning_is_within_a_point_of_float32(tmp_path, figure):
     from examples.personalization import quantized
 
     result = quantized.run(tmp_path)
-    figure("fine-tuning on slanted digits, float32 against int8:\n" + quantized.table(result))
+    figure(
+        "fine-tuning on slanted digits, float32 against int8 (with float32 masters, and QAS):\n"
+        + quantized.table(result)
+    )
     for kind in ("float32", "int8"):
         assert result[kind]["after"] > result[kind]["before"] + 0.2
     assert abs(result["int8"]["after"] - result["float32"]["after"]) <= 0.01
+    # Why trained int8 weights keep float32 masters (memory/report.py): their integers updated in
+    # place (quantization-aware scaling) fall more than the point behind.
+    assert result["float32"]["after"] - result["int8, QAS"]["after"] > 0.01
 
 
 def test_int8_keeps_saved_activations_in_a_byte(tmp_path, figure):
