@@ -49,11 +49,11 @@ def memory_report(trainer, memory) -> dict:
 
 def _int8_masters(trainer) -> dict:
     """{"int8_trained_weights": ...} where the trainer trains weights that the model quantizes to
-    integers, else nothing. Each trains as a float32 master that the forward pass quantizes again,
-    rather than as its integers updated in place (quantization-aware scaling): on the slanted digits
-    of examples/personalization/quantized.py, updating the integers left held-out accuracy 3.0 to
-    5.3 points below float32's (seeds 0 to 2), the masters within 0.4 points. The entry gives what
-    the masters cost beside what the integers would."""
+    integers, else nothing: each trains as a float32 master that the forward pass quantizes again,
+    and the entry gives what the masters cost beside what the integers alone would. Updating the
+    integers in place (quantization-aware scaling) reaches the masters' accuracy only with
+    stochastic rounding (examples/personalization/quantized.py: to the nearest integer it ended 3.0
+    to 5.3 points below float32); edgetrain does not store trained weights as integers yet."""
     quantized = {n.inputs[0] for n in trainer.train_nodes if n.op in ("QuantizeLinear", "QuantizeLinearMask")}
     weights = {p: trainer.graph.values[p].size for p in trainer.trainable if p in quantized}
     if not weights:

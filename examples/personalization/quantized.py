@@ -7,8 +7,9 @@ compare the user's held-out accuracy.
 2. The user's digits are real held-out digits, slanted by 10-20 degrees (run.py's user_handwriting).
 3. Compile the export twice with update_policy "bias+last:1" (every bias and the classifier train),
    float32 and int8, and fine-tune each with AdamW on the same digits in the same order.
-4. Fine-tune the int8 build once more as quantization-aware scaling (QAS) would: its trained int8
-   weights rounded to their integer grid after every step, as if stored as those integers.
+4. Fine-tune the int8 build twice more as quantization-aware scaling (QAS) would: its trained int8
+   weights rounded to their integer grid after every step, as if stored as those integers; to the
+   nearest integer, and stochastically (up with the probability of the fraction).
 
 Run: python examples/personalization/quantized.py   (needs the demo extra and torch).
 """
@@ -97,10 +98,18 @@ def int8_weights(out: Path, state: api.CheckpointState) -> dict[str, tuple[np.nd
     return found
 
 
-def fine_tune(model: Path, out: Path, x, y, x_test, y_test, epochs: int, seed: int, qas=False, **quantize) -> dict:
-    """Held-out accuracy before and after fine-tuning with POLICY, and the trainer's RAM. qas: after
-    each step, every trained int8 weight's master is rounded to its integer grid (nearest, ties to
-    even, as QuantizeLinear rounds): the weights an update of the int8 values themselves would leave
+def on_grid(weight: np.ndarray, scale: np.ndarray, qmin: int, qmax: int, rounding: str, rng) -> None:
+    """`weight` rounded to its integer grid in place: to the nearest integer (ties to even, as
+    QuantizeLinear rounds) or stochastically (up with the probability of the fraction)."""
+    q = weight / scale
+    q = np.rint(q) if rounding == "nearest" else np.floor(q + rng.random(q.shape, dtype=np.float32))
+    weight[...] = np.clip(q, qmin, qmax) * scale
+
+
+def fine_tune(model: Path, out: Path, x, y, x_test, y_test, epochs: int, seed: int, qas=None, **quantize) -> dict:
+    """Held-out accuracy before and after fine-tuning with POLICY, and the trainer's RAM. qas
+    ("nearest" or "stochastic"): after each step, every trained int8 weight's master is rounded to
+    its integer grid (on_grid): the weights an update of the int8 values themselves would leave
     (quantization-aware scaling's update, without a float master), computed by the same trainer."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -116,6 +125,7 @@ def fine_tune(model: Path, out: Path, x, y, x_test, y_test, epochs: int, seed: i
     module = api.Module(out / "training_model.onnx", state, out / "eval_model.onnx")
     optimizer = api.Optimizer(out / "optimizer_model.onnx", module)
     grids = int8_weights(out, state) if qas else {}
+    draws = np.random.default_rng(seed)
 
     def accuracy() -> float:
         module.eval()
@@ -134,15 +144,15 @@ def fine_tune(model: Path, out: Path, x, y, x_test, y_test, epochs: int, seed: i
             optimizer.step()
             module.lazy_reset_grad()
             for name, (scale, qmin, qmax) in grids.items():
-                weight = state.parameters[name].data
-                weight[...] = np.clip(np.rint(weight / scale), qmin, qmax) * scale
+                on_grid(state.parameters[name].data, scale, qmin, qmax, qas, draws)
     report = json.loads((out / "report.json").read_text())
     masters = sum(int(np.prod(state.parameters[name].data.shape)) for name in int8_weights(out, state))
     return {"before": before, "after": accuracy(), "ram_bytes": report["ram_bytes"], "master_floats": masters}
 
 
 def run(work: Path, seed: int = 0, pretrain_epochs: int = 30, finetune_epochs: int = 30, user_train: int = 150) -> dict:
-    """{"float32": ..., "int8": ...}: each fine_tune's figures, on the same data."""
+    """{"float32": ..., "int8": ..., "QAS, nearest": ..., "QAS, stochastic": ...}: each fine_tune's
+    figures, on the same data."""
     digits = load_digits()
     x, y = (digits.data / 16).astype(np.float32), digits.target
     x_train, _, y_train, y_rest, _, raw_rest = train_test_split(
@@ -156,14 +166,14 @@ def run(work: Path, seed: int = 0, pretrain_epochs: int = 30, finetune_epochs: i
     pretrain(x_train, y_train, work / "pretrained.onnx", seed, pretrain_epochs)
     calibration = [x_train[i : i + BATCH] for i in range(0, 20 * BATCH, BATCH)]
     data = (x_user_train, y_user_train.astype(np.int64), x_user_test, y_user_test, finetune_epochs, seed)
+    int8 = {"quantize": "int8", "calibration_data": calibration}
     return {
         "float32": fine_tune(work / "pretrained.onnx", work / "float32", *data),
-        "int8": fine_tune(
-            work / "pretrained.onnx", work / "int8", *data, quantize="int8", calibration_data=calibration
-        ),
-        "int8, QAS": fine_tune(
-            work / "pretrained.onnx", work / "qas", *data, qas=True, quantize="int8", calibration_data=calibration
-        ),
+        "int8": fine_tune(work / "pretrained.onnx", work / "int8", *data, **int8),
+        **{
+            f"QAS, {rounding}": fine_tune(work / "pretrained.onnx", work / rounding, *data, qas=rounding, **int8)
+            for rounding in ("nearest", "stochastic")
+        },
         "user_test": len(x_user_test) // BATCH * BATCH,
     }
 
@@ -181,11 +191,11 @@ def main() -> None:
 def table(r: dict) -> str:
     """Each trainer's accuracy, its RAM and the bytes of its trained int8 weights' float masters
     (QAS would keep those weights in a quarter of them; its RAM column is the master build's)."""
-    rows = [f"{'trainer':<10} {'before':>7} {'after':>7} {'RAM (host)':>11} {'int8 weight masters':>20}"]
+    rows = [f"{'trainer':<16} {'before':>7} {'after':>7} {'RAM (host)':>11} {'int8 weight masters':>20}"]
     rows += [
-        f"{k:<10} {r[k]['before']:>7.3f} {r[k]['after']:>7.3f} {r[k]['ram_bytes']:>11,} "
+        f"{k:<16} {r[k]['before']:>7.3f} {r[k]['after']:>7.3f} {r[k]['ram_bytes']:>11,} "
         f"{4 * r[k]['master_floats']:>18,} B"
-        for k in ("float32", "int8", "int8, QAS")
+        for k in ("float32", "int8", "QAS, nearest", "QAS, stochastic")
     ]
     return "\n".join(rows)
 
