@@ -30,6 +30,7 @@ class MemoryPlan:
     ram: dict[str, int]
     ram_bytes: int
     flash_constants_bytes: int
+    flash_constants_by_type: dict[str, int]  # flash_constants_bytes by the C type of the elements
     trainable_floats: int
     frozen_floats: int
     fused_update: bool
@@ -172,6 +173,7 @@ def plan(program: Program) -> MemoryPlan:
         ram,
         sum(ram.values()),
         len(program.consts) * F32 + len(program.narrow_consts),
+        {"float": len(program.consts) * F32, "int8_t": len(program.narrow_consts)},
         program.trainable_floats,
         program.frozen_floats,
         program.fused_update,

@@ -43,8 +43,23 @@ def memory_report(trainer, memory) -> dict:
         # their results.
         "recomputed_ops": _recomputed(trainer),
         "functions": {name: _function(f) for name, f in functions.items()},
+        "bytes_by_type": _by_type(memory, _function(functions["train_step"])),
         **_int8_masters(trainer),
     }
+
+
+def _by_type(memory, train_step: dict) -> dict:
+    """Each category's bytes by the C type of its elements (int8_t beside float, where a model is
+    quantized): the arena as what is live at train_step's peak statement (the arena itself is one
+    block of bytes that tensors of every type share in turn), the other RAM categories (all float),
+    and the constants in flash. Categories without bytes are left out."""
+    at_peak: dict[str, int] = {}
+    for by_type in train_step["peak_bytes_by_kind_and_type"].values():
+        for c_type, size in by_type.items():
+            at_peak[c_type] = at_peak.get(c_type, 0) + size
+    ram = {k: {"float": v} for k, v in memory.ram.items() if k not in ("arena", "other") and v}
+    flash = {t: v for t, v in memory.flash_constants_by_type.items() if v}
+    return {"arena_at_peak": at_peak, **ram, **({"flash_constants": flash} if flash else {})}
 
 
 def _int8_masters(trainer) -> dict:

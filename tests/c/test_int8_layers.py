@@ -408,6 +408,24 @@ def test_report_says_how_trained_int8_weights_train(compiled):
     assert "int8_trained_weights" not in json.loads((compiled["float32"] / "report.json").read_text())
 
 
+def test_report_counts_int8_and_float_bytes_per_category(compiled):
+    """bytes_by_type: the frozen weights a byte each in flash (every element of the checkpoint's
+    frozen weights), the arena's live bytes at train_step's peak by type (the kinds' split summed),
+    the other RAM categories in float."""
+    report = json.loads((compiled["int8"] / "report.json").read_text())
+    state = api.CheckpointState.load_checkpoint(str(compiled["int8"] / "checkpoint"))
+    frozen = [p for name, p in state.parameters.items() if not p.requires_grad and name.endswith("weight")]
+    by_type = report["bytes_by_type"]
+    assert by_type["flash_constants"]["int8_t"] == sum(p.data.size for p in frozen) > 0
+    assert sum(by_type["flash_constants"].values()) == report["flash_constants_bytes"]
+    peak = report["functions"]["train_step"]
+    assert by_type["arena_at_peak"]["int8_t"] > 0
+    assert sum(by_type["arena_at_peak"].values()) == sum(peak["peak_bytes_by_kind"].values())
+    assert by_type["parameters"] == {"float": report["ram_breakdown"]["parameters"]}
+    float32 = json.loads((compiled["float32"] / "report.json").read_text())
+    assert "int8_t" not in float32["bytes_by_type"]["arena_at_peak"]
+
+
 def test_global_average_pool_reads_int8(tmp_path, figure):
     """A pool over each whole plane of a quantized tensor (KWS's and MobileNet's) reads its int8
     values in every function, with no float copy of them, and the logits stay within a step of

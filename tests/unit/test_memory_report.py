@@ -122,3 +122,17 @@ def test_fused_update_keeps_no_gradients(report, tmp_path):
     assert report["ram_breakdown"]["gradients"] == report["ram_breakdown"]["parameters"] > 0
     assert fused_report["ram_breakdown"]["gradients"] == 0
     assert "gradients (fused update: none kept)" in (fused / "report.txt").read_text()
+
+
+def test_bytes_by_type_split_each_category(report):
+    """A float model: every RAM category but the arena in float, as ram_breakdown counts it, and the
+    arena's live bytes at train_step's peak split by type (float and the bit masks' uint32_t)."""
+    by_type = report["bytes_by_type"]
+    for category in ("parameters", "gradients", "optimizer_state"):
+        assert by_type[category] == {"float": report["ram_breakdown"][category]}
+    peak = report["functions"]["train_step"]["peak_bytes_by_kind"]
+    assert sum(by_type["arena_at_peak"].values()) == sum(peak.values())
+    assert "int8_t" not in by_type["arena_at_peak"]
+    assert by_type["flash_constants"] == {"float": report["flash_constants_bytes"]} or (
+        "flash_constants" not in by_type and report["flash_constants_bytes"] == 0
+    )
