@@ -337,6 +337,8 @@ class CheckpointState:
                     param._data.flags.writeable = False  # the loaded values are the compiled ones
                 else:
                     param._data = module._view(frozen, offset, shape)
+                    # an int8 layer's weight, compiled in as integers: a new value would not reach it
+                    param._data.flags.writeable = param.name not in module._compiled_weights
             elif kind == checkpoint.TRAINABLE:
                 param._data = module._view(module._lib_call("trainable_data"), offset, shape)
                 param._grad = None if grads == module._ffi.NULL else module._view(grads, offset, shape)
@@ -440,6 +442,7 @@ class Module:
         batch = json.loads(meta["edgetrain.batch"])
         self._max_batch, self._fixed_batch, batched = batch["max"], batch["fixed"], set(batch["axes"])
         self._small_batch = batch["small"]  # why a batch of 1 does not train, if it does not
+        self._compiled_weights = set(json.loads(meta.get("edgetrain.compiled_weights", "[]")))
         infos = {i.name: i for i in model.graph.input}
         self._inputs = [self._spec(infos[n], batched) for n in json.loads(meta["edgetrain.inputs"])]
         labels = [self._spec(infos[meta["edgetrain.labels"]], batched)] if meta.get("edgetrain.labels") else []

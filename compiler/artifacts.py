@@ -637,6 +637,8 @@ def _onnx_models(
         "edgetrain.output_dtypes": json.dumps([str(g.values[n].dtype) for n in g.outputs]),
         "edgetrain.additional_outputs": json.dumps(list(trainer.extra_outputs)),
         "edgetrain.checkpoint": f"{file_prefix}checkpoint",
+        # frozen weights that may not change (trainer.compiled_weights): read-only in the API
+        "edgetrain.compiled_weights": json.dumps(list(trainer.compiled_weights)),
     }
     batch = _batch_meta(trainer, model_c, model)
     meta["edgetrain.batch"] = json.dumps(batch)

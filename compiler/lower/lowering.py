@@ -332,7 +332,8 @@ def lower(
             if not fused_update
         ),
         params=tuple(
-            ParamInfo(kind, offset_of(storage.fixed[name]), g.values[name].size, name) for name, kind in entries
+            ParamInfo(kind, offset_of(storage.fixed[name]), g.values[name].size, name, name in trainer.compiled_weights)
+            for name, kind in entries
         ),
         param_init=Floats(g.params[n] for n in trainer.trainable),
         state_slots=len(opt.state_slots),

@@ -103,6 +103,7 @@ class ParamInfo:
     offset: int
     size: int
     name: str  # for comments only
+    compiled: bool = False  # a frozen weight the functions read as compile-time integers: fixed
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from ..frontend.load import QDQ_OPSET, run_node
 from ..ir import Graph, Node
 from ..ops import require
 from ..optim import LossType, OptimizerSpec, append_loss
-from .integer import early_weight_chains, fuse_int8_layers, quantized_constant
+from .integer import compiled_weights, early_weight_chains, fuse_int8_layers, quantized_constant
 from .recompute import recompute as recompute_cheap
 
 
@@ -38,6 +38,8 @@ class Trainer:
     state_updates: dict[str, str]  # buffer -> its new value after a training step
     backward_start: int = 0  # train_nodes[backward_start:] are the backward pass
     extra_outputs: tuple[str, ...] = ()  # model outputs train_step and eval_step return after the loss
+    # frozen weights the functions read as compile-time integers (integer.compiled_weights): fixed
+    compiled_weights: tuple[str, ...] = ()
 
     @property
     def params(self) -> list[str]:
@@ -265,15 +267,17 @@ def build_trainer(
     first_backward = next((n for n in train_nodes[backward_start:] if id(n) in kept), None)
     backward_start = next((i for i, n in enumerate(fused_train) if n is first_backward), len(fused_train))
     fused_train = early_weight_chains(fused_train, backward_start)
+    eval_nodes = fuse_int8_layers(
+        graph, _frozen_fake_quantization(graph, eval_model_nodes, set(frozen)), quantizers, keep
+    )
+    infer_nodes = fuse_int8_layers(
+        graph, _frozen_fake_quantization(graph, _live(inference, graph.outputs), set(frozen)), quantizers, keep
+    )
     return Trainer(
         graph=graph,
         train_nodes=fused_train,
-        eval_nodes=fuse_int8_layers(
-            graph, _frozen_fake_quantization(graph, eval_model_nodes, set(frozen)), quantizers, keep
-        ),
-        infer_nodes=fuse_int8_layers(
-            graph, _frozen_fake_quantization(graph, _live(inference, graph.outputs), set(frozen)), quantizers, keep
-        ),
+        eval_nodes=eval_nodes,
+        infer_nodes=infer_nodes,
         eval_model_nodes=eval_model_nodes,
         loss=loss_value,
         labels=labels,
@@ -284,6 +288,7 @@ def build_trainer(
         state_updates=updates,
         backward_start=backward_start,
         extra_outputs=tuple(extra),
+        compiled_weights=tuple(compiled_weights(quantizers, [fused_train, eval_nodes, infer_nodes])),
     )
 
 
@@ -293,13 +298,14 @@ def inference_only(graph: Graph) -> Trainer:
     graph.nodes = _variants(graph, list(graph.nodes), training=False)
     live = _live(graph.nodes, graph.outputs)
     quantizers = _weight_quantizers(graph, live, set(graph.params))
-    infer = _frozen_fake_quantization(graph, live, set(graph.params))
+    folded = _frozen_fake_quantization(graph, live, set(graph.params))
+    infer = fuse_int8_layers(graph, folded, quantizers, set(graph.outputs))
     # Neither loss nor optimizer: lowering an inference-only trainer (lower_inference) reads neither.
     return Trainer(
         graph=graph,
         train_nodes=[],
         eval_nodes=[],
-        infer_nodes=fuse_int8_layers(graph, infer, quantizers, set(graph.outputs)),
+        infer_nodes=infer,
         eval_model_nodes=[],
         loss=None,  # type: ignore[arg-type]
         labels=None,
@@ -308,4 +314,5 @@ def inference_only(graph: Graph) -> Trainer:
         grads={},
         optimizer=None,  # type: ignore[arg-type]
         state_updates={},
+        compiled_weights=tuple(compiled_weights(quantizers, [infer])),
     )

@@ -294,7 +294,7 @@ def _weight(graph: Graph, layer: Node, producer, quantizers) -> tuple[str, str] 
 def quantized_constant(graph: Graph, q: Node) -> str:
     """The integers QuantizeLinear `q` makes of its constant input (a frozen weight), as a constant:
     computed once, for the frozen weight's fold and every function's int8 layer that reads them."""
-    name = f"{q.outputs[0]}_values"
+    name = _values_name(q)
     if name not in graph.constants:
         feeds = {n: graph.params[n] if n in graph.params else graph.constants[n] for n in q.inputs if n}
         node = onnx.helper.make_node("QuantizeLinear", q.inputs, ["q"], **dict(q.attrs))
@@ -302,6 +302,18 @@ def quantized_constant(graph: Graph, q: Node) -> str:
         graph.constants[name] = np.asarray(values)
         graph.add_value(name, graph.constants[name].shape, graph.constants[name].dtype)
     return name
+
+
+def _values_name(q: Node) -> str:
+    return f"{q.outputs[0]}_values"
+
+
+def compiled_weights(quantizers: dict[str, Node], functions: list[list[Node]]) -> list[str]:
+    """The frozen weights that some function reads as integers computed at compile time (an int8
+    layer's weights, quantized_constant's): a change to their float values, which the checkpoint
+    and the API hold, would not reach those functions, so they may not change."""
+    read = {name for nodes in functions for n in nodes for name in n.inputs}
+    return [weight for weight, q in quantizers.items() if _values_name(q) in read]
 
 
 def _quantized_output(graph: Graph, after: list[Node], value: str, relu: bool):

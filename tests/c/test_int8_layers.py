@@ -394,6 +394,33 @@ def test_no_float_tensor_of_a_fused_layer_in_the_arena(compiled):
     assert int8["ram_bytes"] <= unfused["ram_bytes"]
 
 
+def test_frozen_int8_weights_cannot_change(compiled, tmp_path):
+    """A frozen weight the int8 layers read as integers compiled in: a new float value would not
+    reach them, so the host build (whose frozen weights are otherwise writable) refuses one, through
+    the live view, a buffer or a checkpoint, before anything changes; the same values pass."""
+    out = compiled["int8"]
+    module = _module(out)
+    state = module.state
+    meta = {p.key: p.value for p in onnx.load(str(out / "training_model.onnx")).metadata_props}
+    fixed = json.loads(meta["edgetrain.compiled_weights"])
+    frozen = [n for n, p in state.parameters.items() if not p.requires_grad and p.data.ndim > 1]
+    assert fixed and set(fixed) == set(frozen)  # the two frozen convolutions
+    assert not state.parameters[fixed[0]].data.flags.writeable
+    every = module.get_contiguous_parameters(trainable_only=False)
+    module.copy_buffer_to_parameters(every, trainable_only=False)  # the same values
+    changed = every + 1.0  # every parameter, the compiled weights among them
+    with pytest.raises(ValueError, match="frozen parameters"):
+        module.copy_buffer_to_parameters(changed, trainable_only=False)
+    np.testing.assert_array_equal(module.get_contiguous_parameters(trainable_only=False), every)
+    api.CheckpointState.save_checkpoint(state, str(tmp_path / "checkpoint"))
+    loaded = api.CheckpointState.load_checkpoint(str(tmp_path / "checkpoint"))
+    loaded.parameters[fixed[0]].data[...] += 1.0
+    with pytest.raises(api.CheckpointError):
+        api.Module(str(out / "training_model.onnx"), loaded, str(out / "eval_model.onnx"))
+    float32 = _module(compiled["float32"]).state.parameters
+    assert all(p.data.flags.writeable for p in float32.values())  # nothing compiled in
+
+
 def test_report_says_how_trained_int8_weights_train(compiled):
     """report.json names the trained weights the model quantizes, and what their float32 masters
     cost beside their integers; a float32 build has no such entry."""
