@@ -202,8 +202,15 @@ CASES = {
     "cnn": (small_cnn, (4, 1, 8, 8), None, "AdamW", {}),
     "conv_zoo": (conv_zoo, (2, 2, 12, 12), None, "AdamW", {}),
     "qdq_cnn": (qdq_cnn, (4, 1, 8, 8), None, "AdamW", {}),  # quantization-aware: QuantizeLinear's rounding
-    # int8 layers of every kind (full, grouped, depthwise, pointwise, strided): SMLAD where the core has it
-    "conv_zoo_int8": (lambda: conv_zoo(batch=1), (1, 2, 12, 12), None, "AdamW", _calibration((1, 2, 12, 12))),
+    # int8 layers of every kind (full, grouped, depthwise, pointwise, strided): SMLAD where the core has
+    # it; the frozen ones' weights compiled in as integers (et_fixed where frozen weights are writable)
+    "conv_zoo_int8": (
+        lambda: conv_zoo(batch=1),
+        (1, 2, 12, 12),
+        None,
+        "AdamW",
+        {**_calibration((1, 2, 12, 12)), "update_policy": "bias+last:2"},
+    ),
 }
 
 
