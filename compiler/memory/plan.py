@@ -29,11 +29,14 @@ class MemoryPlan:
     functions: dict[str, FunctionPlan]
     ram: dict[str, int]
     ram_bytes: int
-    flash_constants_bytes: int
-    flash_constants_by_type: dict[str, int]  # flash_constants_bytes by the C type of the elements
+    flash_constants_by_type: dict[str, int]  # the constants' bytes by the C type of their elements
     trainable_floats: int
     frozen_floats: int
     fused_update: bool
+
+    @property
+    def flash_constants_bytes(self) -> int:
+        return sum(self.flash_constants_by_type.values())
 
     @property
     def arena_floats(self) -> int:
@@ -172,7 +175,6 @@ def plan(program: Program) -> MemoryPlan:
         functions,
         ram,
         sum(ram.values()),
-        len(program.consts) * F32 + len(program.narrow_consts),
         {"float": len(program.consts) * F32, "int8_t": len(program.narrow_consts)},
         program.trainable_floats,
         program.frozen_floats,

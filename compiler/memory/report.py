@@ -23,15 +23,15 @@ def memory_report(trainer, memory) -> dict:
     """report.json's contents for the MemoryPlan `memory` (edgetrain.memory.plan) of `trainer`."""
     breakdown = dict(memory.ram)
     c_names = {"train_step": "train", "eval_step": "eval", "infer": "infer"}
-    functions = {name: memory.functions[f] for name, f in c_names.items()}
+    functions = {name: _function(memory.functions[f]) for name, f in c_names.items()}
     return {
         "target": "host",
         "arena_bytes": breakdown["arena"],
         "ram_bytes": memory.ram_bytes,
         "ram_breakdown": breakdown,
         "flash_constants_bytes": memory.flash_constants_bytes,
-        "liveness_lower_bound_bytes": {name: f.lower_bound * F32 for name, f in functions.items()},
-        "arena_by_function_bytes": {name: f.arena_floats * F32 for name, f in functions.items()},
+        "liveness_lower_bound_bytes": {name: f["liveness_lower_bound_bytes"] for name, f in functions.items()},
+        "arena_by_function_bytes": {name: f["arena_bytes"] for name, f in functions.items()},
         "trainable_parameters": memory.trainable_floats,
         "frozen_parameters": memory.frozen_floats,
         "optimizer": trainer.optimizer.kind.value,
@@ -42,8 +42,8 @@ def memory_report(trainer, memory) -> dict:
         # Forward ops train_step runs again in the backward pass (recomputation), instead of keeping
         # their results.
         "recomputed_ops": _recomputed(trainer),
-        "functions": {name: _function(f) for name, f in functions.items()},
-        "bytes_by_type": _by_type(memory, _function(functions["train_step"])),
+        "functions": functions,
+        "bytes_by_type": _by_type(memory, functions["train_step"]),
         **_int8_masters(trainer),
     }
 

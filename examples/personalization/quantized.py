@@ -124,7 +124,8 @@ def fine_tune(model: Path, out: Path, x, y, x_test, y_test, epochs: int, seed: i
     state = api.CheckpointState.load_checkpoint(out / "checkpoint")
     module = api.Module(out / "training_model.onnx", state, out / "eval_model.onnx")
     optimizer = api.Optimizer(out / "optimizer_model.onnx", module)
-    grids = int8_weights(out, state) if qas else {}
+    weights = int8_weights(out, state)
+    grids = weights if qas else {}
     draws = np.random.default_rng(seed)
 
     def accuracy() -> float:
@@ -146,7 +147,7 @@ def fine_tune(model: Path, out: Path, x, y, x_test, y_test, epochs: int, seed: i
             for name, (scale, qmin, qmax) in grids.items():
                 on_grid(state.parameters[name].data, scale, qmin, qmax, qas, draws)
     report = json.loads((out / "report.json").read_text())
-    masters = sum(int(np.prod(state.parameters[name].data.shape)) for name in int8_weights(out, state))
+    masters = sum(state.parameters[name].data.size for name in weights)
     return {"before": before, "after": accuracy(), "ram_bytes": report["ram_bytes"], "master_floats": masters}
 
 
