@@ -160,6 +160,8 @@ class Parameter:
         state: CheckpointState | None = None,
     ):
         self.name, self._data, self.requires_grad, self._grad, self._state = name, data, requires_grad, grad, state
+        self._integers: np.ndarray | None = None  # a trained weight stored as int8: a view of them
+        self._scale = np.float32(0)  # and its scale, shaped to broadcast against them
 
     def _check_loaded(self, message: str) -> None:
         if self._state is not None and self._state.is_nominal:
@@ -167,7 +169,12 @@ class Parameter:
 
     @property
     def data(self) -> np.ndarray:
+        """The values; of a trained weight stored as int8, a read-only copy of scale * integers."""
         self._check_loaded(NOT_LOADED)
+        if self._integers is not None:
+            values = self._scale * self._integers.astype(np.float32)
+            values.flags.writeable = False
+            return values
         return self._data
 
     @data.setter
@@ -176,6 +183,12 @@ class Parameter:
         value = np.asarray(_as_array(value), dtype=np.float32)
         if value.shape != self._data.shape:
             raise ValueError(f"parameter {self.name!r} expects shape {self._data.shape}, got {value.shape}")
+        if self._integers is not None:
+            # the nearest point of the weight's grid, as the C's copy_buffer_to_parameters takes it
+            if not np.all(np.isfinite(value)):
+                raise ValueError(f"parameter {self.name!r} is stored as int8 and takes finite values only")
+            self._integers[...] = np.clip(np.rint(value / self._scale), -128, 127).astype(np.int8)
+            return
         if not self._data.flags.writeable:
             raise ValueError(f"parameter {self.name!r} is frozen and compiled into the trainer")
         self._data[...] = value
@@ -315,6 +328,7 @@ class CheckpointState:
 
     def _bind(self, module: Module) -> None:
         offsets = {checkpoint.TRAINABLE: 0, checkpoint.BUFFER: 0, checkpoint.FROZEN: 0}
+        integers = 0  # the trained weights stored as int8 have an array of their own
         params = self.parameters.values()
         # NULL where the library keeps the frozen parameters in flash (a build without
         # ET_FROZEN_WRITABLE): they are then read-only copies of the trainer's values.
@@ -332,6 +346,7 @@ class CheckpointState:
         for param in params:
             kind = self._kinds[param.name]
             shape, offset = param._data.shape, offsets[kind]
+            param._integers = None
             if kind == checkpoint.FROZEN:
                 if frozen == module._ffi.NULL:
                     param._data.flags.writeable = False  # the loaded values are the compiled ones
@@ -339,6 +354,13 @@ class CheckpointState:
                     param._data = module._view(frozen, offset, shape)
                     # an int8 layer's weight, compiled in as integers: a new value would not reach it
                     param._data.flags.writeable = param.name not in module._compiled_weights
+            elif param.name in module._integer_weights:
+                param._integers = module._view(module._lib_call("integer_data"), integers, shape, np.int8)
+                scale = np.asarray(module._integer_weights[param.name], np.float32)
+                param._scale = scale.reshape((-1,) + (1,) * (len(shape) - 1)) if scale.size > 1 else scale[0]
+                param._grad = None  # (a fused update's: it keeps no gradients)
+                integers += param._data.size
+                continue
             elif kind == checkpoint.TRAINABLE:
                 param._data = module._view(module._lib_call("trainable_data"), offset, shape)
                 param._grad = None if grads == module._ffi.NULL else module._view(grads, offset, shape)
@@ -443,6 +465,7 @@ class Module:
         self._max_batch, self._fixed_batch, batched = batch["max"], batch["fixed"], set(batch["axes"])
         self._small_batch = batch["small"]  # why a batch of 1 does not train, if it does not
         self._compiled_weights = set(json.loads(meta.get("edgetrain.compiled_weights", "[]")))
+        self._integer_weights = json.loads(meta.get("edgetrain.integer_weights", "{}"))
         infos = {i.name: i for i in model.graph.input}
         self._inputs = [self._spec(infos[n], batched) for n in json.loads(meta["edgetrain.inputs"])]
         labels = [self._spec(infos[meta["edgetrain.labels"]], batched)] if meta.get("edgetrain.labels") else []
@@ -511,9 +534,10 @@ class Module:
         with self.lock:
             return self._functions[name](*args)
 
-    def _view(self, base, offset: int, shape) -> np.ndarray:
+    def _view(self, base, offset: int, shape, dtype=np.float32) -> np.ndarray:
         size = int(np.prod(shape, dtype=np.int64))
-        return np.frombuffer(self._ffi.buffer(base + offset, 4 * size), dtype=np.float32).reshape(shape)
+        itemsize = np.dtype(dtype).itemsize
+        return np.frombuffer(self._ffi.buffer(base + offset, itemsize * size), dtype=dtype).reshape(shape)
 
     def _arg(self, spec, value, n: int):
         name, shape, dtype, array_type, batched = spec
@@ -673,7 +697,10 @@ class Module:
             "copy_buffer_to_parameters", self._ffi.from_buffer("float[]", buffer), buffer.size, int(trainable_only)
         )
         if status == BAD_ARGUMENT:
-            raise ValueError("copy_buffer_to_parameters: the buffer changes frozen parameters, which are compiled in")
+            raise ValueError(
+                "copy_buffer_to_parameters: the buffer changes frozen parameters, which are compiled in, "
+                "or gives a weight stored as int8 a value that is not finite"
+            )
         _check(status, "copy_buffer_to_parameters")
         self.state.is_nominal = False
 

@@ -303,7 +303,17 @@ class _Stages:
         options = dict(self.trainer_options)
         if self.update_policy is not None:
             options["requires_grad"] = policy_parameters(graph, self.update_policy)
-        return build_trainer(graph, recompute=policy.recompute, keep_every=policy.keep_every, **options)
+        # A fused update applies each gradient at once, so an int8 layer's trained weight needs no
+        # float copy between steps: it is stored as its integers (QAS), unless federated learning
+        # keeps float references and deltas of every trainable parameter.
+        integer_updates = policy.fused_update and not self.federated
+        return build_trainer(
+            graph,
+            recompute=policy.recompute,
+            keep_every=policy.keep_every,
+            integer_updates=integer_updates,
+            **options,
+        )
 
     def c(self, trainer: Trainer, consts: dict, policy: Plan) -> Any:
         program = lower(trainer, self.prefix, self.federated, policy.fused_update, consts)
@@ -618,9 +628,11 @@ def _onnx_models(
     grads = list(graded.values())
     renames = {grad: f"{p}_grad" for p, grad in graded.items()}
     renames |= {value: f"{buffer}_updated" for buffer, value in trainer.state_updates.items()}
+    # a trained weight stored as int8 (QAS): the training model quantizes it as the C stores it
+    integers = [stored.quantizer for stored in trainer.integer_weights.values()]
     training = to_onnx(
         g,
-        trainer.train_nodes,
+        integers + trainer.train_nodes,
         data + counter + trainer.trainable + trainer.buffers,
         [trainer.loss, *trainer.extra_outputs] + grads + list(trainer.state_updates.values()),
         frozen,
@@ -639,6 +651,10 @@ def _onnx_models(
         "edgetrain.checkpoint": f"{file_prefix}checkpoint",
         # frozen weights that may not change (trainer.compiled_weights): read-only in the API
         "edgetrain.compiled_weights": json.dumps(list(trainer.compiled_weights)),
+        # trained weights stored as int8 (QAS): each value is its channel's scale times an integer
+        "edgetrain.integer_weights": json.dumps(
+            {w: np.asarray(g.constants[s.scale], np.float32).ravel().tolist() for w, s in trainer.integer_weights.items()}
+        ),
     }
     batch = _batch_meta(trainer, model_c, model)
     meta["edgetrain.batch"] = json.dumps(batch)

@@ -110,7 +110,9 @@ class ModelC:
     fingerprint: int
     table: bytes
     header_bytes: int
-    trainable_floats: int
+    trainable_floats: int  # in et_params
+    trainable_elements: int  # of every trainable parameter (et_state's and the gradients' layout)
+    integers: tuple[int, ...]  # et_qparams: trained int8 weights stored as integers (QAS)
     frozen_floats: int
     federated: bool  # keeps a reference copy of the trainable parameters for model deltas
     fused_update: bool  # train_step updates the parameters; no gradient buffers, optimizer_step does nothing
@@ -305,6 +307,8 @@ def emit(program: Program, memory: MemoryPlan) -> ModelC | InferenceC:
         table=program.table,
         header_bytes=program.header_bytes,
         trainable_floats=program.trainable_floats,
+        trainable_elements=program.trainable_elements,
+        integers=program.integers,
         frozen_floats=program.frozen_floats,
         federated=program.federated,
         fused_update=program.fused_update,

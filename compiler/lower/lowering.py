@@ -10,11 +10,11 @@ from typing import Any
 import numpy as np
 
 from ..trainer import Trainer
-from ..trainer.integer import weight_gradient_blocks
+from ..trainer.integer import stored_integers, weight_gradient_blocks
 from ..checkpoint import HEADER, table_bytes
 from ..errors import EdgetrainError
 from ..ir import PER_WORD, Graph, Node, int32_in_c
-from ..ops import Call, KernelCtx, OpDef, Tensor, Update, Var, lookup
+from ..ops import Call, Counter, KernelCtx, OpDef, Tensor, Update, Var, lookup
 from .program import Affine, Arg, Floats, GradRef, LoweredFunction, NodeInfo, ParamInfo, Program, StateRef, TensorType
 
 
@@ -37,10 +37,19 @@ class _Storage:
         if trainer.labels:
             self.fixed[trainer.labels] = Arg("ptr", "labels")
         offset = 0
+        self.integers: list[int] = []  # et_qparams: the trained weights stored as int8 (QAS)
+        self.elements: dict[str, int] = {}  # each trainable parameter's first element of all of them
         for name in trainer.trainable:
+            self.elements[name] = sum(g.values[p].size for p in self.elements)
+            stored = trainer.integer_weights.get(name)
+            if stored is not None:  # the functions read its integers, which are the parameter
+                self.fixed[name] = self.fixed[stored.values] = Arg("ptr", "et_qparams", len(self.integers))
+                self.integers += stored_integers(g, name, stored).tolist()
+                continue
             self.fixed[name] = Arg("ptr", "et_params", offset)
             offset += g.values[name].size
         self.trainable_floats = offset
+        self.trainable_elements = sum(g.values[p].size for p in trainer.trainable)
         offset = 0
         for name in trainer.buffers:
             self.fixed[name] = Arg("ptr", "et_buffers", offset)
@@ -179,21 +188,30 @@ def _fused_updates(
     }
     lr = Var("et_lr")
 
-    def state(at: int) -> tuple[Arg, ...]:
-        return tuple(
-            Arg("ptr", "et_state", slot * storage.trainable_floats + at) for slot in range(len(opt.state_slots))
-        )
+    def update(param: str, operand: tuple, grad: tuple, first: int = 0, suffix: str = "") -> Call:
+        """The update of `param` from its element `first` on; an int8 weight's (QAS) takes its scale
+        from that element's channel, and the step count and element indices its rounding draws from."""
+        at = storage.elements[param] + first
+        state = tuple(Arg("ptr", "et_state", slot * storage.trainable_elements + at) for slot in range(slots))
+        stored = trainer.integer_weights.get(param)
+        if stored is None:
+            return opt.binding.update(Update(operand, grad, Tensor(param, first), state, lr, suffix), opt.attrs())
+        scale = Tensor(stored.scale, first // stored.inner if g.values[stored.scale].size > 1 else 0)
+        operand = (*operand, scale, stored.inner, at, Counter())
+        weights = Tensor(stored.values, first)
+        return opt.binding.update(Update(operand, grad, weights, state, lr, suffix + "_q8"), opt.attrs())
 
+    slots = len(opt.state_slots)
     for param, param_blocks in blocks.items():
-        at = offset_of(storage.fixed[param])
         for part, first in param_blocks:
             size = g.values[part].size
-            block = Update((size,), (Tensor(part),), Tensor(param, first), state(at + first), lr)
-            after.setdefault(index[part], []).extend([check_finite(size, part), opt.binding.update(block, opt.attrs())])
+            after.setdefault(index[part], []).extend(
+                [check_finite(size, part), update(param, (size,), (Tensor(part),), first)]
+            )
     for param in trainer.trainable:
         if param in blocks:
             continue
-        size, at = g.values[param].size, offset_of(storage.fixed[param])
+        size = g.values[param].size
         grad = trainer.grads[param]
         if grad is None:  # the loss does not depend on it; weight decay and momentum still act
             grad = f"{param}.zero_grad"
@@ -207,17 +225,17 @@ def _fused_updates(
             made = max(index.get(a, -1), index.get(b, -1))
         else:
             kind, operand, g_arg, made = "", (size,), (Tensor(grad),), index.get(grad, -1)
-        update = opt.binding.update(Update(operand, g_arg, Tensor(param), state(at), lr, kind), opt.attrs())
         check = Call(f"et_check{kind}_finite_f32", (*operand, *g_arg), checked=True)
-        i = max(made, last_read.get(param, -1), forward_done)
-        after.setdefault(i, []).extend([check, update])
+        i = max(made, last_read.get(trainer.read_as(param), -1), forward_done)
+        after.setdefault(i, []).extend([check, update(param, operand, g_arg, suffix=kind)])
     return after
 
 
-def _whole_update(trainer: Trainer, trainable_floats: int) -> Call:
-    """optimizer_step's update: every trainable parameter at once, from the accumulated gradients."""
+def _whole_update(trainer: Trainer, trainable_elements: int) -> Call:
+    """optimizer_step's update: every trainable parameter at once, from the accumulated gradients
+    (only without a fused update, so no int8 weight is stored as integers)."""
     opt = trainer.optimizer
-    state = tuple(Arg("ptr", "et_state", slot * trainable_floats) for slot in range(len(opt.state_slots)))
+    state = tuple(Arg("ptr", "et_state", slot * trainable_elements) for slot in range(len(opt.state_slots)))
     return opt.binding.update(
         Update((Var("ET_TRAINABLE"),), (Arg("ptr", "et_grads"),), Arg("ptr", "et_params"), state, Var("et_lr")),
         opt.attrs(),
@@ -233,7 +251,8 @@ def _outer_products(trainer: Trainer) -> dict[str, Node]:
     read = {name for node in trainer.train_nodes for name in node.inputs}
     made = {node.outputs[0]: node for node in trainer.train_nodes[trainer.backward_start :] if node.op == "Gemm"}
     products: dict[str, Node] = {}
-    for grad in trainer.grads.values():
+    # an int8 weight's update (QAS) has no variant that makes its gradient from factors
+    for grad in (grad for param, grad in trainer.grads.items() if param not in trainer.integer_weights):
         node = made.get(grad) if grad else None
         if grad is None or node is None or grad in read or len(node.inputs) > 2:
             continue
@@ -293,7 +312,7 @@ def lower(
     train_nodes = [node for node in trainer.train_nodes if node not in outer.values()]
     blocks: dict[str, list[tuple[str, int]]] = {}
     if fused_update:
-        train_nodes, blocks = weight_gradient_blocks(g, train_nodes, trainer.grads)
+        train_nodes, blocks = weight_gradient_blocks(g, train_nodes, trainer.grads, trainer.read_as)
     extra = list(trainer.extra_outputs)
     train = _function(
         trainer,
@@ -331,26 +350,32 @@ def lower(
             for buffer, value in trainer.state_updates.items()
             if not fused_update
         ),
-        params=tuple(
-            ParamInfo(kind, offset_of(storage.fixed[name]), g.values[name].size, name, name in trainer.compiled_weights)
-            for name, kind in entries
-        ),
-        param_init=Floats(g.params[n] for n in trainer.trainable),
+        params=tuple(_param_info(trainer, storage, name, kind) for name, kind in entries),
+        param_init=Floats(g.params[n] for n in trainer.trainable if n not in trainer.integer_weights),
         state_slots=len(opt.state_slots),
         step_values=tuple(opt.binding.step_values(opt.attrs())),
-        optimizer_update=_whole_update(trainer, storage.trainable_floats),
+        optimizer_update=_whole_update(trainer, storage.trainable_elements),
         learning_rate=opt.lr,
         max_grad_norm=opt.max_grad_norm,
         fingerprint=trainer.fingerprint(),
         table=table_bytes([n for n, _ in entries], [k for _, k in entries], [g.shape(n) for n, _ in entries]),
         header_bytes=HEADER.size,
         trainable_floats=storage.trainable_floats,
+        trainable_elements=storage.trainable_elements,
+        integers=tuple(storage.integers),
         frozen_floats=storage.frozen_floats,
         federated=bool(federated),
         fused_update=bool(fused_update),
         extra_outputs=tuple(g.outputs.index(n) for n in extra),
         extra=tuple(extra),
     )
+
+
+def _param_info(trainer: Trainer, storage: _Storage, name: str, kind: int) -> ParamInfo:
+    size, compiled = trainer.graph.values[name].size, name in trainer.compiled_weights
+    stored = trainer.integer_weights.get(name)
+    scale = None if stored is None else storage.locate(stored.scale)
+    return ParamInfo(kind, offset_of(storage.fixed[name]), size, name, compiled, scale, stored.inner if stored else 0)
 
 
 def _interface(trainer: Trainer) -> dict[str, Any]:

@@ -104,6 +104,9 @@ class ParamInfo:
     size: int
     name: str  # for comments only
     compiled: bool = False  # a frozen weight the functions read as compile-time integers: fixed
+    # a trained weight stored as int8 in et_qparams (QAS): its float value is scale[j / inner] * q[j]
+    scale: Arg | None = None
+    inner: int = 0
 
 
 @dataclass(frozen=True)
@@ -160,7 +163,9 @@ class Program:
     fingerprint: int = 0
     table: bytes = b""
     header_bytes: int = 0
-    trainable_floats: int = 0
+    trainable_floats: int = 0  # in et_params
+    trainable_elements: int = 0  # of every trainable parameter, the int8 weights' too (et_state's layout)
+    integers: tuple[int, ...] = ()  # et_qparams' initial values: the trained weights stored as int8
     frozen_floats: int = 0
     federated: bool = False
     fused_update: bool = False

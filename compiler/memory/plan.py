@@ -30,9 +30,10 @@ class MemoryPlan:
     ram: dict[str, int]
     ram_bytes: int
     flash_constants_by_type: dict[str, int]  # the constants' bytes by the C type of their elements
-    trainable_floats: int
+    trainable_elements: int  # of every trainable parameter
     frozen_floats: int
     fused_update: bool
+    integer_bytes: int = 0  # of the parameters': the trained weights stored as int8
 
     @property
     def flash_constants_bytes(self) -> int:
@@ -147,24 +148,22 @@ def plan_function(program: Program, f: LoweredFunction) -> FunctionPlan:
 
 
 def _ram(program: Program, arena_floats: int) -> dict[str, int]:
-    """Every mutable static byte of the C by category: the arena, trainable parameters, gradients
-    (unless fused), optimizer state, the federated reference copy, and the rest (buffers and the
-    scalar counters: step, counter, learning rate, reset flag[, reference flag]; a fused update
-    never reads the reset flag, so the compiler drops it and it is not counted)."""
-    trainable = program.trainable_floats * F32
-    ram = {
-        "arena": 0,
-        "parameters": trainable,
-        "gradients": 0 if program.fused_update else trainable,
-        "optimizer_state": program.state_slots * trainable,
-        "federated_reference": trainable if program.federated else 0,
-    }
+    """Every mutable static byte of the C by category: the arena, trainable parameters (float, and
+    int8 weights stored as integers), gradients (unless fused), optimizer state, the federated
+    reference copy, and the rest (buffers and the scalar counters: step, counter, learning rate,
+    reset flag[, reference flag]; a fused update never reads the reset flag, so the compiler drops
+    it and it is not counted)."""
+    per_element = program.trainable_elements * F32  # a float for each element of every parameter
     scalars = 3 + (not program.fused_update) + program.federated
-    copies = 1 + (not program.fused_update) + program.state_slots + program.federated
-    total = F32 * (max(arena_floats, 1) + copies * program.trainable_floats + len(program.buffer_init) + scalars)
-    ram["arena"] = arena_floats * F32
-    ram["other"] = total - sum(ram.values())
-    return ram
+    return {
+        "arena": arena_floats * F32,
+        "parameters": program.trainable_floats * F32 + len(program.integers),
+        "gradients": 0 if program.fused_update else per_element,
+        "optimizer_state": program.state_slots * per_element,
+        "federated_reference": per_element if program.federated else 0,
+        # C99 has no empty arrays: an arena without tensors is one float
+        "other": F32 * ((arena_floats == 0) + len(program.buffer_init) + scalars),
+    }
 
 
 def plan(program: Program) -> MemoryPlan:
@@ -176,7 +175,8 @@ def plan(program: Program) -> MemoryPlan:
         ram,
         sum(ram.values()),
         {"float": len(program.consts) * F32, "int8_t": len(program.narrow_consts)},
-        program.trainable_floats,
+        program.trainable_elements,
         program.frozen_floats,
         program.fused_update,
+        len(program.integers),
     )

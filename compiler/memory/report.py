@@ -32,7 +32,7 @@ def memory_report(trainer, memory) -> dict:
         "flash_constants_bytes": memory.flash_constants_bytes,
         "liveness_lower_bound_bytes": {name: f["liveness_lower_bound_bytes"] for name, f in functions.items()},
         "arena_by_function_bytes": {name: f["arena_bytes"] for name, f in functions.items()},
-        "trainable_parameters": memory.trainable_floats,
+        "trainable_parameters": memory.trainable_elements,
         "frozen_parameters": memory.frozen_floats,
         "optimizer": trainer.optimizer.kind.value,
         # "fused": train_step updates each parameter as soon as its gradient is final, so there are no
@@ -44,40 +44,48 @@ def memory_report(trainer, memory) -> dict:
         "recomputed_ops": _recomputed(trainer),
         "functions": functions,
         "bytes_by_type": _by_type(memory, functions["train_step"]),
-        **_int8_masters(trainer),
+        **_int8_trained_weights(trainer),
     }
 
 
 def _by_type(memory, train_step: dict) -> dict:
     """Each category's bytes by the C type of its elements (int8_t beside float, where a model is
     quantized): the arena as what is live at train_step's peak statement (the arena itself is one
-    block of bytes that tensors of every type share in turn), the other RAM categories (all float),
-    and the constants in flash. Categories without bytes are left out."""
+    block of bytes that tensors of every type share in turn), the other RAM categories (float, but
+    the trained weights stored as int8), and the constants in flash. Categories without bytes are
+    left out."""
     at_peak: dict[str, int] = {}
     for by_type in train_step["peak_bytes_by_kind_and_type"].values():
         for c_type, size in by_type.items():
             at_peak[c_type] = at_peak.get(c_type, 0) + size
     ram = {k: {"float": v} for k, v in memory.ram.items() if k not in ("arena", "other") and v}
+    if memory.integer_bytes:
+        floats = memory.ram["parameters"] - memory.integer_bytes
+        ram["parameters"] = {**({"float": floats} if floats else {}), "int8_t": memory.integer_bytes}
     flash = {t: v for t, v in memory.flash_constants_by_type.items() if v}
     return {"arena_at_peak": at_peak, **ram, **({"flash_constants": flash} if flash else {})}
 
 
-def _int8_masters(trainer) -> dict:
+def _int8_trained_weights(trainer) -> dict:
     """{"int8_trained_weights": ...} where the trainer trains weights that the model quantizes to
-    integers, else nothing: each trains as a float32 master that the forward pass quantizes again,
-    and the entry gives what the masters cost beside what the integers alone would. Updating the
-    integers in place (quantization-aware scaling) reaches the masters' accuracy only with
-    stochastic rounding (examples/personalization/quantized.py: to the nearest integer it ended 3.0
-    to 5.3 points below float32); edgetrain does not store trained weights as integers yet."""
+    integers, else nothing: how they are updated and what they cost. A fused update stores them as
+    their integers and updates them by quantization-aware scaling with stochastic rounding ("QAS"),
+    which reached the float32 trainer's accuracy in examples/personalization/quantized.py, where
+    rounding to the nearest integer ended 3.0 to 5.3 points below it; an accumulating update (its
+    gradients outlive the step) and federated learning (float references and deltas) keep float32
+    masters, which the forward pass quantizes again at each step."""
     quantized = {n.inputs[0] for n in trainer.train_nodes if n.op in ("QuantizeLinear", "QuantizeLinearMask")}
     weights = {p: trainer.graph.values[p].size for p in trainer.trainable if p in quantized}
+    weights |= {p: trainer.graph.values[p].size for p in trainer.integer_weights}
     if not weights:
         return {}
     total = sum(weights.values())
+    stored = bool(trainer.integer_weights)
     return {
         "int8_trained_weights": {
-            "update": "float32 master",
+            "update": "QAS, stochastic rounding" if stored else "float32 master",
             "weights": weights,
+            "bytes": total if stored else total * F32,
             "master_bytes": total * F32,
             "as_integers_bytes": total,
         }
@@ -138,8 +146,8 @@ def format_report(report: dict) -> str:
     if "int8_trained_weights" in report:
         q = report["int8_trained_weights"]
         lines.append(
-            f"{len(q['weights'])} trained int8 weights as float32 masters: {q['master_bytes']:,} B "
-            f"(as integers: {q['as_integers_bytes']:,} B)"
+            f"{len(q['weights'])} trained int8 weights, {q['update']}: {q['bytes']:,} B "
+            f"(float32 masters: {q['master_bytes']:,} B; as integers: {q['as_integers_bytes']:,} B)"
         )
     if report["recomputed_ops"]:
         lines.append(f"train_step recomputes {report['recomputed_ops']} forward ops instead of keeping their results")

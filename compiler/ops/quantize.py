@@ -94,6 +94,27 @@ class DequantizeLinear:
         return [dx, None, None]
 
 
+@op("IntegerSnapshot", domain=ET_DOMAIN)
+class IntegerSnapshot:
+    """(X) -> a copy of int8 X as it is now, never in X's place: what the backward pass reads of a
+    trained int8 weight after its update has rounded X anew (trainer/integer.py
+    weight_gradient_blocks), so every gradient is still that of the step's starting weights."""
+
+    dtypes = (np.int8,)
+
+    @staticmethod
+    def kernel(k, node):
+        return [k.call("et_copy_s8", k.size(node.inputs[0]), node.inputs[0], node.outputs[0])]
+
+    @staticmethod
+    def shape(graph, node):
+        return [graph.shape(node.inputs[0])]
+
+    @staticmethod
+    def reference(x):
+        return (x.copy(),)
+
+
 @op("QuantizeLinearMask", domain=ET_DOMAIN)
 class QuantizeLinearMask:
     """(X, scale, zero_point) -> the bits of where X quantizes inside [qmin, qmax] (tested on X * (1 /
@@ -302,6 +323,43 @@ class ConvGradWQuantized:
         (dw,) = ConvGradW.reference(dy, dequantized, kernel_shape, strides, dilations, pads, group)
         first, count = channels or (0, dw.shape[0])
         return (dw[first : first + count],)
+
+
+@op("PooledGradRows", domain=ET_DOMAIN)
+class PooledGradRows:
+    """(G, mask, dq_scale, q_scale[, relu_mask]) -> rows [first, first + count) of each sample's dY,
+    where dY is what AveragePoolGrad of one window over the whole plane, DequantizeLinearGrad,
+    QuantizeLinearGrad (mask) and ReluGrad (relu_mask) make of the pooled gradient G [N, C]: each
+    element the same float operations on the same values, so the same bits. A weight gradient reads
+    it a block of output channels at a time (trainer/integer.py weight_gradient_blocks), so the
+    whole dY need not exist while the layer's input does. shape: the whole dY's."""
+
+    @staticmethod
+    def kernel(k, node):
+        g, mask, dq_scale, q_scale, relu_mask = (tuple(node.inputs) + ("",))[:5]
+        n, channels, *plane = node.attr("shape")
+        first, count = node.attr("channels")
+        size = int(np.prod(plane, dtype=np.int64))
+        scales = (_scalar(k, dq_scale), _scalar(k, q_scale))
+        masks = (mask, relu_mask or None)
+        return [k.call("et_pooled_grad_rows_f32", n, channels, size, first, count, g, *scales, *masks, node.outputs[0])]
+
+    @staticmethod
+    def shape(graph, node):
+        n, _, *plane = node.attr("shape")
+        return [(n, node.attr("channels")[1], *plane)]
+
+    @staticmethod
+    def reference(g, mask, dq_scale, q_scale, relu_mask=None, shape=(), channels=(0, 0)):
+        n, c, *plane = shape
+        size, one = int(np.prod(plane, dtype=np.int64)), np.float32
+        value = ((one(0) + g.reshape(n, c, 1).astype(one) / one(size)) * one(dq_scale.flat[0])) / one(q_scale.flat[0])
+        passes = unpack_bits(mask, (n, c, size))
+        if relu_mask is not None:
+            passes &= unpack_bits(relu_mask, (n, c, size))
+        rows = np.where(passes, np.broadcast_to(value, (n, c, size)), one(0))
+        first, count = channels
+        return (rows[:, first : first + count].reshape(n, count, *plane).astype(one),)
 
 
 @op("QuantizedGlobalAveragePool", domain=ET_DOMAIN)

@@ -4,7 +4,7 @@ the generated C exposes (train_step, eval_step, infer)."""
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
@@ -16,7 +16,14 @@ from ..frontend.load import QDQ_OPSET, run_node
 from ..ir import Graph, Node
 from ..ops import require
 from ..optim import LossType, OptimizerSpec, append_loss
-from .integer import compiled_weights, early_weight_chains, fuse_int8_layers, quantized_constant
+from .integer import (
+    IntegerWeight,
+    compiled_weights,
+    early_weight_chains,
+    fuse_int8_layers,
+    integer_weights,
+    quantized_constant,
+)
 from .recompute import recompute as recompute_cheap
 
 
@@ -40,6 +47,13 @@ class Trainer:
     extra_outputs: tuple[str, ...] = ()  # model outputs train_step and eval_step return after the loss
     # frozen weights the functions read as compile-time integers (integer.compiled_weights): fixed
     compiled_weights: tuple[str, ...] = ()
+    # trained weights stored as their int8 values and updated by QAS (integer.integer_weights)
+    integer_weights: dict[str, IntegerWeight] = field(default_factory=dict)
+
+    def read_as(self, param: str) -> str:
+        """The tensor the functions read for trainable `param`: a stored int8 weight's integers."""
+        stored = self.integer_weights.get(param)
+        return param if stored is None else stored.values
 
     @property
     def params(self) -> list[str]:
@@ -232,11 +246,14 @@ def build_trainer(
     keep_every=0,
     loss_input_names=None,
     additional_output_names=None,
+    integer_updates=False,
 ) -> Trainer:
     """recompute: forward activations the backward pass reads are computed again there
     (edgetrain.trainer.recompute: cheap ones, or with keep_every=K all but every K-th), trading
     time for RAM. loss_input_names: the model output the loss is on (default: the first).
-    additional_output_names: model outputs the training and evaluation steps return too."""
+    additional_output_names: model outputs the training and evaluation steps return too.
+    integer_updates: trained weights of int8 layers are stored as their integers and updated by
+    quantization-aware scaling (integer.integer_weights) rather than kept as float32 masters."""
     trainable, frozen = _resolve_params(graph, requires_grad, frozen_params)
     extra = _model_outputs(graph, additional_output_names, "additional_output_names")
     model_nodes = list(graph.nodes)
@@ -273,6 +290,12 @@ def build_trainer(
     infer_nodes = fuse_int8_layers(
         graph, _frozen_fake_quantization(graph, _live(inference, graph.outputs), set(frozen)), quantizers, keep
     )
+    stored: dict[str, IntegerWeight] = {}
+    if integer_updates:
+        backward = {id(n) for n in fused_train[backward_start:]}
+        functions, grads, stored = integer_weights(graph, trainable, grads, [fused_train, eval_nodes, infer_nodes])
+        fused_train, eval_nodes, infer_nodes = functions
+        backward_start = next((i for i, n in enumerate(fused_train) if id(n) in backward), len(fused_train))
     return Trainer(
         graph=graph,
         train_nodes=fused_train,
@@ -289,6 +312,7 @@ def build_trainer(
         backward_start=backward_start,
         extra_outputs=tuple(extra),
         compiled_weights=tuple(compiled_weights(quantizers, [fused_train, eval_nodes, infer_nodes])),
+        integer_weights=stored,
     )
 
 

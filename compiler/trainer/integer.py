@@ -11,7 +11,8 @@ it computes; its dequantized input stays where other nodes read it too."""
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import numpy as np
 import onnx
@@ -120,15 +121,20 @@ _BLOCKS = 8
 
 
 def weight_gradient_blocks(
-    graph: Graph, nodes: list[Node], grads: dict[str, str | None]
+    graph: Graph, nodes: list[Node], grads: dict[str, str | None], read_as: Callable[[str], str] = str
 ) -> tuple[list[Node], dict[str, list[tuple[str, int]]]]:
     """For a fused update (lower.lowering._fused_updates): each trained weight whose gradient an
     int8 layer's weight gradient (ConvGradWQuantized) makes, through the weight's straight-through
-    chain, is differentiated a block of output channels at a time, each block's chain right after
-    it, so the update can apply each block as it is made and the whole gradient never exists.
-    Where nothing reads the weight after its gradient is made: an int8 layer reads the int8 copy the
-    forward pass made of it. Each block gives the same bits as the whole gradient's rows. Returns
-    the nodes and, per such weight, (each block's gradient, the element of the weight it starts at)."""
+    chain where it has one, is differentiated a block of output channels at a time, each block's
+    chain right after it, so the update can apply each block as it is made and the whole gradient
+    never exists. Each block gives the same bits as the whole gradient's rows.
+
+    The update may come before the weight's last reader (read_as(weight): a stored int8 weight's
+    integers) where that reader can read a snapshot of the integers instead, taken before the first
+    block's update; a float weight's readers read the int8 copy the forward pass made of it. Where
+    the layer's output gradient comes from an average pool of the whole plane (_pooled), each block
+    reads its own rows of it (PooledGradRows), before the whole of it is made. Returns the nodes
+    and, per such weight, (each block's gradient, the element of the weight it starts at)."""
     producer = {out: (i, node) for i, node in enumerate(nodes) for out in node.outputs}
     read: dict[str, int] = {}
     last_read: dict[str, int] = {}
@@ -136,8 +142,9 @@ def weight_gradient_blocks(
         for name in node.inputs:
             read[name] = read.get(name, 0) + 1
             last_read[name] = i
-    cut: dict[int, list[Node]] = {}  # the index of a weight gradient -> its blocks' nodes
-    gone: set[int] = set()  # the chains the blocks have in their place
+    cut: dict[int, list[Node]] = {}  # the index of a node -> the nodes that run in its place
+    gone: set[int] = set()  # the chains (and weight gradients) the blocks have in their place
+    renamed: dict[int, tuple[str, str]] = {}  # id of a node -> (the weight it reads, its snapshot)
     blocks: dict[str, list[tuple[str, int]]] = {}
     for param, grad in grads.items():
         chain: list[Node] = []
@@ -150,31 +157,83 @@ def weight_gradient_blocks(
         at, made = producer[value]
         inner = graph.values[value].size // graph.shape(value)[0]
         rows = _block_rows(graph.shape(value)[0], inner)
-        if made.op != "ConvGradWQuantized" or last_read.get(param, -1) > at or rows is None:
+        weight = read_as(param)
+        read_later = last_read.get(weight, -1) > at
+        if made.op != "ConvGradWQuantized" or (read_later and weight == param) or rows is None:
             continue
         if any(read.get(n.inputs[0]) != 1 or not _along_first_axis(graph, n) for n in chain):
             continue
-        cut[at], blocks[param] = [], []
-        gone.update(id(n) for n in chain)
+        pooled = _pooled(graph, producer, made)
+        start = at if pooled is None else pooled[0]  # the blocks run in place of the pool's gradient
+        gone.update(id(n) for n in (*chain, made))
+        cut[start] = []
+        if read_later:  # stored int8 values, which the later readers read as the step began
+            snapshot = graph.add_value(graph.fresh("snapshot"), graph.shape(weight), np.int8)
+            cut[start].append(Node("IntegerSnapshot", (weight,), (snapshot,), {}, f"{made.name}_snapshot", ET_DOMAIN))
+            renamed.update((id(n), (weight, snapshot)) for n in nodes[start:] if weight in n.inputs)
+        blocks[param] = []
         channels = graph.shape(value)[0]
         for first in range(0, channels, rows):
-            count = min(rows, channels - first)
-            shape = (count, *graph.shape(value)[1:])
-            out = graph.add_value(graph.fresh("weight_grad_block"), shape)
-            attrs = {**made.attrs, "channels": [first, count]}
-            cut[at].append(Node(made.op, made.inputs, (out,), attrs, f"{made.name}_{first}", made.domain))
-            for node in chain:
-                before, out = out, graph.add_value(graph.fresh("weight_grad_block"), shape)
-                attrs = {**node.attrs, "first": first}
-                cut[at].append(
-                    Node(node.op, (before, *node.inputs[1:]), (out,), attrs, f"{node.name}_{first}", node.domain)
-                )
-            blocks[param].append((out, first * inner))
+            block = _weight_block(graph, made, chain, first, min(rows, channels - first), pooled)
+            cut[start] += block
+            blocks[param].append((block[-1].outputs[0], first * inner))
+        if pooled is not None:  # then the whole dY, for the layer's other gradients
+            cut[start].append(nodes[start])
     out_nodes = []
     for i, node in enumerate(nodes):
-        if id(node) not in gone:
-            out_nodes += cut.get(i, [node])
+        if id(node) in renamed:
+            old, new = renamed[id(node)]
+            node = replace(node, inputs=tuple(new if name == old else name for name in node.inputs))
+        out_nodes += cut.get(i, [] if id(nodes[i]) in gone else [node])
     return out_nodes, blocks
+
+
+def _weight_block(graph: Graph, made: Node, chain: list[Node], first: int, count: int, pooled) -> list[Node]:
+    """The nodes of one block of output channels of weight gradient `made`, its chain after it: from
+    dY's rows [first, first + count) where `pooled` (_pooled) makes them, else from the whole dY."""
+    shape = (count, *graph.shape(made.outputs[0])[1:])
+    out = graph.add_value(graph.fresh("weight_grad_block"), shape)
+    nodes, inputs, attrs = [], made.inputs, {**made.attrs, "channels": [first, count]}
+    if pooled is not None:
+        _, pool_inputs, dy_shape = pooled
+        rows_attrs = {"shape": list(dy_shape), "channels": [first, count]}
+        rows = graph.add_value(graph.fresh("pooled_grad_rows"), (dy_shape[0], count, *dy_shape[2:]))
+        nodes.append(Node("PooledGradRows", pool_inputs, (rows,), rows_attrs, f"{made.name}_rows_{first}", ET_DOMAIN))
+        inputs, attrs = (rows, *made.inputs[1:]), {**made.attrs, "channels": [0, count]}
+    nodes.append(Node(made.op, inputs, (out,), attrs, f"{made.name}_{first}", made.domain))
+    for node in chain:
+        before, out = out, graph.add_value(graph.fresh("weight_grad_block"), shape)
+        attrs = {**node.attrs, "first": first}
+        nodes.append(Node(node.op, (before, *node.inputs[1:]), (out,), attrs, f"{node.name}_{first}", node.domain))
+    return nodes
+
+
+def _pooled(graph: Graph, producer: dict, made: Node) -> tuple[int, tuple[str, ...], tuple[int, ...]] | None:
+    """Where weight gradient `made` (of one group) reads a dY that AveragePoolGrad of one window over
+    the whole plane, per-tensor DequantizeLinearGrad and QuantizeLinearGrad and an optional ReluGrad
+    make of a pooled gradient (an int8 layer before a global average pool):
+    (the AveragePoolGrad's index, PooledGradRows' inputs, dY's shape); else None."""
+    def made_by(name: str) -> Node | None:
+        return producer[name][1] if name in producer else None
+
+    dy = made.inputs[0]
+    relu = made_by(dy) if made_by(dy) is not None and made_by(dy).op == "ReluGrad" else None
+    node, chain = made_by(relu.inputs[0]) if relu else made_by(dy), []
+    for op in ("QuantizeLinearGrad", "DequantizeLinearGrad", "AveragePoolGrad"):
+        if node is None or node.op != op:
+            return None
+        chain.append(node)
+        node = made_by(node.inputs[0])
+    quantize, dequantize, pool = chain
+    shape = graph.shape(dy)
+    whole = tuple(pool.attr("kernel_shape")) == tuple(shape[2:]) and not any(pool.attr("pads", [0]))
+    per_tensor = all(graph.values[n.inputs[-1]].size == 1 for n in (quantize, dequantize))
+    pooled_size = graph.values[pool.inputs[0]].size == shape[0] * shape[1]
+    if int(made.attr("group")) != 1 or not (whole and per_tensor and pooled_size):
+        return None
+    masks = (quantize.inputs[1], *(relu.inputs[1:] if relu else ()))
+    inputs = (pool.inputs[0], masks[0], dequantize.inputs[1], quantize.inputs[2], *masks[1:])
+    return producer[pool.outputs[0]][0], inputs, shape
 
 
 def _block_rows(channels: int, inner: int) -> int | None:
@@ -296,12 +355,17 @@ def quantized_constant(graph: Graph, q: Node) -> str:
     computed once, for the frozen weight's fold and every function's int8 layer that reads them."""
     name = _values_name(q)
     if name not in graph.constants:
-        feeds = {n: graph.params[n] if n in graph.params else graph.constants[n] for n in q.inputs if n}
-        node = onnx.helper.make_node("QuantizeLinear", q.inputs, ["q"], **dict(q.attrs))
-        (values,) = run_node(node, feeds, max(graph.opset, QDQ_OPSET))
-        graph.constants[name] = np.asarray(values)
+        graph.constants[name] = _quantized(graph, q)
         graph.add_value(name, graph.constants[name].shape, graph.constants[name].dtype)
     return name
+
+
+def _quantized(graph: Graph, q: Node) -> np.ndarray:
+    """What QuantizeLinear `q` makes of its constant or parameter input, as onnx.reference computes it."""
+    feeds = {n: graph.params[n] if n in graph.params else graph.constants[n] for n in q.inputs if n}
+    node = onnx.helper.make_node("QuantizeLinear", q.inputs, ["q"], **dict(q.attrs))
+    (values,) = run_node(node, feeds, max(graph.opset, QDQ_OPSET))
+    return np.asarray(values)
 
 
 def _values_name(q: Node) -> str:
@@ -330,3 +394,78 @@ def _quantized_output(graph: Graph, after: list[Node], value: str, relu: bool):
     if len(inside) > 1 or len(positive) > 1 or len(after) != 1 + len(inside) + len(positive):
         return None
     return q, inside[0] if inside else None, positive[0] if positive else None
+
+
+@dataclass(frozen=True)
+class IntegerWeight:
+    """A trained weight stored as its int8 values alone (quantization-aware scaling, QAS): `values`
+    is the int8 tensor the functions read, `scale` its constant scale, one per `inner` elements (per
+    output channel, or one for the whole weight). The float weight is scale * values."""
+
+    values: str
+    scale: str
+    inner: int
+    quantizer: Node  # the QuantizeLinear the functions no longer run (the training model keeps it)
+
+
+def integer_weights(
+    graph: Graph, trainable: list[str], grads: dict[str, str | None], functions: list[list[Node]]
+) -> tuple[list[list[Node]], dict[str, str | None], dict[str, IntegerWeight]]:
+    """The functions and gradients with each trained weight that every function reads only through
+    one symmetric int8 QuantizeLinear (a quantized model's trained weight) stored as those integers:
+    the QuantizeLinear goes, and the functions read the stored values in place of what it made. The
+    weight's gradient is then its straight-through chain's input, the gradient of the dequantized
+    weight (the chain's mask would pass every element: stored values are on the grid, in range),
+    which the update (a "_q8" kernel, runtime_c/et_optim.h) applies as the float optimizer does to
+    scale * values and rounds back to the grid stochastically. The weight's float value becomes the
+    dequantized integers, as the checkpoint and the API hold it."""
+    producer = {out: node for nodes in functions for node in nodes for out in node.outputs}
+    stored: dict[str, IntegerWeight] = {}
+    gone: set[int] = set()
+    grads = dict(grads)
+    for weight in trainable:
+        readers = [n for nodes in functions for n in nodes if weight in n.inputs]
+        quantizers = {_quantization(n) for n in readers if n.op == "QuantizeLinear"}
+        if len(quantizers) != 1 or not all(n.op in ("QuantizeLinear", "QuantizeLinearMask") for n in readers):
+            continue
+        q = next(n for n in readers if n.op == "QuantizeLinear")
+        chain = _straight_through(producer, grads.get(weight))
+        if chain is None or not _symmetric_int8(graph, q):
+            continue
+        scale = q.inputs[1]
+        stored[weight] = IntegerWeight(q.outputs[0], scale, graph.values[weight].size // graph.values[scale].size, q)
+        scales = np.repeat(graph.constants[scale].ravel().astype(np.float32), stored[weight].inner)
+        values = scales * _quantized(graph, q).ravel().astype(np.float32)
+        graph.params[weight] = values.reshape(graph.params[weight].shape)
+        grads[weight] = chain[0].inputs[0]
+        gone.update(id(n) for n in (*readers, *chain))
+    return [[n for n in nodes if id(n) not in gone] for nodes in functions], grads, stored
+
+
+def stored_integers(graph: Graph, weight: str, stored: IntegerWeight) -> np.ndarray:
+    """The int8 values of a stored weight, whose float value is on their grid (integer_weights)."""
+    scale = np.repeat(graph.constants[stored.scale].ravel(), stored.inner)
+    return np.rint(graph.params[weight].ravel() / scale).astype(np.int8)
+
+
+def _quantization(q: Node) -> tuple:
+    """What makes two QuantizeLinear nodes of a weight the same quantization."""
+    return (*q.inputs, q.outputs[0], tuple(sorted(q.attrs.items(), key=str)))
+
+
+def _straight_through(producer: dict[str, Node], grad: str | None) -> tuple[Node, Node] | None:
+    """(DequantizeLinearGrad, QuantizeLinearGrad): the chain that makes `grad`, else None."""
+    last = producer.get(grad or "")
+    first = producer.get(last.inputs[0]) if last is not None and last.op == "QuantizeLinearGrad" else None
+    return (first, last) if first is not None and first.op == "DequantizeLinearGrad" else None
+
+
+def _symmetric_int8(graph: Graph, q: Node) -> bool:
+    """Whether QuantizeLinear `q` makes int8 with a constant scale per tensor or per output channel
+    and a zero point of 0 (the int8 layers' weights, _weight's test)."""
+    zero = zero_point_of(q)
+    if graph.values[q.outputs[0]].dtype != np.int8 or q.inputs[1] not in graph.constants:
+        return False
+    if zero and (zero not in graph.constants or np.any(graph.constants[zero] != 0)):
+        return False
+    return _per_tensor(graph, q) or q.attr("axis", 1) % len(graph.shape(q.inputs[0])) == 0

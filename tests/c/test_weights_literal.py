@@ -44,6 +44,7 @@ def weights(tmp_path, params, buffers, consts, trainer=True, frozen=np.float32([
         consts=Floats([consts]),
         frozen_init=frozen,
         const_init=consts,
+        integers=(),
     )
     (tmp_path / "model_weights.h").write_text(_environment().get_template("weights.h.j2").render(m=m, trainer=trainer))
     (tmp_path / "main.c").write_text(MAIN)

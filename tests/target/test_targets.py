@@ -209,7 +209,8 @@ CASES = {
         (1, 2, 12, 12),
         None,
         "AdamW",
-        {**_calibration((1, 2, 12, 12)), "update_policy": "bias+last:2"},
+        # fused: the trained int8 weights train as integers (QAS), stochastic rounding and all
+        {**_calibration((1, 2, 12, 12)), "update_policy": "bias+last:2", "fused_update": True},
     ),
 }
 
