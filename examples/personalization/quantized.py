@@ -7,9 +7,11 @@ compare the user's held-out accuracy.
 2. The user's digits are real held-out digits, slanted by 10-20 degrees (run.py's user_handwriting).
 3. Compile the export twice with update_policy "bias+last:1" (every bias and the classifier train),
    float32 and int8, and fine-tune each with AdamW on the same digits in the same order.
-4. Fine-tune the int8 build twice more as quantization-aware scaling (QAS) would: its trained int8
-   weights rounded to their integer grid after every step, as if stored as those integers; to the
-   nearest integer, and stochastically (up with the probability of the fraction).
+4. Fine-tune the int8 model with a fused update, whose trained int8 weights are stored as their
+   integers and updated by quantization-aware scaling (QAS) with stochastic rounding (up with the
+   probability of the fraction); and, to show why the rounding is stochastic, the int8 build with
+   its float32 masters rounded to the nearest point of their grids after every step, which is what
+   QAS rounding to the nearest would leave.
 
 Run: python examples/personalization/quantized.py   (needs the demo extra and torch).
 """
@@ -98,19 +100,17 @@ def int8_weights(out: Path, state: api.CheckpointState) -> dict[str, tuple[np.nd
     return found
 
 
-def on_grid(weight: np.ndarray, scale: np.ndarray, qmin: int, qmax: int, rounding: str, rng) -> None:
-    """`weight` rounded to its integer grid in place: to the nearest integer (ties to even, as
-    QuantizeLinear rounds) or stochastically (up with the probability of the fraction)."""
-    q = weight / scale
-    q = np.rint(q) if rounding == "nearest" else np.floor(q + rng.random(q.shape, dtype=np.float32))
-    weight[...] = np.clip(q, qmin, qmax) * scale
+def on_grid(weight: np.ndarray, scale: np.ndarray, qmin: int, qmax: int) -> None:
+    """`weight` rounded in place to the nearest point of its integer grid (ties to even, as
+    QuantizeLinear rounds)."""
+    weight[...] = np.clip(np.rint(weight / scale), qmin, qmax) * scale
 
 
-def fine_tune(model: Path, out: Path, x, y, x_test, y_test, epochs: int, seed: int, qas=None, **quantize) -> dict:
-    """Held-out accuracy before and after fine-tuning with POLICY, and the trainer's RAM. qas
-    ("nearest" or "stochastic"): after each step, every trained int8 weight's master is rounded to
-    its integer grid (on_grid): the weights an update of the int8 values themselves would leave
-    (quantization-aware scaling's update, without a float master), computed by the same trainer."""
+def fine_tune(model: Path, out: Path, x, y, x_test, y_test, epochs: int, seed: int, nearest=False, **options) -> dict:
+    """Held-out accuracy before and after fine-tuning with POLICY, the trainer's RAM and how its
+    trained int8 weights train, with their bytes (report.json's int8_trained_weights). nearest:
+    after each step, every trained int8 weight's float32 master is rounded to the nearest point of
+    its integer grid (on_grid), as an update of the integers rounding to the nearest would leave it."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         artifacts.generate_artifacts(
@@ -119,14 +119,12 @@ def fine_tune(model: Path, out: Path, x, y, x_test, y_test, epochs: int, seed: i
             update_policy=POLICY,
             optimizer="AdamW",
             learning_rate=3e-3,
-            **quantize,
+            **options,
         )
     state = api.CheckpointState.load_checkpoint(out / "checkpoint")
     module = api.Module(out / "training_model.onnx", state, out / "eval_model.onnx")
     optimizer = api.Optimizer(out / "optimizer_model.onnx", module)
-    weights = int8_weights(out, state)
-    grids = weights if qas else {}
-    draws = np.random.default_rng(seed)
+    grids = int8_weights(out, state) if nearest else {}
 
     def accuracy() -> float:
         module.eval()
@@ -145,14 +143,20 @@ def fine_tune(model: Path, out: Path, x, y, x_test, y_test, epochs: int, seed: i
             optimizer.step()
             module.lazy_reset_grad()
             for name, (scale, qmin, qmax) in grids.items():
-                on_grid(state.parameters[name].data, scale, qmin, qmax, qas, draws)
+                on_grid(state.parameters[name].data, scale, qmin, qmax)
     report = json.loads((out / "report.json").read_text())
-    masters = sum(state.parameters[name].data.size for name in weights)
-    return {"before": before, "after": accuracy(), "ram_bytes": report["ram_bytes"], "master_floats": masters}
+    trained = report.get("int8_trained_weights", {"update": "", "bytes": 0})
+    return {
+        "before": before,
+        "after": accuracy(),
+        "ram_bytes": report["ram_bytes"],
+        "update": trained["update"],
+        "int8_weight_bytes": trained["bytes"],
+    }
 
 
 def run(work: Path, seed: int = 0, pretrain_epochs: int = 30, finetune_epochs: int = 30, user_train: int = 150) -> dict:
-    """{"float32": ..., "int8": ..., "QAS, nearest": ..., "QAS, stochastic": ...}: each fine_tune's
+    """{"float32": ..., "int8": ..., "QAS": ..., "masters on grid, nearest": ...}: each fine_tune's
     figures, on the same data."""
     digits = load_digits()
     x, y = (digits.data / 16).astype(np.float32), digits.target
@@ -171,10 +175,8 @@ def run(work: Path, seed: int = 0, pretrain_epochs: int = 30, finetune_epochs: i
     return {
         "float32": fine_tune(work / "pretrained.onnx", work / "float32", *data),
         "int8": fine_tune(work / "pretrained.onnx", work / "int8", *data, **int8),
-        **{
-            f"QAS, {rounding}": fine_tune(work / "pretrained.onnx", work / rounding, *data, qas=rounding, **int8)
-            for rounding in ("nearest", "stochastic")
-        },
+        "QAS": fine_tune(work / "pretrained.onnx", work / "qas", *data, fused_update=True, **int8),
+        "masters on grid, nearest": fine_tune(work / "pretrained.onnx", work / "nearest", *data, nearest=True, **int8),
         "user_test": len(x_user_test) // BATCH * BATCH,
     }
 
@@ -190,13 +192,12 @@ def main() -> None:
 
 
 def table(r: dict) -> str:
-    """Each trainer's accuracy, its RAM and the bytes of its trained int8 weights' float masters
-    (QAS would keep those weights in a quarter of them; its RAM column is the master build's)."""
-    rows = [f"{'trainer':<16} {'before':>7} {'after':>7} {'RAM (host)':>11} {'int8 weight masters':>20}"]
+    """Each trainer's accuracy, its RAM, and how its trained int8 weights train with their bytes."""
+    rows = [f"{'trainer':<25} {'before':>7} {'after':>7} {'RAM (host)':>11}  trained int8 weights"]
     rows += [
-        f"{k:<16} {r[k]['before']:>7.3f} {r[k]['after']:>7.3f} {r[k]['ram_bytes']:>11,} "
-        f"{4 * r[k]['master_floats']:>18,} B"
-        for k in ("float32", "int8", "QAS, nearest", "QAS, stochastic")
+        f"{k:<25} {r[k]['before']:>7.3f} {r[k]['after']:>7.3f} {r[k]['ram_bytes']:>11,}  "
+        + (f"{r[k]['update']}, {r[k]['int8_weight_bytes']:,} B" if r[k]["update"] else "-")
+        for k in ("float32", "int8", "QAS", "masters on grid, nearest")
     ]
     return "\n".join(rows)
 
