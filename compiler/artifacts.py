@@ -653,7 +653,10 @@ def _onnx_models(
         "edgetrain.compiled_weights": json.dumps(list(trainer.compiled_weights)),
         # trained weights stored as int8 (QAS): each value is its channel's scale times an integer
         "edgetrain.integer_weights": json.dumps(
-            {w: np.asarray(g.constants[s.scale], np.float32).ravel().tolist() for w, s in trainer.integer_weights.items()}
+            {
+                w: np.asarray(g.constants[s.scale], np.float32).ravel().tolist()
+                for w, s in trainer.integer_weights.items()
+            }
         ),
     }
     batch = _batch_meta(trainer, model_c, model)

@@ -188,7 +188,9 @@ def _fused_updates(
     }
     lr = Var("et_lr")
 
-    def update(param: str, operand: tuple, grad: tuple, first: int = 0, suffix: str = "") -> Call:
+    def update(
+        param: str, operand: tuple[object, ...], grad: tuple[object, ...], first: int = 0, suffix: str = ""
+    ) -> Call:
         """The update of `param` from its element `first` on; an int8 weight's (QAS) takes its scale
         from that element's channel, and the step count and element indices its rounding draws from."""
         at = storage.elements[param] + first

@@ -213,12 +213,15 @@ def _pooled(graph: Graph, producer: dict, made: Node) -> tuple[int, tuple[str, .
     the whole plane, per-tensor DequantizeLinearGrad and QuantizeLinearGrad and an optional ReluGrad
     make of a pooled gradient (an int8 layer before a global average pool):
     (the AveragePoolGrad's index, PooledGradRows' inputs, dY's shape); else None."""
+
     def made_by(name: str) -> Node | None:
         return producer[name][1] if name in producer else None
 
     dy = made.inputs[0]
-    relu = made_by(dy) if made_by(dy) is not None and made_by(dy).op == "ReluGrad" else None
-    node, chain = made_by(relu.inputs[0]) if relu else made_by(dy), []
+    node, chain = made_by(dy), []
+    relu = node if node is not None and node.op == "ReluGrad" else None
+    if relu is not None:
+        node = made_by(relu.inputs[0])
     for op in ("QuantizeLinearGrad", "DequantizeLinearGrad", "AveragePoolGrad"):
         if node is None or node.op != op:
             return None
@@ -456,7 +459,9 @@ def _quantization(q: Node) -> tuple:
 def _straight_through(producer: dict[str, Node], grad: str | None) -> tuple[Node, Node] | None:
     """(DequantizeLinearGrad, QuantizeLinearGrad): the chain that makes `grad`, else None."""
     last = producer.get(grad or "")
-    first = producer.get(last.inputs[0]) if last is not None and last.op == "QuantizeLinearGrad" else None
+    if last is None or last.op != "QuantizeLinearGrad":
+        return None
+    first = producer.get(last.inputs[0])
     return (first, last) if first is not None and first.op == "DequantizeLinearGrad" else None
 
 

@@ -244,9 +244,9 @@ def _pretrained(model: torch.nn.Module) -> torch.nn.Module:
 def compiled(tmp_path_factory):
     """(float32 artifacts, int8 artifacts, int8 artifacts with nothing fused, int8 artifacts with a
     fused update, whose trained int8 weights keep float32 masters rather than train as integers
-    (tests/c/test_int8_qas.py has those)) of _Layers, batch 4: every bias and the last four layers trained, so that the first
-    two convolutions read frozen int8 weights and the others trained ones (the pointwise one's input
-    gradient from its int8 weights)."""
+    (tests/c/test_int8_qas.py has those)) of _Layers, batch 4: every bias and the last four layers
+    trained, so that the first two convolutions read frozen int8 weights and the others trained ones
+    (the pointwise one's input gradient from its int8 weights)."""
     directory = tmp_path_factory.mktemp("int8_layers")
     torch.manual_seed(0)
     model = _pretrained(_Layers())

@@ -104,8 +104,17 @@ def test_sgd_q8_is_the_sgd_step_rounded_stochastically(kernels, weight_decay):
     step = g + np.float32(weight_decay) * w if weight_decay else g
     x = (w - lr * step) / scales
     got = q.copy()
-    lib.t_sgd_q8(q.size, _ptr(ffi, scale, "float"), 50, at, counter, lr, weight_decay, _ptr(ffi, got, "int8_t"),
-                 _ptr(ffi, g, "float"))
+    lib.t_sgd_q8(
+        q.size,
+        _ptr(ffi, scale, "float"),
+        50,
+        at,
+        counter,
+        lr,
+        weight_decay,
+        _ptr(ffi, got, "int8_t"),
+        _ptr(ffi, g, "float"),
+    )
     np.testing.assert_array_equal(got, _stochastic(x, at, counter))
     inside = np.abs(x) < 127
     error = got[inside] - x[inside]
@@ -122,20 +131,51 @@ def test_adamw_q8_is_the_float_adamw_step_rounded_stochastically(kernels):
     m_ref, v_ref = m.copy(), v.copy()
     for step in range(3):
         w = scales * q.astype(np.float32)
-        lib.t_adamw(q.size, 0.01, 0.01, _ptr(ffi, w, "float"), _ptr(ffi, g, "float"), _ptr(ffi, m_ref, "float"),
-                    _ptr(ffi, v_ref, "float"))
+        lib.t_adamw(
+            q.size,
+            0.01,
+            0.01,
+            _ptr(ffi, w, "float"),
+            _ptr(ffi, g, "float"),
+            _ptr(ffi, m_ref, "float"),
+            _ptr(ffi, v_ref, "float"),
+        )
         want = _stochastic(w / scales, 40, step)
-        lib.t_adamw_q8(q.size, _ptr(ffi, scale, "float"), 50, 40, step, 0.01, 0.01, _ptr(ffi, q, "int8_t"),
-                       _ptr(ffi, g, "float"), _ptr(ffi, m, "float"), _ptr(ffi, v, "float"))
+        lib.t_adamw_q8(
+            q.size,
+            _ptr(ffi, scale, "float"),
+            50,
+            40,
+            step,
+            0.01,
+            0.01,
+            _ptr(ffi, q, "int8_t"),
+            _ptr(ffi, g, "float"),
+            _ptr(ffi, m, "float"),
+            _ptr(ffi, v, "float"),
+        )
         np.testing.assert_array_equal(q, want)
         np.testing.assert_array_equal(m, m_ref)
         np.testing.assert_array_equal(v, v_ref)
 
 
+def test_every_registered_optimizer_has_an_integer_update():
+    """A fused update of int8 weights stored as integers calls each optimizer's "_q8" kernel."""
+    from edgetrain.ops import Update, optimizers
+
+    text = (RUNTIME / "et_qas.h").read_text()
+    assert {"AdamW", "SGD"} <= set(optimizers())
+    for name, binding in optimizers().items():
+        hyper = dict(binding.hyper)
+        call = binding.update(Update((1,), (None,), None, (None,) * len(binding.slots(hyper)), 0.1, "_q8"), hyper)
+        assert f"static inline void {call.fn}(" in text, name
+
+
 @pytest.mark.parametrize("relu", [True, False])
 @pytest.mark.parametrize("n, channels, plane, first, count", [(1, 64, 125, 8, 8), (3, 10, 7, 3, 5), (2, 6, 9, 0, 6)])
-def test_pooled_rows_are_the_pool_and_quantization_gradients_bit_for_bit(kernels, n, channels, plane, first, count,
-                                                                          relu):
+def test_pooled_rows_are_the_pool_and_quantization_gradients_bit_for_bit(
+    kernels, n, channels, plane, first, count, relu
+):
     """Rows [first, first + count) of each sample, made from the pooled gradient alone, are those of
     the whole dY that et_average_pool_grad_f32, et_dequantize_grad_f32, et_quantize_grad_f32 and
     et_relu_grad_f32 make, bit for bit, at any bit offset of the masks."""
@@ -204,8 +244,11 @@ def builds(tmp_path_factory):
         if kind == "masters":
             monkeypatch.setattr(artifacts, "build_trainer", _with_masters(artifacts.build_trainer))
         out[kind] = artifacts.generate_artifacts(
-            str(directory / "model.onnx"), artifact_directory=directory / kind.replace(", ", "-"),
-            quantize="int8", calibration_data=calibration, **options,
+            str(directory / "model.onnx"),
+            artifact_directory=directory / kind.replace(", ", "-"),
+            quantize="int8",
+            calibration_data=calibration,
+            **options,
         )
     monkeypatch.undo()
     return out
@@ -259,7 +302,8 @@ def test_trained_int8_weights_are_stored_and_trained_as_integers(builds, figure)
     losses = _train(module, 40)
     grid = _on_grid(module)
     figure(
-        f"QAS: mean loss of the first and last 10 of 40 steps {np.mean(losses[:10]):.3f} -> {np.mean(losses[-10:]):.3f}; "
+        "QAS: mean loss of the first and last 10 of 40 steps "
+        f"{np.mean(losses[:10]):.3f} -> {np.mean(losses[-10:]):.3f}; "
         f"parameters {report['ram_breakdown']['parameters']} B against {masters['ram_breakdown']['parameters']} B "
         "with float32 masters"
     )
