@@ -528,6 +528,23 @@ def run_case(spec, tmp_path, request) -> None:
 # ---- C functions against float64 ----
 
 
+def kernel_library(directory: Path, roots: list[str], wrapper: str, cdef: str):
+    """(ffi, lib): runtime_c's headers `roots` (with every header they include, in order) and
+    `wrapper`, the C functions a test calls, built under C99's strict flags into a shared library."""
+    cffi = pytest.importorskip("cffi")
+    from edgetrain.runtime_c import headers
+
+    runtime = Path(__file__).resolve().parents[1] / "runtime_c"
+    needed = dict.fromkeys(h for root in roots for h in headers(root))
+    source, lib = directory / "kernels.c", directory / "libkernels.so"
+    source.write_text("".join((runtime / h).read_text() + "\n" for h in needed) + wrapper)
+    strict = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-ffp-contract=off", "-O2"]
+    subprocess.run(["gcc", *strict, "-shared", "-fPIC", str(source), "-o", str(lib)], check=True)
+    ffi = cffi.FFI()
+    ffi.cdef(cdef)
+    return ffi, ffi.dlopen(str(lib))
+
+
 def float_library(tmp_path, source: str, bodies: dict[str, str]) -> dict[str, Callable]:
     """`source` and one `void name(int n, const float *x, float *y) { body }` per entry of `bodies`,
     built under the strictest flags: {name: a function of a float32 array}."""

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import warnings
-from pathlib import Path
 
 import numpy as np
 import onnx
@@ -19,17 +17,14 @@ import pytest
 
 from edgetrain import api, artifacts
 from edgetrain.ops.quantize import ConvGradWQuantized, ConvGradXQuantized, QuantizedConv, QuantizedGlobalAveragePool
-from edgetrain.runtime_c import headers
 from edgetrain.trainer import assemble
+from gradcheck import kernel_library
 from test_quantized_models import _data  # the same centroid task
-
-RUNTIME = Path(__file__).resolve().parents[2] / "runtime_c"
 
 cffi = pytest.importorskip("cffi")
 torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
 
-STRICT = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-ffp-contract=off", "-O2"]
 WRAPPER = r"""
 void t_qconv(int N, int C, int M, int G, const int *in, const int *out, const int *k, const int *s, const int *d,
              const int *p, const void *X, int x_type, float x_scale, int32_t x_zero, const int8_t *W,
@@ -52,13 +47,10 @@ void t_grad_x(int N, int C, int M, int plane, const float *dY, const int8_t *W, 
 
 @pytest.fixture(scope="module")
 def kernel(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("qconv")
-    source = directory / "qconv.c"
-    source.write_text("".join((RUNTIME / h).read_text() + "\n" for h in headers("et_qconv.h")) + WRAPPER)
-    lib = directory / "libqconv.so"
-    subprocess.run(["gcc", *STRICT, "-shared", "-fPIC", str(source), "-o", str(lib)], check=True)
-    ffi = cffi.FFI()
-    ffi.cdef(
+    return kernel_library(
+        tmp_path_factory.mktemp("qconv"),
+        ["et_qconv.h"],
+        WRAPPER,
         "void t_qconv(int, int, int, int, const int *, const int *, const int *, const int *, const int *,"
         " const int *, const void *, int, float, int32_t, const int8_t *, const float *, int, const float *, int,"
         " float, float,"
@@ -66,9 +58,8 @@ def kernel(tmp_path_factory):
         "void t_grad_w(int, int, int, int, const int *, const int *, const int *, const int *, const int *,"
         " const int *, const float *, const void *, int, float, int32_t, int, int, float *);"
         "void t_grad_x(int, int, int, int, const float *, const int8_t *, const float *, int, float *, float *);"
-        "void t_mean(int, int, const void *, int, float, int32_t, float *);"
+        "void t_mean(int, int, const void *, int, float, int32_t, float *);",
     )
-    return ffi, ffi.dlopen(str(lib))
 
 
 QTYPE = {np.dtype(np.int8): 1, np.dtype(np.uint8): 2}

@@ -7,7 +7,6 @@ checkpoint, the API and the report see as the issue asks."""
 from __future__ import annotations
 
 import json
-import subprocess
 import warnings
 from pathlib import Path
 
@@ -16,14 +15,13 @@ import pytest
 
 from edgetrain import api, artifacts
 from edgetrain.ops.random import _hash, _unit
-from edgetrain.runtime_c import headers
 from edgetrain.trainer import integer
+from gradcheck import kernel_library
 
 cffi = pytest.importorskip("cffi")
 torch = pytest.importorskip("torch")
 
 RUNTIME = Path(__file__).resolve().parents[2] / "runtime_c"
-STRICT = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-ffp-contract=off", "-O2"]
 SEED = 0x51A5  # ET_QAS_SEED
 WRAPPER = r"""
 void t_sgd_q8(int n, const float *scale, int inner, uint32_t at, uint32_t counter, float lr, float weight_decay,
@@ -53,23 +51,18 @@ void t_chain(int N, int C, int plane, const float *G, float dq, float q, const u
 
 @pytest.fixture(scope="module")
 def kernels(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("qas")
-    needed = dict.fromkeys(headers("et_qas.h") + headers("et_pool.h") + headers("et_elementwise.h"))
-    source = directory / "qas.c"
-    source.write_text("".join((RUNTIME / h).read_text() + "\n" for h in needed) + WRAPPER)
-    lib = directory / "libqas.so"
-    subprocess.run(["gcc", *STRICT, "-shared", "-fPIC", str(source), "-o", str(lib)], check=True)
-    ffi = cffi.FFI()
-    ffi.cdef(
+    return kernel_library(
+        tmp_path_factory.mktemp("qas"),
+        ["et_qas.h", "et_pool.h", "et_elementwise.h"],
+        WRAPPER,
         "void t_sgd_q8(int, const float *, int, uint32_t, uint32_t, float, float, int8_t *, const float *);"
         "void t_adamw_q8(int, const float *, int, uint32_t, uint32_t, float, float, int8_t *, const float *,"
         " float *, float *);"
         "void t_adamw(int, float, float, float *, const float *, float *, float *);"
         "void t_rows(int, int, int, int, int, const float *, float, float, const uint32_t *, const uint32_t *,"
         " float *);"
-        "void t_chain(int, int, int, const float *, float, float, const uint32_t *, const uint32_t *, float *);"
+        "void t_chain(int, int, int, const float *, float, float, const uint32_t *, const uint32_t *, float *);",
     )
-    return ffi, ffi.dlopen(str(lib))
 
 
 def _ptr(ffi, array, c_type):
@@ -131,29 +124,10 @@ def test_adamw_q8_is_the_float_adamw_step_rounded_stochastically(kernels):
     m_ref, v_ref = m.copy(), v.copy()
     for step in range(3):
         w = scales * q.astype(np.float32)
-        lib.t_adamw(
-            q.size,
-            0.01,
-            0.01,
-            _ptr(ffi, w, "float"),
-            _ptr(ffi, g, "float"),
-            _ptr(ffi, m_ref, "float"),
-            _ptr(ffi, v_ref, "float"),
-        )
+        lib.t_adamw(q.size, 0.01, 0.01, *(_ptr(ffi, a, "float") for a in (w, g, m_ref, v_ref)))
         want = _stochastic(w / scales, 40, step)
-        lib.t_adamw_q8(
-            q.size,
-            _ptr(ffi, scale, "float"),
-            50,
-            40,
-            step,
-            0.01,
-            0.01,
-            _ptr(ffi, q, "int8_t"),
-            _ptr(ffi, g, "float"),
-            _ptr(ffi, m, "float"),
-            _ptr(ffi, v, "float"),
-        )
+        weights = (_ptr(ffi, scale, "float"), 50, 40, step, 0.01, 0.01, _ptr(ffi, q, "int8_t"))
+        lib.t_adamw_q8(q.size, *weights, *(_ptr(ffi, a, "float") for a in (g, m, v)))
         np.testing.assert_array_equal(q, want)
         np.testing.assert_array_equal(m, m_ref)
         np.testing.assert_array_equal(v, v_ref)
