@@ -218,13 +218,14 @@ class _Layers(torch.nn.Module):
         return self.fc(torch.relu(self.hidden(x.flatten(1))))
 
 
-def _pretrained(model: torch.nn.Module) -> torch.nn.Module:
-    """A few Adam steps in float, so that the layers' features tell the classes apart: fixed
-    activation scales calibrated on an untrained model saturate as soon as training moves it."""
+def _pretrained(model: torch.nn.Module, data=_data) -> torch.nn.Module:
+    """A few Adam steps in float on `data`'s task, so that the layers' features tell the classes
+    apart: fixed activation scales calibrated on an untrained model saturate as soon as training
+    moves it."""
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
     rng = np.random.default_rng(9)
     for _ in range(40):
-        x, y = _data(rng, 16)
+        x, y = data(rng, 16)
         optimizer.zero_grad()
         torch.nn.functional.cross_entropy(model(torch.from_numpy(x)), torch.from_numpy(y)).backward()
         optimizer.step()
