@@ -38,9 +38,12 @@ class _Storage:
             self.fixed[trainer.labels] = Arg("ptr", "labels")
         offset = 0
         self.integers: list[int] = []  # et_qparams: the trained weights stored as int8 (QAS)
-        self.elements: dict[str, int] = {}  # each trainable parameter's first element of all of them
+        # each trainable parameter's first element among all of theirs (et_state's layout)
+        self.elements: dict[str, int] = {}
+        self.trainable_elements = 0
         for name in trainer.trainable:
-            self.elements[name] = sum(g.values[p].size for p in self.elements)
+            self.elements[name] = self.trainable_elements
+            self.trainable_elements += g.values[name].size
             stored = trainer.integer_weights.get(name)
             if stored is not None:  # the functions read its integers, which are the parameter
                 self.fixed[name] = self.fixed[stored.values] = Arg("ptr", "et_qparams", len(self.integers))
@@ -49,7 +52,6 @@ class _Storage:
             self.fixed[name] = Arg("ptr", "et_params", offset)
             offset += g.values[name].size
         self.trainable_floats = offset
-        self.trainable_elements = sum(g.values[p].size for p in trainer.trainable)
         offset = 0
         for name in trainer.buffers:
             self.fixed[name] = Arg("ptr", "et_buffers", offset)

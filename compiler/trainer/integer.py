@@ -419,10 +419,11 @@ def integer_weights(
     the QuantizeLinear goes, and the functions read the stored values in place of what it made. The
     weight's gradient is then its straight-through chain's input, the gradient of the dequantized
     weight (the chain's mask would pass every element: stored values are on the grid, in range),
-    which the update (a "_q8" kernel, runtime_c/et_optim.h) applies as the float optimizer does to
+    which the update (a "_q8" kernel, runtime_c/et_qas.h) applies as the float optimizer does to
     scale * values and rounds back to the grid stochastically. The weight's float value becomes the
     dequantized integers, as the checkpoint and the API hold it."""
     producer = {out: node for nodes in functions for node in nodes for out in node.outputs}
+    read = [name for nodes in functions for node in nodes for name in node.inputs]
     stored: dict[str, IntegerWeight] = {}
     gone: set[int] = set()
     grads = dict(grads)
@@ -433,7 +434,7 @@ def integer_weights(
             continue
         q = next(n for n in readers if n.op == "QuantizeLinear")
         chain = _straight_through(producer, grads.get(weight))
-        if chain is None or not _symmetric_int8(graph, q):
+        if chain is None or read.count(chain[0].outputs[0]) != 1 or not _symmetric_int8(graph, q):
             continue
         scale = q.inputs[1]
         stored[weight] = IntegerWeight(q.outputs[0], scale, graph.values[weight].size // graph.values[scale].size, q)
