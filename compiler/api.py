@@ -329,6 +329,7 @@ class CheckpointState:
     def _bind(self, module: Module) -> None:
         offsets = {checkpoint.TRAINABLE: 0, checkpoint.BUFFER: 0, checkpoint.FROZEN: 0}
         integers = 0  # the trained weights stored as int8 have an array of their own
+        elements = 0  # of every trainable parameter: the gradients' layout
         params = self.parameters.values()
         # NULL where the library keeps the frozen parameters in flash (a build without
         # ET_FROZEN_WRITABLE): they are then read-only copies of the trainer's values.
@@ -354,16 +355,16 @@ class CheckpointState:
                     param._data = module._view(frozen, offset, shape)
                     # an int8 layer's weight, compiled in as integers: a new value would not reach it
                     param._data.flags.writeable = param.name not in module._compiled_weights
-            elif param.name in module._integer_weights:
-                param._integers = module._view(module._lib_call("integer_data"), integers, shape, np.int8)
-                scale = np.asarray(module._integer_weights[param.name], np.float32)
-                param._scale = scale.reshape((-1,) + (1,) * (len(shape) - 1)) if scale.size > 1 else scale[0]
-                param._grad = None  # (a fused update's: it keeps no gradients)
-                integers += param._data.size
-                continue
             elif kind == checkpoint.TRAINABLE:
-                param._data = module._view(module._lib_call("trainable_data"), offset, shape)
-                param._grad = None if grads == module._ffi.NULL else module._view(grads, offset, shape)
+                if param.name in module._integer_weights:
+                    param._integers = module._view(module._lib_call("integer_data"), integers, shape, np.int8)
+                    scale = np.asarray(module._integer_weights[param.name], np.float32)
+                    param._scale = scale.reshape((-1,) + (1,) * (len(shape) - 1)) if scale.size > 1 else scale[0]
+                    integers += param._data.size
+                else:
+                    param._data = module._view(module._lib_call("trainable_data"), offset, shape)
+                param._grad = None if grads == module._ffi.NULL else module._view(grads, elements, shape)
+                elements += param._data.size
                 if param._grad is not None:
                     # Before the first step the gradients read as zeros (ONNX Runtime's); the C
                     # resets them itself at that step (the load left et_grad_reset set), so this
@@ -371,7 +372,8 @@ class CheckpointState:
                     param._grad[...] = 0
             else:
                 param._data = module._view(module._lib_call("buffer_data"), offset, shape)
-            offsets[kind] += param._data.size
+            if param._integers is None:  # (the int8 weights' array is apart)
+                offsets[kind] += param._data.size
         self._module = module
 
 

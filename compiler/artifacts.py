@@ -75,6 +75,7 @@ def generate_artifacts(
     ram_budget=None,
     quantize=None,
     calibration_data=None,
+    qas=True,
     memory_plot=False,
     defer_free_dims=True,
 ) -> Path:
@@ -125,7 +126,12 @@ def generate_artifacts(
 
     quantize="int8": train quantization-aware, as a QDQ model (one that onnxruntime's quantize_static
     wrote) trains: int8 weights with a scale per output channel, int8 activations with a scale per
-    tensor taken from calibration_data, batches of the model's inputs (edgetrain.frontend.quantize)."""
+    tensor taken from calibration_data, batches of the model's inputs (edgetrain.frontend.quantize).
+    qas: the trained weights of a quantized model (or a QDQ one) that symmetric int8 QuantizeLinear
+    makes are stored as those integers, updated by quantization-aware scaling with stochastic
+    rounding (runtime_c/et_qas.h); qas=False, or federated learning (whose references and deltas are
+    floats), keeps float32 masters that every forward pass quantizes again. report.json's
+    int8_trained_weights says which, and what it costs."""
     _refuse_ort_only(ort_format, custom_op_library)
     if quantize is not None:
         if quantize != "int8":
@@ -156,6 +162,7 @@ def generate_artifacts(
         federated=federated,
         fused_update=fused_update,
         ram_budget=ram_budget,
+        qas=bool(qas),
         untie=untie,
         frozen_bn=frozen_bn,
         class_weights=None if class_weights is None else np.asarray(class_weights).tolist(),
@@ -250,6 +257,7 @@ class _Stages:
     federated: bool
     fused_update: bool
     ram_budget: int | None
+    qas: bool
     notes: list[str] = field(default_factory=list)  # what the import found, each said once
     probes: dict[int, Any] = field(default_factory=dict)  # id(ModelC) -> the trainer at another batch
 
@@ -282,6 +290,7 @@ class _Stages:
             federated=options["federated"],
             fused_update=bool(options["fused_update"]),
             ram_budget=options["ram_budget"],
+            qas=options.get("qas", True),
         )
 
     @property
@@ -303,15 +312,12 @@ class _Stages:
         options = dict(self.trainer_options)
         if self.update_policy is not None:
             options["requires_grad"] = policy_parameters(graph, self.update_policy)
-        # A fused update applies each gradient at once, so an int8 layer's trained weight needs no
-        # float copy between steps: it is stored as its integers (QAS), unless federated learning
-        # keeps float references and deltas of every trainable parameter.
-        integer_updates = policy.fused_update and not self.federated
         return build_trainer(
             graph,
             recompute=policy.recompute,
             keep_every=policy.keep_every,
-            integer_updates=integer_updates,
+            # federated learning keeps float references and deltas of every trainable parameter
+            integer_updates=self.qas and not self.federated,
             **options,
         )
 

@@ -138,6 +138,11 @@ def _add_build_options(compile_) -> None:
         help="calibration batches for --quantize: arrays by input name, the first axis indexing batches",
     )
     compile_.add_argument(
+        "--float-masters",
+        action="store_true",
+        help="train a quantized model's int8 weights as float32 masters rather than as their integers (QAS)",
+    )
+    compile_.add_argument(
         "--nominal-checkpoint",
         action="store_true",
         help="also write nominal_checkpoint: the parameter table without values",
@@ -266,6 +271,7 @@ def _run(args) -> None:
             ram_budget=args.ram_budget,
             quantize=args.quantize,
             calibration_data=_calibration(args.calibration),
+            qas=not args.float_masters,
             memory_plot=plot,
             defer_free_dims=False,
         )  # the command line's job is the C

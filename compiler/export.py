@@ -64,9 +64,10 @@ def merge_parameter_blob(model, blob, graph_output_names=None) -> onnx.ModelProt
 
 
 def _quantize_weights(model: onnx.ModelProto) -> None:
-    """A quantized model's weights train as float master copies that QuantizeLinear quantizes
-    (frontend.imports.quantized_parameters): the inference model holds the quantized integers
-    instead, read by DequantizeLinear as the model they came from was."""
+    """A quantized model's weights are float values that QuantizeLinear quantizes in the ONNX models
+    (frontend.imports.quantized_parameters; the trainer's master copies, or the values of the
+    integers it stores): the inference model holds the quantized integers instead, read by
+    DequantizeLinear as the model they came from was."""
     graph = model.graph
     inits = {i.name: i for i in graph.initializer}
     inputs = set()

@@ -104,7 +104,7 @@ class ModelC:
     narrow_consts: tuple[int, ...]  # int8 constants (an int8 layer's weights)
     state_slots: int
     step_values: tuple[Local, ...]  # the optimizer's scalars, computed once per step before its updates
-    optimizer_update: Stmt  # optimizer_step's one update of every trainable parameter
+    optimizer_update: tuple[Stmt, ...]  # optimizer_step's updates of every trainable parameter
     learning_rate: float
     max_grad_norm: float | None
     fingerprint: int
@@ -272,7 +272,7 @@ def emit(program: Program, memory: MemoryPlan) -> ModelC | InferenceC:
         memory=memory,
         batch_consts=program.batch_consts,
     )
-    if program.train is None or program.eval is None or program.optimizer_update is None or program.loss is None:
+    if program.train is None or program.eval is None or not program.optimizer_update or program.loss is None:
         return InferenceC(**common)
     train, train_at = _emit_function(program, program.train, memory.functions["train"])
     evaluate, eval_at = _emit_function(program, program.eval, memory.functions["eval"])
@@ -300,7 +300,7 @@ def emit(program: Program, memory: MemoryPlan) -> ModelC | InferenceC:
         param_init=program.param_init or Floats([]),
         state_slots=program.state_slots,
         step_values=tuple(Local(v.type, v.name, v.fn, tuple(map(_plain_arg, v.args))) for v in program.step_values),
-        optimizer_update=_stmt(program.optimizer_update, "every trainable parameter"),
+        optimizer_update=tuple(_stmt(call, "every trainable parameter") for call in program.optimizer_update),
         learning_rate=program.learning_rate,
         max_grad_norm=program.max_grad_norm,
         fingerprint=program.fingerprint,

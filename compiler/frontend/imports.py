@@ -211,7 +211,11 @@ def quantized_parameters(proto: onnx.ModelProto) -> None:
             graph.node.insert(list(graph.node).index(dq), quantize)
         masters += 1
     if masters:
-        note(f"{masters} quantized weight(s) and bias(es) train as float master copies, quantization-aware")
+        note(
+            f"{masters} quantized weight(s) and bias(es) train quantization-aware: int8 weights as their "
+            "integers (QAS) where symmetric, the others as float master copies (report.json's "
+            "int8_trained_weights says which)"
+        )
 
 
 _QUANTIZED_WEIGHTS = (onnx.TensorProto.INT8, onnx.TensorProto.UINT8, onnx.TensorProto.INT16, onnx.TensorProto.UINT16)

@@ -14,7 +14,7 @@ from ..trainer.integer import stored_integers, weight_gradient_blocks
 from ..checkpoint import HEADER, table_bytes
 from ..errors import EdgetrainError
 from ..ir import PER_WORD, Graph, Node, int32_in_c
-from ..ops import Call, Counter, KernelCtx, OpDef, Tensor, Update, Var, lookup
+from ..ops import Call, KernelCtx, OpDef, Tensor, Update, Var, lookup
 from .program import Affine, Arg, Floats, GradRef, LoweredFunction, NodeInfo, ParamInfo, Program, StateRef, TensorType
 
 
@@ -193,19 +193,16 @@ def _fused_updates(
     def update(
         param: str, operand: tuple[object, ...], grad: tuple[object, ...], first: int = 0, suffix: str = ""
     ) -> Call:
-        """The update of `param` from its element `first` on; an int8 weight's (QAS) takes its scale
-        from that element's channel, and the step count and element indices its rounding draws from."""
+        """The update of `param` from its element `first` on."""
         at = storage.elements[param] + first
-        state = tuple(Arg("ptr", "et_state", slot * storage.trainable_elements + at) for slot in range(slots))
         stored = trainer.integer_weights.get(param)
         if stored is None:
-            return opt.binding.update(Update(operand, grad, Tensor(param, first), state, lr, suffix), opt.attrs())
-        scale = Tensor(stored.scale, first // stored.inner if g.values[stored.scale].size > 1 else 0)
-        operand = (*operand, scale, stored.inner, at, Counter())
-        weights = Tensor(stored.values, first)
-        return opt.binding.update(Update(operand, grad, weights, state, lr, suffix + "_q8"), opt.attrs())
+            update = Update(operand, grad, Tensor(param, first), _state(trainer, storage, at), lr, suffix)
+            return opt.binding.update(update, opt.attrs())
+        channel = first // stored.inner if g.values[stored.scale].size > 1 else 0
+        weights, scale = Tensor(stored.values, first), Tensor(stored.scale, channel)
+        return _integer_update(trainer, storage, param, operand, grad, first, weights, scale)
 
-    slots = len(opt.state_slots)
     for param, param_blocks in blocks.items():
         for part, first in param_blocks:
             size = g.values[part].size
@@ -235,15 +232,63 @@ def _fused_updates(
     return after
 
 
-def _whole_update(trainer: Trainer, trainable_elements: int) -> Call:
-    """optimizer_step's update: every trainable parameter at once, from the accumulated gradients
-    (only without a fused update, so no int8 weight is stored as integers)."""
+def _state(trainer: Trainer, storage: _Storage, at: int) -> tuple[Arg, ...]:
+    """The optimizer state of the trainable elements from element `at` on, one per slot."""
+    slots = range(len(trainer.optimizer.state_slots))
+    return tuple(Arg("ptr", "et_state", slot * storage.trainable_elements + at) for slot in slots)
+
+
+def _integer_update(
+    trainer: Trainer,
+    storage: _Storage,
+    param: str,
+    operand: tuple[object, ...],
+    grad: tuple[object, ...],
+    first: int,
+    weights: object,
+    scale: object,
+) -> Call:
+    """The "_q8" update (runtime_c/et_qas.h) of int8 weight `param` stored as integers, from its
+    element `first` on (`weights` and `scale` from there, as the caller's arguments): its rounding
+    draws from the step count and each element's index among every trainable element, so a fused
+    update and optimizer_step round alike."""
+    opt, stored = trainer.optimizer, trainer.integer_weights[param]
+    at = storage.elements[param] + first
+    operand = (*operand, scale, stored.inner, at, Var("et_step"))
+    update = Update(operand, grad, weights, _state(trainer, storage, at), Var("et_lr"), "_q8")
+    return opt.binding.update(update, opt.attrs())
+
+
+def _whole_update(trainer: Trainer, storage: _Storage) -> tuple[Call, ...]:
+    """optimizer_step's updates from the accumulated gradients: every float trainable parameter at
+    once, or where int8 weights are stored as integers, each run of float ones, and each of those."""
     opt = trainer.optimizer
-    state = tuple(Arg("ptr", "et_state", slot * trainable_elements) for slot in range(len(opt.state_slots)))
-    return opt.binding.update(
-        Update((Var("ET_TRAINABLE"),), (Arg("ptr", "et_grads"),), Arg("ptr", "et_params"), state, Var("et_lr")),
-        opt.attrs(),
-    )
+    if not trainer.integer_weights:
+        update = Update(
+            (Var("ET_TRAINABLE"),),
+            (Arg("ptr", "et_grads"),),
+            Arg("ptr", "et_params"),
+            _state(trainer, storage, 0),
+            Var("et_lr"),
+        )
+        return (opt.binding.update(update, opt.attrs()),)
+    calls: list[Call] = []
+    run: list[str] = []  # consecutive float parameters, which lie in et_params in the same order
+    for param in [*trainer.trainable, None]:
+        if param is not None and param not in trainer.integer_weights:
+            run.append(param)
+            continue
+        if run:
+            at, size = storage.elements[run[0]], sum(trainer.graph.values[p].size for p in run)
+            grads = (Arg("ptr", "et_grads", at),)
+            update = Update((size,), grads, storage.fixed[run[0]], _state(trainer, storage, at), Var("et_lr"))
+            calls.append(opt.binding.update(update, opt.attrs()))
+            run = []
+        if param is not None:
+            size, grads = trainer.graph.values[param].size, (Arg("ptr", "et_grads", storage.elements[param]),)
+            scale = storage.locate(trainer.integer_weights[param].scale)
+            calls.append(_integer_update(trainer, storage, param, (size,), grads, 0, storage.fixed[param], scale))
+    return tuple(calls)
 
 
 def _outer_products(trainer: Trainer) -> dict[str, Node]:
@@ -282,7 +327,7 @@ def _tensor_type(g: Graph, name: str) -> TensorType:
 def _grads(trainer: Trainer, storage: _Storage, outer: dict[str, Node], fused_update: bool) -> tuple[GradRef, ...]:
     g, grads = trainer.graph, []
     for name in [] if fused_update else trainer.trainable:  # a fused update keeps no gradients
-        grad, offset, size = trainer.grads[name], offset_of(storage.fixed[name]), g.values[name].size
+        grad, offset, size = trainer.grads[name], storage.elements[name], g.values[name].size
         if grad in outer:
             a, b = outer[grad].inputs
             grads.append(GradRef(None, offset, size, (a, b), g.values[a].size))
@@ -329,6 +374,9 @@ def lower(
     evaluate = _function(trainer, storage, trainer.eval_nodes, [trainer.loss] + extra)
     infer = _function(trainer, storage, trainer.infer_nodes, list(g.outputs))
     entries = trainer.checkpoint_entries
+    # before the constants are taken: an int8 weight's scale may be first read here
+    params = tuple(_param_info(trainer, storage, name, kind) for name, kind in entries)
+    optimizer_update = _whole_update(trainer, storage)
     opt = trainer.optimizer
     labels = g.values[trainer.labels] if trainer.labels else None
     return Program(
@@ -354,11 +402,11 @@ def lower(
             for buffer, value in trainer.state_updates.items()
             if not fused_update
         ),
-        params=tuple(_param_info(trainer, storage, name, kind) for name, kind in entries),
+        params=params,
         param_init=Floats(g.params[n] for n in trainer.trainable if n not in trainer.integer_weights),
         state_slots=len(opt.state_slots),
         step_values=tuple(opt.binding.step_values(opt.attrs())),
-        optimizer_update=_whole_update(trainer, storage.trainable_elements),
+        optimizer_update=optimizer_update,
         learning_rate=opt.lr,
         max_grad_norm=opt.max_grad_norm,
         fingerprint=trainer.fingerprint(),

@@ -157,7 +157,7 @@ class Program:
     param_init: Floats | None = None
     state_slots: int = 0
     step_values: tuple[StepValue, ...] = ()  # the optimizer's scalars, computed once per step
-    optimizer_update: Call | None = None  # optimizer_step's update of every trainable parameter
+    optimizer_update: tuple[Call, ...] = ()  # optimizer_step's updates of every trainable parameter
     learning_rate: float = 0.0
     max_grad_norm: float | None = None
     fingerprint: int = 0

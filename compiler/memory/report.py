@@ -68,12 +68,11 @@ def _by_type(memory, train_step: dict) -> dict:
 
 def _int8_trained_weights(trainer) -> dict:
     """{"int8_trained_weights": ...} where the trainer trains weights that the model quantizes to
-    integers, else nothing: how they are updated and what they cost. A fused update stores them as
-    their integers and updates them by quantization-aware scaling with stochastic rounding ("QAS"),
-    which reached the float32 trainer's accuracy in examples/personalization/quantized.py, where
-    rounding to the nearest integer ended 3.0 to 5.3 points below it; an accumulating update (its
-    gradients outlive the step) and federated learning (float references and deltas) keep float32
-    masters, which the forward pass quantizes again at each step."""
+    integers, else nothing: how they are updated and what they cost. They are stored as their
+    integers and updated by quantization-aware scaling with stochastic rounding ("QAS"), which
+    reached the float32 trainer's accuracy in examples/personalization/quantized.py, where rounding
+    to the nearest integer ended 3.0 to 5.3 points below it; with qas=False or federated learning
+    (float references and deltas), as float32 masters that the forward pass quantizes again."""
     quantized = {n.inputs[0] for n in trainer.train_nodes if n.op in ("QuantizeLinear", "QuantizeLinearMask")}
     weights = {p: trainer.graph.values[p].size for p in trainer.trainable if p in quantized}
     weights |= {p: trainer.graph.values[p].size for p in trainer.integer_weights}

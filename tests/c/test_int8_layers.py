@@ -235,10 +235,9 @@ def _pretrained(model: torch.nn.Module, data=_data) -> torch.nn.Module:
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory):
     """(float32 artifacts, int8 artifacts, int8 artifacts with nothing fused, int8 artifacts with a
-    fused update, whose trained int8 weights keep float32 masters rather than train as integers
-    (tests/c/test_int8_qas.py has those)) of _Layers, batch 4: every bias and the last four layers
-    trained, so that the first two convolutions read frozen int8 weights and the others trained ones
-    (the pointwise one's input gradient from its int8 weights)."""
+    fused update, int8 artifacts whose trained weights keep float32 masters) of _Layers, batch 4:
+    every bias and the last four layers trained, so that the first two convolutions read frozen int8
+    weights and the others trained ones (the pointwise one's input gradient from its int8 weights)."""
     directory = tmp_path_factory.mktemp("int8_layers")
     torch.manual_seed(0)
     model = _pretrained(_Layers())
@@ -261,11 +260,16 @@ def compiled(tmp_path_factory):
     out = {}
     monkeypatch = pytest.MonkeyPatch()
     fused = {**int8, "fused_update": True}
-    for kind, extra in (("float32", {}), ("int8", int8), ("int8, fused update", fused), ("int8, float layers", int8)):
+    kinds = (
+        ("float32", {}),
+        ("int8", int8),
+        ("int8, fused update", fused),
+        ("int8, float32 masters", {**int8, "qas": False}),
+        ("int8, float layers", int8),
+    )
+    for kind, extra in kinds:
         if kind == "int8, float layers":  # the same QDQ model with nothing fused
             monkeypatch.setattr(assemble, "fuse_int8_layers", lambda graph, nodes, *_: nodes)
-        if kind == "int8, fused update":  # float32 masters, as the accumulating build keeps them
-            monkeypatch.setattr(assemble, "integer_weights", lambda graph, trainable, grads, nodes: (nodes, grads, {}))
         out[kind] = artifacts.generate_artifacts(
             str(directory / "model.onnx"), artifact_directory=directory / kind.replace(", ", "-"), **options, **extra
         )
@@ -324,7 +328,7 @@ def test_trains_as_the_float_layers_train(compiled, figure):
     same QDQ model computed with float layers (where only the rounding of the sums differs)."""
     losses = {}
     for kind, out in compiled.items():
-        if kind == "int8, fused update":
+        if kind in ("int8, fused update", "int8, float32 masters"):
             continue  # the int8 build's numbers (test_fused_update_by_blocks_gives_the_same_weights)
         module = _module(out)
         optimizer = api.Optimizer(str(out / "optimizer_model.onnx"), module)
@@ -417,23 +421,28 @@ def test_frozen_int8_weights_cannot_change(compiled, tmp_path):
 
 
 def test_report_says_how_trained_int8_weights_train(compiled):
-    """report.json names the trained weights the model quantizes, and what their float32 masters
-    cost beside their integers; a float32 build has no such entry."""
-    report = json.loads((compiled["int8"] / "report.json").read_text())
+    """report.json names the trained weights the model quantizes, how they train (as integers by
+    QAS, or as float32 masters with qas=False) and what that costs; a float32 build has no entry."""
     state = api.CheckpointState.load_checkpoint(str(compiled["int8"] / "checkpoint"))
-    trained = [n for n in report["import"]["trainable"] if state.parameters[n].data.ndim > 1]  # not the biases
-    entry = report["int8_trained_weights"]
-    assert entry["update"] == "float32 master"
-    assert entry["weights"] == {n: state.parameters[n].data.size for n in trained}
-    assert entry["master_bytes"] == 4 * entry["as_integers_bytes"] == 4 * sum(entry["weights"].values())
-    assert report["ram_breakdown"]["parameters"] >= entry["master_bytes"]
+    for kind, update, per_element in (
+        ("int8", "QAS, stochastic rounding", 1),
+        ("int8, float32 masters", "float32 master", 4),
+    ):
+        report = json.loads((compiled[kind] / "report.json").read_text())
+        trained = [n for n in report["import"]["trainable"] if state.parameters[n].data.ndim > 1]  # not the biases
+        entry = report["int8_trained_weights"]
+        assert entry["update"] == update, kind
+        assert entry["weights"] == {n: state.parameters[n].data.size for n in trained}
+        assert entry["master_bytes"] == 4 * entry["as_integers_bytes"] == 4 * sum(entry["weights"].values())
+        assert entry["bytes"] == per_element * entry["as_integers_bytes"]
+        assert report["ram_breakdown"]["parameters"] >= entry["bytes"]
     assert "int8_trained_weights" not in json.loads((compiled["float32"] / "report.json").read_text())
 
 
 def test_report_counts_int8_and_float_bytes_per_category(compiled):
     """bytes_by_type: the frozen weights a byte each in flash (every element of the checkpoint's
     frozen weights), the arena's live bytes at train_step's peak by type (the kinds' split summed),
-    the other RAM categories in float."""
+    the other RAM categories in float, but the trained int8 weights' integers."""
     report = json.loads((compiled["int8"] / "report.json").read_text())
     state = api.CheckpointState.load_checkpoint(str(compiled["int8"] / "checkpoint"))
     frozen = [p for name, p in state.parameters.items() if not p.requires_grad and name.endswith("weight")]
@@ -441,9 +450,11 @@ def test_report_counts_int8_and_float_bytes_per_category(compiled):
     assert by_type["flash_constants"]["int8_t"] == sum(p.data.size for p in frozen) > 0
     assert sum(by_type["flash_constants"].values()) == report["flash_constants_bytes"]
     peak = report["functions"]["train_step"]
-    assert by_type["arena_at_peak"]["int8_t"] > 0
     assert sum(by_type["arena_at_peak"].values()) == sum(peak["peak_bytes_by_kind"].values())
-    assert by_type["parameters"] == {"float": report["ram_breakdown"]["parameters"]}
+    masters = json.loads((compiled["int8, float32 masters"] / "report.json").read_text())
+    assert masters["bytes_by_type"]["arena_at_peak"]["int8_t"] > 0  # the int8 copies the masters make
+    integers = report["int8_trained_weights"]["bytes"]
+    assert by_type["parameters"] == {"float": report["ram_breakdown"]["parameters"] - integers, "int8_t": integers}
     float32 = json.loads((compiled["float32"] / "report.json").read_text())
     assert "int8_t" not in float32["bytes_by_type"]["arena_at_peak"]
 

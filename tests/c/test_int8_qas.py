@@ -211,21 +211,16 @@ def builds(tmp_path_factory):
     for kind in ("QAS", "QAS, whole dY", "masters"):
         if kind == "QAS, whole dY":
             monkeypatch.setattr(integer, "_pooled", lambda *_: None)
-        if kind == "masters":
-            monkeypatch.setattr(artifacts, "build_trainer", _with_masters(artifacts.build_trainer))
         out[kind] = artifacts.generate_artifacts(
             str(directory / "model.onnx"),
             artifact_directory=directory / kind.replace(", ", "-"),
             quantize="int8",
             calibration_data=calibration,
+            qas=kind != "masters",
             **options,
         )
     monkeypatch.undo()
     return out
-
-
-def _with_masters(build_trainer):
-    return lambda *args, **kwargs: build_trainer(*args, **{**kwargs, "integer_updates": False})
 
 
 def _module(out):

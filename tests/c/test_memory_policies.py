@@ -76,11 +76,6 @@ def test_fused_update_matches_accumulate(case, kws_small, tmp_path, monkeypatch)
     initial = reference.get_contiguous_parameters()
     want = train(reference, batches, lr_schedule=True)
     force_plan(monkeypatch, plan)
-    if "quantize" in options:  # float32 masters, as the accumulating build keeps (QAS rounds: test_int8_qas.py)
-        build_trainer = artifacts.build_trainer
-        monkeypatch.setattr(
-            artifacts, "build_trainer", lambda *a, **k: build_trainer(*a, **{**k, "integer_updates": False})
-        )
     fused, state = compile_module(kws_small, tmp_path / "fused", update_policy=policy, fused_update=True, **options)
     got = train(fused, batches, lr_schedule=True)
     assert np.abs(got - want).max() <= 1e-6 * np.abs(want).max(), case

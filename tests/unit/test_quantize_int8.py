@@ -99,7 +99,7 @@ def test_command_line_quantizes_with_calibration_batches(tmp_path, capsys):
     assert main([*argv, "--calibration", str(tmp_path / "calibration.npz")]) == 0
     written = onnx.load(tmp_path / "out" / "eval_model.onnx")
     assert {n.op_type for n in written.graph.node} >= {"QuantizeLinear", "DequantizeLinear"}
-    assert "train as float master copies" not in capsys.readouterr().err  # float weights: no integers to copy
+    assert "train quantization-aware" not in capsys.readouterr().err  # float weights: no integers to copy
     with pytest.raises(SystemExit) as refused:
         main(argv)
     assert refused.value.code == 2
