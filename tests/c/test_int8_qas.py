@@ -326,3 +326,26 @@ def test_integer_weights_through_checkpoint_and_api(builds, tmp_path):
     with pytest.raises(ValueError, match="not finite"):
         again.copy_buffer_to_parameters(broken, trainable_only=True)
     np.testing.assert_array_equal(again.get_contiguous_parameters(trainable_only=True).numpy(), every)
+
+
+def test_a_resumed_run_rounds_as_the_whole_run(builds, tmp_path):
+    """The rounding draws from the step count, which a checkpoint with optimizer state keeps: a run
+    stopped after 6 AdamW steps and resumed from its checkpoint ends on the weights of the run that
+    never stopped, bit for bit."""
+    batches = [_data(np.random.default_rng(11 + i), 2) for i in range(12)]
+    whole = _module(builds["QAS"])
+    whole.train()
+    for i, batch in enumerate(batches):
+        whole(*batch)
+        if i == 5:
+            api.CheckpointState.save_checkpoint(whole.state, str(tmp_path / "checkpoint"), include_optimizer_state=True)
+    resumed = api.Module(
+        str(builds["QAS"] / "training_model.onnx"),
+        api.CheckpointState.load_checkpoint(str(tmp_path / "checkpoint")),
+        str(builds["QAS"] / "eval_model.onnx"),
+    )
+    resumed.train()
+    for batch in batches[6:]:
+        resumed(*batch)
+    got, want = (m.get_contiguous_parameters().numpy() for m in (resumed, whole))
+    np.testing.assert_array_equal(got, want)
