@@ -79,12 +79,15 @@ def _int8_trained_weights(trainer) -> dict:
     if not weights:
         return {}
     total = sum(weights.values())
-    stored = bool(trainer.integer_weights)
+    stored = [p for p in weights if p in trainer.integer_weights]
+    update = "QAS, stochastic rounding" if stored else "float32 master"
+    if stored and len(stored) < len(weights):  # the others are not symmetric int8
+        update = f"QAS, stochastic rounding ({', '.join(stored)}); float32 master (the others)"
     return {
         "int8_trained_weights": {
-            "update": "QAS, stochastic rounding" if stored else "float32 master",
+            "update": update,
             "weights": weights,
-            "bytes": total if stored else total * F32,
+            "bytes": sum(size if p in stored else size * F32 for p, size in weights.items()),
             "master_bytes": total * F32,
             "as_integers_bytes": total,
         }
