@@ -415,7 +415,8 @@ def integer_weights(
     graph: Graph, trainable: list[str], grads: dict[str, str | None], functions: list[list[Node]]
 ) -> tuple[list[list[Node]], dict[str, str | None], dict[str, IntegerWeight]]:
     """The functions and gradients with each trained weight that every function reads only through
-    one symmetric int8 QuantizeLinear (a quantized model's trained weight) stored as those integers:
+    one symmetric int8 QuantizeLinear (a quantized model's trained weight), and whose values all
+    quantize inside the range (_inside), stored as those integers:
     the QuantizeLinear goes, and the functions read the stored values in place of what it made. The
     weight's gradient is then its straight-through chain's input, the gradient of the dequantized
     weight (the chain's mask would pass every element: stored values are on the grid, in range),
@@ -435,6 +436,8 @@ def integer_weights(
         q = next(n for n in readers if n.op == "QuantizeLinear")
         chain = _straight_through(producer, grads.get(weight))
         if chain is None or read.count(chain[0].outputs[0]) != 1 or not _symmetric_int8(graph, q):
+            continue
+        if not _inside(graph, weight, q):
             continue
         scale = q.inputs[1]
         stored[weight] = IntegerWeight(q.outputs[0], scale, graph.values[weight].size // graph.values[scale].size, q)
@@ -464,6 +467,20 @@ def _straight_through(producer: dict[str, Node], grad: str | None) -> tuple[Node
         return None
     first = producer.get(last.inputs[0])
     return (first, last) if first is not None and first.op == "DequantizeLinearGrad" else None
+
+
+def _inside(graph: Graph, weight: str, q: Node) -> bool:
+    """Whether every value of `weight` quantizes inside int8's range, as QuantizeLinear rounds it and
+    as its gradient's mask tests it (QuantizeLinearMask): then its integers give the same forward
+    pass and the same gradient, and storing them loses nothing. A weight with values past the range
+    (a PyTorch QAT export's largest of each channel, at 127.5 steps) keeps its float32 master, whose
+    gradient stops there."""
+    values = graph.params[weight].astype(np.float32)
+    scale = graph.constants[q.inputs[1]].astype(np.float32)
+    if scale.size > 1:
+        scale = scale.reshape((-1,) + (1,) * (values.ndim - 1))
+    steps = (values / scale, values * (np.float32(1) / scale))
+    return all(np.all((np.rint(v) >= -128) & (np.rint(v) <= 127)) for v in steps)
 
 
 def _symmetric_int8(graph: Graph, q: Node) -> bool:
