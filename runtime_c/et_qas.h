@@ -14,14 +14,14 @@
 
 /* Quantization-aware scaling (QAS), as the Tiny Training Engine trains int8
  * weights: a trained weight is stored as its int8 values Q alone, its float
- * value being scale[j / inner] * Q[j].  The "_q8" updates run the float
- * update above on those values, ET_QAS_CHUNK at a time on the stack, and
+ * value being scale[j / inner] * Q[j].  The "_q8" updates run et_optim.h's
+ * float update on those values, ET_QAS_CHUNK at a time on the stack, and
  * store each result back on the grid rounded stochastically: up with the
  * probability of its distance above the grid point below, so the update is
  * unbiased and steps smaller than a grid step are not lost on average.
  * Element j's draw is et_random.h's bits of (ET_QAS_SEED, counter, at + j),
- * at being its index among every trainable element and counter the step's,
- * so every target rounds alike.  The result saturates to [-128, 127]. */
+ * at being its index among every trainable element and counter the
+ * optimizer's step count, so every target and a resumed run round alike.  The result saturates to [-128, 127]. */
 #define ET_QAS_CHUNK 32
 #define ET_QAS_SEED 0x51A5u
 
