@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..trainer import Trainer
-from ..trainer.integer import stored_integers, weight_gradient_blocks
+from ..trainer.integer import weight_gradient_blocks
 from ..checkpoint import HEADER, table_bytes
 from ..errors import EdgetrainError
 from ..ir import PER_WORD, Graph, Node, int32_in_c
@@ -47,7 +47,7 @@ class _Storage:
             stored = trainer.integer_weights.get(name)
             if stored is not None:  # the functions read its integers, which are the parameter
                 self.fixed[name] = self.fixed[stored.values] = Arg("ptr", "et_qparams", len(self.integers))
-                self.integers += stored_integers(g, name, stored).tolist()
+                self.integers += stored.integers.tolist()
                 continue
             self.fixed[name] = Arg("ptr", "et_params", offset)
             offset += g.values[name].size

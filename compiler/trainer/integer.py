@@ -409,6 +409,7 @@ class IntegerWeight:
     scale: str
     inner: int
     quantizer: Node  # the QuantizeLinear the functions no longer run (the training model keeps it)
+    integers: np.ndarray  # the initial int8 values, flat: what QuantizeLinear made of the weight
 
 
 def integer_weights(
@@ -440,19 +441,14 @@ def integer_weights(
         if not _inside(graph, weight, q):
             continue
         scale = q.inputs[1]
-        stored[weight] = IntegerWeight(q.outputs[0], scale, graph.values[weight].size // graph.values[scale].size, q)
-        scales = np.repeat(graph.constants[scale].ravel().astype(np.float32), stored[weight].inner)
-        values = scales * _quantized(graph, q).ravel().astype(np.float32)
-        graph.params[weight] = values.reshape(graph.params[weight].shape)
+        inner = graph.values[weight].size // graph.values[scale].size
+        integers = _quantized(graph, q).ravel().astype(np.int8)
+        stored[weight] = IntegerWeight(q.outputs[0], scale, inner, q, integers)
+        scales = np.repeat(graph.constants[scale].ravel().astype(np.float32), inner)
+        graph.params[weight] = (scales * integers.astype(np.float32)).reshape(graph.params[weight].shape)
         grads[weight] = chain[0].inputs[0]
         gone.update(id(n) for n in (*readers, *chain))
     return [[n for n in nodes if id(n) not in gone] for nodes in functions], grads, stored
-
-
-def stored_integers(graph: Graph, weight: str, stored: IntegerWeight) -> np.ndarray:
-    """The int8 values of a stored weight, whose float value is on their grid (integer_weights)."""
-    scale = np.repeat(graph.constants[stored.scale].ravel(), stored.inner)
-    return np.rint(graph.params[weight].ravel() / scale).astype(np.int8)
 
 
 def _quantization(q: Node) -> tuple:
