@@ -19,14 +19,18 @@ ORT_PYTHON = BENCH / ".venv-ort" / "bin" / "python"
 LEARNING_RATE = 1e-3
 
 sys.path.insert(0, str(BENCH))
-from models import MODELS, export, torch_model  # noqa: E402
-from workers import cache_dir  # noqa: E402
+from models import MODELS, TAGGERS, VOCABULARY, export, torch_model  # noqa: E402
+from workers import c_type, cache_dir  # noqa: E402
+
+
+GATES = {"GRU": 3, "LSTM": 4}
 
 
 def step_flops(graph: onnx.ModelProto) -> int:
-    """FLOPs of a training step's Conv, Gemm and MatMul nodes (static shapes): 2 per multiply-accumulate,
-    for the forward product, the weight gradient and the input gradient, which a node reading the
-    graph's input does not need."""
+    """FLOPs of a training step's Conv, Gemm, MatMul, GRU and LSTM nodes (static shapes): 2 per
+    multiply-accumulate, for the forward product, the weight gradient and the input gradient, which a
+    node reading the graph's input does not need. A recurrent node's products are its gates' over
+    the input and the hidden state, at every position and in every direction."""
     graph = onnx.shape_inference.infer_shapes(graph).graph
     shapes = {
         v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
@@ -44,6 +48,8 @@ def step_flops(graph: onnx.ModelProto) -> int:
             macs = out * shapes[node.input[0]][0 if trans_a else 1]
         elif node.op_type == "MatMul":
             macs = out * shapes[node.input[0]][-1]
+        elif node.op_type in GATES:  # Y: (positions, directions, batch, hidden); X: (.., .., input)
+            macs = out * GATES[node.op_type] * (shapes[node.input[0]][-1] + shapes[node.output[0]][-1])
         else:
             continue
         flops += 2 * macs * (2 if node.input[0] in data_inputs else 3)
@@ -72,12 +78,16 @@ class Case:
         onnx.save(graph, d / "model.onnx")
         _, sample, classes = MODELS[self.name]
         rng = np.random.default_rng(0)
-        x = rng.standard_normal((self.batch, *sample), dtype=np.float32)
-        y = rng.integers(0, classes, self.batch) if classes else x  # no classes: reconstruct the input
+        if self.name in TAGGERS:  # token ids in, a label per position
+            x = rng.integers(0, VOCABULARY, (self.batch, *sample))
+            y = rng.integers(0, classes, x.size)
+        else:
+            x = rng.standard_normal((self.batch, *sample), dtype=np.float32)
+            y = rng.integers(0, classes, self.batch) if classes else x  # no classes: reconstruct the input
         np.save(d / "x.npy", x)
         np.save(d / "y.npy", y)
-        x.tofile(d / "x.bin")  # the C driver's copies: its label type is int32 or float
-        y.astype(np.int32 if classes else np.float32).tofile(d / "y.bin")
+        for name, values in (("x", x), ("y", y)):  # the C driver's copies: int32 for integers, else float
+            values.astype(np.int32 if values.dtype.kind == "i" else np.float32).tofile(d / f"{name}.bin")
         (d / "spec.json").write_text(
             json.dumps(
                 {
@@ -107,7 +117,7 @@ class Case:
 
     def build_driver(self, system: str) -> None:
         library = self.library(system)
-        label = "int32_t" if np.issubdtype(np.load(self.directory / "y.npy").dtype, np.integer) else "float"
+        x_type, label = (c_type(np.load(self.directory / name)) for name in ("x.npy", "y.npy"))
         x_size, y_size = ((self.directory / name).stat().st_size // 4 for name in ("x.bin", "y.bin"))
         cc = os.environ.get("CC", "cc")
         subprocess.run(
@@ -119,8 +129,9 @@ class Case:
                 "-Wextra",
                 "-Werror",
                 "-pedantic",
+                f"-DET_INPUT={x_type}",
                 f"-DET_LABEL={label}",
-                f"-DET_X_FLOATS={x_size}",
+                f"-DET_X_COUNT={x_size}",
                 f"-DET_Y_COUNT={y_size}",
                 f"-I{self.ours(system)}",
                 "-o",

@@ -1,5 +1,5 @@
 /* The generated trainer timed from C, with no Python in the loop: `driver X.bin Y.bin BUDGET`
- * trains on one batch (raw float32 inputs, labels of ET_LABEL: int32_t or float) and prints the
+ * trains on one batch (inputs of ET_INPUT, labels of ET_LABEL: each int32_t or float) and prints the
  * median step time, the steps timed, the peak RSS and the first steps' losses as one JSON line,
  * like workers.py. It links the very shared library the Python API loads, so the two differ only
  * by the Python around it. */
@@ -34,7 +34,7 @@ static void *read_file(const char *path, size_t size)
     return data;
 }
 
-static const float *x;
+static const ET_INPUT *x;
 static const ET_LABEL *y;
 
 static float step(void)
@@ -75,7 +75,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: %s X.bin Y.bin BUDGET_SECONDS\n", argv[0]);
         return 2;
     }
-    x = read_file(argv[1], ET_X_FLOATS * sizeof *x);
+    x = read_file(argv[1], ET_X_COUNT * sizeof *x);
     y = read_file(argv[2], ET_Y_COUNT * sizeof *y);
     budget_ns = (long long)(atof(argv[3]) * 1e9);
     if (model_init() != ET_OK) return 1;

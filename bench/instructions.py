@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from edgetrain import targets
+from workers import c_type
 
 BENCH = Path(__file__).resolve().parent
 TARGET = "cortex-m4"
@@ -39,9 +40,11 @@ TIMER = "#define BENCH_TIMER0 0x40000000u\n#define INSTRUCTIONS_PER_TICK 40u\n" 
 RUN_TIMEOUT = 1800  # seconds: counting slows QEMU down, and VWW runs hundreds of millions of instructions
 
 
-def c_array(values: np.ndarray, c_type: str, name: str) -> str:
-    text = ", ".join(f"{float(v)!r}f" if c_type == "float" else str(int(v)) for v in values.ravel())
-    return f"static const {c_type} {name}[{values.size}] = {{{text}}};\n"
+def c_array(values: np.ndarray, name: str) -> str:
+    """`values` as a C array of the type the trainer takes them in."""
+    kind = c_type(values)
+    text = ", ".join(f"{float(v)!r}f" if kind == "float" else str(int(v)) for v in values.ravel())
+    return f"static const {kind} {name}[{values.size}] = {{{text}}};\n"
 
 
 def firmware(data: Path, ours: Path, steps: int, target: str = TARGET) -> Path:
@@ -54,12 +57,11 @@ def firmware(data: Path, ours: Path, steps: int, target: str = TARGET) -> Path:
             shutil.copy(ours / name, build / "model" / name)
     shutil.copy(BENCH / "count.c", build / "harness.c")
     x, y = np.load(data / "x.npy"), np.load(data / "y.npy")
-    labels = "int32_t" if np.issubdtype(y.dtype, np.integer) else "float"
     (build / "data.h").write_text(
         f"#define ET_STEPS {steps}u\n"
         + TIMERS.get(target, TIMER)
-        + c_array(x, "float", "bench_x")
-        + c_array(y, labels, "bench_y")
+        + c_array(x, "bench_x")
+        + c_array(y, "bench_y")
     )
     (build / "firmware.elf").unlink(missing_ok=True)  # targets/Makefile does not know the harness reads data.h
     return build

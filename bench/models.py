@@ -1,5 +1,5 @@
-"""The benchmarked models: the digits MLP of `edgetrain demo` and the four MLPerf Tiny models, as
-PyTorch modules and as the ONNX graph every system trains.
+"""The benchmarked models: the digits MLP of `edgetrain demo`, the four MLPerf Tiny models and two
+sequence taggers (GRU, LSTM), as PyTorch modules and as the ONNX graph every system trains.
 
 Every system trains the eval-mode export with BatchNormalization frozen (running statistics, fixed
 scale and bias): ONNX Runtime training cannot train the training-mode export (DESIGN.md), and the
@@ -7,7 +7,9 @@ comparison is only fair on one graph. Conv, Gemm and the frozen BatchNormalizati
 run on every system.
 """
 
+import io
 import sys
+import warnings
 from pathlib import Path
 
 import onnx
@@ -15,9 +17,27 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "models"))
-from mlperf_tiny import MODELS as MLPERF_TINY, export_eval, freeze_batchnorm
+from mlperf_tiny import MODELS as MLPERF_TINY, OPSET, export_eval, freeze_batchnorm
 
 from edgetrain.demo import SIZES as MLP_SIZES
+
+# The taggers: token ids (VOCABULARY of them) -> embedding -> one recurrent layer -> a class per
+# position. Their logits come flattened, (batch * positions, classes), beside one label per position:
+# the form ONNX Runtime training's CrossEntropyLoss takes labels for.
+VOCABULARY, POSITIONS, EMBEDDING, HIDDEN, TAGS = 64, 32, 32, 64, 8
+
+
+class Tagger(nn.Module):
+    def __init__(self, cell: str):
+        super().__init__()
+        self.embed = nn.Embedding(VOCABULARY, EMBEDDING)
+        self.rnn = getattr(nn, cell)(EMBEDDING, HIDDEN, batch_first=True)
+        self.head = nn.Linear(HIDDEN, TAGS)
+
+    def forward(self, tokens):
+        states, _ = self.rnn(self.embed(tokens))
+        return self.head(states).reshape(-1, TAGS)
+
 
 # name: (builder, one sample's shape, classes or None for a reconstruction loss)
 MODELS = {
@@ -27,7 +47,10 @@ MODELS = {
         MLP_SIZES[-1],
     ),
     **{name: (m["build"], m["input"], m["classes"]) for name, m in MLPERF_TINY.items()},
+    "gru": (lambda: Tagger("GRU"), (POSITIONS,), TAGS),
+    "lstm": (lambda: Tagger("LSTM"), (POSITIONS,), TAGS),
 }
+TAGGERS = ("gru", "lstm")  # their samples are token ids, their labels one per position
 
 
 def _mobilenet_v2() -> nn.Module:
@@ -50,10 +73,28 @@ def torch_model(name: str, seed: int = 0) -> nn.Module:
 
 def export(model: nn.Module, name: str, batch: int) -> tuple[onnx.ModelProto, list[str], list[str]]:
     """(eval-mode ONNX graph for a fixed batch, names of its trained and frozen parameters)."""
-    graph = export_eval(model, batch, MEMORY_MODELS[name][1])
+    graph = _export_tagger(model, batch) if name in TAGGERS else export_eval(model, batch, MEMORY_MODELS[name][1])
     trainable = [n for n, p in model.named_parameters() if p.requires_grad]
     frozen = [n for n, p in model.named_parameters() if not p.requires_grad]
     missing = set(trainable + frozen) - {i.name for i in graph.graph.initializer}
     if missing:
         raise RuntimeError(f"the export of {name} renamed parameters {sorted(missing)}")
     return graph, trainable, frozen
+
+
+def _export_tagger(model: nn.Module, batch: int) -> onnx.ModelProto:
+    """A tagger exported by the TorchScript exporter as the other models are, from token ids."""
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():  # the exporter's note that a GRU's initial state is not an input
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            model.eval(),
+            (torch.zeros(batch, POSITIONS, dtype=torch.long),),
+            buffer,
+            input_names=["input"],
+            output_names=["output"],
+            opset_version=OPSET,
+            do_constant_folding=False,
+            dynamo=False,
+        )
+    return onnx.load_from_string(buffer.getvalue())
