@@ -58,10 +58,7 @@ def firmware(data: Path, ours: Path, steps: int, target: str = TARGET) -> Path:
     shutil.copy(BENCH / "count.c", build / "harness.c")
     x, y = np.load(data / "x.npy"), np.load(data / "y.npy")
     (build / "data.h").write_text(
-        f"#define ET_STEPS {steps}u\n"
-        + TIMERS.get(target, TIMER)
-        + c_array(x, "bench_x")
-        + c_array(y, "bench_y")
+        f"#define ET_STEPS {steps}u\n" + TIMERS.get(target, TIMER) + c_array(x, "bench_x") + c_array(y, "bench_y")
     )
     (build / "firmware.elf").unlink(missing_ok=True)  # targets/Makefile does not know the harness reads data.h
     return build
