@@ -20,7 +20,14 @@
  * (t * N + n) * K * H; the backward pass reads the previous hidden state
  * from Y.  Backward carries dL/dh (and dL/dc) from step to step in dH0
  * (and dC0), which end as the gradients of the initial states; `work`
- * holds 4 * H values. */
+ * holds 4 * H values.
+ *
+ * Backward runs in two passes.  The first goes back through time, as the
+ * recurrence must, and leaves in each step's row of `saved` (read by then,
+ * and read by nothing after the backward pass) the gradients of its
+ * gates' pre-activations.  The second makes dW, dR and dX from them as
+ * matrix products in et_linalg.h's register tiles, each weight gradient's
+ * sum over the steps in order of time (t, then n, ascending). */
 #ifndef ET_RNN_H
 #define ET_RNN_H
 
@@ -29,6 +36,9 @@
 #endif
 #ifndef ET_MATH_H
 #include "et_math.h"
+#endif
+#ifndef ET_LINALG_H
+#include "et_linalg.h"
 #endif
 
 #define ET_GRU_SAVED 4  /* z, r, candidate, R_h h + Rb_h */
@@ -91,15 +101,15 @@ static inline const float *et_rnn_prev(const et_rnn_geometry *g, const float *Y,
     return H0 ? H0 + et_rnn_state_at(g, n) : (const float *)0;
 }
 
+/* A gate row's dot product, in ET_LANES partial sums as et_linalg.h's (a
+ * single running sum would wait on each addition before the next). */
 static inline float et_rnn_dot(int n, const float *w, const float *v)
 {
-    int i;
-    float acc = 0.0f;
+    float lane[ET_LANES] = {0.0f};
     if (!v)
         return 0.0f;
-    for (i = 0; i < n; ++i)
-        acc += w[i] * v[i];
-    return acc;
+    et_dot_lanes_f32_(n, w, 1, v, lane);
+    return et_dot_total_f32_(lane);
 }
 
 static inline float et_rnn_at(const float *v, int i)
@@ -114,16 +124,6 @@ static inline float et_rnn_gate(const et_rnn_geometry *g, int gates, int row, co
     float bias = B ? B[row] + B[gates * g->H + row] : 0.0f;
     return bias + et_rnn_dot(g->I, W + (size_t)row * (size_t)g->I, x) +
            et_rnn_dot(g->H, R + (size_t)row * (size_t)g->H, h);
-}
-
-/* dW row += da * x, dX += da * W row: the input side of one gate row. */
-static inline void et_rnn_input_grad(int I, float da, const float *x, const float *w, float *dw, float *dx)
-{
-    int i;
-    for (i = 0; i < I; ++i) {
-        dw[i] += da * x[i];
-        dx[i] += da * w[i];
-    }
 }
 
 static inline void et_rnn_axpy(int n, float a, const float *x, float *y)
@@ -165,6 +165,81 @@ static inline void et_rnn_grad_start(const et_rnn_geometry *g, int gates, int ac
         for (n = 0; n < g->N; ++n)
             for (t = 0; t < g->T; ++t)
                 et_rnn_zero(g->I, dX + et_rnn_x_at(g, t, n));
+}
+
+/* Step k of a walk over rows: row (k / inner + shift, k % inner) of a
+ * tensor whose (t, n) row starts at t * outer + n * across. */
+typedef struct {
+    int inner, shift;
+    size_t outer, across;
+} et_rnn_walk_;
+
+static inline size_t et_rnn_walk_at_(const et_rnn_walk_ *w, int k)
+{
+    return (size_t)(k / w->inner + w->shift) * w->outer + (size_t)(k % w->inner) * w->across;
+}
+
+/* Y_i[j] += A_i[a_k] * B[b_k + j] over k0 <= k < k1 in order, for i < rows
+ * and j < cols (A_i = A + i * a_rs, Y_i = Y + i * y_rs, a_k and b_k the
+ * walks' step k): et_gemm_tiles_f32_'s blocking, each k's rows found by a
+ * walk. */
+static inline void et_rnn_products_(int rows, int cols, int k0, int k1, const float *A, size_t a_rs, et_rnn_walk_ a,
+                                    const float *B, et_rnn_walk_ b, float *Y, size_t y_rs)
+{
+    size_t at[ET_GEMM_DEPTH], bt[ET_GEMM_DEPTH];
+    int i, j0, k, kb, depth;
+    for (j0 = 0; j0 < cols; j0 += ET_GEMM_COLS) {
+        int n = cols - j0 < ET_GEMM_COLS ? cols - j0 : ET_GEMM_COLS;
+        for (kb = k0; kb < k1; kb += depth) {
+            depth = k1 - kb < ET_GEMM_DEPTH ? k1 - kb : ET_GEMM_DEPTH;
+            for (k = 0; k < depth; ++k) {
+                at[k] = et_rnn_walk_at_(&a, kb + k);
+                bt[k] = et_rnn_walk_at_(&b, kb + k);
+            }
+            for (i = 0; i < rows; i += ET_TILE_ROWS)
+                et_tiles_f32_(rows - i < ET_TILE_ROWS ? rows - i : ET_TILE_ROWS, n, depth, A + (size_t)i * a_rs, a_rs,
+                              at, B + j0, bt, Y + (size_t)i * y_rs + (size_t)j0, y_rs, 1);
+        }
+    }
+}
+
+/* dR's rows from `first` on (`rows` of them) += the gates' gradients in
+ * the columns of `saved` from `column` on, times the hidden state each
+ * step started from: Y a step before in processing order, or H0 (absent:
+ * zero) for the first step, whichever comes first in time first. */
+static inline void et_rnn_hidden_products_(const et_rnn_geometry *g, int rows, int column, int first,
+                                           const float *saved, et_rnn_walk_ steps, const float *H0, const float *Y,
+                                           float *dR)
+{
+    int N = g->N, T = g->T, H = g->H, start = g->reverse ? (T - 1) * N : 0; /* the steps that start from H0 */
+    et_rnn_walk_ before = {N, g->reverse ? 1 : -1, (size_t)g->y_t, (size_t)g->y_b}, initial = {N, 0, 0, (size_t)g->s_b};
+    const float *a = saved + column;
+    float *y = dR + (size_t)first * (size_t)H;
+    if (H0 && !g->reverse)
+        et_rnn_products_(rows, H, start, start + N, a, 1, steps, H0, initial, y, (size_t)H);
+    et_rnn_products_(rows, H, g->reverse ? 0 : N, g->reverse ? start : T * N, a, 1, steps, Y, before, y, (size_t)H);
+    if (H0 && g->reverse)
+        et_rnn_products_(rows, H, start, start + N, a, 1, steps, H0, initial, y, (size_t)H);
+}
+
+/* The second pass of backward, from the gates' gradients in the first
+ * gates * H columns of each step's row of `saved` (k vectors of H): dW +=
+ * them times X, and dX += them times W; the rows of dR of the first
+ * `recurrent` gates += them times the previous hidden states.  The rest of
+ * dR is the caller's. */
+static inline void et_rnn_weight_grads(const et_rnn_geometry *g, int gates, int recurrent, int k, const float *saved,
+                                       const float *X, const float *W, const float *H0, const float *Y, float *dX,
+                                       float *dW, float *dR)
+{
+    int N = g->N, t;
+    size_t row = (size_t)k * (size_t)g->H;
+    et_rnn_walk_ steps = {N, 0, (size_t)N * row, row}, x = {N, 0, (size_t)g->x_t, (size_t)g->x_b};
+    et_rnn_walk_ gate = {gates * g->H, 0, 0, 1}, weight = {gates * g->H, 0, 0, (size_t)g->I};
+    et_rnn_products_(gates * g->H, g->I, 0, g->T * N, saved, 1, steps, X, x, dW, (size_t)g->I);
+    et_rnn_hidden_products_(g, recurrent * g->H, 0, 0, saved, steps, H0, Y, dR);
+    for (t = 0; t < g->T; ++t)
+        et_rnn_products_(N, g->I, 0, gates * g->H, saved + (size_t)t * (size_t)N * row, row, gate, W, weight,
+                         dX + (size_t)t * (size_t)g->x_t, (size_t)g->x_b);
 }
 
 /* GRU, gates z, r, h:
@@ -218,23 +293,22 @@ static inline void et_gru_f32(const int *geometry, int linear_before_reset, cons
 
 static inline void et_gru_grad_f32(const int *geometry, int linear_before_reset, int accumulate, const float *dY,
                                    const float *dY_h, const float *X, const float *W, const float *R,
-                                   const float *H0, const float *Y, const float *saved, float *dX, float *dW,
-                                   float *dR, float *dB, float *dH0, float *work)
+                                   const float *H0, const float *Y, float *saved, float *dX, float *dW, float *dR,
+                                   float *dB, float *dH0, float *work)
 {
     et_rnn_geometry g = et_rnn_geometry_of(geometry);
-    int H = g.H, I = g.I, s, n, j, k;
+    int H = g.H, s, n, j, k;
     float *da_z = work, *da_r = work + H, *da_c = work + 2 * H, *d_hr = work + 3 * H;
+    et_rnn_walk_ steps = {g.N, 0, (size_t)g.N * ET_GRU_SAVED * (size_t)H, ET_GRU_SAVED * (size_t)H};
     et_rnn_grad_start(&g, 3, accumulate, dY_h, dX, dW, dR, dB, dH0);
     for (s = g.T - 1; s >= 0; --s) {
         int t = et_rnn_time(&g, s);
         for (n = 0; n < g.N; ++n) {
-            const float *x = X + et_rnn_x_at(&g, t, n);
             const float *h = et_rnn_prev(&g, Y, H0, s, n);
             const float *dy = dY ? dY + et_rnn_y_at(&g, t, n) : 0;
-            const float *sv = saved + et_rnn_saved_at(&g, t, n, ET_GRU_SAVED);
+            float *sv = saved + et_rnn_saved_at(&g, t, n, ET_GRU_SAVED);
             const float *z = sv, *r = sv + H, *c = sv + 2 * H, *hr = sv + 3 * H;
             float *dh = dH0 + et_rnn_state_at(&g, n); /* dL/dh of this step in, of the previous out */
-            float *dx = dX + et_rnn_x_at(&g, t, n);
             for (j = 0; j < H; ++j) {
                 float d = dh[j] + et_rnn_at(dy, j);
                 da_c[j] = d * (1.0f - z[j]) * (1.0f - c[j] * c[j]);
@@ -245,41 +319,40 @@ static inline void et_gru_grad_f32(const int *geometry, int linear_before_reset,
                     d_hr[j] = da_c[j] * r[j];
                 }
             }
-            if (!linear_before_reset) /* through Rh (r . h): dL/d(r . h) = Rh^T da_c */
+            if (!linear_before_reset) { /* through Rh (r . h): dL/d(r . h) = Rh^T da_c, in d_hr */
+                et_rnn_zero(H, d_hr);
+                for (j = 0; j < H; ++j) /* row by row: each sum still in j order, the rows read in place */
+                    et_rnn_axpy(H, da_c[j], R + (size_t)(2 * H + j) * (size_t)H, d_hr);
                 for (k = 0; k < H; ++k) {
-                    float d_rh = 0.0f;
-                    for (j = 0; j < H; ++j)
-                        d_rh += R[(size_t)(2 * H + j) * (size_t)H + (size_t)k] * da_c[j];
-                    da_r[k] = d_rh * et_rnn_at(h, k) * r[k] * (1.0f - r[k]);
-                    dh[k] += d_rh * r[k];
+                    da_r[k] = d_hr[k] * et_rnn_at(h, k) * r[k] * (1.0f - r[k]);
+                    dh[k] += d_hr[k] * r[k];
+                    d_hr[k] = r[k] * et_rnn_at(h, k); /* now r . h, which Rh's gradient multiplies */
                 }
+            }
             for (j = 0; j < H; ++j) {
-                /* Gate h's recurrent part: d_hr scales h (linear_before_reset), else da_c scales r . h. */
-                float da_rh = linear_before_reset ? d_hr[j] : da_c[j];
-                float *drh = dR + (size_t)(2 * H + j) * (size_t)H;
-                et_rnn_input_grad(I, da_z[j], x, W + (size_t)j * (size_t)I, dW + (size_t)j * (size_t)I, dx);
-                et_rnn_input_grad(I, da_r[j], x, W + (size_t)(H + j) * (size_t)I, dW + (size_t)(H + j) * (size_t)I, dx);
-                et_rnn_input_grad(I, da_c[j], x, W + (size_t)(2 * H + j) * (size_t)I,
-                                  dW + (size_t)(2 * H + j) * (size_t)I, dx);
                 dB[j] += da_z[j];
                 dB[H + j] += da_r[j];
                 dB[2 * H + j] += da_c[j];
                 dB[3 * H + j] += da_z[j];
                 dB[4 * H + j] += da_r[j];
-                dB[5 * H + j] += da_rh;
-                et_rnn_axpy(H, da_z[j], h, dR + (size_t)j * (size_t)H);
-                et_rnn_axpy(H, da_r[j], h, dR + (size_t)(H + j) * (size_t)H);
-                if (h)
-                    for (k = 0; k < H; ++k)
-                        drh[k] += da_rh * (linear_before_reset ? h[k] : r[k] * h[k]);
+                /* Gate h's recurrent part: d_hr scales h (linear_before_reset), else da_c scales r . h. */
+                dB[5 * H + j] += linear_before_reset ? d_hr[j] : da_c[j];
                 /* Rz, Rr and (linear_before_reset) Rh read h directly. */
                 et_rnn_axpy(H, da_z[j], R + (size_t)j * (size_t)H, dh);
                 et_rnn_axpy(H, da_r[j], R + (size_t)(H + j) * (size_t)H, dh);
                 if (linear_before_reset)
                     et_rnn_axpy(H, d_hr[j], R + (size_t)(2 * H + j) * (size_t)H, dh);
             }
+            /* The step's row of saved, read: da_z, da_r, da_c, then d_hr or r . h. */
+            memcpy(sv, work, 4 * (size_t)H * sizeof *sv);
         }
     }
+    et_rnn_weight_grads(&g, 3, 2, ET_GRU_SAVED, saved, X, W, H0, Y, dX, dW, dR);
+    if (linear_before_reset) /* Rh's gradient: d_hr times h */
+        et_rnn_hidden_products_(&g, H, 3 * H, 2 * H, saved, steps, H0, Y, dR);
+    else /* da_c times r . h */
+        et_rnn_products_(H, H, 0, g.T * g.N, saved + 2 * H, 1, steps, saved + 3 * H, steps,
+                         dR + 2 * (size_t)H * (size_t)H, (size_t)H);
 }
 
 /* LSTM, gates i, o, f, c (no peepholes):
@@ -321,25 +394,21 @@ static inline void et_lstm_f32(const int *geometry, const float *X, const float 
 
 static inline void et_lstm_grad_f32(const int *geometry, int accumulate, const float *dY, const float *dY_h,
                                     const float *dY_c, const float *X, const float *W, const float *R,
-                                    const float *H0, const float *C0, const float *Y, const float *saved,
-                                    float *dX, float *dW, float *dR, float *dB, float *dH0, float *dC0,
-                                    float *work)
+                                    const float *H0, const float *C0, const float *Y, float *saved, float *dX,
+                                    float *dW, float *dR, float *dB, float *dH0, float *dC0, float *work)
 {
     et_rnn_geometry g = et_rnn_geometry_of(geometry);
-    int H = g.H, I = g.I, s, n, j, q;
+    int H = g.H, s, n, j, q;
     et_rnn_grad_start(&g, 4, accumulate, dY_h, dX, dW, dR, dB, dH0);
     et_rnn_copy_state(&g, dY_c, dC0);
     for (s = g.T - 1; s >= 0; --s) {
         int t = et_rnn_time(&g, s);
         for (n = 0; n < g.N; ++n) {
-            const float *x = X + et_rnn_x_at(&g, t, n);
-            const float *h = et_rnn_prev(&g, Y, H0, s, n);
             const float *dy = dY ? dY + et_rnn_y_at(&g, t, n) : 0;
-            const float *sv = saved + et_rnn_saved_at(&g, t, n, ET_LSTM_SAVED);
+            float *sv = saved + et_rnn_saved_at(&g, t, n, ET_LSTM_SAVED);
             const float *c_prev = s > 0 ? saved + et_rnn_saved_at(&g, et_rnn_time(&g, s - 1), n, ET_LSTM_SAVED) + 4 * H
                                         : (C0 ? C0 + et_rnn_state_at(&g, n) : 0);
             float *dh = dH0 + et_rnn_state_at(&g, n), *dc = dC0 + et_rnn_state_at(&g, n);
-            float *dx = dX + et_rnn_x_at(&g, t, n);
             for (j = 0; j < H; ++j) {
                 float i = sv[j], o = sv[H + j], f = sv[2 * H + j], c = sv[3 * H + j];
                 float tc = et_tanhf(sv[4 * H + j]);
@@ -353,14 +422,16 @@ static inline void et_lstm_grad_f32(const int *geometry, int accumulate, const f
                 dh[j] = 0.0f;
             }
             for (q = 0; q < 4 * H; ++q) {
-                et_rnn_input_grad(I, work[q], x, W + (size_t)q * (size_t)I, dW + (size_t)q * (size_t)I, dx);
                 dB[q] += work[q];
                 dB[4 * H + q] += work[q];
-                et_rnn_axpy(H, work[q], h, dR + (size_t)q * (size_t)H);
                 et_rnn_axpy(H, work[q], R + (size_t)q * (size_t)H, dh);
             }
+            /* The step's gates, read: their gradients in their place (the cell state stays, the
+             * step before reads it). */
+            memcpy(sv, work, 4 * (size_t)H * sizeof *sv);
         }
     }
+    et_rnn_weight_grads(&g, 4, 4, ET_LSTM_SAVED, saved, X, W, H0, Y, dX, dW, dR);
 }
 
 #endif

@@ -168,6 +168,10 @@ for _case in [
     Case("LSTM", "reverse", bias=False, states=("initial_c",), dims=(4, 3, 2, 3)),
     Case("LSTM", "bidirectional", states=("initial_h", "initial_c")),
     Case("LSTM", "bidirectional", layout=1, full_lens=True, outputs=1, dims=(2, 3, 3, 2)),
+    # Sizes that reach the weight gradients' register tiles, whole and partial, and their sums over
+    # more steps (T * N = 70) than one block of depth.
+    Case("GRU", "bidirectional", states=("initial_h",), dims=(14, 5, 19, 18)),
+    Case("LSTM", "reverse", layout=1, states=("initial_h", "initial_c"), dims=(14, 5, 17, 20)),
     Case("LSTM", "reverse", layout=1, states=("initial_h",), dims=(5, 1, 2, 4)),
 ]:
     CASES.add(_id(_case), _case)
