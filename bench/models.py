@@ -7,9 +7,7 @@ comparison is only fair on one graph. Conv, Gemm and the frozen BatchNormalizati
 run on every system.
 """
 
-import io
 import sys
-import warnings
 from pathlib import Path
 
 import onnx
@@ -17,7 +15,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "models"))
-from mlperf_tiny import MODELS as MLPERF_TINY, OPSET, export_eval, freeze_batchnorm
+from mlperf_tiny import MODELS as MLPERF_TINY, export_eval, freeze_batchnorm
 
 from edgetrain.demo import SIZES as MLP_SIZES
 
@@ -73,28 +71,11 @@ def torch_model(name: str, seed: int = 0) -> nn.Module:
 
 def export(model: nn.Module, name: str, batch: int) -> tuple[onnx.ModelProto, list[str], list[str]]:
     """(eval-mode ONNX graph for a fixed batch, names of its trained and frozen parameters)."""
-    graph = _export_tagger(model, batch) if name in TAGGERS else export_eval(model, batch, MEMORY_MODELS[name][1])
+    dtype = torch.long if name in TAGGERS else torch.float32  # token ids or values
+    graph = export_eval(model, batch, MEMORY_MODELS[name][1], dtype)
     trainable = [n for n, p in model.named_parameters() if p.requires_grad]
     frozen = [n for n, p in model.named_parameters() if not p.requires_grad]
     missing = set(trainable + frozen) - {i.name for i in graph.graph.initializer}
     if missing:
         raise RuntimeError(f"the export of {name} renamed parameters {sorted(missing)}")
     return graph, trainable, frozen
-
-
-def _export_tagger(model: nn.Module, batch: int) -> onnx.ModelProto:
-    """A tagger exported by the TorchScript exporter as the other models are, from token ids."""
-    buffer = io.BytesIO()
-    with warnings.catch_warnings():  # the exporter's note that a GRU's initial state is not an input
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            model.eval(),
-            (torch.zeros(batch, POSITIONS, dtype=torch.long),),
-            buffer,
-            input_names=["input"],
-            output_names=["output"],
-            opset_version=OPSET,
-            do_constant_folding=False,
-            dynamo=False,
-        )
-    return onnx.load_from_string(buffer.getvalue())

@@ -108,15 +108,15 @@ MODELS = {
 }
 
 
-def _export(model: nn.Module, batch: int, input_shape, mode) -> onnx.ModelProto:
-    """`model` exported for a fixed batch (input "input", output "output", no constant folding); the
-    sample shape is the builder's (`model.input_shape`) unless given."""
+def _export(model: nn.Module, batch: int, input_shape, mode, dtype=torch.float32) -> onnx.ModelProto:
+    """`model` exported for a fixed batch (input "input" of `dtype`, output "output", no constant
+    folding); the sample shape is the builder's (`model.input_shape`) unless given."""
     buffer = io.BytesIO()
     with warnings.catch_warnings():  # the exporter's notes on num_batches_tracked, which ONNX does not carry
         warnings.simplefilter("ignore")
         torch.onnx.export(
             model,
-            (torch.zeros(batch, *(input_shape or model.input_shape)),),
+            (torch.zeros(batch, *(input_shape or model.input_shape), dtype=dtype),),
             buffer,
             input_names=["input"],
             output_names=["output"],
@@ -165,7 +165,8 @@ def freeze_batchnorm(model: nn.Module) -> nn.Module:
     return model
 
 
-def export_eval(model: nn.Module, batch: int, input_shape=None) -> onnx.ModelProto:
+def export_eval(model: nn.Module, batch: int, input_shape=None, dtype=torch.float32) -> onnx.ModelProto:
     """`model` exported in eval mode: BatchNormalization in inference form, its statistics constant
-    (the form the Tiny Training Engine trains, and the only one ONNX Runtime training can)."""
-    return _export(model, batch, input_shape, torch.onnx.TrainingMode.EVAL)
+    (the form the Tiny Training Engine trains, and the only one ONNX Runtime training can). `dtype`:
+    the input's (torch.long for token ids)."""
+    return _export(model, batch, input_shape, torch.onnx.TrainingMode.EVAL, dtype)
