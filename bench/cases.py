@@ -20,7 +20,8 @@ LEARNING_RATE = 1e-3
 
 sys.path.insert(0, str(BENCH))
 from models import MODELS, TAGGERS, VOCABULARY, export, torch_model  # noqa: E402
-from workers import c_type, cache_dir  # noqa: E402
+from instructions import c_type  # noqa: E402
+from workers import cache_dir  # noqa: E402
 
 
 GATES = {"GRU": 3, "LSTM": 4}

@@ -20,7 +20,6 @@ from pathlib import Path
 import numpy as np
 
 from edgetrain import targets
-from workers import c_type
 
 BENCH = Path(__file__).resolve().parent
 TARGET = "cortex-m4"
@@ -38,6 +37,11 @@ TIMERS = {
 }
 TIMER = "#define BENCH_TIMER0 0x40000000u\n#define INSTRUCTIONS_PER_TICK 40u\n"  # AN385, AN386, AN500
 RUN_TIMEOUT = 1800  # seconds: counting slows QEMU down, and VWW runs hundreds of millions of instructions
+
+
+def c_type(values: np.ndarray) -> str:
+    """The C type the trainer takes `values` in: int32_t for integers (token ids, labels), else float."""
+    return "int32_t" if np.issubdtype(values.dtype, np.integer) else "float"
 
 
 def c_array(values: np.ndarray, name: str) -> str:

@@ -107,11 +107,6 @@ def torch_step(directory: Path, x, y):
     return step
 
 
-def c_type(values: np.ndarray) -> str:
-    """The C type the trainer takes `values` in: int32_t for integers (token ids, labels), else float."""
-    return "int32_t" if np.issubdtype(values.dtype, np.integer) else "float"
-
-
 def cache_dir(directory: Path, mode: str) -> Path:
     """Where the trainer in `directory` keeps its shared library built in `mode`, the only one there."""
     return directory / f"cache-{mode}"
