@@ -95,13 +95,14 @@ static inline void et_quantize_f32(int outer, int channels, int inner, const flo
         }
 }
 
-/* Y = (X - zero_point) * scale for X of et_qtype x_type, the difference taken in 64 bits (int32
- * tensors can be anything). */
+/* Y = X for n int8 values (a snapshot of a trained int8 weight's integers). */
 static inline void et_copy_s8(int n, const int8_t *X, int8_t *Y)
 {
     memcpy(Y, X, (size_t)n);
 }
 
+/* Y = (X - zero_point) * scale for X of et_qtype x_type, the difference taken in 64 bits (int32
+ * tensors can be anything). */
 static inline void et_dequantize_f32(int outer, int channels, int inner, const void *X, int x_type,
                                      const float *scale, const int32_t *zero_point, float *Y)
 {
