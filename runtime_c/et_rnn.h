@@ -179,6 +179,14 @@ static inline size_t et_rnn_walk_at_(const et_rnn_walk_ *w, int k)
     return (size_t)(k / w->inner + w->shift) * w->outer + (size_t)(k % w->inner) * w->across;
 }
 
+/* The walk over the rows of `saved` (k vectors of H each), step by step in order of time. */
+static inline et_rnn_walk_ et_rnn_steps_(const et_rnn_geometry *g, int k)
+{
+    size_t row = (size_t)k * (size_t)g->H;
+    et_rnn_walk_ steps = {g->N, 0, (size_t)g->N * row, row};
+    return steps;
+}
+
 /* Y_i[j] += A_i[a_k] * B[b_k + j] over k0 <= k < k1 in order, for i < rows
  * and j < cols (A_i = A + i * a_rs, Y_i = Y + i * y_rs, a_k and b_k the
  * walks' step k): et_gemm_tiles_f32_'s blocking, each k's rows found by a
@@ -233,7 +241,7 @@ static inline void et_rnn_weight_grads(const et_rnn_geometry *g, int gates, int 
 {
     int N = g->N, t;
     size_t row = (size_t)k * (size_t)g->H;
-    et_rnn_walk_ steps = {N, 0, (size_t)N * row, row}, x = {N, 0, (size_t)g->x_t, (size_t)g->x_b};
+    et_rnn_walk_ steps = et_rnn_steps_(g, k), x = {N, 0, (size_t)g->x_t, (size_t)g->x_b};
     et_rnn_walk_ gate = {gates * g->H, 0, 0, 1}, weight = {gates * g->H, 0, 0, (size_t)g->I};
     et_rnn_products_(gates * g->H, g->I, 0, g->T * N, saved, 1, steps, X, x, dW, (size_t)g->I);
     et_rnn_hidden_products_(g, recurrent * g->H, 0, 0, saved, steps, H0, Y, dR);
@@ -299,7 +307,7 @@ static inline void et_gru_grad_f32(const int *geometry, int linear_before_reset,
     et_rnn_geometry g = et_rnn_geometry_of(geometry);
     int H = g.H, s, n, j, k;
     float *da_z = work, *da_r = work + H, *da_c = work + 2 * H, *d_hr = work + 3 * H;
-    et_rnn_walk_ steps = {g.N, 0, (size_t)g.N * ET_GRU_SAVED * (size_t)H, ET_GRU_SAVED * (size_t)H};
+    et_rnn_walk_ steps = et_rnn_steps_(&g, ET_GRU_SAVED);
     et_rnn_grad_start(&g, 3, accumulate, dY_h, dX, dW, dR, dB, dH0);
     for (s = g.T - 1; s >= 0; --s) {
         int t = et_rnn_time(&g, s);
