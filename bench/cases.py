@@ -87,8 +87,8 @@ class Case:
             y = rng.integers(0, classes, self.batch) if classes else x  # no classes: reconstruct the input
         np.save(d / "x.npy", x)
         np.save(d / "y.npy", y)
-        for name, values in (("x", x), ("y", y)):  # the C driver's copies: int32 for integers, else float
-            values.astype(np.int32 if values.dtype.kind == "i" else np.float32).tofile(d / f"{name}.bin")
+        for name, values in (("x", x), ("y", y)):  # the C driver's copies, in the types the trainer takes
+            values.astype(np.int32 if c_type(values) == "int32_t" else np.float32).tofile(d / f"{name}.bin")
         (d / "spec.json").write_text(
             json.dumps(
                 {
