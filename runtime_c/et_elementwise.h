@@ -77,15 +77,23 @@ static inline void et_leaky_relu_f32(int n, float alpha, const float *X, float *
 
 static inline void et_sigmoid_f32(int n, const float *X, float *Y)
 {
-    int i;
-    for (i = 0; i < n; ++i)
+    int i = 0;
+#if ET_VECTORS
+    for (; i + 8 <= n; i += 8)
+        et_sigmoidf_v8_(X + i, Y + i);
+#endif
+    for (; i < n; ++i)
         Y[i] = et_sigmoidf(X[i]);
 }
 
 static inline void et_tanh_f32(int n, const float *X, float *Y)
 {
-    int i;
-    for (i = 0; i < n; ++i)
+    int i = 0;
+#if ET_VECTORS
+    for (; i + 8 <= n; i += 8)
+        et_tanhf_v8_(X + i, Y + i);
+#endif
+    for (; i < n; ++i)
         Y[i] = et_tanhf(X[i]);
 }
 

@@ -150,38 +150,6 @@ static inline void et_sum_run_f32_(et_sum_ *s, int n, const float *x)
     }
 }
 
-/* Register tiles.  Where GCC's vector extension maps onto IEEE SIMD units
- * (x86 SSE/AVX, AArch64), a tile's partial sums live in vector registers;
- * elsewhere the same sums run on scalars.  Each vector lane does exactly
- * what its scalar twin does (one rounded product, one rounded sum, in the
- * same order), so both forms give the same bits; ET_NO_VECTORS forces the
- * scalar form, which tests compare.  32-bit ARM NEON is left out: it
- * flushes subnormals to zero.  Vectors go through memcpy (no alignment or
- * aliasing assumptions) and never cross a function boundary (their
- * calling convention depends on -m flags). */
-#if defined(__GNUC__) && (defined(__SSE2__) || defined(__aarch64__)) && !defined(ET_NO_VECTORS)
-#define ET_VECTORS 1
-typedef float et_v8_ __attribute__((vector_size(32)));
-/* Keeps a loaded vector in a register for all its uses (an empty asm that
- * takes it there): otherwise gcc folds each use into a load of its own,
- * and a tile's loads, not its arithmetic, set its pace.  Values are
- * untouched.  Only where an AVX register holds the whole vector. */
-#ifdef __AVX__
-#define ET_IN_REGISTER_(v) __asm__("" : "+x"(v))
-#else
-#define ET_IN_REGISTER_(v) (void)0
-#endif
-/* Lanes i0..i7 of the sixteen of a then b, as one vector. */
-typedef int et_i8_ __attribute__((vector_size(32)));
-#ifdef __clang__
-#define ET_PICK_(a, b, i0, i1, i2, i3, i4, i5, i6, i7) __builtin_shufflevector(a, b, i0, i1, i2, i3, i4, i5, i6, i7)
-#else
-#define ET_PICK_(a, b, i0, i1, i2, i3, i4, i5, i6, i7) __builtin_shuffle(a, b, (et_i8_){i0, i1, i2, i3, i4, i5, i6, i7})
-#endif
-#else
-#define ET_VECTORS 0
-#endif
-
 /* A tile of a matrix product: ET_TILE_ROWS output rows by up to
  * ET_TILE_COLS contiguous outputs, whose partial sums stay in registers
  * while k runs. */

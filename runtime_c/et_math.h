@@ -23,10 +23,23 @@
 #define ET_LN2_HI 0.693359375f
 #define ET_LN2_LO (-2.12194440e-4f)
 #define ET_LOG2E 1.44269504088896341f
+/* 0x42b17217, the largest float whose exp is finite; below ET_EXP_MIN, exp
+ * is under half the smallest subnormal. */
+#define ET_EXP_MAX 88.72283172607421875f
+#define ET_EXP_MIN (-103.972076416015625f)
 
 /* The shared core of et_expf and et_expm1f: x = k ln2 + r with |r| <= ln2/2
  * (Cody-Waite), and expm1(r) from the Cephes minimax for
  * (exp(r) - 1 - r) / r^2, with full relative precision. */
+/* The Cephes minimax for (exp(r) - 1 - r) / r^2 by Horner's rule, as an
+ * expression, so that floats and vectors (below) share it. */
+#define ET_EXPM1_POLY_(r)                                                                                    \
+    (((((1.9875691500e-4f * (r) + 1.3981999507e-3f) * (r) + 8.3334519073e-3f) * (r) + 4.1665795894e-2f) * \
+          (r) +                                                                                          \
+      1.6666665459e-1f) *                                                                                \
+         (r) +                                                                                           \
+     5.0000001201e-1f)
+
 static inline float et_expm1_reduced_(float x, int *k_out)
 {
     float fk, r, p;
@@ -35,12 +48,7 @@ static inline float et_expm1_reduced_(float x, int *k_out)
     k = (int)(fk + (fk < 0.0f ? -0.5f : 0.5f));
     fk = (float)k;
     r = (x - fk * ET_LN2_HI) - fk * ET_LN2_LO;
-    p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
+    p = ET_EXPM1_POLY_(r);
     *k_out = k;
     return p * (r * r) + r;
 }
@@ -51,11 +59,9 @@ static inline float et_expf(float x)
     int k;
     if (x != x)
         return x + x;
-    /* 0x42b17217 is the largest float whose exp is finite. */
-    if (x > 88.72283172607421875f)
+    if (x > ET_EXP_MAX)
         return et_f32_from_bits(ET_INFINITY_BITS);
-    /* exp of anything below this is under half the smallest subnormal. */
-    if (x < -103.972076416015625f)
+    if (x < ET_EXP_MIN)
         return 0.0f;
     /* The 1 is added last so its rounding is the only one at full magnitude. */
     p = et_expm1_reduced_(x, &k) + 1.0f;
@@ -136,10 +142,15 @@ static inline float et_logf(float x)
     return (f + y) + fe * ET_LN2_HI;
 }
 
+/* The Cephes minimax for (tanh(x) - x) / x^3 near 0, in s = x^2. */
+#define ET_TANH_POLY_(s) \
+    ((((-5.70498872745e-3f * (s) + 2.06390887954e-2f) * (s) - 5.37397155531e-2f) * (s) + 1.33314422036e-1f) * (s) - \
+     3.33332819422e-1f)
+
 static inline float et_tanhf(float x)
 {
     float a = x < 0.0f ? -x : x;
-    float r, s, p;
+    float r, s;
     if (x != x)
         return x + x;
     if (a > 9.0f) {
@@ -152,12 +163,7 @@ static inline float et_tanhf(float x)
         /* 1 - 2/(e+1) would cancel near 0; an odd polynomial (Cephes
          * minimax) keeps full relative accuracy down to the subnormals. */
         s = a * a;
-        p = -5.70498872745e-3f;
-        p = p * s + 2.06390887954e-2f;
-        p = p * s - 5.37397155531e-2f;
-        p = p * s + 1.33314422036e-1f;
-        p = p * s - 3.33332819422e-1f;
-        r = a + a * (p * s);
+        r = a + a * (ET_TANH_POLY_(s) * s);
     }
     return x < 0.0f ? -r : (x > 0.0f ? r : x); /* keeps the sign of zero */
 }
@@ -171,6 +177,68 @@ static inline float et_sigmoidf(float x)
     e = et_expf(x);
     return e / (1.0f + e);
 }
+
+#if ET_VECTORS
+/* et_expf, et_sigmoidf and et_tanhf on eight values at a time, from x to y
+ * (which may be the same).  Every lane takes each branch of the scalar
+ * function and keeps the one its own value takes, so each lane gives the
+ * scalar function's bits (checked over all 2^32 inputs, NaN payloads
+ * aside).  gcc makes no such branch-free loop of the scalar functions
+ * itself: it will not convert to integer after a branch that clamps. */
+#define ET_V8_(c) ((et_v8_){(c), (c), (c), (c), (c), (c), (c), (c)})
+/* Lanes of `yes` where `mask` (a comparison's) is set, else of `no`. */
+#define ET_PICK_V8_(mask, yes, no) ((et_v8_)(((et_i8_)(yes) & (mask)) | ((et_i8_)(no) & ~(mask))))
+
+static inline void et_expf_v8_(const float *x, float *y)
+{
+    et_v8_ v, c, fk, r, p, fine;
+    et_i8_ k, big, tiny, e;
+    memcpy(&v, x, sizeof v);
+    c = ET_PICK_V8_(v >= ET_EXP_MIN, v, ET_V8_(ET_EXP_MIN)); /* NaN too: no conversion of it to int */
+    c = ET_PICK_V8_(c <= ET_EXP_MAX, c, ET_V8_(ET_EXP_MAX));
+    fk = c * ET_LOG2E; /* et_expm1_reduced_ */
+    k = __builtin_convertvector(fk + ET_PICK_V8_(fk < 0.0f, ET_V8_(-0.5f), ET_V8_(0.5f)), et_i8_);
+    fk = __builtin_convertvector(k, et_v8_);
+    r = (c - fk * ET_LN2_HI) - fk * ET_LN2_LO;
+    p = (ET_EXPM1_POLY_(r) * (r * r) + r) + 1.0f;
+    /* et_expf's scaling by 2^k: one power of two, then * 1 (exact) where k is a normal exponent */
+    big = k > 127;
+    tiny = k < -126;
+    e = (big & 127) | (~big & ((tiny & (k + 64)) | (~tiny & k)));
+    fine = ET_PICK_V8_(big, ET_V8_(2.0f), ET_PICK_V8_(tiny, ET_V8_(et_f32_from_bits((uint32_t)(127 - 64) << 23)),
+                                                     ET_V8_(1.0f)));
+    p = p * (et_v8_)((e + 127) << 23) * fine;
+    p = ET_PICK_V8_(v < ET_EXP_MIN, ET_V8_(0.0f), p);
+    p = ET_PICK_V8_(v > ET_EXP_MAX, ET_V8_(et_f32_from_bits(ET_INFINITY_BITS)), p);
+    p = ET_PICK_V8_(v != v, v + v, p);
+    memcpy(y, &p, sizeof p);
+}
+
+static inline void et_sigmoidf_v8_(const float *x, float *y)
+{
+    et_v8_ v, e;
+    memcpy(&v, x, sizeof v);
+    e = ET_PICK_V8_(v >= 0.0f, -v, v);
+    et_expf_v8_((const float *)&e, (float *)&e);
+    e = ET_PICK_V8_(v >= 0.0f, 1.0f / (1.0f + e), e / (1.0f + e));
+    memcpy(y, &e, sizeof e);
+}
+
+static inline void et_tanhf_v8_(const float *x, float *y)
+{
+    et_v8_ v, a, e, s, r;
+    memcpy(&v, x, sizeof v);
+    a = ET_PICK_V8_(v < 0.0f, -v, v);
+    e = ET_PICK_V8_(a <= 9.0f, a + a, ET_V8_(18.0f));
+    et_expf_v8_((const float *)&e, (float *)&e);
+    s = a * a;
+    r = ET_PICK_V8_(a >= 0.625f, 1.0f - 2.0f / (e + 1.0f), a + a * (ET_TANH_POLY_(s) * s));
+    r = ET_PICK_V8_(a > 9.0f, ET_V8_(1.0f), r);
+    r = ET_PICK_V8_(v < 0.0f, -r, ET_PICK_V8_(v > 0.0f, r, v));
+    r = ET_PICK_V8_(v != v, v + v, r);
+    memcpy(y, &r, sizeof r);
+}
+#endif
 
 /* log(1 + exp(-|x|)), the part of softplus that stable BCE adds.  e is in
  * (0, 1]; u = 1 + e loses e's low bits, and log(u) * e / (u - 1) puts them

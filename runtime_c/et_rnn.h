@@ -40,9 +40,16 @@
 #ifndef ET_LINALG_H
 #include "et_linalg.h"
 #endif
+#ifndef ET_ELEMENTWISE_H
+#include "et_elementwise.h"
+#endif
 
 #define ET_GRU_SAVED 4  /* z, r, candidate, R_h h + Rb_h */
 #define ET_LSTM_SAVED 5 /* i, o, f, candidate, new cell state */
+/* The forward pass takes a step's gates this many hidden units at a time:
+ * their pre-activations first, then each gate's activation over the run
+ * (et_elementwise.h's kernels, vectorized where the host has vectors). */
+#define ET_RNN_CHUNK 32
 
 typedef struct {
     int T, N, I, H, reverse, x_t, x_b, y_t, y_b, s_b;
@@ -260,7 +267,8 @@ static inline void et_gru_f32(const int *geometry, int linear_before_reset, cons
                               float *saved)
 {
     et_rnn_geometry g = et_rnn_geometry_of(geometry);
-    int H = g.H, s, n, j;
+    int H = g.H, s, n, j, j0, len;
+    float r[ET_RNN_CHUNK], z[ET_RNN_CHUNK], c[ET_RNN_CHUNK]; /* pre-activations, then values */
     for (s = 0; s < g.T; ++s) {
         int t = et_rnn_time(&g, s);
         for (n = 0; n < g.N; ++n) {
@@ -269,28 +277,41 @@ static inline void et_gru_f32(const int *geometry, int linear_before_reset, cons
             float *y = Y + et_rnn_y_at(&g, t, n);
             float *yh = Y_h + et_rnn_state_at(&g, n);
             float *sv = saved ? saved + et_rnn_saved_at(&g, t, n, ET_GRU_SAVED) : 0;
-            for (j = 0; j < H; ++j) {
-                float r = et_sigmoidf(et_rnn_gate(&g, 3, H + j, W, R, B, x, h));
-                y[j] = linear_before_reset ? r : r * et_rnn_at(h, j);
-                if (sv)
-                    sv[H + j] = r;
-            }
-            for (j = 0; j < H; ++j) {
-                float z = et_sigmoidf(et_rnn_gate(&g, 3, j, W, R, B, x, h));
-                float a = et_rnn_dot(g.I, W + (size_t)(2 * H + j) * (size_t)g.I, x), hr = 0.0f, c;
-                const float *rh = R + (size_t)(2 * H + j) * (size_t)H;
-                if (linear_before_reset) {
-                    hr = et_rnn_dot(H, rh, h) + (B ? B[5 * H + j] : 0.0f);
-                    a += (B ? B[2 * H + j] : 0.0f) + y[j] * hr;
-                } else {
-                    a += (B ? B[2 * H + j] + B[5 * H + j] : 0.0f) + et_rnn_dot(H, rh, y);
+            for (j0 = 0; j0 < H; j0 += len) { /* r, into Y's slot: every candidate reads all of it */
+                len = H - j0 < ET_RNN_CHUNK ? H - j0 : ET_RNN_CHUNK;
+                for (j = 0; j < len; ++j)
+                    r[j] = et_rnn_gate(&g, 3, H + j0 + j, W, R, B, x, h);
+                et_sigmoid_f32(len, r, r);
+                for (j = 0; j < len; ++j) {
+                    y[j0 + j] = linear_before_reset ? r[j] : r[j] * et_rnn_at(h, j0 + j);
+                    if (sv)
+                        sv[H + j0 + j] = r[j];
                 }
-                c = et_tanhf(a);
-                yh[j] = (1.0f - z) * c + z * et_rnn_at(h, j);
-                if (sv) {
-                    sv[j] = z;
-                    sv[2 * H + j] = c;
-                    sv[3 * H + j] = hr;
+            }
+            for (j0 = 0; j0 < H; j0 += len) {
+                float hr[ET_RNN_CHUNK] = {0.0f};
+                len = H - j0 < ET_RNN_CHUNK ? H - j0 : ET_RNN_CHUNK;
+                for (j = 0; j < len; ++j) {
+                    int row = j0 + j;
+                    const float *rh = R + (size_t)(2 * H + row) * (size_t)H;
+                    z[j] = et_rnn_gate(&g, 3, row, W, R, B, x, h);
+                    c[j] = et_rnn_dot(g.I, W + (size_t)(2 * H + row) * (size_t)g.I, x);
+                    if (linear_before_reset) {
+                        hr[j] = et_rnn_dot(H, rh, h) + (B ? B[5 * H + row] : 0.0f);
+                        c[j] += (B ? B[2 * H + row] : 0.0f) + y[row] * hr[j];
+                    } else {
+                        c[j] += (B ? B[2 * H + row] + B[5 * H + row] : 0.0f) + et_rnn_dot(H, rh, y);
+                    }
+                }
+                et_sigmoid_f32(len, z, z);
+                et_tanh_f32(len, c, c);
+                for (j = 0; j < len; ++j) {
+                    yh[j0 + j] = (1.0f - z[j]) * c[j] + z[j] * et_rnn_at(h, j0 + j);
+                    if (sv) {
+                        sv[j0 + j] = z[j];
+                        sv[2 * H + j0 + j] = c[j];
+                        sv[3 * H + j0 + j] = hr[j];
+                    }
                 }
             }
             for (j = 0; j < H; ++j)
@@ -370,7 +391,9 @@ static inline void et_lstm_f32(const int *geometry, const float *X, const float 
                                const float *H0, const float *C0, float *Y, float *Y_h, float *Y_c, float *saved)
 {
     et_rnn_geometry g = et_rnn_geometry_of(geometry);
-    int H = g.H, s, n, j;
+    int H = g.H, s, n, j, q, j0, len;
+    float gate[4 * ET_RNN_CHUNK]; /* gate q's pre-activations, then values, at q * ET_RNN_CHUNK */
+    const float *i = gate, *o = gate + ET_RNN_CHUNK, *f = gate + 2 * ET_RNN_CHUNK, *c = gate + 3 * ET_RNN_CHUNK;
     et_rnn_copy_state(&g, C0, Y_c);
     for (s = 0; s < g.T; ++s) {
         int t = et_rnn_time(&g, s);
@@ -380,20 +403,29 @@ static inline void et_lstm_f32(const int *geometry, const float *X, const float 
             float *y = Y + et_rnn_y_at(&g, t, n);
             float *yh = Y_h + et_rnn_state_at(&g, n), *cell = Y_c + et_rnn_state_at(&g, n);
             float *sv = saved ? saved + et_rnn_saved_at(&g, t, n, ET_LSTM_SAVED) : 0;
-            for (j = 0; j < H; ++j) {
-                float i = et_sigmoidf(et_rnn_gate(&g, 4, j, W, R, B, x, h));
-                float o = et_sigmoidf(et_rnn_gate(&g, 4, H + j, W, R, B, x, h));
-                float f = et_sigmoidf(et_rnn_gate(&g, 4, 2 * H + j, W, R, B, x, h));
-                float c = et_tanhf(et_rnn_gate(&g, 4, 3 * H + j, W, R, B, x, h));
-                cell[j] = f * cell[j] + i * c;
-                y[j] = o * et_tanhf(cell[j]);
-                yh[j] = y[j];
-                if (sv) {
-                    sv[j] = i;
-                    sv[H + j] = o;
-                    sv[2 * H + j] = f;
-                    sv[3 * H + j] = c;
-                    sv[4 * H + j] = cell[j];
+            for (j0 = 0; j0 < H; j0 += len) {
+                len = H - j0 < ET_RNN_CHUNK ? H - j0 : ET_RNN_CHUNK;
+                for (q = 0; q < 4; ++q) {
+                    for (j = 0; j < len; ++j)
+                        gate[q * ET_RNN_CHUNK + j] = et_rnn_gate(&g, 4, q * H + j0 + j, W, R, B, x, h);
+                    if (q < 3)
+                        et_sigmoid_f32(len, gate + q * ET_RNN_CHUNK, gate + q * ET_RNN_CHUNK);
+                    else
+                        et_tanh_f32(len, gate + q * ET_RNN_CHUNK, gate + q * ET_RNN_CHUNK);
+                }
+                for (j = 0; j < len; ++j)
+                    cell[j0 + j] = f[j] * cell[j0 + j] + i[j] * c[j];
+                et_tanh_f32(len, cell + j0, y + j0);
+                for (j = 0; j < len; ++j) {
+                    y[j0 + j] = o[j] * y[j0 + j];
+                    yh[j0 + j] = y[j0 + j];
+                    if (sv) {
+                        sv[j0 + j] = i[j];
+                        sv[H + j0 + j] = o[j];
+                        sv[2 * H + j0 + j] = f[j];
+                        sv[3 * H + j0 + j] = c[j];
+                        sv[4 * H + j0 + j] = cell[j0 + j];
+                    }
                 }
             }
         }

@@ -22,7 +22,7 @@ cffi = pytest.importorskip("cffi")
 ROOT = Path(__file__).resolve().parents[2]
 RUNTIME = ROOT / "runtime_c"
 # These and the headers they #include, in the order that pastes them into one file.
-HEADERS = headers("et_conv.h", "et_loss.h", "et_optim.h", "et_shape.h")
+HEADERS = headers("et_conv.h", "et_elementwise.h", "et_loss.h", "et_optim.h", "et_shape.h")
 STRICT = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-Wdouble-promotion", "-ffp-contract=off", "-O2"]
 
 # Wrappers have external linkage because the kernels are static inline.
@@ -30,6 +30,9 @@ WRAPPERS = r"""
 void t_expf(int n, const float *x, float *y) { int i; for (i = 0; i < n; ++i) y[i] = et_expf(x[i]); }
 void t_logf(int n, const float *x, float *y) { int i; for (i = 0; i < n; ++i) y[i] = et_logf(x[i]); }
 void t_tanhf(int n, const float *x, float *y) { int i; for (i = 0; i < n; ++i) y[i] = et_tanhf(x[i]); }
+void t_sigmoidf(int n, const float *x, float *y) { int i; for (i = 0; i < n; ++i) y[i] = et_sigmoidf(x[i]); }
+void t_tanh_rows(int n, const float *x, float *y) { et_tanh_f32(n, x, y); }
+void t_sigmoid_rows(int n, const float *x, float *y) { et_sigmoid_f32(n, x, y); }
 uint32_t t_crc32(uint32_t crc, const uint8_t *p, size_t n) { return et_crc32(crc, p, n); }
 uint32_t t_hash_u32(uint32_t h) { return et_hash_u32(h); }
 void t_dropout(int n, float ratio, uint32_t seed, uint32_t counter, const float *X, float *Y, float *Mask)
@@ -70,6 +73,9 @@ CDEF = """
 void t_expf(int, const float *, float *);
 void t_logf(int, const float *, float *);
 void t_tanhf(int, const float *, float *);
+void t_sigmoidf(int, const float *, float *);
+void t_tanh_rows(int, const float *, float *);
+void t_sigmoid_rows(int, const float *, float *);
 uint32_t t_crc32(uint32_t, const uint8_t *, size_t);
 uint32_t t_hash_u32(uint32_t);
 void t_dropout(int, float, uint32_t, uint32_t, const float *, float *, float *);
@@ -148,19 +154,37 @@ def use_every_kernel(source):
 
     Some warnings (e.g. -Wmaybe-uninitialized) only appear once a static
     inline function is instantiated, as the generated code does."""
-    sigs = [(r.strip(), name, " ".join(params.split())) for r, name, params in SIGNATURE.findall(source)]
+    vector_only = vector_spans(source)
+    found = [(m.start(), *m.groups()) for m in SIGNATURE.finditer(source)]
+    sigs = [(r.strip(), name, " ".join(params.split())) for _, r, name, params in found]
     binary = (
         "int rank, const int *shape, const float *A, const int *a_strides, "
         "const float *B, const int *b_strides, float *Y"
     )
     sigs += [("void", name, binary) for name in re.findall(r"ET_DEFINE_BINARY_\((et_\w+),", source)]
+    guarded = {name for at, _, name, _ in found if any(a <= at < b for a, b in vector_only)}
     out = []
     for ret, name, params in sigs:
         args = ", ".join(re.findall(r"(\w+)\s*(?:,|$)", params)) if params != "void" else ""
         call = f"{name}({args})"
         body = f"return {call};" if ret != "void" else f"{call};"
-        out.append(f"{ret} use_{name}({params});\n{ret} use_{name}({params}) {{ {body} }}")
+        caller = f"{ret} use_{name}({params});\n{ret} use_{name}({params}) {{ {body} }}"
+        out.append(f"#if ET_VECTORS\n{caller}\n#endif" if name in guarded else caller)
     return sigs, "\n".join(out)
+
+
+def vector_spans(source):
+    """Where the source's `#if ET_VECTORS` blocks run: what they define exists only with vectors."""
+    spans, depth, start = [], 0, None
+    for line in re.finditer(r"^\s*#\s*(if|ifdef|ifndef|endif)\b(.*)$", source, re.M):
+        if start is None and line.group(1) == "if" and line.group(2).strip() == "ET_VECTORS":
+            start = line.start()
+        if start is not None:
+            depth += -1 if line.group(1) == "endif" else 1
+            if depth == 0:
+                spans.append((start, line.start()))
+                start = None
+    return spans
 
 
 def test_headers_compile_strict_and_unused_is_silent(tmp_path):
@@ -284,6 +308,20 @@ def test_math_ulp(lib, name, ref, bound):
         r = ref(x.astype(np.float64))
     d = ulp_distance(y, r)
     assert d.max() <= bound, (name, int(d.max()), x[~np.isnan(r)][np.argmax(d)])
+
+
+@pytest.mark.parametrize("rows,one", [("t_sigmoid_rows", "t_sigmoidf"), ("t_tanh_rows", "t_tanhf")])
+def test_math_rows_match_the_scalar_function(lib, rows, one):
+    """The kernels over arrays (eight lanes at a time where the host has vectors, each lane taking
+    every branch) give the bits of the scalar function, value by value."""
+    ffi, L = lib
+    x = sweep_inputs()
+    want, got = np.empty_like(x), np.empty_like(x)
+    getattr(L, one)(len(x), fptr(ffi, x), fptr(ffi, want))
+    getattr(L, rows)(len(x), fptr(ffi, x), fptr(ffi, got))
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    same = np.isnan(want) | (got.view(np.uint32) == want.view(np.uint32))
+    assert same.all(), x[~same][:5]
 
 
 def test_math_special_values(lib):
