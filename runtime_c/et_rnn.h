@@ -9,23 +9,24 @@
  * and the interleaving of bidirectional outputs.  B, initial_h and
  * initial_c may be NULL (zeros).
  *
- * The outputs double as working memory, so no kernel needs a buffer the
- * memory planner does not see: the GRU builds r (.) h in Y's slot for the
- * step before the new state is complete, the LSTM keeps its running cell
- * state in Y_c.  Y, Y_h (and Y_c) must therefore all be given and must
- * not overlap each other or the inputs.
+ * The outputs double as working memory, so that no kernel needs a buffer
+ * the memory planner does not see beyond a chunk of a step's gates on its
+ * stack (ET_RNN_CHUNK): the GRU builds r (.) h in Y's slot for the step
+ * before the new state is complete, the LSTM keeps its running cell state
+ * in Y_c.  Y, Y_h (and Y_c) must therefore all be given and must not
+ * overlap each other or the inputs.
  *
  * In training, `saved` keeps per step and batch row what the backward
  * pass needs (ET_GRU_SAVED or ET_LSTM_SAVED vectors of H), at
  * (t * N + n) * K * H; the backward pass reads the previous hidden state
  * from Y.  Backward carries dL/dh (and dL/dc) from step to step in dH0
- * (and dC0), which end as the gradients of the initial states; `work`
- * holds 4 * H values.
+ * (and dC0), which end as the gradients of the initial states.
  *
  * Backward runs in two passes.  The first goes back through time, as the
  * recurrence must, and leaves in each step's row of `saved` (read by then,
  * and read by nothing after the backward pass) the gradients of its
- * gates' pre-activations.  The second makes dW, dR and dX from them as
+ * gates' pre-activations; R^T times them, the gradient carried to the step
+ * before, is one matrix product per step over the batch.  The second makes dW, dR and dX from them as
  * matrix products in et_linalg.h's register tiles, each weight gradient's
  * sum over the steps in order of time (t, then n, ascending). */
 #ifndef ET_RNN_H
@@ -108,29 +109,78 @@ static inline const float *et_rnn_prev(const et_rnn_geometry *g, const float *Y,
     return H0 ? H0 + et_rnn_state_at(g, n) : (const float *)0;
 }
 
-/* A gate row's dot product, in ET_LANES partial sums as et_linalg.h's (a
- * single running sum would wait on each addition before the next). */
-static inline float et_rnn_dot(int n, const float *w, const float *v)
+/* out[v * out_vs + r] = the dot product of row r of M (rows of n, one
+ * after another) with vector v, at x + xt[v], for r < rows and v < taps <=
+ * ET_DOT_TAPS, in ET_LANES partial sums added as et_linalg.h's (a single
+ * running sum would wait on each addition): four rows by two vectors, or
+ * eight rows by one, at a time in registers (et_dots_4x2_f32_,
+ * et_dots_8x1_f32_), the rest a dot product each. */
+static inline void et_rnn_dots_(int rows, int n, const float *M, int taps, const float *x, const size_t *xt, float *out,
+                                size_t out_vs)
 {
-    float lane[ET_LANES] = {0.0f};
-    if (!v)
-        return 0.0f;
-    et_dot_lanes_f32_(n, w, 1, v, lane);
-    return et_dot_total_f32_(lane);
+    float total[8];
+    int r0 = 0, r, v, q;
+    if (n % ET_LANES == 0 && taps == 2)
+        for (; r0 + 4 <= rows; r0 += 4) {
+            et_dots_4x2_f32_(n, M + (size_t)r0 * (size_t)n, (size_t)n, x + xt[0], xt[1] - xt[0], total);
+            for (q = 0; q < 8; ++q)
+                out[(size_t)(q % 2) * out_vs + (size_t)(r0 + q / 2)] = total[q];
+        }
+    if (n % ET_LANES == 0 && taps == 1)
+        for (; r0 + 8 <= rows; r0 += 8)
+            et_dots_8x1_f32_(n, M + (size_t)r0 * (size_t)n, (size_t)n, x + xt[0], out + r0);
+    for (r = r0; r < rows; ++r)
+        for (v = 0; v < taps; ++v) {
+            float lane[ET_LANES] = {0.0f};
+            et_dot_lanes_f32_(n, M + (size_t)r * (size_t)n, 1, x + xt[v], lane);
+            out[(size_t)v * out_vs + (size_t)r] = et_dot_total_f32_(lane);
+        }
+}
+
+/* A pair of batch rows (or the last one) of a step: `taps` rows from n0,
+ * their inputs at X + xt[v], the hidden states they start from at h + ht[v]
+ * (h NULL: zeros, the first step without an initial state). */
+typedef struct {
+    int n0, taps;
+    size_t xt[ET_DOT_TAPS], ht[ET_DOT_TAPS];
+    const float *h;
+} et_rnn_rows_;
+
+static inline et_rnn_rows_ et_rnn_rows_of_(const et_rnn_geometry *g, const float *Y, const float *H0, int s, int n0)
+{
+    et_rnn_rows_ rows;
+    int v;
+    rows.n0 = n0;
+    rows.taps = g->N - n0 < ET_DOT_TAPS ? g->N - n0 : ET_DOT_TAPS;
+    rows.h = s > 0 ? Y : H0;
+    for (v = 0; v < rows.taps; ++v) {
+        rows.xt[v] = et_rnn_x_at(g, et_rnn_time(g, s), n0 + v);
+        rows.ht[v] = s > 0 ? et_rnn_y_at(g, et_rnn_time(g, s - 1), n0 + v) : et_rnn_state_at(g, n0 + v);
+    }
+    return rows;
+}
+
+/* Pre-activations of gate rows first.. first + n - 1 for each batch row v
+ * of `rows`, at pre + v * ET_RNN_CHUNK: (Wb + Rb + W x) + R h.  `part`
+ * holds ET_DOT_TAPS * ET_RNN_CHUNK values. */
+static inline void et_rnn_pre_(const et_rnn_geometry *g, int gates, int first, int n, const float *W, const float *R,
+                               const float *B, const float *X, const et_rnn_rows_ *rows, float *pre, float *part)
+{
+    int v, j;
+    et_rnn_dots_(n, g->I, W + (size_t)first * (size_t)g->I, rows->taps, X, rows->xt, pre, ET_RNN_CHUNK);
+    if (rows->h)
+        et_rnn_dots_(n, g->H, R + (size_t)first * (size_t)g->H, rows->taps, rows->h, rows->ht, part, ET_RNN_CHUNK);
+    for (v = 0; v < rows->taps; ++v)
+        for (j = 0; j < n; ++j) {
+            float *at = pre + v * ET_RNN_CHUNK + j;
+            *at = (B ? B[first + j] + B[gates * g->H + first + j] : 0.0f) + *at;
+            *at = *at + (rows->h ? part[v * ET_RNN_CHUNK + j] : 0.0f);
+        }
 }
 
 static inline float et_rnn_at(const float *v, int i)
 {
     return v ? v[i] : 0.0f;
-}
-
-/* Pre-activation of gate row `row`: Wb + Rb + W x + R h. */
-static inline float et_rnn_gate(const et_rnn_geometry *g, int gates, int row, const float *W, const float *R,
-                                const float *B, const float *x, const float *h)
-{
-    float bias = B ? B[row] + B[gates * g->H + row] : 0.0f;
-    return bias + et_rnn_dot(g->I, W + (size_t)row * (size_t)g->I, x) +
-           et_rnn_dot(g->H, R + (size_t)row * (size_t)g->H, h);
 }
 
 static inline void et_rnn_axpy(int n, float a, const float *x, float *y)
@@ -267,55 +317,73 @@ static inline void et_gru_f32(const int *geometry, int linear_before_reset, cons
                               float *saved)
 {
     et_rnn_geometry g = et_rnn_geometry_of(geometry);
-    int H = g.H, s, n, j, j0, len;
-    float r[ET_RNN_CHUNK], z[ET_RNN_CHUNK], c[ET_RNN_CHUNK]; /* pre-activations, then values */
+    int H = g.H, s, n0, n, v, j, j0, len;
+    /* Per batch row v of a pair, at v * ET_RNN_CHUNK: pre-activations, then values. */
+    float r[ET_DOT_TAPS * ET_RNN_CHUNK], z[ET_DOT_TAPS * ET_RNN_CHUNK], c[ET_DOT_TAPS * ET_RNN_CHUNK];
+    float hr[ET_DOT_TAPS * ET_RNN_CHUNK], part[ET_DOT_TAPS * ET_RNN_CHUNK];
     for (s = 0; s < g.T; ++s) {
         int t = et_rnn_time(&g, s);
-        for (n = 0; n < g.N; ++n) {
-            const float *x = X + et_rnn_x_at(&g, t, n);
-            const float *h = et_rnn_prev(&g, Y, H0, s, n);
-            float *y = Y + et_rnn_y_at(&g, t, n);
-            float *yh = Y_h + et_rnn_state_at(&g, n);
-            float *sv = saved ? saved + et_rnn_saved_at(&g, t, n, ET_GRU_SAVED) : 0;
+        for (n0 = 0; n0 < g.N; n0 += ET_DOT_TAPS) {
+            et_rnn_rows_ rows = et_rnn_rows_of_(&g, Y, H0, s, n0);
+            size_t yt[ET_DOT_TAPS]; /* the pair's rows of Y: r, or r . h, until the new state is complete */
+            for (v = 0; v < rows.taps; ++v)
+                yt[v] = et_rnn_y_at(&g, t, n0 + v);
             for (j0 = 0; j0 < H; j0 += len) { /* r, into Y's slot: every candidate reads all of it */
                 len = H - j0 < ET_RNN_CHUNK ? H - j0 : ET_RNN_CHUNK;
-                for (j = 0; j < len; ++j)
-                    r[j] = et_rnn_gate(&g, 3, H + j0 + j, W, R, B, x, h);
-                et_sigmoid_f32(len, r, r);
-                for (j = 0; j < len; ++j) {
-                    y[j0 + j] = linear_before_reset ? r[j] : r[j] * et_rnn_at(h, j0 + j);
-                    if (sv)
-                        sv[H + j0 + j] = r[j];
+                et_rnn_pre_(&g, 3, H + j0, len, W, R, B, X, &rows, r, part);
+                for (v = 0; v < rows.taps; ++v) {
+                    const float *h = rows.h ? rows.h + rows.ht[v] : 0, *rv = r + v * ET_RNN_CHUNK;
+                    float *y = Y + yt[v];
+                    float *sv = saved ? saved + et_rnn_saved_at(&g, t, n0 + v, ET_GRU_SAVED) : 0;
+                    et_sigmoid_f32(len, r + v * ET_RNN_CHUNK, r + v * ET_RNN_CHUNK);
+                    for (j = 0; j < len; ++j) {
+                        y[j0 + j] = linear_before_reset ? rv[j] : rv[j] * et_rnn_at(h, j0 + j);
+                        if (sv)
+                            sv[H + j0 + j] = rv[j];
+                    }
                 }
             }
             for (j0 = 0; j0 < H; j0 += len) {
-                float hr[ET_RNN_CHUNK] = {0.0f};
                 len = H - j0 < ET_RNN_CHUNK ? H - j0 : ET_RNN_CHUNK;
-                for (j = 0; j < len; ++j) {
-                    int row = j0 + j;
-                    const float *rh = R + (size_t)(2 * H + row) * (size_t)H;
-                    z[j] = et_rnn_gate(&g, 3, row, W, R, B, x, h);
-                    c[j] = et_rnn_dot(g.I, W + (size_t)(2 * H + row) * (size_t)g.I, x);
-                    if (linear_before_reset) {
-                        hr[j] = et_rnn_dot(H, rh, h) + (B ? B[5 * H + row] : 0.0f);
-                        c[j] += (B ? B[2 * H + row] : 0.0f) + y[row] * hr[j];
-                    } else {
-                        c[j] += (B ? B[2 * H + row] + B[5 * H + row] : 0.0f) + et_rnn_dot(H, rh, y);
+                et_rnn_pre_(&g, 3, j0, len, W, R, B, X, &rows, z, part);
+                et_rnn_dots_(len, g.I, W + (size_t)(2 * H + j0) * (size_t)g.I, rows.taps, X, rows.xt, c, ET_RNN_CHUNK);
+                /* Rh times h (linear_before_reset; h absent: zeros), else times r . h */
+                if (!linear_before_reset)
+                    et_rnn_dots_(len, H, R + (size_t)(2 * H + j0) * (size_t)H, rows.taps, Y, yt, part, ET_RNN_CHUNK);
+                else if (rows.h)
+                    et_rnn_dots_(len, H, R + (size_t)(2 * H + j0) * (size_t)H, rows.taps, rows.h, rows.ht, part,
+                                 ET_RNN_CHUNK);
+                for (v = 0; v < rows.taps; ++v) {
+                    const float *h = rows.h ? rows.h + rows.ht[v] : 0, *y = Y + yt[v];
+                    float *zv = z + v * ET_RNN_CHUNK, *cv = c + v * ET_RNN_CHUNK, *hv = hr + v * ET_RNN_CHUNK;
+                    float *yh = Y_h + et_rnn_state_at(&g, n0 + v);
+                    float *sv = saved ? saved + et_rnn_saved_at(&g, t, n0 + v, ET_GRU_SAVED) : 0;
+                    for (j = 0; j < len; ++j) {
+                        int row = j0 + j;
+                        const float *d = part + v * ET_RNN_CHUNK + j;
+                        if (linear_before_reset) {
+                            hv[j] = (h ? *d : 0.0f) + (B ? B[5 * H + row] : 0.0f);
+                            cv[j] += (B ? B[2 * H + row] : 0.0f) + y[row] * hv[j];
+                        } else {
+                            hv[j] = 0.0f;
+                            cv[j] += (B ? B[2 * H + row] + B[5 * H + row] : 0.0f) + *d;
+                        }
                     }
-                }
-                et_sigmoid_f32(len, z, z);
-                et_tanh_f32(len, c, c);
-                for (j = 0; j < len; ++j) {
-                    yh[j0 + j] = (1.0f - z[j]) * c[j] + z[j] * et_rnn_at(h, j0 + j);
-                    if (sv) {
-                        sv[j0 + j] = z[j];
-                        sv[2 * H + j0 + j] = c[j];
-                        sv[3 * H + j0 + j] = hr[j];
+                    et_sigmoid_f32(len, zv, zv);
+                    et_tanh_f32(len, cv, cv);
+                    for (j = 0; j < len; ++j) {
+                        yh[j0 + j] = (1.0f - zv[j]) * cv[j] + zv[j] * et_rnn_at(h, j0 + j);
+                        if (sv) {
+                            sv[j0 + j] = zv[j];
+                            sv[2 * H + j0 + j] = cv[j];
+                            sv[3 * H + j0 + j] = hv[j];
+                        }
                     }
                 }
             }
-            for (j = 0; j < H; ++j)
-                y[j] = yh[j];
+            for (n = n0; n < n0 + rows.taps; ++n)
+                for (j = 0; j < H; ++j)
+                    Y[et_rnn_y_at(&g, t, n) + (size_t)j] = Y_h[et_rnn_state_at(&g, n) + (size_t)j];
         }
     }
 }
@@ -323,65 +391,72 @@ static inline void et_gru_f32(const int *geometry, int linear_before_reset, cons
 static inline void et_gru_grad_f32(const int *geometry, int linear_before_reset, int accumulate, const float *dY,
                                    const float *dY_h, const float *X, const float *W, const float *R,
                                    const float *H0, const float *Y, float *saved, float *dX, float *dW, float *dR,
-                                   float *dB, float *dH0, float *work)
+                                   float *dB, float *dH0)
 {
     et_rnn_geometry g = et_rnn_geometry_of(geometry);
-    int H = g.H, s, n, j, k;
-    float *da_z = work, *da_r = work + H, *da_c = work + 2 * H, *d_hr = work + 3 * H;
-    et_rnn_walk_ steps = et_rnn_steps_(&g, ET_GRU_SAVED);
+    int H = g.H, N = g.N, s, n, j;
+    size_t row = ET_GRU_SAVED * (size_t)H, HH = (size_t)H * (size_t)H;
+    et_rnn_walk_ steps = et_rnn_steps_(&g, ET_GRU_SAVED), gates1 = {H, 0, 0, 1}, rows1 = {H, 0, 0, (size_t)H};
+    et_rnn_walk_ gates2 = {2 * H, 0, 0, 1}, rows2 = {2 * H, 0, 0, (size_t)H};
     et_rnn_grad_start(&g, 3, accumulate, dY_h, dX, dW, dR, dB, dH0);
     for (s = g.T - 1; s >= 0; --s) {
         int t = et_rnn_time(&g, s);
-        for (n = 0; n < g.N; ++n) {
+        float *step = saved + et_rnn_saved_at(&g, t, 0, ET_GRU_SAVED); /* the step's rows, `row` apart */
+        /* Each row of saved becomes the gates' gradients: da_z, da_r, da_c, then d_hr or r . h. */
+        for (n = 0; n < N; ++n) {
             const float *h = et_rnn_prev(&g, Y, H0, s, n);
             const float *dy = dY ? dY + et_rnn_y_at(&g, t, n) : 0;
-            float *sv = saved + et_rnn_saved_at(&g, t, n, ET_GRU_SAVED);
-            const float *z = sv, *r = sv + H, *c = sv + 2 * H, *hr = sv + 3 * H;
+            float *sv = step + (size_t)n * row;
             float *dh = dH0 + et_rnn_state_at(&g, n); /* dL/dh of this step in, of the previous out */
             for (j = 0; j < H; ++j) {
-                float d = dh[j] + et_rnn_at(dy, j);
-                da_c[j] = d * (1.0f - z[j]) * (1.0f - c[j] * c[j]);
-                da_z[j] = d * (et_rnn_at(h, j) - c[j]) * z[j] * (1.0f - z[j]);
-                dh[j] = d * z[j];
+                float z = sv[j], r = sv[H + j], c = sv[2 * H + j], hr = sv[3 * H + j];
+                float d = dh[j] + et_rnn_at(dy, j), da_c = d * (1.0f - z) * (1.0f - c * c);
+                sv[j] = d * (et_rnn_at(h, j) - c) * z * (1.0f - z);
+                sv[2 * H + j] = da_c;
+                dh[j] = d * z;
                 if (linear_before_reset) {
-                    da_r[j] = da_c[j] * hr[j] * r[j] * (1.0f - r[j]);
-                    d_hr[j] = da_c[j] * r[j];
+                    sv[H + j] = da_c * hr * r * (1.0f - r);
+                    sv[3 * H + j] = da_c * r;
+                } else {
+                    sv[3 * H + j] = 0.0f; /* d_hr: Rh^T da_c, for every row at once below */
                 }
             }
-            if (!linear_before_reset) { /* through Rh (r . h): dL/d(r . h) = Rh^T da_c, in d_hr */
-                et_rnn_zero(H, d_hr);
-                for (j = 0; j < H; ++j) /* row by row: each sum still in j order, the rows read in place */
-                    et_rnn_axpy(H, da_c[j], R + (size_t)(2 * H + j) * (size_t)H, d_hr);
-                for (k = 0; k < H; ++k) {
-                    da_r[k] = d_hr[k] * et_rnn_at(h, k) * r[k] * (1.0f - r[k]);
-                    dh[k] += d_hr[k] * r[k];
-                    d_hr[k] = r[k] * et_rnn_at(h, k); /* now r . h, which Rh's gradient multiplies */
-                }
-            }
-            for (j = 0; j < H; ++j) {
-                dB[j] += da_z[j];
-                dB[H + j] += da_r[j];
-                dB[2 * H + j] += da_c[j];
-                dB[3 * H + j] += da_z[j];
-                dB[4 * H + j] += da_r[j];
-                /* Gate h's recurrent part: d_hr scales h (linear_before_reset), else da_c scales r . h. */
-                dB[5 * H + j] += linear_before_reset ? d_hr[j] : da_c[j];
-                /* Rz, Rr and (linear_before_reset) Rh read h directly. */
-                et_rnn_axpy(H, da_z[j], R + (size_t)j * (size_t)H, dh);
-                et_rnn_axpy(H, da_r[j], R + (size_t)(H + j) * (size_t)H, dh);
-                if (linear_before_reset)
-                    et_rnn_axpy(H, d_hr[j], R + (size_t)(2 * H + j) * (size_t)H, dh);
-            }
-            /* The step's row of saved, read: da_z, da_r, da_c, then d_hr or r . h. */
-            memcpy(sv, work, 4 * (size_t)H * sizeof *sv);
         }
+        if (!linear_before_reset) { /* through Rh (r . h): dL/d(r . h) = Rh^T da_c, then r's gradient */
+            et_rnn_products_(N, H, 0, H, step + 2 * H, row, gates1, R + 2 * HH, rows1, step + 3 * H, row);
+            for (n = 0; n < N; ++n) {
+                const float *h = et_rnn_prev(&g, Y, H0, s, n);
+                float *sv = step + (size_t)n * row, *dh = dH0 + et_rnn_state_at(&g, n);
+                for (j = 0; j < H; ++j) {
+                    float r = sv[H + j], d_hr = sv[3 * H + j];
+                    sv[H + j] = d_hr * et_rnn_at(h, j) * r * (1.0f - r);
+                    dh[j] += d_hr * r;
+                    sv[3 * H + j] = r * et_rnn_at(h, j); /* now r . h, which Rh's gradient multiplies */
+                }
+            }
+        }
+        for (n = 0; n < N; ++n) {
+            const float *sv = step + (size_t)n * row;
+            for (j = 0; j < H; ++j) {
+                dB[j] += sv[j];
+                dB[H + j] += sv[H + j];
+                dB[2 * H + j] += sv[2 * H + j];
+                dB[3 * H + j] += sv[j];
+                dB[4 * H + j] += sv[H + j];
+                /* Gate h's recurrent part: d_hr scales h (linear_before_reset), else da_c scales r . h. */
+                dB[5 * H + j] += linear_before_reset ? sv[3 * H + j] : sv[2 * H + j];
+            }
+        }
+        /* dh += Rz^T da_z + Rr^T da_r (+ Rh^T d_hr: linear_before_reset), row by row of R in order */
+        et_rnn_products_(N, H, 0, 2 * H, step, row, gates2, R, rows2, dH0, (size_t)g.s_b);
+        if (linear_before_reset)
+            et_rnn_products_(N, H, 0, H, step + 3 * H, row, gates1, R + 2 * HH, rows1, dH0, (size_t)g.s_b);
     }
     et_rnn_weight_grads(&g, 3, 2, ET_GRU_SAVED, saved, X, W, H0, Y, dX, dW, dR);
     if (linear_before_reset) /* Rh's gradient: d_hr times h */
         et_rnn_hidden_products_(&g, H, 3 * H, 2 * H, saved, steps, H0, Y, dR);
     else /* da_c times r . h */
-        et_rnn_products_(H, H, 0, g.T * g.N, saved + 2 * H, 1, steps, saved + 3 * H, steps,
-                         dR + 2 * (size_t)H * (size_t)H, (size_t)H);
+        et_rnn_products_(H, H, 0, g.T * g.N, saved + 2 * H, 1, steps, saved + 3 * H, steps, dR + 2 * HH, (size_t)H);
 }
 
 /* LSTM, gates i, o, f, c (no peepholes):
@@ -391,40 +466,41 @@ static inline void et_lstm_f32(const int *geometry, const float *X, const float 
                                const float *H0, const float *C0, float *Y, float *Y_h, float *Y_c, float *saved)
 {
     et_rnn_geometry g = et_rnn_geometry_of(geometry);
-    int H = g.H, s, n, j, q, j0, len;
-    float gate[4 * ET_RNN_CHUNK]; /* gate q's pre-activations, then values, at q * ET_RNN_CHUNK */
-    const float *i = gate, *o = gate + ET_RNN_CHUNK, *f = gate + 2 * ET_RNN_CHUNK, *c = gate + 3 * ET_RNN_CHUNK;
+    int H = g.H, s, n0, v, j, q, j0, len;
+    /* Gate q's pre-activations, then values, for batch row v of a pair at (q * ET_DOT_TAPS + v) * ET_RNN_CHUNK. */
+    float gate[4 * ET_DOT_TAPS * ET_RNN_CHUNK], part[ET_DOT_TAPS * ET_RNN_CHUNK];
     et_rnn_copy_state(&g, C0, Y_c);
     for (s = 0; s < g.T; ++s) {
         int t = et_rnn_time(&g, s);
-        for (n = 0; n < g.N; ++n) {
-            const float *x = X + et_rnn_x_at(&g, t, n);
-            const float *h = et_rnn_prev(&g, Y, H0, s, n);
-            float *y = Y + et_rnn_y_at(&g, t, n);
-            float *yh = Y_h + et_rnn_state_at(&g, n), *cell = Y_c + et_rnn_state_at(&g, n);
-            float *sv = saved ? saved + et_rnn_saved_at(&g, t, n, ET_LSTM_SAVED) : 0;
+        for (n0 = 0; n0 < g.N; n0 += ET_DOT_TAPS) {
+            et_rnn_rows_ rows = et_rnn_rows_of_(&g, Y, H0, s, n0);
             for (j0 = 0; j0 < H; j0 += len) {
                 len = H - j0 < ET_RNN_CHUNK ? H - j0 : ET_RNN_CHUNK;
-                for (q = 0; q < 4; ++q) {
+                for (q = 0; q < 4; ++q)
+                    et_rnn_pre_(&g, 4, q * H + j0, len, W, R, B, X, &rows, gate + q * ET_DOT_TAPS * ET_RNN_CHUNK, part);
+                for (v = 0; v < rows.taps; ++v) {
+                    float *i = gate + v * ET_RNN_CHUNK, *o = i + ET_DOT_TAPS * ET_RNN_CHUNK;
+                    float *f = o + ET_DOT_TAPS * ET_RNN_CHUNK, *c = f + ET_DOT_TAPS * ET_RNN_CHUNK;
+                    float *y = Y + et_rnn_y_at(&g, t, n0 + v) + j0;
+                    float *yh = Y_h + et_rnn_state_at(&g, n0 + v) + j0, *cell = Y_c + et_rnn_state_at(&g, n0 + v) + j0;
+                    float *sv = saved ? saved + et_rnn_saved_at(&g, t, n0 + v, ET_LSTM_SAVED) + j0 : 0;
+                    et_sigmoid_f32(len, i, i);
+                    et_sigmoid_f32(len, o, o);
+                    et_sigmoid_f32(len, f, f);
+                    et_tanh_f32(len, c, c);
                     for (j = 0; j < len; ++j)
-                        gate[q * ET_RNN_CHUNK + j] = et_rnn_gate(&g, 4, q * H + j0 + j, W, R, B, x, h);
-                    if (q < 3)
-                        et_sigmoid_f32(len, gate + q * ET_RNN_CHUNK, gate + q * ET_RNN_CHUNK);
-                    else
-                        et_tanh_f32(len, gate + q * ET_RNN_CHUNK, gate + q * ET_RNN_CHUNK);
-                }
-                for (j = 0; j < len; ++j)
-                    cell[j0 + j] = f[j] * cell[j0 + j] + i[j] * c[j];
-                et_tanh_f32(len, cell + j0, y + j0);
-                for (j = 0; j < len; ++j) {
-                    y[j0 + j] = o[j] * y[j0 + j];
-                    yh[j0 + j] = y[j0 + j];
-                    if (sv) {
-                        sv[j0 + j] = i[j];
-                        sv[H + j0 + j] = o[j];
-                        sv[2 * H + j0 + j] = f[j];
-                        sv[3 * H + j0 + j] = c[j];
-                        sv[4 * H + j0 + j] = cell[j0 + j];
+                        cell[j] = f[j] * cell[j] + i[j] * c[j];
+                    et_tanh_f32(len, cell, y);
+                    for (j = 0; j < len; ++j) {
+                        y[j] = o[j] * y[j];
+                        yh[j] = y[j];
+                        if (sv) {
+                            sv[j] = i[j];
+                            sv[H + j] = o[j];
+                            sv[2 * H + j] = f[j];
+                            sv[3 * H + j] = c[j];
+                            sv[4 * H + j] = cell[j];
+                        }
                     }
                 }
             }
@@ -435,41 +511,48 @@ static inline void et_lstm_f32(const int *geometry, const float *X, const float 
 static inline void et_lstm_grad_f32(const int *geometry, int accumulate, const float *dY, const float *dY_h,
                                     const float *dY_c, const float *X, const float *W, const float *R,
                                     const float *H0, const float *C0, const float *Y, float *saved, float *dX,
-                                    float *dW, float *dR, float *dB, float *dH0, float *dC0, float *work)
+                                    float *dW, float *dR, float *dB, float *dH0, float *dC0)
 {
     et_rnn_geometry g = et_rnn_geometry_of(geometry);
-    int H = g.H, s, n, j, q;
+    int H = g.H, N = g.N, s, n, j, j0, len, q;
+    size_t row = ET_LSTM_SAVED * (size_t)H;
+    et_rnn_walk_ gates = {4 * H, 0, 0, 1}, rows = {4 * H, 0, 0, (size_t)H};
+    float tc[ET_RNN_CHUNK]; /* tanh of the cell states */
     et_rnn_grad_start(&g, 4, accumulate, dY_h, dX, dW, dR, dB, dH0);
     et_rnn_copy_state(&g, dY_c, dC0);
     for (s = g.T - 1; s >= 0; --s) {
         int t = et_rnn_time(&g, s);
-        for (n = 0; n < g.N; ++n) {
+        float *step = saved + et_rnn_saved_at(&g, t, 0, ET_LSTM_SAVED); /* the step's rows, `row` apart */
+        for (n = 0; n < N; ++n) {
             const float *dy = dY ? dY + et_rnn_y_at(&g, t, n) : 0;
-            float *sv = saved + et_rnn_saved_at(&g, t, n, ET_LSTM_SAVED);
+            float *sv = step + (size_t)n * row;
             const float *c_prev = s > 0 ? saved + et_rnn_saved_at(&g, et_rnn_time(&g, s - 1), n, ET_LSTM_SAVED) + 4 * H
                                         : (C0 ? C0 + et_rnn_state_at(&g, n) : 0);
             float *dh = dH0 + et_rnn_state_at(&g, n), *dc = dC0 + et_rnn_state_at(&g, n);
-            for (j = 0; j < H; ++j) {
-                float i = sv[j], o = sv[H + j], f = sv[2 * H + j], c = sv[3 * H + j];
-                float tc = et_tanhf(sv[4 * H + j]);
-                float d_h = dh[j] + et_rnn_at(dy, j);
-                float d_c = dc[j] + d_h * o * (1.0f - tc * tc);
-                work[j] = d_c * c * i * (1.0f - i);
-                work[H + j] = d_h * tc * o * (1.0f - o);
-                work[2 * H + j] = d_c * et_rnn_at(c_prev, j) * f * (1.0f - f);
-                work[3 * H + j] = d_c * i * (1.0f - c * c);
-                dc[j] = d_c * f;
-                dh[j] = 0.0f;
+            /* The step's gates, read, become their gradients in their place (the cell state stays: the
+             * step before reads it). */
+            for (j0 = 0; j0 < H; j0 += len) {
+                len = H - j0 < ET_RNN_CHUNK ? H - j0 : ET_RNN_CHUNK;
+                et_tanh_f32(len, sv + 4 * H + j0, tc);
+                for (j = j0; j < j0 + len; ++j) {
+                    float i = sv[j], o = sv[H + j], f = sv[2 * H + j], c = sv[3 * H + j], t_c = tc[j - j0];
+                    float d_h = dh[j] + et_rnn_at(dy, j);
+                    float d_c = dc[j] + d_h * o * (1.0f - t_c * t_c);
+                    sv[j] = d_c * c * i * (1.0f - i);
+                    sv[H + j] = d_h * t_c * o * (1.0f - o);
+                    sv[2 * H + j] = d_c * et_rnn_at(c_prev, j) * f * (1.0f - f);
+                    sv[3 * H + j] = d_c * i * (1.0f - c * c);
+                    dc[j] = d_c * f;
+                    dh[j] = 0.0f;
+                }
             }
             for (q = 0; q < 4 * H; ++q) {
-                dB[q] += work[q];
-                dB[4 * H + q] += work[q];
-                et_rnn_axpy(H, work[q], R + (size_t)q * (size_t)H, dh);
+                dB[q] += sv[q];
+                dB[4 * H + q] += sv[q];
             }
-            /* The step's gates, read: their gradients in their place (the cell state stays, the
-             * step before reads it). */
-            memcpy(sv, work, 4 * (size_t)H * sizeof *sv);
         }
+        /* dh = R^T (the gates' gradients), row by row of R in order */
+        et_rnn_products_(N, H, 0, 4 * H, step, row, gates, R, rows, dH0, (size_t)g.s_b);
     }
     et_rnn_weight_grads(&g, 4, 4, ET_LSTM_SAVED, saved, X, W, H0, Y, dX, dW, dR);
 }

@@ -50,7 +50,6 @@ class _Family:
 
 GRU = _Family("GRU", gates=3, saved=4, states=1, activations=("sigmoid", "tanh"))
 LSTM = _Family("LSTM", gates=4, saved=5, states=2, activations=("sigmoid", "tanh", "tanh"))
-GRAD_WORK = 4  # the backward kernels' scratch, in hidden-size vectors
 
 
 @dataclass(frozen=True)
@@ -193,7 +192,7 @@ def _grad_rule(fam: _Family, g, node: Node, dy):
         [d or "" for d in dy[: 1 + fam.states]] + [x, w, r] + inits + [node.outputs[0], node.outputs[-1]],
         attrs,
         domain=ET_DOMAIN,
-        outputs=5 + fam.states,
+        outputs=4 + fam.states,
     )
     dx, dw, dr, db = outs[:4]
     d_inits = [d if init else None for d, init in zip(outs[4 : 4 + fam.states], inits)]
@@ -209,7 +208,7 @@ def _grad_kernel(fam: _Family, k, node: Node):
         node.inputs[4 + 2 * s :],
     )
     dx, dw, dr, db = node.outputs[:4]
-    d_inits, work = node.outputs[4 : 4 + s], node.outputs[-1]
+    d_inits = node.outputs[4 : 4 + s]
     dims = _Dims.of(k.shape(x), node)
     calls = []
     for d in range(dims.D):
@@ -232,7 +231,6 @@ def _grad_kernel(fam: _Family, k, node: Node):
                 at(dr, "R"),
                 at(db, "B"),
                 *[at(v, "state") for v in d_inits],
-                work,
             )
         )
     return calls
@@ -244,7 +242,6 @@ def _grad_shapes(fam: _Family, graph, node: Node):
     return (
         [graph.shape(x), graph.shape(w), graph.shape(r), (dims.D, 2 * fam.gates * dims.H)]
         + [dims.state_shape()] * fam.states
-        + [(GRAD_WORK * dims.H,)]
     )
 
 
@@ -392,7 +389,6 @@ def _grad_reference(fam: _Family):
             dx.swapaxes(0, 1) if layout else dx,
             *[np.stack([run[j] for run in runs]) for j in (1, 2, 3)],
             *d_inits,
-            np.zeros(GRAD_WORK * r.shape[-1]),
         )
 
     return reference
@@ -420,7 +416,7 @@ def _register(fam: _Family) -> None:
     @op(f"{fam.op}Grad", domain=ET_DOMAIN)
     class Grad:
         """(dY, dY_h[, dY_c], X, W, R, initial_h[, initial_c], Y, saved) -> (dX, dW, dR, dB,
-        d initial_h[, d initial_c], scratch); absent gradients and initial states are ""."""
+        d initial_h[, d initial_c]); absent gradients and initial states are ""."""
 
         kernel = staticmethod(lambda k, node: _grad_kernel(fam, k, node))
         shape = staticmethod(lambda graph, node: _grad_shapes(fam, graph, node))
