@@ -173,6 +173,12 @@ for _case in [
     Case("GRU", "bidirectional", states=("initial_h",), dims=(14, 5, 19, 18)),
     Case("LSTM", "reverse", layout=1, states=("initial_h", "initial_c"), dims=(14, 5, 17, 20)),
     Case("LSTM", "reverse", layout=1, states=("initial_h",), dims=(5, 1, 2, 4)),
+    # Input and hidden sizes in whole lane blocks: the forward's dot tiles, four gate rows by a pair
+    # of batch rows and eight rows by the last odd one, over a run of gates and its remainder
+    # (H = 40 is 32 + 8 hidden units).
+    Case("GRU", "bidirectional", lbr=1, states=("initial_h",), dims=(4, 3, 8, 40)),
+    Case("GRU", layout=1, dims=(3, 4, 16, 16)),
+    Case("LSTM", "bidirectional", states=("initial_h", "initial_c"), dims=(3, 3, 16, 40)),
 ]:
     CASES.add(_id(_case), _case)
 
