@@ -74,10 +74,10 @@ static inline void et_conv_axpy_(int rows, int n, const float *w, int w_step, co
         float *yr = y + r * y_rs;
         if (x_step == 1 && y_step == 1)
             for (j = 0; j < n; ++j)
-                yr[j] += wr * x[j];
+                yr[j] = et_mla_(yr[j], wr, x[j]);
         else
             for (j = 0; j < n; ++j)
-                yr[j * y_step] += wr * x[j * x_step];
+                yr[j * y_step] = et_mla_(yr[j * y_step], wr, x[j * x_step]);
     }
 }
 
@@ -760,6 +760,77 @@ static inline int et_conv_depthwise_f32_(int N, int C, const int *in, const int 
     return 1;
 }
 
+/* The taps t in [0, n) with 0 <= i0 + t * e < len (e nonzero, of either sign), as [*lo, *hi). */
+static inline void et_conv_taps_(int e, int i0, int len, int n, int *lo, int *hi)
+{
+    if (e > 0)
+        et_conv_span_(e, i0, len, n, lo, hi);
+    else  /* mirrored: len - 1 - (i0 + t e) runs the other way */
+        et_conv_span_(-e, len - 1 - i0, len, n, lo, hi);
+}
+
+/* A depthwise convolution (dir 1) or, with unit strides, transposed
+ * convolution (dir -1) over planes (one depth), read in place: for builds
+ * without the padded scratch (microcontrollers), where the row kernels
+ * would set up each tap for a run of a few outputs.  Output (oy, ox) reads
+ * input (oy sy + cy + ky ey, ox sx + cx + kx ex) through tap (ky, kx);
+ * each output sums its taps in order, from 0, skipping those outside the
+ * input (the padded kernels add them as W * 0), then adds the bias (0
+ * without one).  Four outputs down a column whose taps all fall inside
+ * keep their sums in registers, sharing each weight.  Returns 0, having
+ * done nothing, where it does not apply. */
+static inline int et_conv_depthwise_planes_f32_(int N, int C, const int *in, const int *out, const int *k,
+                                                const int *s, const int *d, const int *p, int dir, const float *X,
+                                                const float *W, const float *B, float *Y)
+{
+    int sy = dir > 0 ? s[1] : 1, sx = dir > 0 ? s[2] : 1, cy = -dir * p[1], cx = -dir * p[2];
+    int ey = dir * d[1], ex = dir * d[2], in_size = et_conv_volume_(in), out_size = et_conv_volume_(out);
+    int k_size = et_conv_volume_(k), n, c, oy, ox, ky, kx, rows, lo, hi, lo3, hi3;
+    if (in[0] != 1 || out[0] != 1 || k[0] != 1 || (dir < 0 && (s[1] != 1 || s[2] != 1)))
+        return 0;
+    ET_PATH_(dir > 0 ? "conv_depthwise_planes" : "transpose_depthwise_planes");
+    for (n = 0; n < N; ++n)
+        for (c = 0; c < C; ++c) {
+            const float *x = X + ((size_t)n * (size_t)C + (size_t)c) * (size_t)in_size;
+            const float *w = W + (size_t)c * (size_t)k_size;
+            float *y = Y + ((size_t)n * (size_t)C + (size_t)c) * (size_t)out_size, b = B ? B[c] : 0.0f;
+            for (oy = 0; oy < out[1]; oy += rows) {
+                int iy = oy * sy + cy, rs = sy * in[2];  /* tap row 0's input row; four rows' step */
+                et_conv_taps_(ey, iy, in[1], k[1], &lo, &hi);
+                et_conv_taps_(ey, iy + 3 * sy, in[1], k[1], &lo3, &hi3);
+                rows = out[1] - oy >= 4 && lo == 0 && hi == k[1] && lo3 == 0 && hi3 == k[1] ? 4 : 1;
+                if (rows == 4)
+                    ET_PATH_("depthwise_planes_4_rows");
+                for (ox = 0; ox < out[2]; ++ox) {
+                    int ix = ox * sx + cx, kx0, kx1;
+                    float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+                    et_conv_taps_(ex, ix, in[2], k[2], &kx0, &kx1);
+                    for (ky = lo; ky < hi; ++ky) {
+                        const float *r = x + (size_t)(iy + ky * ey) * (size_t)in[2], *wk = w + ky * k[2];
+                        if (rows == 4)
+                            for (kx = kx0; kx < kx1; ++kx) {
+                                int at = ix + kx * ex;
+                                a0 = et_mla_(a0, wk[kx], r[at]);
+                                a1 = et_mla_(a1, wk[kx], r[at + rs]);
+                                a2 = et_mla_(a2, wk[kx], r[at + 2 * rs]);
+                                a3 = et_mla_(a3, wk[kx], r[at + 3 * rs]);
+                            }
+                        else
+                            for (kx = kx0; kx < kx1; ++kx)
+                                a0 = et_mla_(a0, wk[kx], r[ix + kx * ex]);
+                    }
+                    y[(size_t)oy * (size_t)out[2] + (size_t)ox] = a0 + b;
+                    if (rows == 4) {
+                        y[(size_t)(oy + 1) * (size_t)out[2] + (size_t)ox] = a1 + b;
+                        y[(size_t)(oy + 2) * (size_t)out[2] + (size_t)ox] = a2 + b;
+                        y[(size_t)(oy + 3) * (size_t)out[2] + (size_t)ox] = a3 + b;
+                    }
+                }
+            }
+        }
+    return 1;
+}
+
 /* A pointwise convolution (et_conv_f32) over a plane of fewer than
  * ET_GEMM_NARROW positions: the group's weights, packed transposed into
  * the scratch (as many output channels as fit), let et_gemm_f32 run its
@@ -814,7 +885,9 @@ static inline void et_conv_f32(int N, int C, int M, int G, const int *in, const 
                             Y + ((size_t)n * (size_t)M + (size_t)g * (size_t)Mg) * (size_t)out_size);
         return;
     }
-    if (Cg == 1 && Mg == 1 && et_conv_depthwise_f32_(N, C, in, out, k, s, d, p, 1, X, W, B, Y))
+    if (Cg == 1 && Mg == 1 &&
+        (et_conv_depthwise_f32_(N, C, in, out, k, s, d, p, 1, X, W, B, Y) ||
+         (ET_CONV_SCRATCH == 0 && et_conv_depthwise_planes_f32_(N, C, in, out, k, s, d, p, 1, X, W, B, Y))))
         return;
     if (Mg >= ET_CONV_ROWS) {
         et_conv_chunked_f32_(N, C, M, G, in, out, k, s, d, p, 1, X, W, Cg * k_size, k_size, B, Y);
@@ -888,7 +961,9 @@ static inline void et_conv_transpose_f32(int N, int C, int M, int G, const int *
                             Y + ((size_t)n * (size_t)M + (size_t)g * (size_t)Mg) * (size_t)out_size);
         return;
     }
-    if (Cg == 1 && Mg == 1 && et_conv_depthwise_f32_(N, C, in, out, k, s, d, p, -1, X, W, B, Y))
+    if (Cg == 1 && Mg == 1 &&
+        (et_conv_depthwise_f32_(N, C, in, out, k, s, d, p, -1, X, W, B, Y) ||
+         (ET_CONV_SCRATCH == 0 && et_conv_depthwise_planes_f32_(N, C, in, out, k, s, d, p, -1, X, W, B, Y))))
         return;
     if (Mg >= ET_CONV_ROWS) {
         et_conv_chunked_f32_(N, C, M, G, in, out, k, s, d, p, -1, X, W, k_size, Mg * k_size, B, Y);

@@ -610,10 +610,10 @@ static inline void et_axpy4_f32_(int n, float w0, float w1, float w2, float w3, 
     int j;
     for (j = 0; j < n; ++j) {
         float xj = x[j];
-        y0[j] += w0 * xj;
-        y1[j] += w1 * xj;
-        y2[j] += w2 * xj;
-        y3[j] += w3 * xj;
+        y0[j] = et_mla_(y0[j], w0, xj);
+        y1[j] = et_mla_(y1[j], w1, xj);
+        y2[j] = et_mla_(y2[j], w2, xj);
+        y3[j] = et_mla_(y3[j], w3, xj);
     }
 }
 

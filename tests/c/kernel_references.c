@@ -248,6 +248,9 @@ static void conv_case(int dir)
                                            bias, got));
         RUN_("depthwise", Cg == 1 && Mg == 1 &&
                               et_conv_depthwise_f32_(g.N, g.C, g.in, g.out, g.k, g.s, g.d, g.p, dir, X, W, bias, got));
+        RUN_("depthwise_planes",
+             Cg == 1 && Mg == 1 &&
+                 et_conv_depthwise_planes_f32_(g.N, g.C, g.in, g.out, g.k, g.s, g.d, g.p, dir, X, W, bias, got));
     } else if (dir > 0)
         RUN_("pointwise_narrow",
              et_conv_pointwise_narrow_f32_(g.N, g.C, g.M, g.G, volume(g.out), X, W, bias, got));

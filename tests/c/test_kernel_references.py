@@ -45,6 +45,9 @@ COMMON = {
     "grad_lanes_clipped",
     "grad_x_in_place_pointwise",
     "grad_x_in_place_depthwise",
+    "conv_depthwise_planes",
+    "transpose_depthwise_planes",
+    "depthwise_planes_4_rows",
 }
 SCRATCH = {  # the padded planes' paths: hosts, or a scalar build given the scratch
     "conv_direct",
