@@ -150,6 +150,7 @@ static inline et_rnn_rows_ et_rnn_rows_of_(const et_rnn_geometry *g, const float
 {
     et_rnn_rows_ rows;
     int v;
+    memset(&rows, 0, sizeof rows);
     rows.n0 = n0;
     rows.taps = g->N - n0 < ET_DOT_TAPS ? g->N - n0 : ET_DOT_TAPS;
     rows.h = s > 0 ? Y : H0;
@@ -325,7 +326,7 @@ static inline void et_gru_f32(const int *geometry, int linear_before_reset, cons
         int t = et_rnn_time(&g, s);
         for (n0 = 0; n0 < g.N; n0 += ET_DOT_TAPS) {
             et_rnn_rows_ rows = et_rnn_rows_of_(&g, Y, H0, s, n0);
-            size_t yt[ET_DOT_TAPS]; /* the pair's rows of Y: r, or r . h, until the new state is complete */
+            size_t yt[ET_DOT_TAPS] = {0}; /* the pair's rows of Y: r, or r . h, until the new state is complete */
             for (v = 0; v < rows.taps; ++v)
                 yt[v] = et_rnn_y_at(&g, t, n0 + v);
             for (j0 = 0; j0 < H; j0 += len) { /* r, into Y's slot: every candidate reads all of it */
