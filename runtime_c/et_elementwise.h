@@ -99,8 +99,12 @@ static inline void et_tanh_f32(int n, const float *X, float *Y)
 
 static inline void et_exp_f32(int n, const float *X, float *Y)
 {
-    int i;
-    for (i = 0; i < n; ++i)
+    int i = 0;
+#if ET_VECTORS
+    for (; i + 8 <= n; i += 8)
+        et_expf_v8_(X + i, Y + i);
+#endif
+    for (; i < n; ++i)
         Y[i] = et_expf(X[i]);
 }
 

@@ -11,6 +11,9 @@
 #ifndef ET_MATH_H
 #include "et_math.h"
 #endif
+#ifndef ET_ELEMENTWISE_H
+#include "et_elementwise.h"
+#endif
 
 static inline float et_line_max_(int n, int inner, const float *X)
 {
@@ -35,11 +38,18 @@ static inline void et_softmax_f32(int outer, int n, int inner, const float *X, f
             const float *x = X + base;
             float *y = Y + base;
             float m = et_line_max_(n, inner, x), s = 0.0f;
-            for (j = 0; j < n; ++j) {
-                float e = et_expf(x[(size_t)j * (size_t)inner] - m);
-                y[(size_t)j * (size_t)inner] = e;
-                s += e;
-            }
+            if (inner == 1) {  /* a contiguous line: its exps eight at a time where the host has vectors */
+                for (j = 0; j < n; ++j)
+                    y[j] = x[j] - m;
+                et_exp_f32(n, y, y);
+                for (j = 0; j < n; ++j)
+                    s += y[j];
+            } else
+                for (j = 0; j < n; ++j) {
+                    float e = et_expf(x[(size_t)j * (size_t)inner] - m);
+                    y[(size_t)j * (size_t)inner] = e;
+                    s += e;
+                }
             for (j = 0; j < n; ++j)
                 y[(size_t)j * (size_t)inner] /= s;
         }

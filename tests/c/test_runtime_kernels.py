@@ -33,6 +33,7 @@ void t_tanhf(int n, const float *x, float *y) { int i; for (i = 0; i < n; ++i) y
 void t_sigmoidf(int n, const float *x, float *y) { int i; for (i = 0; i < n; ++i) y[i] = et_sigmoidf(x[i]); }
 void t_tanh_rows(int n, const float *x, float *y) { et_tanh_f32(n, x, y); }
 void t_sigmoid_rows(int n, const float *x, float *y) { et_sigmoid_f32(n, x, y); }
+void t_exp_rows(int n, const float *x, float *y) { et_exp_f32(n, x, y); }
 uint32_t t_crc32(uint32_t crc, const uint8_t *p, size_t n) { return et_crc32(crc, p, n); }
 uint32_t t_hash_u32(uint32_t h) { return et_hash_u32(h); }
 void t_dropout(int n, float ratio, uint32_t seed, uint32_t counter, const float *X, float *Y, float *Mask)
@@ -76,6 +77,7 @@ void t_tanhf(int, const float *, float *);
 void t_sigmoidf(int, const float *, float *);
 void t_tanh_rows(int, const float *, float *);
 void t_sigmoid_rows(int, const float *, float *);
+void t_exp_rows(int, const float *, float *);
 uint32_t t_crc32(uint32_t, const uint8_t *, size_t);
 uint32_t t_hash_u32(uint32_t);
 void t_dropout(int, float, uint32_t, uint32_t, const float *, float *, float *);
@@ -310,7 +312,9 @@ def test_math_ulp(lib, name, ref, bound):
     assert d.max() <= bound, (name, int(d.max()), x[~np.isnan(r)][np.argmax(d)])
 
 
-@pytest.mark.parametrize("rows,one", [("t_sigmoid_rows", "t_sigmoidf"), ("t_tanh_rows", "t_tanhf")])
+@pytest.mark.parametrize(
+    "rows,one", [("t_sigmoid_rows", "t_sigmoidf"), ("t_tanh_rows", "t_tanhf"), ("t_exp_rows", "t_expf")]
+)
 def test_math_rows_match_the_scalar_function(lib, rows, one):
     """The kernels over arrays (eight lanes at a time where the host has vectors, each lane taking
     every branch) give the bits of the scalar function, value by value."""
