@@ -28,18 +28,16 @@
 #define ET_EXP_MAX 88.72283172607421875f
 #define ET_EXP_MIN (-103.972076416015625f)
 
-/* The shared core of et_expf and et_expm1f: x = k ln2 + r with |r| <= ln2/2
- * (Cody-Waite), and expm1(r) from the Cephes minimax for
- * (exp(r) - 1 - r) / r^2, with full relative precision. */
 /* The Cephes minimax for (exp(r) - 1 - r) / r^2 by Horner's rule, as an
  * expression, so that floats and vectors (below) share it. */
 #define ET_EXPM1_POLY_(r)                                                                                    \
-    (((((1.9875691500e-4f * (r) + 1.3981999507e-3f) * (r) + 8.3334519073e-3f) * (r) + 4.1665795894e-2f) * \
-          (r) +                                                                                          \
-      1.6666665459e-1f) *                                                                                \
-         (r) +                                                                                           \
+    (((((1.9875691500e-4f * (r) + 1.3981999507e-3f) * (r) + 8.3334519073e-3f) * (r) + 4.1665795894e-2f) * (r) + \
+      1.6666665459e-1f) * (r) +                                                                                   \
      5.0000001201e-1f)
 
+/* The shared core of et_expf and et_expm1f: x = k ln2 + r with |r| <= ln2/2
+ * (Cody-Waite), and expm1(r) from the Cephes minimax for
+ * (exp(r) - 1 - r) / r^2, with full relative precision. */
 static inline float et_expm1_reduced_(float x, int *k_out)
 {
     float fk, r, p;
