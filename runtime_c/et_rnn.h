@@ -22,13 +22,17 @@
  * from Y.  Backward carries dL/dh (and dL/dc) from step to step in dH0
  * (and dC0), which end as the gradients of the initial states.
  *
+ * Forward takes the batch rows of a step two at a time, so that each row
+ * of W and R read serves both (et_rnn_dots_).
+ *
  * Backward runs in two passes.  The first goes back through time, as the
  * recurrence must, and leaves in each step's row of `saved` (read by then,
  * and read by nothing after the backward pass) the gradients of its
  * gates' pre-activations; R^T times them, the gradient carried to the step
- * before, is one matrix product per step over the batch.  The second makes dW, dR and dX from them as
- * matrix products in et_linalg.h's register tiles, each weight gradient's
- * sum over the steps in order of time (t, then n, ascending). */
+ * before, is one matrix product per step over the batch.  The second
+ * makes dW, dR and dX from them as matrix products in et_linalg.h's
+ * register tiles, each weight gradient's sum over the steps in order of
+ * time (t, then n, ascending). */
 #ifndef ET_RNN_H
 #define ET_RNN_H
 
@@ -137,11 +141,11 @@ static inline void et_rnn_dots_(int rows, int n, const float *M, int taps, const
         }
 }
 
-/* A pair of batch rows (or the last one) of a step: `taps` rows from n0,
- * their inputs at X + xt[v], the hidden states they start from at h + ht[v]
- * (h NULL: zeros, the first step without an initial state). */
+/* A pair of batch rows (or the last one) of a step: `taps` rows, their
+ * inputs at X + xt[v], the hidden states they start from at h + ht[v] (h
+ * NULL: zeros, the first step without an initial state). */
 typedef struct {
-    int n0, taps;
+    int taps;
     size_t xt[ET_DOT_TAPS], ht[ET_DOT_TAPS];
     const float *h;
 } et_rnn_rows_;
@@ -151,7 +155,6 @@ static inline et_rnn_rows_ et_rnn_rows_of_(const et_rnn_geometry *g, const float
     et_rnn_rows_ rows;
     int v;
     memset(&rows, 0, sizeof rows);
-    rows.n0 = n0;
     rows.taps = g->N - n0 < ET_DOT_TAPS ? g->N - n0 : ET_DOT_TAPS;
     rows.h = s > 0 ? Y : H0;
     for (v = 0; v < rows.taps; ++v) {
@@ -182,15 +185,6 @@ static inline void et_rnn_pre_(const et_rnn_geometry *g, int gates, int first, i
 static inline float et_rnn_at(const float *v, int i)
 {
     return v ? v[i] : 0.0f;
-}
-
-static inline void et_rnn_axpy(int n, float a, const float *x, float *y)
-{
-    int i;
-    if (!x)
-        return;
-    for (i = 0; i < n; ++i)
-        y[i] += a * x[i];
 }
 
 static inline void et_rnn_zero(int n, float *y)
@@ -333,10 +327,10 @@ static inline void et_gru_f32(const int *geometry, int linear_before_reset, cons
                 len = H - j0 < ET_RNN_CHUNK ? H - j0 : ET_RNN_CHUNK;
                 et_rnn_pre_(&g, 3, H + j0, len, W, R, B, X, &rows, r, part);
                 for (v = 0; v < rows.taps; ++v) {
-                    const float *h = rows.h ? rows.h + rows.ht[v] : 0, *rv = r + v * ET_RNN_CHUNK;
-                    float *y = Y + yt[v];
+                    const float *h = rows.h ? rows.h + rows.ht[v] : 0;
+                    float *rv = r + v * ET_RNN_CHUNK, *y = Y + yt[v];
                     float *sv = saved ? saved + et_rnn_saved_at(&g, t, n0 + v, ET_GRU_SAVED) : 0;
-                    et_sigmoid_f32(len, r + v * ET_RNN_CHUNK, r + v * ET_RNN_CHUNK);
+                    et_sigmoid_f32(len, rv, rv);
                     for (j = 0; j < len; ++j) {
                         y[j0 + j] = linear_before_reset ? rv[j] : rv[j] * et_rnn_at(h, j0 + j);
                         if (sv)
