@@ -239,10 +239,8 @@ def _grad_kernel(fam: _Family, k, node: Node):
 def _grad_shapes(fam: _Family, graph, node: Node):
     x, w, r = node.inputs[1 + fam.states : 4 + fam.states]
     dims = _Dims.of(graph.shape(x), node)
-    return (
-        [graph.shape(x), graph.shape(w), graph.shape(r), (dims.D, 2 * fam.gates * dims.H)]
-        + [dims.state_shape()] * fam.states
-    )
+    states = [dims.state_shape()] * fam.states
+    return [graph.shape(x), graph.shape(w), graph.shape(r), (dims.D, 2 * fam.gates * dims.H), *states]
 
 
 # ---- NumPy references (what onnx.reference runs for the training graph), in time-major layout ----
