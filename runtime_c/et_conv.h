@@ -1286,6 +1286,59 @@ static inline void et_conv_plane_totals_(int taps, const float *lane, int add, f
     }
 }
 
+/* et_conv_grad_w_f32 for a depthwise convolution over planes (one
+ * depth), read in place: for builds without the padded scratch
+ * (microcontrollers), where the lanes' runs would be gathered a row of a
+ * few positions at a time.  Within each piece of a dY plane, every tap's
+ * lane l takes the piece's positions l, l + ET_LANES, ... in order, from
+ * 0, skipping the products whose input lies outside X (the gathered runs
+ * hold 0 there); the pieces, the planes' totals and their sum over n are
+ * et_conv_grad_w_f32's.  Returns 0, having done nothing, where it does
+ * not apply. */
+#define ET_CONV_PLANES_TAPS 16  /* the largest kernel it takes: 4 x 4, say (1 KB of lanes on the stack) */
+
+static inline int et_conv_grad_w_depthwise_planes_f32_(int N, int C, const int *in, const int *out, const int *k,
+                                                       const int *s, const int *d, const int *p, const float *dY,
+                                                       const float *X, float *dW)
+{
+    int in_size = et_conv_volume_(in), out_size = et_conv_volume_(out), k_size = et_conv_volume_(k);
+    int n, c, o0, rows, len, r, j, i, ky, kx, ky0, ky1, kx0, kx1, q;
+    float piece[ET_CONV_PLANES_TAPS * ET_LANES], lane[ET_CONV_PLANES_TAPS * ET_LANES];
+    if (in[0] != 1 || out[0] != 1 || k[0] != 1 || k_size > ET_CONV_PLANES_TAPS)
+        return 0;
+    ET_PATH_("grad_depthwise_planes");
+    for (c = 0; c < C; ++c)
+        for (n = 0; n < N; ++n) {
+            const float *x = X + ((size_t)n * (size_t)C + (size_t)c) * (size_t)in_size;
+            const float *g = dY + ((size_t)n * (size_t)C + (size_t)c) * (size_t)out_size;
+            for (o0 = 0; o0 < out_size; o0 += rows * len) {
+                et_conv_piece_(o0, out, &rows, &len);
+                memset(piece, 0, (size_t)k_size * ET_LANES * sizeof *piece);
+                for (r = 0, i = 0; r < rows; ++r) {
+                    int oy = o0 / out[2] + r, iy = oy * s[1] - p[1];
+                    et_conv_span_(d[1], iy, in[1], k[1], &ky0, &ky1);
+                    for (j = 0; j < len; ++j, ++i) {
+                        int ox = o0 % out[2] + j, ix = ox * s[2] - p[2];
+                        float v = g[(size_t)oy * (size_t)out[2] + (size_t)ox];
+                        float *at = piece + (i % ET_LANES);  /* tap t's lane at t * ET_LANES */
+                        et_conv_span_(d[2], ix, in[2], k[2], &kx0, &kx1);
+                        for (ky = ky0; ky < ky1; ++ky) {
+                            const float *xr = x + (size_t)(iy + ky * d[1]) * (size_t)in[2];
+                            for (kx = kx0; kx < kx1; ++kx) {
+                                float *a = at + (ky * k[2] + kx) * ET_LANES;
+                                *a = et_mla_(*a, v, xr[ix + kx * d[2]]);
+                            }
+                        }
+                    }
+                }
+                for (q = 0; q < k_size * ET_LANES; ++q)  /* the plane's pieces, added lane by lane */
+                    lane[q] = o0 == 0 ? piece[q] : lane[q] + piece[q];
+            }
+            et_conv_plane_totals_(k_size, lane, n > 0, dW + (size_t)c * (size_t)k_size);
+        }
+    return 1;
+}
+
 /* Conv's weight gradient: dW[m, c, kz, ky, kx] = sum over n, oz, oy, ox
  * of dY[n, m, o] * X[n, g*C/G + c, o*s + k*d - p], with Conv's geometry
  * (`in` is X's size, `out` is dY's), the tap's input 0 outside X
@@ -1331,7 +1384,9 @@ static inline void et_conv_grad_w_f32(int N, int C, int M, int G, const int *in,
         et_conv_grad_w_short_f32_(N, C, M, G, in, out, k, s, d, p, dY, X, dW);
         return;
     }
-    if (Cg == 1 && Mg == 1 && !direct && et_conv_grad_w_depthwise_f32_(N, C, in, out, k, s, d, p, dY, X, dW))
+    if (Cg == 1 && Mg == 1 && !direct &&
+        (et_conv_grad_w_depthwise_f32_(N, C, in, out, k, s, d, p, dY, X, dW) ||
+         (ET_CONV_SCRATCH == 0 && et_conv_grad_w_depthwise_planes_f32_(N, C, in, out, k, s, d, p, dY, X, dW))))
         return;  /* rows of whole lane blocks, read in place, are faster still */
     ET_PATH_(pointwise ? "grad_lanes_pointwise" : direct ? "grad_lanes_direct"
                                                 : padded ? "grad_lanes_padded" : "grad_lanes_clipped");

@@ -283,6 +283,10 @@ static void grad_w_case(void)
     if (!in_order && Cg == 1 && Mg == 1 &&
         et_conv_grad_w_depthwise_f32_(g.N, g.C, g.in, g.out, g.k, g.s, g.d, g.p, dY, X, got))
         check("grad_w:depthwise", want, got, nw, shape);
+    memset(got, 0xff, nw * sizeof *got);
+    if (!in_order && Cg == 1 && Mg == 1 &&
+        et_conv_grad_w_depthwise_planes_f32_(g.N, g.C, g.in, g.out, g.k, g.s, g.d, g.p, dY, X, got))
+        check("grad_w:depthwise_planes", want, got, nw, shape);
     free(X);
     free(dY);
     free(want);

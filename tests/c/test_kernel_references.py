@@ -48,6 +48,7 @@ COMMON = {
     "conv_depthwise_planes",
     "transpose_depthwise_planes",
     "depthwise_planes_4_rows",
+    "grad_depthwise_planes",
 }
 SCRATCH = {  # the padded planes' paths: hosts, or a scalar build given the scratch
     "conv_direct",
