@@ -156,10 +156,11 @@ static inline et_rnn_rows_ et_rnn_rows_of_(const et_rnn_geometry *g, const float
     int v;
     memset(&rows, 0, sizeof rows);
     rows.taps = g->N - n0 < ET_DOT_TAPS ? g->N - n0 : ET_DOT_TAPS;
-    rows.h = s > 0 ? Y : H0;
+    rows.h = et_rnn_prev(g, Y, H0, s, 0);  /* batch row 0's state: where the others' offsets count from */
     for (v = 0; v < rows.taps; ++v) {
         rows.xt[v] = et_rnn_x_at(g, et_rnn_time(g, s), n0 + v);
-        rows.ht[v] = s > 0 ? et_rnn_y_at(g, et_rnn_time(g, s - 1), n0 + v) : et_rnn_state_at(g, n0 + v);
+        if (rows.h)
+            rows.ht[v] = (size_t)(et_rnn_prev(g, Y, H0, s, n0 + v) - rows.h);
     }
     return rows;
 }
@@ -377,8 +378,7 @@ static inline void et_gru_f32(const int *geometry, int linear_before_reset, cons
                 }
             }
             for (n = n0; n < n0 + rows.taps; ++n)
-                for (j = 0; j < H; ++j)
-                    Y[et_rnn_y_at(&g, t, n) + (size_t)j] = Y_h[et_rnn_state_at(&g, n) + (size_t)j];
+                memcpy(Y + et_rnn_y_at(&g, t, n), Y_h + et_rnn_state_at(&g, n), (size_t)H * sizeof *Y);
         }
     }
 }
