@@ -362,19 +362,37 @@ static inline const float *et_conv_group_weights_(const float *W, int g, int Mg,
     return W + (dir > 0 ? (size_t)g * (size_t)Mg * (size_t)w_m : (size_t)g * (size_t)Cg * (size_t)w_c);
 }
 
+/* The taps q0 .. q_end - 1 of a group (q = c * k_size + t, c counted from
+ * the padded block's first channel c0), at most ET_CONV_DIRECT_TAPS of
+ * them: each one's weight offset (at) and where it reads the padded block
+ * for the first output (bt, et_conv_tap_offset_).  Returns how many. */
+#define ET_CONV_DIRECT_TAPS 256
+
+static inline int et_conv_direct_taps_(int q0, int q_end, int c0, const int *k, const int *d, const int *p,
+                                       const int *lo, const int *dim, int dir, size_t plane, int w_c, size_t *at,
+                                       size_t *bt)
+{
+    int k_size = et_conv_volume_(k), c = q0 / k_size, q, taps, kt[3];
+    et_conv_tap_(q0 % k_size, k, kt);
+    for (taps = 0, q = q0; q < q_end && taps < ET_CONV_DIRECT_TAPS; ++q, ++taps) {
+        at[taps] = (size_t)c * (size_t)w_c + (size_t)(q % k_size);
+        bt[taps] = et_conv_tap_offset_(kt, d, p, lo, dim, dir, (size_t)(c - c0), plane);
+        c += et_conv_next_tap_(kt, k);
+    }
+    return taps;
+}
+
 /* et_conv_chunked_f32_ with unit strides where a block of the group's
  * input planes fits ET_CONV_SCRATCH padded: each tile reads its output
  * row's inputs in place, taps ET_CONV_DIRECT_TAPS at a time (in order),
  * two rows to a tile where rows hold 8 outputs. */
-#define ET_CONV_DIRECT_TAPS 256
-
 static inline void et_conv_direct_f32_(int N, int C, int M, int G, const int *in, const int *out, const int *k,
                                        const int *d, const int *p, int dir, const float *X, const float *W,
                                        int w_m, int w_c, const float *B, float *Y)
 {
     int Cg = C / G, Mg = M / G, in_size = et_conv_volume_(in), out_size = et_conv_volume_(out);
-    int k_size = et_conv_volume_(k), n, g, m, q, q0, c, c0, cb, o0, len, rows, taps, pair, lo[3], dim[3], from[3];
-    int kt[3], s1[3] = {1, 1, 1};
+    int k_size = et_conv_volume_(k), n, g, m, q0, c0, cb, o0, len, rows, taps, pair, lo[3], dim[3], from[3];
+    int s1[3] = {1, 1, 1};
     size_t plane = et_conv_margins_(in, out, k, s1, d, p, dir, lo, dim);
     int block = (int)(ET_CONV_SCRATCH / plane);
     size_t at[ET_CONV_DIRECT_TAPS], bt[ET_CONV_DIRECT_TAPS];  /* each tap's weights and inputs */
@@ -389,13 +407,7 @@ static inline void et_conv_direct_f32_(int N, int C, int M, int G, const int *in
                 cb = Cg - c0 < block ? Cg - c0 : block;
                 et_conv_pad_(Xg + (size_t)c0 * (size_t)in_size, cb, (size_t)in_size, in, lo, dim, plane, xp);
                 for (q0 = c0 * k_size; q0 < (c0 + cb) * k_size; q0 += taps) {
-                    c = q0 / k_size;
-                    et_conv_tap_(q0 % k_size, k, kt);
-                    for (taps = 0, q = q0; q < (c0 + cb) * k_size && taps < ET_CONV_DIRECT_TAPS; ++q, ++taps) {
-                        at[taps] = (size_t)c * (size_t)w_c + (size_t)(q % k_size);
-                        bt[taps] = et_conv_tap_offset_(kt, d, p, lo, dim, dir, (size_t)(c - c0), plane);
-                        c += et_conv_next_tap_(kt, k);
-                    }
+                    taps = et_conv_direct_taps_(q0, (c0 + cb) * k_size, c0, k, d, p, lo, dim, dir, plane, w_c, at, bt);
                     for (o0 = 0; o0 < out_size; o0 += len) {
                         const float *b;
                         et_conv_position_(o0, out, from);
@@ -419,6 +431,89 @@ static inline void et_conv_direct_f32_(int N, int C, int M, int G, const int *in
             }
             et_conv_finish_(Mg, out_size, out_size, 1, B ? B + g * Mg : NULL, Yg);
         }
+}
+
+/* Output channels per block of et_conv_channels_f32_: its packed weights
+ * take ET_CONV_DIRECT_TAPS times as many floats (32 KB of stack).  The
+ * path runs only on builds with vector tiles and the scratch. */
+#define ET_CONV_CHANNELS 32
+#define ET_CONV_CHANNELS_ROOM (ET_VECTORS && ET_CONV_SCRATCH > 0)
+
+/* et_conv_chunked_f32_ where output rows hold fewer than 8 positions and
+ * the batch too few for et_conv_images_f32_, so tiles along positions
+ * would run on scalars: here tiles run along output channels.  Per block
+ * of ET_CONV_CHANNELS channels and block of taps, the weights are packed
+ * transposed (wt[tap][channel]); each tile takes up to four positions of
+ * an output row, read in place from the padded planes of as many images
+ * as fit ET_CONV_SCRATCH, and adds into their sums in ys (position by
+ * position, from 0), which go to Y with the bias at the end.  Each output
+ * adds the products et_conv_direct_f32_ and et_conv_gathered_f32_ add, in
+ * their order.  Returns 0, having done nothing, where that does not apply:
+ * no vector tiles, fewer than 8 output channels a group, rows of 8 or
+ * more, a transposed convolution with strides, or planes too big for the
+ * scratch. */
+static inline int et_conv_channels_f32_(int N, int C, int M, int G, const int *in, const int *out, const int *k,
+                                        const int *s, const int *d, const int *p, int dir, const float *X,
+                                        const float *W, int w_m, int w_c, const float *B, float *Y)
+{
+    int Cg = C / G, Mg = M / G, in_size = et_conv_volume_(in), out_size = et_conv_volume_(out);
+    int k_size = et_conv_volume_(k), n0, nb, i, g, m0, mb, c0, cb, q0, t, j, o, rows, taps, lo[3], dim[3], from[3];
+    size_t plane = et_conv_margins_(in, out, k, s, d, p, dir, lo, dim), base;
+    /* (no stack where the path cannot run) */
+    size_t at[ET_CONV_CHANNELS_ROOM ? ET_CONV_DIRECT_TAPS : 1], bt[ET_CONV_CHANNELS_ROOM ? ET_CONV_DIRECT_TAPS : 1];
+    size_t wt_at[ET_CONV_CHANNELS_ROOM ? ET_CONV_DIRECT_TAPS : 1];
+    float xp[ET_CONV_CHANNELS_ROOM ? ET_CONV_SCRATCH : 1], ys[ET_CONV_CHANNELS_ROOM ? ET_CONV_SCRATCH : 1];
+    float wt[ET_CONV_CHANNELS_ROOM ? ET_CONV_DIRECT_TAPS * ET_CONV_CHANNELS : 1];
+    if (!ET_CONV_CHANNELS_ROOM || Mg < 8 || out[2] >= 8 || (dir < 0 && et_conv_volume_(s) > 1) ||
+        !et_conv_fits_(plane) || !et_conv_fits_((size_t)out_size * ET_CONV_CHANNELS))
+        return 0;
+    ET_PATH_(dir > 0 ? "conv_channels" : "transpose_channels");
+    /* images a pass: their sums fit ys, and a padded plane of each fits xp */
+    nb = (int)(ET_CONV_SCRATCH / ((size_t)out_size * ET_CONV_CHANNELS));
+    nb = (size_t)nb * plane > ET_CONV_SCRATCH ? (int)(ET_CONV_SCRATCH / plane) : nb;
+    for (g = 0; g < G; ++g)
+        for (n0 = 0; n0 < N; n0 += nb) {
+            int images = N - n0 < nb ? N - n0 : nb, block = (int)(ET_CONV_SCRATCH / ((size_t)images * plane));
+            for (m0 = 0; m0 < Mg; m0 += mb) {
+                const float *Wm = et_conv_group_weights_(W, g, Mg, Cg, w_m, w_c, dir) + (size_t)m0 * (size_t)w_m;
+                mb = Mg - m0 < ET_CONV_CHANNELS ? Mg - m0 : ET_CONV_CHANNELS;
+                for (c0 = 0; c0 < Cg; c0 += cb) {
+                    cb = Cg - c0 < block ? Cg - c0 : block;
+                    for (i = 0; i < images; ++i)
+                        et_conv_pad_(X + ((size_t)(n0 + i) * (size_t)C + (size_t)(g * Cg + c0)) * (size_t)in_size,
+                                     cb, (size_t)in_size, in, lo, dim, plane, xp + (size_t)i * (size_t)cb * plane);
+                    for (q0 = c0 * k_size; q0 < (c0 + cb) * k_size; q0 += taps) {
+                        taps = et_conv_direct_taps_(q0, (c0 + cb) * k_size, c0, k, d, p, lo, dim, dir, plane, w_c,
+                                                    at, bt);
+                        for (j = 0; j < mb; ++j)  /* along each channel's weights */
+                            for (t = 0; t < taps; ++t)
+                                wt[(size_t)t * (size_t)mb + (size_t)j] = Wm[(size_t)j * (size_t)w_m + at[t]];
+                        for (t = 0; t < taps; ++t)
+                            wt_at[t] = (size_t)t * (size_t)mb;
+                        for (i = 0; i < images; ++i)
+                            for (o = 0; o < out_size; o += rows) {
+                                et_conv_position_(o, out, from);
+                                rows = out[2] - from[2] < ET_TILE_ROWS ? out[2] - from[2] : ET_TILE_ROWS;
+                                base = (size_t)i * (size_t)cb * plane +
+                                       ((size_t)(from[0] * s[0]) * (size_t)dim[1] + (size_t)(from[1] * s[1])) *
+                                           (size_t)dim[2] + (size_t)(from[2] * s[2]);
+                                et_tiles_f32_(rows, mb, taps, xp + base, (size_t)s[2], bt, wt, wt_at,
+                                              ys + ((size_t)i * (size_t)out_size + (size_t)o) * (size_t)mb,
+                                              (size_t)mb, q0 > 0);
+                            }
+                    }
+                }
+                for (i = 0; i < images; ++i)
+                    for (j = 0; j < mb; ++j) {
+                        float *y = Y + ((size_t)(n0 + i) * (size_t)M + (size_t)(g * Mg + m0 + j)) * (size_t)out_size;
+                        const float *sums = ys + (size_t)i * (size_t)out_size * (size_t)mb + (size_t)j;
+                        float b = B ? B[g * Mg + m0 + j] : 0.0f;
+                        for (o = 0; o < out_size; ++o)
+                            y[o] = sums[(size_t)o * (size_t)mb] + b;
+                    }
+            }
+        }
+    return 1;
 }
 
 /* A transposed convolution with strides (et_conv_chunked_f32_ with dir
@@ -586,12 +681,89 @@ static inline void et_conv_gathered_f32_(int N, int C, int M, int G, const int *
         }
 }
 
+/* et_conv_chunked_f32_ where output rows hold fewer than 8 positions but
+ * the batch holds at least ET_CONV_IMAGES_MIN of them: like
+ * et_conv_gathered_f32_, with chunks of positions that run on from one
+ * image into the next, so that tiles along positions fill their vectors.
+ * A block of taps has its inputs gathered with clipping (et_conv_gather_),
+ * taps that reach no input in the chunk left out (their products are 0);
+ * the chunk's sums build in ys (ET_CONV_SCRATCH), channel by channel, and
+ * go to Y with the bias at the end.  Each output adds the products the
+ * other paths add, in their order.  Returns 0, having done nothing, where
+ * that does not apply: no vector tiles, rows of 8 or more, fewer positions,
+ * or more output channels than ys holds 16 positions of. */
+#define ET_CONV_IMAGES_MIN 16
+
+static inline int et_conv_images_f32_(int N, int C, int M, int G, const int *in, const int *out, const int *k,
+                                      const int *s, const int *d, const int *p, int dir, const float *X,
+                                      const float *W, int w_m, int w_c, const float *B, float *Y)
+{
+    int Cg = C / G, Mg = M / G, in_size = et_conv_volume_(in), out_size = et_conv_volume_(out);
+    int k_size = et_conv_volume_(k), chunk, g, m, q, q0, c, i, at_o, len, seg, rows, taps, started, kt[3], off[3], a;
+    long e0, e;  /* a position of the batch: image e / out_size, output e % out_size */
+    /* (no stack where the path cannot run) */
+    size_t at[ET_CONV_CHANNELS_ROOM ? ET_CONV_TAPS : 1], bt[ET_CONV_CHANNELS_ROOM ? ET_CONV_TAPS : 1];
+    float col[ET_CONV_CHANNELS_ROOM ? ET_CONV_TAPS : 1][ET_CONV_CHUNK];
+    float ys[ET_CONV_CHANNELS_ROOM ? ET_CONV_SCRATCH : 1];
+    chunk = ET_CONV_SCRATCH / (Mg > 0 ? Mg : 1) / ET_TILE_COLS * ET_TILE_COLS;
+    chunk = chunk < ET_CONV_CHUNK ? chunk : ET_CONV_CHUNK;
+    if (!ET_CONV_CHANNELS_ROOM || out[2] >= 8 || (long)N * out_size < ET_CONV_IMAGES_MIN || chunk < ET_TILE_COLS)
+        return 0;
+    ET_PATH_(dir > 0 ? "conv_images" : "transpose_images");
+    for (q = 0; q < ET_CONV_TAPS; ++q)
+        bt[q] = (size_t)q * ET_CONV_CHUNK;
+    for (g = 0; g < G; ++g) {
+        const float *Wg = et_conv_group_weights_(W, g, Mg, Cg, w_m, w_c, dir);
+        for (e0 = 0; e0 < (long)N * out_size; e0 += len) {
+            len = (long)N * out_size - e0 < chunk ? (int)((long)N * out_size - e0) : chunk;
+            started = 0;
+            for (q0 = 0; q0 < Cg * k_size; q0 += ET_CONV_TAPS) {
+                c = q0 / k_size;
+                et_conv_tap_(q0 % k_size, k, kt);
+                for (taps = 0, q = q0; q < Cg * k_size && q < q0 + ET_CONV_TAPS; ++q) {
+                    int any = 0;
+                    for (a = 0; a < 3; ++a)
+                        off[a] = dir * (kt[a] * d[a] - p[a]);
+                    for (e = e0; e < e0 + len; e += seg) {  /* the chunk's run in each image */
+                        at_o = (int)(e % out_size);
+                        seg = out_size - at_o < e0 + len - e ? out_size - at_o : (int)(e0 + len - e);
+                        any |= et_conv_gather_(X + ((size_t)(e / out_size) * (size_t)C + (size_t)(g * Cg + c)) *
+                                                       (size_t)in_size,
+                                               in, out, s, dir, off, at_o, seg, col[taps] + (e - e0));
+                    }
+                    if (any)
+                        at[taps++] = (size_t)c * (size_t)w_c + (size_t)(q % k_size);
+                    c += et_conv_next_tap_(kt, k);
+                }
+                if (!taps)
+                    continue;
+                for (m = 0; m < Mg; m += rows) {
+                    rows = Mg - m < ET_TILE_ROWS ? Mg - m : ET_TILE_ROWS;
+                    et_tiles_f32_(rows, len, taps, Wg + (size_t)m * (size_t)w_m, (size_t)w_m, at, col[0], bt,
+                                  ys + (size_t)m * (size_t)len, (size_t)len, started);
+                }
+                started = 1;
+            }
+            for (m = 0; m < Mg; ++m) {
+                float b = B ? B[g * Mg + m] : 0.0f;
+                for (i = 0; i < len; ++i) {
+                    e = e0 + i;
+                    Y[((size_t)(e / out_size) * (size_t)M + (size_t)(g * Mg + m)) * (size_t)out_size +
+                      (size_t)(e % out_size)] = (started ? ys[(size_t)m * (size_t)len + (size_t)i] : 0.0f) + b;
+                }
+            }
+        }
+    }
+    return 1;
+}
+
 /* Y[n, m] = (sum over c, t of W[m * w_m + c * w_c + t] * the input that
  * tap t reaches, in that order, from 0) + B[m], for groups of at least
  * ET_TILE_ROWS output channels, every tile of output channels taking a
  * block of taps' products at a time (et_tile_f32_).  `dir` is 1 for a
  * convolution, -1 for a transposed one, whose taps read back
- * (et_conv_reads_).  With unit strides the tiles read padded input planes
+ * (et_conv_reads_).  Where output rows are short, tiles run along output
+ * channels (et_conv_channels_f32_).  With unit strides the tiles read padded input planes
  * in place (et_conv_direct_f32_), a transposed convolution with strides
  * reads padded rows phase by phase (et_conv_phases_f32_), the rest gather
  * their inputs (et_conv_gathered_f32_), as does any of them whose planes
@@ -603,6 +775,9 @@ static inline void et_conv_chunked_f32_(int N, int C, int M, int G, const int *i
                                         float *Y)
 {
     int lo[3], dim[3], by_row = dir < 0 && s[0] * s[1] * s[2] > 1;
+    if (et_conv_images_f32_(N, C, M, G, in, out, k, s, d, p, dir, X, W, w_m, w_c, B, Y) ||
+        et_conv_channels_f32_(N, C, M, G, in, out, k, s, d, p, dir, X, W, w_m, w_c, B, Y))
+        return;
     if (!by_row && et_conv_direct_(s, et_conv_fits_(et_conv_margins_(in, out, k, s, d, p, dir, lo, dim))))
         et_conv_direct_f32_(N, C, M, G, in, out, k, d, p, dir, X, W, w_m, w_c, B, Y);
     else if (!by_row || !et_conv_phases_f32_(N, C, M, G, in, out, k, s, d, p, X, W, w_m, w_c, B, Y))

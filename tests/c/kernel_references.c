@@ -152,6 +152,8 @@ static geometry random_geometry(int dir)
             }
             if (kind == 1 && a == 2 && used)  /* rows of 8: paired rows, lane blocks */
                 g.in[a] = dir > 0 ? 8 * g.s[a] : 8;
+            if (kind == 4 && a == 2 && used)  /* short rows: tiles along output channels */
+                g.in[a] = pick(1, 7);
             if (kind == 2 && a > 0) {  /* a plane too big for the scratch: gathered with clipping */
                 g.in[a] = pick(125, 140);
                 g.k[a] = pick(1, 3);
@@ -180,6 +182,10 @@ static geometry random_geometry(int dir)
     g.G = pick(0, 2) ? 1 : pick(2, 3);
     Cg = pick(1, 5);
     Mg = pick(0, 1) ? pick(1, 3) : pick(4, 12);
+    if (kind == 4 && pick(0, 1)) {  /* many channels: blocks of them, and of taps */
+        Cg = pick(1, 40);
+        Mg = pick(8, 70);
+    }
     if (kind >= 7) {  /* depthwise */
         g.G = pick(1, 20);
         Cg = Mg = 1;
@@ -189,7 +195,7 @@ static geometry random_geometry(int dir)
         Cg = pick(1, 2);
         Mg = pick(0, 1) ? 1 : 4;
     }
-    g.N = pick(1, 2);
+    g.N = kind == 4 ? pick(1, 9) : pick(1, 2);  /* short rows: positions that run on into the next image */
     g.C = g.G * Cg;
     g.M = g.G * Mg;
     return g;
@@ -244,6 +250,10 @@ static void conv_case(int dir)
                                                bias, got));
         RUN_("gathered", (et_conv_gathered_f32_(g.N, g.C, g.M, g.G, g.in, g.out, g.k, g.s, g.d, g.p, dir, X, W, w_m,
                                                 w_c, bias, got), 1));
+        RUN_("images", et_conv_images_f32_(g.N, g.C, g.M, g.G, g.in, g.out, g.k, g.s, g.d, g.p, dir, X, W, w_m, w_c,
+                                           bias, got));
+        RUN_("channels", et_conv_channels_f32_(g.N, g.C, g.M, g.G, g.in, g.out, g.k, g.s, g.d, g.p, dir, X, W, w_m,
+                                               w_c, bias, got));
         RUN_("narrow", et_conv_narrow_f32_(g.N, g.C, g.M, g.G, g.in, g.out, g.k, g.s, g.d, g.p, dir, X, W, w_m, w_c,
                                            bias, got));
         RUN_("depthwise", Cg == 1 && Mg == 1 &&
