@@ -485,11 +485,11 @@ static inline int et_conv_channels_f32_(int N, int C, int M, int G, const int *i
                     for (q0 = c0 * k_size; q0 < (c0 + cb) * k_size; q0 += taps) {
                         taps = et_conv_direct_taps_(q0, (c0 + cb) * k_size, c0, k, d, p, lo, dim, dir, plane, w_c,
                                                     at, bt);
-                        for (j = 0; j < mb; ++j)  /* along each channel's weights */
-                            for (t = 0; t < taps; ++t)
-                                wt[(size_t)t * (size_t)mb + (size_t)j] = Wm[(size_t)j * (size_t)w_m + at[t]];
-                        for (t = 0; t < taps; ++t)
+                        for (t = 0; t < taps; ++t) {
                             wt_at[t] = (size_t)t * (size_t)mb;
+                            for (j = 0; j < mb; ++j)
+                                wt[wt_at[t] + (size_t)j] = Wm[(size_t)j * (size_t)w_m + at[t]];
+                        }
                         for (i = 0; i < images; ++i)
                             for (o = 0; o < out_size; o += rows) {
                                 et_conv_position_(o, out, from);

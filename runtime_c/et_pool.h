@@ -27,10 +27,18 @@ static inline int et_pool_ceil_div_(int a, int b)
     return a >= 0 ? (a + b - 1) / b : -((-a) / b);
 }
 
-/* The taps t in [0, n) with 0 <= t*step + off < len, as [*lo, *hi). */
+/* The taps t in [0, n) with 0 <= t*step + off < len, as [*lo, *hi).  Most
+ * windows lie inside the input, and take every tap without a division. */
 static inline void et_pool_span_(int step, int off, int len, int n, int *lo, int *hi)
 {
-    int a = et_pool_ceil_div_(-off, step), b = et_pool_ceil_div_(len - off, step);
+    int a, b;
+    if (off >= 0 && off + (n - 1) * step < len) {
+        *lo = 0;
+        *hi = n;
+        return;
+    }
+    a = et_pool_ceil_div_(-off, step);
+    b = et_pool_ceil_div_(len - off, step);
     *lo = a > 0 ? a : 0;
     *hi = b < n ? b : n;
     if (*hi < *lo)
