@@ -19,7 +19,7 @@ ORT_PYTHON = BENCH / ".venv-ort" / "bin" / "python"
 LEARNING_RATE = 1e-3
 
 sys.path.insert(0, str(BENCH))
-from models import MODELS, TAGGERS, VOCABULARY, export, torch_model  # noqa: E402
+from models import HELD_OUT, MODELS, TAGGERS, VOCABULARY, export, torch_model  # noqa: E402
 from instructions import c_type  # noqa: E402
 from workers import cache_dir  # noqa: E402
 
@@ -77,7 +77,7 @@ class Case:
         self.flops = step_flops(graph)
         self.batch_norm = any(node.op_type == "BatchNormalization" for node in graph.graph.node)
         onnx.save(graph, d / "model.onnx")
-        _, sample, classes = MODELS[self.name]
+        _, sample, classes = {**MODELS, **HELD_OUT}[self.name]
         rng = np.random.default_rng(0)
         if self.name in TAGGERS:  # token ids in, a label per position
             x = rng.integers(0, VOCABULARY, (self.batch, *sample))

@@ -616,6 +616,24 @@ static inline int et_conv_phases_f32_(int N, int C, int M, int G, const int *in,
 #define ET_CONV_TAPS (ET_VECTORS ? 32 : 8)
 #endif
 
+/* Every tile of a group's Mg output channels (weights w_m apart) takes the
+ * products of a block of taps, whose weights are at `at` and whose inputs
+ * for len outputs were gathered into col (ET_CONV_CHUNK apart); the sums
+ * are y's rows, y_rs apart, added into where `started`. */
+static inline void et_conv_gathered_tiles_(int Mg, int len, int taps, const float *Wg, int w_m, const size_t *at,
+                                           const float *col, float *y, size_t y_rs, int started)
+{
+    int m, rows, q;
+    size_t bt[ET_CONV_TAPS];
+    for (q = 0; q < taps; ++q)
+        bt[q] = (size_t)q * ET_CONV_CHUNK;
+    for (m = 0; m < Mg; m += rows) {
+        rows = Mg - m < ET_TILE_ROWS ? Mg - m : ET_TILE_ROWS;
+        et_tiles_f32_(rows, len, taps, Wg + (size_t)m * (size_t)w_m, (size_t)w_m, at, col, bt, y + (size_t)m * y_rs,
+                      y_rs, started);
+    }
+}
+
 /* et_conv_chunked_f32_ by gathering: per chunk of output positions, a
  * block of taps has its inputs gathered once (et_conv_tap_inputs_: from
  * padded planes, as many as fit ET_CONV_SCRATCH, else with clipping),
@@ -630,17 +648,15 @@ static inline void et_conv_gathered_f32_(int N, int C, int M, int G, const int *
 {
     int Cg = C / G, Mg = M / G, by_row = dir < 0 && s[0] * s[1] * s[2] > 1;
     int in_size = et_conv_volume_(in), out_size = et_conv_volume_(out), k_size = et_conv_volume_(k);
-    int n, g, m, q, q0, c0, cb, o0, len, rows, taps, started, lo[3], dim[3], from[3], kt[3];
+    int n, g, q, q0, c0, cb, o0, len, taps, started, lo[3], dim[3], from[3], kt[3];
     size_t plane = et_conv_margins_(in, out, k, s, d, p, dir, lo, dim);
     /* Channels padded at a time: all of the group where there is no room (gathering with clipping). */
     int padded = !by_row && et_conv_fits_(plane), block = padded ? (int)(ET_CONV_SCRATCH / plane) : Cg;
-    size_t at[ET_CONV_TAPS], bt[ET_CONV_TAPS];  /* each gathered tap's weights, for the group's first channel, and run */
+    size_t at[ET_CONV_TAPS];  /* each gathered tap's weights, for the group's first channel */
     float col[ET_CONV_TAPS][ET_CONV_CHUNK], xp[ET_CONV_SCRATCH > 0 ? ET_CONV_SCRATCH : 1];
     ET_PATH_(by_row ? "transpose_gathered_by_row"
              : dir < 0 ? (padded ? "transpose_gathered_padded" : "transpose_gathered_clipped")
                        : padded ? "conv_gathered_padded" : "conv_gathered_clipped");
-    for (q = 0; q < ET_CONV_TAPS; ++q)
-        bt[q] = (size_t)q * ET_CONV_CHUNK;
     for (n = 0; n < N; ++n)
         for (g = 0; g < G; ++g) {
             const float *Xg = X + ((size_t)n * (size_t)C + (size_t)g * (size_t)Cg) * (size_t)in_size;
@@ -667,11 +683,7 @@ static inline void et_conv_gathered_f32_(int N, int C, int M, int G, const int *
                         }
                         if (!taps)
                             continue;
-                        for (m = 0; m < Mg; m += rows) {
-                            rows = Mg - m < ET_TILE_ROWS ? Mg - m : ET_TILE_ROWS;
-                            et_tiles_f32_(rows, len, taps, Wg + (size_t)m * (size_t)w_m, (size_t)w_m, at, col[0], bt,
-                                          Yg + (size_t)m * (size_t)out_size + (size_t)o0, (size_t)out_size, started);
-                        }
+                        et_conv_gathered_tiles_(Mg, len, taps, Wg, w_m, at, col[0], Yg + o0, (size_t)out_size, started);
                         started = 1;
                     }
                     if (c0 + cb == Cg)  /* the sums are complete */
@@ -699,10 +711,10 @@ static inline int et_conv_images_f32_(int N, int C, int M, int G, const int *in,
                                       const float *W, int w_m, int w_c, const float *B, float *Y)
 {
     int Cg = C / G, Mg = M / G, in_size = et_conv_volume_(in), out_size = et_conv_volume_(out);
-    int k_size = et_conv_volume_(k), chunk, g, m, q, q0, c, i, at_o, len, seg, rows, taps, started, kt[3], off[3], a;
+    int k_size = et_conv_volume_(k), chunk, g, m, q, q0, c, i, at_o, len, seg, taps, started, kt[3], off[3], a;
     long e0, e;  /* a position of the batch: image e / out_size, output e % out_size */
     /* (no stack where the path cannot run) */
-    size_t at[ET_CONV_CHANNELS_ROOM ? ET_CONV_TAPS : 1], bt[ET_CONV_CHANNELS_ROOM ? ET_CONV_TAPS : 1];
+    size_t at[ET_CONV_CHANNELS_ROOM ? ET_CONV_TAPS : 1];
     float col[ET_CONV_CHANNELS_ROOM ? ET_CONV_TAPS : 1][ET_CONV_CHUNK];
     float ys[ET_CONV_CHANNELS_ROOM ? ET_CONV_SCRATCH : 1];
     chunk = ET_CONV_SCRATCH / (Mg > 0 ? Mg : 1) / ET_TILE_COLS * ET_TILE_COLS;
@@ -710,8 +722,6 @@ static inline int et_conv_images_f32_(int N, int C, int M, int G, const int *in,
     if (!ET_CONV_CHANNELS_ROOM || out[2] >= 8 || (long)N * out_size < ET_CONV_IMAGES_MIN || chunk < ET_TILE_COLS)
         return 0;
     ET_PATH_(dir > 0 ? "conv_images" : "transpose_images");
-    for (q = 0; q < ET_CONV_TAPS; ++q)
-        bt[q] = (size_t)q * ET_CONV_CHUNK;
     for (g = 0; g < G; ++g) {
         const float *Wg = et_conv_group_weights_(W, g, Mg, Cg, w_m, w_c, dir);
         for (e0 = 0; e0 < (long)N * out_size; e0 += len) {
@@ -737,11 +747,7 @@ static inline int et_conv_images_f32_(int N, int C, int M, int G, const int *in,
                 }
                 if (!taps)
                     continue;
-                for (m = 0; m < Mg; m += rows) {
-                    rows = Mg - m < ET_TILE_ROWS ? Mg - m : ET_TILE_ROWS;
-                    et_tiles_f32_(rows, len, taps, Wg + (size_t)m * (size_t)w_m, (size_t)w_m, at, col[0], bt,
-                                  ys + (size_t)m * (size_t)len, (size_t)len, started);
-                }
+                et_conv_gathered_tiles_(Mg, len, taps, Wg, w_m, at, col[0], ys, (size_t)len, started);
                 started = 1;
             }
             for (m = 0; m < Mg; ++m) {
