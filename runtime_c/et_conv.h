@@ -693,17 +693,34 @@ static inline void et_conv_gathered_f32_(int N, int C, int M, int G, const int *
         }
 }
 
+/* Whether tap kt reaches an input from any output of the plane, for a
+ * convolution (dir 1) or a transposed one with unit strides (dir -1). */
+static inline int et_conv_tap_reaches_(const int *kt, const int *in, const int *out, const int *s, const int *d,
+                                       const int *p, int dir)
+{
+    int a, lo, hi;
+    for (a = 0; a < 3; ++a) {
+        et_conv_span_(dir > 0 ? s[a] : 1, dir * (kt[a] * d[a] - p[a]), in[a], out[a], &lo, &hi);
+        if (hi <= lo)
+            return 0;
+    }
+    return 1;
+}
+
 /* et_conv_chunked_f32_ where output rows hold fewer than 8 positions but
  * the batch holds at least ET_CONV_IMAGES_MIN of them: like
  * et_conv_gathered_f32_, with chunks of positions that run on from one
  * image into the next, so that tiles along positions fill their vectors.
- * A block of taps has its inputs gathered with clipping (et_conv_gather_),
- * taps that reach no input in the chunk left out (their products are 0);
- * the chunk's sums build in ys (ET_CONV_SCRATCH), channel by channel, and
- * go to Y with the bias at the end.  Each output adds the products the
- * other paths add, in their order.  Returns 0, having done nothing, where
- * that does not apply: no vector tiles, rows of 8 or more, fewer positions,
- * or more output channels than ys holds 16 positions of. */
+ * A block of taps has its inputs gathered from the padded planes of the
+ * chunk's images, a block of channels at a time, where they fit
+ * ET_CONV_SCRATCH (else, and for a transposed convolution with strides,
+ * with clipping); taps that reach no input are left out (their products
+ * are 0).  The chunk's sums build in ys (ET_CONV_SCRATCH), channel by
+ * channel, and go to Y with the bias at the end.  Each output adds the
+ * products the other paths add, in their order.  Returns 0, having done
+ * nothing, where that does not apply: no vector tiles, rows of 8 or more,
+ * fewer positions, or more output channels than ys holds 16 positions
+ * of. */
 #define ET_CONV_IMAGES_MIN 16
 
 static inline int et_conv_images_f32_(int N, int C, int M, int G, const int *in, const int *out, const int *k,
@@ -711,12 +728,15 @@ static inline int et_conv_images_f32_(int N, int C, int M, int G, const int *in,
                                       const float *W, int w_m, int w_c, const float *B, float *Y)
 {
     int Cg = C / G, Mg = M / G, in_size = et_conv_volume_(in), out_size = et_conv_volume_(out);
-    int k_size = et_conv_volume_(k), chunk, g, m, q, q0, c, i, at_o, len, seg, taps, started, kt[3], off[3], a;
+    int k_size = et_conv_volume_(k), chunk, g, m, q, q0, c, c0, cb, i, at_o, len, seg, taps, started, first, images;
+    int padded, block, lo[3], dim[3], kt[3], from[3];
+    int paddable = dir > 0 || et_conv_volume_(s) == 1;  /* et_conv_margins_ holds its reads */
     long e0, e;  /* a position of the batch: image e / out_size, output e % out_size */
+    size_t plane = et_conv_margins_(in, out, k, s, d, p, dir, lo, dim);
     /* (no stack where the path cannot run) */
     size_t at[ET_CONV_CHANNELS_ROOM ? ET_CONV_TAPS : 1];
     float col[ET_CONV_CHANNELS_ROOM ? ET_CONV_TAPS : 1][ET_CONV_CHUNK];
-    float ys[ET_CONV_CHANNELS_ROOM ? ET_CONV_SCRATCH : 1];
+    float ys[ET_CONV_CHANNELS_ROOM ? ET_CONV_SCRATCH : 1], xp[ET_CONV_CHANNELS_ROOM ? ET_CONV_SCRATCH : 1];
     chunk = ET_CONV_SCRATCH / (Mg > 0 ? Mg : 1) / ET_TILE_COLS * ET_TILE_COLS;
     chunk = chunk < ET_CONV_CHUNK ? chunk : ET_CONV_CHUNK;
     if (!ET_CONV_CHANNELS_ROOM || out[2] >= 8 || (long)N * out_size < ET_CONV_IMAGES_MIN || chunk < ET_TILE_COLS)
@@ -726,29 +746,40 @@ static inline int et_conv_images_f32_(int N, int C, int M, int G, const int *in,
         const float *Wg = et_conv_group_weights_(W, g, Mg, Cg, w_m, w_c, dir);
         for (e0 = 0; e0 < (long)N * out_size; e0 += len) {
             len = (long)N * out_size - e0 < chunk ? (int)((long)N * out_size - e0) : chunk;
+            first = (int)(e0 / out_size);
+            images = (int)((e0 + len - 1) / out_size) - first + 1;
+            padded = paddable && et_conv_fits_((size_t)images * plane);
+            block = padded ? (int)(ET_CONV_SCRATCH / ((size_t)images * plane)) : Cg;
             started = 0;
-            for (q0 = 0; q0 < Cg * k_size; q0 += ET_CONV_TAPS) {
-                c = q0 / k_size;
-                et_conv_tap_(q0 % k_size, k, kt);
-                for (taps = 0, q = q0; q < Cg * k_size && q < q0 + ET_CONV_TAPS; ++q) {
-                    int any = 0;
-                    for (a = 0; a < 3; ++a)
-                        off[a] = dir * (kt[a] * d[a] - p[a]);
-                    for (e = e0; e < e0 + len; e += seg) {  /* the chunk's run in each image */
-                        at_o = (int)(e % out_size);
-                        seg = out_size - at_o < e0 + len - e ? out_size - at_o : (int)(e0 + len - e);
-                        any |= et_conv_gather_(X + ((size_t)(e / out_size) * (size_t)C + (size_t)(g * Cg + c)) *
-                                                       (size_t)in_size,
-                                               in, out, s, dir, off, at_o, seg, col[taps] + (e - e0));
+            for (c0 = 0; c0 < Cg; c0 += cb) {
+                cb = Cg - c0 < block ? Cg - c0 : block;
+                for (i = 0; padded && i < images; ++i)
+                    et_conv_pad_(X + ((size_t)(first + i) * (size_t)C + (size_t)(g * Cg + c0)) * (size_t)in_size, cb,
+                                 (size_t)in_size, in, lo, dim, plane, xp + (size_t)i * (size_t)cb * plane);
+                for (q0 = c0 * k_size; q0 < (c0 + cb) * k_size; q0 += ET_CONV_TAPS) {
+                    c = q0 / k_size;
+                    et_conv_tap_(q0 % k_size, k, kt);
+                    for (taps = 0, q = q0; q < (c0 + cb) * k_size && q < q0 + ET_CONV_TAPS; ++q) {
+                        int any = 0, reaches = !padded || et_conv_tap_reaches_(kt, in, out, s, d, p, dir);
+                        for (e = e0; reaches && e < e0 + len; e += seg) {  /* the chunk's run in each image */
+                            i = (int)(e / out_size) - first;
+                            at_o = (int)(e % out_size);
+                            seg = out_size - at_o < e0 + len - e ? out_size - at_o : (int)(e0 + len - e);
+                            et_conv_position_(at_o, out, from);
+                            any |= et_conv_tap_inputs_(
+                                X + ((size_t)(first + i) * (size_t)C + (size_t)(g * Cg + c)) * (size_t)in_size,
+                                padded ? xp + ((size_t)i * (size_t)cb + (size_t)(c - c0)) * plane : NULL, lo, dim, kt,
+                                in, out, s, d, p, dir, at_o, from, seg, col[taps] + (e - e0));
+                        }
+                        if (any)
+                            at[taps++] = (size_t)c * (size_t)w_c + (size_t)(q % k_size);
+                        c += et_conv_next_tap_(kt, k);
                     }
-                    if (any)
-                        at[taps++] = (size_t)c * (size_t)w_c + (size_t)(q % k_size);
-                    c += et_conv_next_tap_(kt, k);
+                    if (!taps)
+                        continue;
+                    et_conv_gathered_tiles_(Mg, len, taps, Wg, w_m, at, col[0], ys, (size_t)len, started);
+                    started = 1;
                 }
-                if (!taps)
-                    continue;
-                et_conv_gathered_tiles_(Mg, len, taps, Wg, w_m, at, col[0], ys, (size_t)len, started);
-                started = 1;
             }
             for (m = 0; m < Mg; ++m) {
                 float b = B ? B[g * Mg + m] : 0.0f;
