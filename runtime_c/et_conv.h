@@ -433,6 +433,20 @@ static inline void et_conv_direct_f32_(int N, int C, int M, int G, const int *in
         }
 }
 
+/* Whether tap kt reaches an input from any output of the plane, for a
+ * convolution (dir 1) or a transposed one with unit strides (dir -1). */
+static inline int et_conv_tap_reaches_(const int *kt, const int *in, const int *out, const int *s, const int *d,
+                                       const int *p, int dir)
+{
+    int a, lo, hi;
+    for (a = 0; a < 3; ++a) {
+        et_conv_span_(dir > 0 ? s[a] : 1, dir * (kt[a] * d[a] - p[a]), in[a], out[a], &lo, &hi);
+        if (hi <= lo)
+            return 0;
+    }
+    return 1;
+}
+
 /* Output channels per block of et_conv_channels_f32_: its packed weights
  * take ET_CONV_DIRECT_TAPS times as many floats (32 KB of stack).  The
  * path runs only on builds with vector tiles and the scratch. */
@@ -448,26 +462,31 @@ static inline void et_conv_direct_f32_(int N, int C, int M, int G, const int *in
  * as fit ET_CONV_SCRATCH, and adds into their sums in ys (position by
  * position, from 0), which go to Y with the bias at the end.  Each output
  * adds the products et_conv_direct_f32_ and et_conv_gathered_f32_ add, in
- * their order.  Returns 0, having done nothing, where that does not apply:
- * no vector tiles, fewer than 8 output channels a group, rows of 8 or
- * more, a transposed convolution with strides, or planes too big for the
- * scratch. */
+ * their order, less the taps that reach no input (their products are 0).
+ * Returns 0, having done nothing, where that does not apply: no vector
+ * tiles, fewer than 8 output channels a group, rows of 8 or more, a
+ * transposed convolution with strides, kernels of more than
+ * ET_CONV_DIRECT_TAPS taps, or planes too big for the scratch. */
 static inline int et_conv_channels_f32_(int N, int C, int M, int G, const int *in, const int *out, const int *k,
                                         const int *s, const int *d, const int *p, int dir, const float *X,
                                         const float *W, int w_m, int w_c, const float *B, float *Y)
 {
     int Cg = C / G, Mg = M / G, in_size = et_conv_volume_(in), out_size = et_conv_volume_(out);
-    int k_size = et_conv_volume_(k), n0, nb, i, g, m0, mb, c0, cb, q0, t, j, o, rows, taps, lo[3], dim[3], from[3];
+    int k_size = et_conv_volume_(k), n0, nb, i, g, m0, mb, c0, cb, q0, t, tap, j, o, rows, taps, kept, started;
+    int lo[3], dim[3], from[3], kt[3];
     size_t plane = et_conv_margins_(in, out, k, s, d, p, dir, lo, dim), base;
     /* (no stack where the path cannot run) */
     size_t at[ET_CONV_CHANNELS_ROOM ? ET_CONV_DIRECT_TAPS : 1], bt[ET_CONV_CHANNELS_ROOM ? ET_CONV_DIRECT_TAPS : 1];
     size_t wt_at[ET_CONV_CHANNELS_ROOM ? ET_CONV_DIRECT_TAPS : 1];
     float xp[ET_CONV_CHANNELS_ROOM ? ET_CONV_SCRATCH : 1], ys[ET_CONV_CHANNELS_ROOM ? ET_CONV_SCRATCH : 1];
     float wt[ET_CONV_CHANNELS_ROOM ? ET_CONV_DIRECT_TAPS * ET_CONV_CHANNELS : 1];
+    unsigned char reaches[ET_CONV_CHANNELS_ROOM ? ET_CONV_DIRECT_TAPS : 1];  /* whether each tap reaches an input */
     if (!ET_CONV_CHANNELS_ROOM || Mg < 8 || out[2] >= 8 || (dir < 0 && et_conv_volume_(s) > 1) ||
-        !et_conv_fits_(plane) || !et_conv_fits_((size_t)out_size * ET_CONV_CHANNELS))
+        k_size > ET_CONV_DIRECT_TAPS || !et_conv_fits_(plane) || !et_conv_fits_((size_t)out_size * ET_CONV_CHANNELS))
         return 0;
     ET_PATH_(dir > 0 ? "conv_channels" : "transpose_channels");
+    for (t = 0, kt[0] = kt[1] = kt[2] = 0; t < k_size; ++t, et_conv_next_tap_(kt, k))
+        reaches[t] = (unsigned char)et_conv_tap_reaches_(kt, in, out, s, d, p, dir);
     /* images a pass: their sums fit ys, and a padded plane of each fits xp */
     nb = (int)(ET_CONV_SCRATCH / ((size_t)out_size * ET_CONV_CHANNELS));
     nb = (size_t)nb * plane > ET_CONV_SCRATCH ? (int)(ET_CONV_SCRATCH / plane) : nb;
@@ -477,6 +496,7 @@ static inline int et_conv_channels_f32_(int N, int C, int M, int G, const int *i
             for (m0 = 0; m0 < Mg; m0 += mb) {
                 const float *Wm = et_conv_group_weights_(W, g, Mg, Cg, w_m, w_c, dir) + (size_t)m0 * (size_t)w_m;
                 mb = Mg - m0 < ET_CONV_CHANNELS ? Mg - m0 : ET_CONV_CHANNELS;
+                started = 0;
                 for (c0 = 0; c0 < Cg; c0 += cb) {
                     cb = Cg - c0 < block ? Cg - c0 : block;
                     for (i = 0; i < images; ++i)
@@ -485,22 +505,28 @@ static inline int et_conv_channels_f32_(int N, int C, int M, int G, const int *i
                     for (q0 = c0 * k_size; q0 < (c0 + cb) * k_size; q0 += taps) {
                         taps = et_conv_direct_taps_(q0, (c0 + cb) * k_size, c0, k, d, p, lo, dim, dir, plane, w_c,
                                                     at, bt);
-                        for (t = 0; t < taps; ++t) {
-                            wt_at[t] = (size_t)t * (size_t)mb;
+                        for (kept = t = 0, tap = q0 % k_size; t < taps; ++t, tap = tap + 1 < k_size ? tap + 1 : 0) {
+                            if (!reaches[tap])  /* the taps that reach an input, packed */
+                                continue;
+                            at[kept] = at[t];
+                            bt[kept] = bt[t];
+                            wt_at[kept] = (size_t)kept * (size_t)mb;
                             for (j = 0; j < mb; ++j)
-                                wt[wt_at[t] + (size_t)j] = Wm[(size_t)j * (size_t)w_m + at[t]];
+                                wt[wt_at[kept] + (size_t)j] = Wm[(size_t)j * (size_t)w_m + at[kept]];
+                            ++kept;
                         }
-                        for (i = 0; i < images; ++i)
+                        for (i = 0; kept && i < images; ++i)
                             for (o = 0; o < out_size; o += rows) {
                                 et_conv_position_(o, out, from);
                                 rows = out[2] - from[2] < ET_TILE_ROWS ? out[2] - from[2] : ET_TILE_ROWS;
                                 base = (size_t)i * (size_t)cb * plane +
                                        ((size_t)(from[0] * s[0]) * (size_t)dim[1] + (size_t)(from[1] * s[1])) *
                                            (size_t)dim[2] + (size_t)(from[2] * s[2]);
-                                et_tiles_f32_(rows, mb, taps, xp + base, (size_t)s[2], bt, wt, wt_at,
+                                et_tiles_f32_(rows, mb, kept, xp + base, (size_t)s[2], bt, wt, wt_at,
                                               ys + ((size_t)i * (size_t)out_size + (size_t)o) * (size_t)mb,
-                                              (size_t)mb, q0 > 0);
+                                              (size_t)mb, started);
                             }
+                        started |= kept > 0;
                     }
                 }
                 for (i = 0; i < images; ++i)
@@ -509,7 +535,7 @@ static inline int et_conv_channels_f32_(int N, int C, int M, int G, const int *i
                         const float *sums = ys + (size_t)i * (size_t)out_size * (size_t)mb + (size_t)j;
                         float b = B ? B[g * Mg + m0 + j] : 0.0f;
                         for (o = 0; o < out_size; ++o)
-                            y[o] = sums[(size_t)o * (size_t)mb] + b;
+                            y[o] = (started ? sums[(size_t)o * (size_t)mb] : 0.0f) + b;
                     }
             }
         }
@@ -693,20 +719,6 @@ static inline void et_conv_gathered_f32_(int N, int C, int M, int G, const int *
         }
 }
 
-/* Whether tap kt reaches an input from any output of the plane, for a
- * convolution (dir 1) or a transposed one with unit strides (dir -1). */
-static inline int et_conv_tap_reaches_(const int *kt, const int *in, const int *out, const int *s, const int *d,
-                                       const int *p, int dir)
-{
-    int a, lo, hi;
-    for (a = 0; a < 3; ++a) {
-        et_conv_span_(dir > 0 ? s[a] : 1, dir * (kt[a] * d[a] - p[a]), in[a], out[a], &lo, &hi);
-        if (hi <= lo)
-            return 0;
-    }
-    return 1;
-}
-
 /* et_conv_chunked_f32_ where output rows hold fewer than 8 positions but
  * the batch holds at least ET_CONV_IMAGES_MIN of them: like
  * et_conv_gathered_f32_, with chunks of positions that run on from one
@@ -843,7 +855,7 @@ static inline int et_conv_narrow_f32_(int N, int C, int M, int G, const int *in,
     size_t plane = et_conv_margins_(in, out, k, s, d, p, dir, lo, dim), q, runs, step = (size_t)s[2];
     float xp[ET_CONV_SCRATCH > 0 ? ET_CONV_SCRATCH : 1], *ys;
     if (!et_conv_fits_((size_t)(Cg + 1) * plane) || s[1] != s[2] || (out[0] > 1 && s[0] != s[2]) ||
-        (dir < 0 && s[2] != 1))
+        (dir < 0 && et_conv_volume_(s) != 1))
         return 0;
     ET_PATH_(dir > 0 ? "conv_narrow" : "transpose_narrow");
     ys = xp + (size_t)Cg * plane;  /* the sums, in the padded plane's coordinates */
