@@ -731,8 +731,9 @@ static inline void et_conv_gathered_f32_(int N, int C, int M, int G, const int *
  * channel, and go to Y with the bias at the end.  Each output adds the
  * products the other paths add, in their order.  Returns 0, having done
  * nothing, where that does not apply: no vector tiles, rows of 8 or more,
- * fewer positions, or more output channels than ys holds 16 positions
- * of. */
+ * fewer positions, more output channels than ys holds 16 positions of, or
+ * a convolution with strides whose planes hold a whole chunk (gathered,
+ * its chunks fill their vectors already). */
 #define ET_CONV_IMAGES_MIN 16
 
 static inline int et_conv_images_f32_(int N, int C, int M, int G, const int *in, const int *out, const int *k,
@@ -751,7 +752,8 @@ static inline int et_conv_images_f32_(int N, int C, int M, int G, const int *in,
     float ys[ET_CONV_CHANNELS_ROOM ? ET_CONV_SCRATCH : 1], xp[ET_CONV_CHANNELS_ROOM ? ET_CONV_SCRATCH : 1];
     chunk = ET_CONV_SCRATCH / (Mg > 0 ? Mg : 1) / ET_TILE_COLS * ET_TILE_COLS;
     chunk = chunk < ET_CONV_CHUNK ? chunk : ET_CONV_CHUNK;
-    if (!ET_CONV_CHANNELS_ROOM || out[2] >= 8 || (long)N * out_size < ET_CONV_IMAGES_MIN || chunk < ET_TILE_COLS)
+    if (!ET_CONV_CHANNELS_ROOM || out[2] >= 8 || (long)N * out_size < ET_CONV_IMAGES_MIN || chunk < ET_TILE_COLS ||
+        (dir > 0 && et_conv_volume_(s) > 1 && out_size >= ET_CONV_CHUNK))
         return 0;
     ET_PATH_(dir > 0 ? "conv_images" : "transpose_images");
     for (g = 0; g < G; ++g) {
