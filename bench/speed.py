@@ -1,9 +1,9 @@
 """Training-step speed: edgetrain beside ONNX Runtime training 1.19.2 and PyTorch eager.
 
     python bench/speed.py [--models mlp,kws,vww,ic,ad,gru,lstm] [--batches 1,16] [--repeat 3] [--quick]
-    python bench/speed.py --models resnet18,squeezenet ...   # held-out models (models.py), not in the default sweep
                           [--systems ort,python,c,python-fast,c-fast,torch,c-start] [--json out.json]
                           [--no-instructions]
+    python bench/speed.py --models resnet18,squeezenet ...   # held-out models (models.py), not in the default sweep
     python bench/speed.py --baseline REV     # record the starting point (bench/baseline.json)
     python bench/speed.py --start REV        # c-start from REV for this run only
 

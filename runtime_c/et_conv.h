@@ -813,8 +813,10 @@ static inline int et_conv_images_f32_(int N, int C, int M, int G, const int *in,
  * ET_TILE_ROWS output channels, every tile of output channels taking a
  * block of taps' products at a time (et_tile_f32_).  `dir` is 1 for a
  * convolution, -1 for a transposed one, whose taps read back
- * (et_conv_reads_).  Where output rows are short, tiles run along output
- * channels (et_conv_channels_f32_).  With unit strides the tiles read padded input planes
+ * (et_conv_reads_).  Where output rows are short, tiles run along
+ * positions that run on from one image into the next
+ * (et_conv_images_f32_) or along output channels (et_conv_channels_f32_).
+ * Otherwise, with unit strides the tiles read padded input planes
  * in place (et_conv_direct_f32_), a transposed convolution with strides
  * reads padded rows phase by phase (et_conv_phases_f32_), the rest gather
  * their inputs (et_conv_gathered_f32_), as does any of them whose planes

@@ -152,7 +152,7 @@ static geometry random_geometry(int dir)
             }
             if (kind == 1 && a == 2 && used)  /* rows of 8: paired rows, lane blocks */
                 g.in[a] = dir > 0 ? 8 * g.s[a] : 8;
-            if (kind == 4 && a == 2 && used)  /* short rows: tiles along output channels */
+            if (kind == 4 && a == 2 && used)  /* short rows: tiles across images or along output channels */
                 g.in[a] = pick(1, 7);
             if (kind == 2 && a > 0) {  /* a plane too big for the scratch: gathered with clipping */
                 g.in[a] = pick(125, 140);
