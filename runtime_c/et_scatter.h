@@ -98,6 +98,23 @@ static inline void et_gather_elements_f32(int rank, const int *shape, const int 
                           indices, X, Y);
 }
 
+/* The same gather over int32_t tensors (et_integer.h): a walk of its own, as
+ * their elements are not floats. */
+static inline void et_gather_elements_i32(int rank, const int *shape, const int *x_strides, int axis_stride,
+                                          int axis_dim, const int *const_indices, const int32_t *indices,
+                                          const int32_t *X, int32_t *Y)
+{
+    int n = et_numel_(rank, shape), inner = shape[rank - 1], o, i, k, xo = 0, unused = 0;
+    int idx[ET_MAX_RANK] = {0};
+    for (o = 0; o < n; o += inner) {
+        for (i = 0; i < inner; ++i) {
+            k = et_scatter_index_(const_indices, indices, o + i, axis_dim);
+            Y[o + i] = k < 0 || k >= axis_dim ? 0 : X[xo + i * x_strides[rank - 1] + k * axis_stride];
+        }
+        et_bcast_next_(rank, shape, idx, x_strides, &xo, x_strides, &unused);
+    }
+}
+
 static inline void et_scatter_elements_f32(int rank, const int *shape, const int *x_strides, int axis_stride,
                                            int axis_dim, int reduction, const int *const_indices,
                                            const int32_t *indices, const float *U, float *Y)

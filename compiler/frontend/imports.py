@@ -45,6 +45,7 @@ _EXPORTER_NAME = re.compile(
     r"_?val_\d+|_?tensor_constant\d*|c?_?lifted_tensor_\d+|new_ones(_\d+)?|"
     r"scalar_tensor_default(_\d+)?|.*_output_\d+|expand(_\d+)?"
 )
+_SIGNATURE_KIND = "pkg.torch.export.graph_signature.InputSpec.kind"  # PARAMETER, BUFFER, CONSTANT_TENSOR, ...
 _STATE_DICT_NAME = re.compile(r"[A-Za-z_]\w*(\.\w+)*")
 _BUFFER_LEAF = {"running_mean", "running_var", "num_batches_tracked", "inv_freq", "position_ids", "mask"}
 
@@ -59,21 +60,30 @@ def note(message: str) -> None:
     warnings.warn(ImportNote(message), stacklevel=2)
 
 
-def default_trainable(nodes, params) -> set[str]:
+def default_trainable(nodes, params, not_parameters=frozenset()) -> set[str]:
     """The float initializers that train unless the user says otherwise: those a layer reads as its
-    weight, bias or scale, and those named as a PyTorch state_dict names a parameter. `nodes` are IR
-    nodes (op, inputs)."""
+    weight, bias or scale, and those named as a PyTorch state_dict names a parameter, except those
+    the exporter recorded as buffers or constants (`not_parameters`). `nodes` are IR nodes (op,
+    inputs)."""
     read_as_parameter = {
         node.inputs[slot] for node in nodes for slot in PARAMETER_SLOTS.get(node.op, ()) if slot < len(node.inputs)
     }
-    return {p for p in params if p in read_as_parameter or _looks_like_parameter(p)}
+    return {p for p in params if p not in not_parameters and (p in read_as_parameter or _looks_like_parameter(p))}
 
 
 def _looks_like_parameter(name: str) -> bool:
-    return (
-        bool(_STATE_DICT_NAME.fullmatch(name))
-        and not _EXPORTER_NAME.fullmatch(name)
-        and name.rsplit(".", 1)[-1] not in _BUFFER_LEAF
+    leaf = name.rsplit(".", 1)[-1]  # a module's lifted constant: "attn.lifted_tensor_2"
+    return bool(_STATE_DICT_NAME.fullmatch(name)) and not _EXPORTER_NAME.fullmatch(leaf) and leaf not in _BUFFER_LEAF
+
+
+def not_parameters(proto: onnx.ModelProto) -> frozenset[str]:
+    """The initializers torch's dynamo exporter recorded, in its graph signature, as a module's
+    buffers or as constant tensors rather than parameters (a non-persistent `embed_scale`, a lifted
+    mask value): PyTorch does not train them, so by default neither does edgetrain."""
+    return frozenset(
+        value.name
+        for value in proto.graph.value_info
+        if any(p.key == _SIGNATURE_KIND and p.value != "PARAMETER" for p in value.metadata_props)
     )
 
 

@@ -38,6 +38,7 @@ def load_model(
     frozen_bn: see frontend.imports."""
     proto = _read(model)
     check_model(proto)
+    not_parameters = imports.not_parameters(proto)
     proto = _normalize_opset(proto)
     proto = onnx.inliner.inline_local_functions(proto)
     imports.check_batchnorm(proto, frozen_bn)
@@ -52,6 +53,7 @@ def load_model(
     _fix_batch(proto, batch_size)
     proto, constants = _fold_constants(proto)
     graph = _to_ir(proto, constants)
+    graph.not_parameters = not_parameters & set(graph.params)
     for value in graph.values.values():
         check_tensor_size(value.name, value.shape)
     return graph

@@ -71,6 +71,8 @@ class Graph:
     params: dict[str, np.ndarray]  # float initializers that may be trained or frozen
     constants: dict[str, np.ndarray]  # known at compile time (shapes, axes, literal tensors)
     buffers: dict[str, np.ndarray] = field(default_factory=dict)  # state updated by training (BN statistics)
+    # params the exporter recorded as a module's buffers or constant tensors: frozen unless named to train
+    not_parameters: frozenset[str] = frozenset()
     opset: int = 18
     _counter: int = 0
 

@@ -141,10 +141,12 @@ def _positions(indices, shape, axis=0):
 
 @op("GatherElements", index_inputs=(1,))
 class GatherElements:
+    integer = True  # RoBERTa gathers its int64 token type ids by position
+
     @staticmethod
     def kernel(k, node):
         x, y = node.inputs[0], node.outputs[0]
-        return _elements_call(k, node, k.shape(x), "et_gather_elements_f32", x, y)
+        return _elements_call(k, node, k.shape(x), typed(k, "et_gather_elements", x), x, y)
 
     grad = index_grad("GatherElementsGrad", "axis")
 

@@ -106,7 +106,7 @@ def _resolve_params(graph: Graph, requires_grad, frozen_params) -> tuple[list[st
         )
     frozen = set(frozen_params or [])
     if requires_grad is None:
-        default = default_trainable(graph.nodes, graph.params)
+        default = default_trainable(graph.nodes, graph.params, graph.not_parameters)
         trainable = [p for p in graph.params if p not in frozen and p in default]
     else:
         overlap = frozen & set(requires_grad)

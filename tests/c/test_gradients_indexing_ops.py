@@ -159,6 +159,25 @@ gather_elements(
 )
 
 
+# GatherElements on integer data, forward (RoBERTa gathers its int64 token type ids by position)
+def gather_elements_integers(name, shape, indices, axis, data, feeds):
+    def check(tmp_path, rng):
+        x = rng.integers(-1000, 1000, size=shape).astype(data)
+        return check_forward(
+            "GatherElements", {"X": x, "indices": indices}, {"axis": axis}, tmp_path=tmp_path, feeds=feeds
+        )
+
+    case(f"GatherElements-{name}", check)
+
+
+gather_elements_integers(
+    "int64-data-runtime-indices", (2, 5), i64([4, -5, 1], [2, 0, 3]), 1, np.int64, ("X", "indices")
+)
+gather_elements_integers(
+    "int32-data-constant-indices", (3, 2, 4), i64([[2, 0, 1, -1]], [[0, 0, 2, 1]]), 0, np.int32, ("X",)
+)
+
+
 # ScatterElements: 'none' (unique indices: torch's gradient of an overwritten update assumes them) and 'add'
 def scatter_elements(name, shape, indices, axis, reduction, feed=None):
     def check(tmp_path, rng):

@@ -101,7 +101,9 @@ def test_only_parameters_train_by_default(tmp_path):
             helper.make_node("Gemm", ["x", "w_0", "b_0"], ["h"], transB=1, name="fc"),
             helper.make_node("Mul", ["h", "val_74"], ["s"], name="scale_by_exporter_constant"),
             helper.make_node("Mul", ["s", "head.gamma"], ["g"], name="gamma"),
-            helper.make_node("Add", ["g", "rotary.inv_freq"], ["y"], name="buffer"),
+            helper.make_node("Add", ["g", "rotary.inv_freq"], ["r"], name="buffer"),
+            helper.make_node("Mul", ["r", "attn.lifted_tensor_2"], ["l"], name="module_constant"),
+            helper.make_node("Mul", ["l", "embed.embed_scale"], ["y"], name="signature_buffer"),
         ],
         {
             "w_0": rng.normal(size=(3, 4)),
@@ -109,14 +111,21 @@ def test_only_parameters_train_by_default(tmp_path):
             "val_74": np.array(0.5),
             "head.gamma": np.ones(3),
             "rotary.inv_freq": np.ones(3),
+            "attn.lifted_tensor_2": np.array(2.0),
+            "embed.embed_scale": np.array(3.0),
         },
         out_shape=(B, 3),
     )
+    # As torch's dynamo exporter records a module's buffer in its graph signature.
+    record = model.graph.value_info.add()
+    record.CopyFrom(helper.make_tensor_value_info("embed.embed_scale", TensorProto.FLOAT, ()))
+    helper.set_metadata_props(record, {"pkg.torch.export.graph_signature.InputSpec.kind": "BUFFER"})
     module, state, _ = compile_(model, tmp_path, loss=artifacts.LossType.MSELoss)
     trains = {n for n, p in state.parameters.items() if p.requires_grad}
     assert trains == {"w_0", "b_0", "head.gamma"}
-    module, state, _ = compile_(model, tmp_path / "2", loss=artifacts.LossType.MSELoss, requires_grad=["w_0", "val_74"])
-    assert {n for n, p in state.parameters.items() if p.requires_grad} == {"w_0", "val_74"}
+    named = ["w_0", "val_74", "embed.embed_scale"]
+    module, state, _ = compile_(model, tmp_path / "2", loss=artifacts.LossType.MSELoss, requires_grad=named)
+    assert {n for n, p in state.parameters.items() if p.requires_grad} == set(named)
 
 
 def test_ties_are_reported_once_and_untie_gives_each_layer_a_copy(tmp_path):

@@ -149,6 +149,25 @@ ZOO: dict[str, ZooModel] = {
         ),
         "text",
     ),
+    # Gathers its int64 token type ids by position (GatherElements on integers).
+    "roberta": ZooModel(
+        _hf(
+            "RobertaConfig",
+            "RobertaForSequenceClassification",
+            "text",
+            vocab_size=VOCAB,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=64,
+            max_position_embeddings=SEQ + 2,  # positions count from the padding id + 1
+            num_labels=3,
+            pad_token_id=0,
+            classifier_dropout=0.0,
+            **_NO_DROPOUT,
+        ),
+        "text",
+    ),
     "distilbert": ZooModel(
         _hf(
             "DistilBertConfig",
@@ -180,6 +199,23 @@ ZOO: dict[str, ZooModel] = {
             resid_pdrop=0.0,
             embd_pdrop=0.0,
             attn_pdrop=0.0,
+        ),
+        "lm",
+    ),
+    # Scales its embeddings by a buffer (embed_scale), which dynamo's export lists beside the parameters.
+    "gemma": ZooModel(
+        _hf(
+            "GemmaConfig",
+            "GemmaForCausalLM",
+            "lm",
+            vocab_size=VOCAB,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=16,
+            max_position_embeddings=32,
         ),
         "lm",
     ),
