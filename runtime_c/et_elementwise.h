@@ -170,6 +170,50 @@ static inline void et_sign_f32(int n, const float *X, float *Y)
         Y[i] = et_signf_(X[i]);
 }
 
+/* floor(x), exact without libm: a float of magnitude 2^23 or more is whole already (as are
+ * infinities, and NaN passes); below, converting to an integer truncates exactly.  A zero result
+ * takes x's sign (floor(-0) = -0), as in ONNX and PyTorch. */
+static inline float et_floorf_(float x)
+{
+    float t;
+    if (!(x > -8388608.0f && x < 8388608.0f))
+        return x;
+    t = (float)(int32_t)x;
+    if (t > x)
+        t -= 1.0f;
+    return t == 0.0f ? x * 0.0f : t;
+}
+
+static inline void et_floor_f32(int n, const float *X, float *Y)
+{
+    int i;
+    for (i = 0; i < n; ++i)
+        Y[i] = et_floorf_(X[i]);
+}
+
+static inline void et_ceil_f32(int n, const float *X, float *Y)
+{
+    int i;
+    for (i = 0; i < n; ++i)
+        Y[i] = -et_floorf_(-X[i]);
+}
+
+/* Round: to the nearest whole number, halves to the even one, as ONNX asks (x - floor(x) is exact). */
+static inline float et_roundf_(float x)
+{
+    float f = et_floorf_(x), d = x - f;
+    if (d > 0.5f || (d == 0.5f && et_floorf_(f * 0.5f) != f * 0.5f))
+        f += 1.0f;
+    return f == 0.0f ? x * 0.0f : f;
+}
+
+static inline void et_round_f32(int n, const float *X, float *Y)
+{
+    int i;
+    for (i = 0; i < n; ++i)
+        Y[i] = et_roundf_(X[i]);
+}
+
 static inline void et_pow_f32(int n, float p, const float *X, float *Y)
 {
     int i;

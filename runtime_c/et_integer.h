@@ -101,6 +101,16 @@ static inline void et_neg_i32(int n, const int32_t *X, int32_t *Y)
         Y[i] = et_wrap_i32_(0u - (uint32_t)X[i]);
 }
 
+/* max wins when lo > hi, as in et_clip_f32. */
+static inline void et_clip_i32(int n, int32_t lo, int32_t hi, const int32_t *X, int32_t *Y)
+{
+    int i;
+    for (i = 0; i < n; ++i) {
+        int32_t y = X[i] < lo ? lo : X[i];
+        Y[i] = y > hi ? hi : y;
+    }
+}
+
 static inline void et_not_i32(int n, const int32_t *X, int32_t *Y)
 {
     int i;

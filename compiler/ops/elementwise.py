@@ -135,6 +135,10 @@ _unary("Log", "et_log_f32", lambda g, node, dy: [g.emit("Div", [dy[0], node.inpu
 _unary("Neg", "et_neg_f32", lambda g, node, dy: [g.emit("Neg", [dy[0]])], integer="et_neg_i32")
 _unary("Abs", "et_abs_f32", lambda g, node, dy: [g.emit("Mul", [dy[0], g.emit("Sign", [node.inputs[0]])])])
 _unary("Sign", "et_sign_f32", lambda g, node, dy: [None])  # zero almost everywhere
+# Whole numbers, their gradient zero almost everywhere as Sign's (DeBERTa's log-bucketed positions).
+_unary("Floor", "et_floor_f32", lambda g, node, dy: [None])
+_unary("Ceil", "et_ceil_f32", lambda g, node, dy: [None])
+_unary("Round", "et_round_f32", lambda g, node, dy: [None])
 _unary("Identity", "et_copy_f32", lambda g, node, dy: [dy[0]], integer="et_copy_i32")
 
 
@@ -172,6 +176,7 @@ def _scalar(k, name, default):
 @op("Clip", const_inputs=(1, 2))
 class Clip:
     inplace = (0,)
+    integer = True  # DeBERTa clamps its int64 relative positions
 
     @staticmethod
     def bounds(k, node):
@@ -180,8 +185,13 @@ class Clip:
 
     @staticmethod
     def kernel(k, node):
-        lo, hi = Clip.bounds(k, node)
-        return [k.call("et_clip_f32", k.size(node.outputs[0]), lo, hi, node.inputs[0], node.outputs[0])]
+        x, y = node.inputs[0], node.outputs[0]
+        if not is_integer(k.graph, y):
+            return [k.call("et_clip_f32", k.size(y), *Clip.bounds(k, node), x, y)]
+        # Bounds beyond int32_t, which holds every integer the C computes, clip nothing more there.
+        int32 = np.iinfo(np.int32)
+        lo, hi = (int(np.clip(b, int32.min, int32.max)) for b in Clip.bounds(k, node))
+        return [k.call("et_clip_i32", k.size(y), lo, hi, x, y)]
 
     @staticmethod
     def grad(g, node, dy):

@@ -174,6 +174,16 @@ OPS = {
     "Sub-int32-bcast": OpCase("Sub", {"A": ints((2, 3), dtype=np.int32), "B": ints((2, 1), dtype=np.int32)}),
     "Mul-int64-constant": OpCase("Mul", {"A": ints((2, 3)), "B": i64(-2)}, consts=("B",)),
     "Neg-int32": OpCase("Neg", {"X": ints((2, 3), dtype=np.int32)}),
+    # DeBERTa clamps its relative positions; a bound beyond int32 clips nothing more
+    "Clip-int64": OpCase("Clip", {"X": ints((3, 4)), "lo": i64(-3), "hi": i64(5)}, consts=("lo", "hi")),
+    "Clip-int64-wide-bounds": OpCase(
+        "Clip", {"X": ints((2, 3)), "lo": i64(-(2**40)), "hi": i64(2**40)}, consts=("lo", "hi")
+    ),
+    "Clip-int32-min-above-max": OpCase(
+        "Clip",
+        {"X": ints((2, 3), dtype=np.int32), "lo": np.array(4, np.int32), "hi": np.array(-2, np.int32)},
+        consts=("lo", "hi"),
+    ),
     "CumSum-int64": OpCase("CumSum", {"X": ints((2, 5)), "axis": i64(1)}, consts=("axis",)),
     "CumSum-int64-exclusive": OpCase("CumSum", {"X": ints((2, 5)), "axis": i64(-1)}, {"exclusive": 1}, ("axis",)),
     "CumSum-int32-reverse": OpCase(

@@ -274,6 +274,7 @@ CASES: dict[str, OpCases] = {
             "test_celu_bfloat16": FLOAT_TYPE,
         },
     ),
+    "Ceil": OpCases(included=("test_ceil_example", "test_ceil")),
     "Clip": OpCases(
         included=(
             "test_clip_example",
@@ -436,6 +437,7 @@ CASES: dict[str, OpCases] = {
             "test_flatten_negative_axis1",
         )
     ),
+    "Floor": OpCases(included=("test_floor_example", "test_floor")),
     "GRU": OpCases(
         included=(
             "test_gru_defaults",
@@ -893,6 +895,7 @@ CASES: dict[str, OpCases] = {
             "test_resize_upsample_scales_linear_half_pixel_symmetric": HALF_PIXEL_SYMMETRIC,
         },
     ),
+    "Round": OpCases(included=("test_round",)),
     "ScatterElements": OpCases(
         included=(
             "test_scatter_elements_without_axis",
