@@ -125,7 +125,9 @@ def _cpu_only(device: str) -> None:
 def _ortvalue_class(values) -> type[Any] | None:
     """The class of `values` if they are all OrtValues of one class (edgetrain's, or ONNX Runtime's)."""
     kind = type(values[0]) if values else None
-    if kind is None or not hasattr(kind, "ortvalue_from_numpy") or not all(isinstance(v, kind) for v in values):
+    if kind is None or kind is np.ndarray:  # the usual case, answered first: at batch 1, a step's Python counts
+        return None
+    if not hasattr(kind, "ortvalue_from_numpy") or not all(isinstance(v, kind) for v in values):
         return None
     return kind
 
@@ -555,19 +557,22 @@ class Module:
             value = _as_c_dtype(name, dtype, value)
         return self._ffi.from_buffer(array_type, np.ascontiguousarray(value))
 
-    def _data_args(self, args, specs) -> tuple[int, list]:
+    def _data_args(self, arrays: list[np.ndarray], specs) -> tuple[int, list]:
         """(the batch, the C arguments): the batch is the length of the first axis of the arrays that
         hold one, which must agree."""
-        if len(args) != len(specs):
+        if len(arrays) != len(specs):
             names = ", ".join(s[0] for s in specs)
-            raise ValueError(f"expected {len(specs)} arrays ({names}), got {len(args)}")
-        arrays = [_as_array(a) for a in args]
-        rows = [(spec[0], a.shape[0] if a.ndim else 0) for spec, a in zip(specs, arrays) if spec[4]]
-        n = rows[0][1] if rows else self._max_batch
-        for name, count in rows:
-            if count != n:
+            raise ValueError(f"expected {len(specs)} arrays ({names}), got {len(arrays)}")
+        first, n = None, self._max_batch
+        for spec, a in zip(specs, arrays):
+            if not spec[4]:
+                continue
+            count = a.shape[0] if a.ndim else 0
+            if first is None:
+                first, n = spec[0], count
+            elif count != n:
                 raise ValueError(
-                    f"the inputs disagree on the batch: {rows[0][0]!r} holds {n} samples, {name!r} holds {count}"
+                    f"the inputs disagree on the batch: {first!r} holds {n} samples, {spec[0]!r} holds {count}"
                 )
         if not 1 <= n <= self._max_batch:
             raise ValueError(
@@ -595,7 +600,7 @@ class Module:
         step = "train_step" if self.training else "eval_step"
         outs = self._output_arrays(n, self._extra)
         with self.lock:  # the loss buffer is shared too: read it before another call writes it
-            status = self._lib_call(step, n, *args, self._loss_arg, *self._output_args(outs))
+            status = self._functions[step](n, *args, self._loss_arg, *self._output_args(outs))
             loss = self._loss[()]
         if status == BAD_ARGUMENT:
             raise ValueError(
@@ -605,6 +610,8 @@ class Module:
             )
         _check(status, step)
         self._grads_pending |= self.training
+        if kind is None and not outs:
+            return loss
         results = [loss] + [o.astype(self._output_dtypes[i], copy=False) for o, i in zip(outs, self._extra)]
         if kind is not None:
             results = [kind.ortvalue_from_numpy(np.asarray(r)) for r in results]
