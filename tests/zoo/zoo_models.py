@@ -100,6 +100,26 @@ def _hf(config_name, model_name, kind, **config):
 
 
 _NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+# BERT's and RoBERTa's shared configuration; Gemma's and Llama's.
+_ENCODER = dict(
+    vocab_size=VOCAB,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=64,
+    num_labels=3,
+    classifier_dropout=0.0,
+    **_NO_DROPOUT,
+)
+_DECODER = dict(
+    vocab_size=VOCAB,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    max_position_embeddings=32,
+)
 
 ZOO: dict[str, ZooModel] = {
     # 64x64 leaves layer4 a 2x2 plane: at 1x1, BatchNorm over two values per channel makes the loss
@@ -133,38 +153,18 @@ ZOO: dict[str, ZooModel] = {
         "image",
     ),
     "bert": ZooModel(
-        _hf(
-            "BertConfig",
-            "BertForSequenceClassification",
-            "text",
-            vocab_size=VOCAB,
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            intermediate_size=64,
-            max_position_embeddings=32,
-            num_labels=3,
-            classifier_dropout=0.0,
-            **_NO_DROPOUT,
-        ),
-        "text",
+        _hf("BertConfig", "BertForSequenceClassification", "text", max_position_embeddings=32, **_ENCODER), "text"
     ),
-    # Gathers its int64 token type ids by position (GatherElements on integers).
+    # Gathers its int64 token type ids by position (GatherElements on integers); its positions count
+    # from the padding id + 1.
     "roberta": ZooModel(
         _hf(
             "RobertaConfig",
             "RobertaForSequenceClassification",
             "text",
-            vocab_size=VOCAB,
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            intermediate_size=64,
-            max_position_embeddings=SEQ + 2,  # positions count from the padding id + 1
-            num_labels=3,
+            max_position_embeddings=SEQ + 2,
             pad_token_id=0,
-            classifier_dropout=0.0,
-            **_NO_DROPOUT,
+            **_ENCODER,
         ),
         "text",
     ),
@@ -203,35 +203,6 @@ ZOO: dict[str, ZooModel] = {
         "lm",
     ),
     # Scales its embeddings by a buffer (embed_scale), which dynamo's export lists beside the parameters.
-    "gemma": ZooModel(
-        _hf(
-            "GemmaConfig",
-            "GemmaForCausalLM",
-            "lm",
-            vocab_size=VOCAB,
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            head_dim=16,
-            max_position_embeddings=32,
-        ),
-        "lm",
-    ),
-    "llama": ZooModel(
-        _hf(
-            "LlamaConfig",
-            "LlamaForCausalLM",
-            "lm",
-            vocab_size=VOCAB,
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            max_position_embeddings=32,
-        ),
-        "lm",
-    ),
+    "gemma": ZooModel(_hf("GemmaConfig", "GemmaForCausalLM", "lm", head_dim=16, **_DECODER), "lm"),
+    "llama": ZooModel(_hf("LlamaConfig", "LlamaForCausalLM", "lm", **_DECODER), "lm"),
 }
