@@ -168,6 +168,22 @@ ZOO: dict[str, ZooModel] = {
         ),
         "text",
     ),
+    # Log-bucketed relative positions: Ceil, Sign and an integer Clip.
+    "deberta_v2": ZooModel(
+        _hf(
+            "DebertaV2Config",
+            "DebertaV2ForSequenceClassification",
+            "text",
+            max_position_embeddings=32,
+            relative_attention=True,
+            position_buckets=8,
+            max_relative_positions=16,
+            pos_att_type=["p2c", "c2p"],
+            pooler_dropout=0.0,
+            **_ENCODER,
+        ),
+        "text",
+    ),
     "distilbert": ZooModel(
         _hf(
             "DistilBertConfig",
