@@ -56,18 +56,23 @@ static inline float et_scatter_combine_(int reduction, float y, float u)
  * index[p] * axis_stride. */
 
 /* The walk both share.  Gathering, Y[p] = X at the element position p
- * addresses (0 when out of range); scattering, Y, which holds the data on
+ * addresses (0 when out of range), for float and int32_t tensors
+ * (et_integer.h) alike: elements move as 4 bytes, as Gather's rows do
+ * (et_gather_b32_).  Scattering (float tensors), Y, which holds the data on
  * entry, combines X[p] into that element (X = NULL: zeros; with
  * ET_SCATTER_NONE, the positions' gradient through an overwrite is 0).
  * The choice is made once a row, so the inner loops stay those of two
  * kernels. */
-static inline void et_elements_walk_f32_(int rank, const int *shape, const int *x_strides, int axis_stride,
+static inline void et_elements_walk_b32_(int rank, const int *shape, const int *x_strides, int axis_stride,
                                          int axis_dim, int scatter, int reduction, const int *const_indices,
-                                         const int32_t *indices, const float *X, float *Y)
+                                         const int32_t *indices, const void *X, void *Y)
 {
+    const unsigned char *xb = (const unsigned char *)X;
+    unsigned char *yb = (unsigned char *)Y;
+    const float *xf = (const float *)X;
+    float *yf = (float *)Y, *y;
     int n = et_numel_(rank, shape), o, i, k, inner, sx, xo = 0, unused = 0;
     int idx[ET_MAX_RANK] = {0};
-    float *y;
     if (n == 0)
         return;
     inner = shape[rank - 1];
@@ -76,15 +81,18 @@ static inline void et_elements_walk_f32_(int rank, const int *shape, const int *
         if (!scatter)
             for (i = 0; i < inner; ++i) {
                 k = et_scatter_index_(const_indices, indices, o + i, axis_dim);
-                Y[o + i] = k < 0 || k >= axis_dim ? 0.0f : X[xo + i * sx + k * axis_stride];
+                if (k < 0 || k >= axis_dim)
+                    memset(yb + (size_t)(o + i) * 4u, 0, 4u);
+                else
+                    memcpy(yb + (size_t)(o + i) * 4u, xb + (size_t)(xo + i * sx + k * axis_stride) * 4u, 4u);
             }
         else
             for (i = 0; i < inner; ++i) {
                 k = et_scatter_index_(const_indices, indices, o + i, axis_dim);
                 if (k < 0 || k >= axis_dim)
                     continue;
-                y = Y + xo + i * sx + k * axis_stride;
-                *y = et_scatter_combine_(reduction, *y, X ? X[o + i] : 0.0f);
+                y = yf + xo + i * sx + k * axis_stride;
+                *y = et_scatter_combine_(reduction, *y, xf ? xf[o + i] : 0.0f);
             }
         et_bcast_next_(rank, shape, idx, x_strides, &xo, x_strides, &unused);
     }
@@ -94,32 +102,23 @@ static inline void et_gather_elements_f32(int rank, const int *shape, const int 
                                           int axis_dim, const int *const_indices, const int32_t *indices,
                                           const float *X, float *Y)
 {
-    et_elements_walk_f32_(rank, shape, x_strides, axis_stride, axis_dim, 0, ET_SCATTER_NONE, const_indices,
+    et_elements_walk_b32_(rank, shape, x_strides, axis_stride, axis_dim, 0, ET_SCATTER_NONE, const_indices,
                           indices, X, Y);
 }
 
-/* The same gather over int32_t tensors (et_integer.h): a walk of its own, as
- * their elements are not floats. */
 static inline void et_gather_elements_i32(int rank, const int *shape, const int *x_strides, int axis_stride,
                                           int axis_dim, const int *const_indices, const int32_t *indices,
                                           const int32_t *X, int32_t *Y)
 {
-    int n = et_numel_(rank, shape), inner = shape[rank - 1], o, i, k, xo = 0, unused = 0;
-    int idx[ET_MAX_RANK] = {0};
-    for (o = 0; o < n; o += inner) {
-        for (i = 0; i < inner; ++i) {
-            k = et_scatter_index_(const_indices, indices, o + i, axis_dim);
-            Y[o + i] = k < 0 || k >= axis_dim ? 0 : X[xo + i * x_strides[rank - 1] + k * axis_stride];
-        }
-        et_bcast_next_(rank, shape, idx, x_strides, &xo, x_strides, &unused);
-    }
+    et_elements_walk_b32_(rank, shape, x_strides, axis_stride, axis_dim, 0, ET_SCATTER_NONE, const_indices,
+                          indices, X, Y);
 }
 
 static inline void et_scatter_elements_f32(int rank, const int *shape, const int *x_strides, int axis_stride,
                                            int axis_dim, int reduction, const int *const_indices,
                                            const int32_t *indices, const float *U, float *Y)
 {
-    et_elements_walk_f32_(rank, shape, x_strides, axis_stride, axis_dim, 1, reduction, const_indices, indices,
+    et_elements_walk_b32_(rank, shape, x_strides, axis_stride, axis_dim, 1, reduction, const_indices, indices,
                           U, Y);
 }
 
