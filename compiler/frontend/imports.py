@@ -53,6 +53,12 @@ _SHAPE_ONLY = {("CastLike", 1), ("Expand", 1), ("Reshape", 1)}
 # Scales and zero points: constants the compiler fixes, never parameters a layer trains.
 _QUANTIZATION_CONSTANTS = {(op, slot) for op in ("QuantizeLinear", "DequantizeLinear") for slot in (1, 2)}
 _FOLDED_BN = "FuseBatchNorm"
+_REMOVED_BIAS = "RemoveOptionalBias"
+_RULE = "pkg.onnxscript.rewriter.rule_name"  # the dynamo optimizer's rewrite that made a node
+_FX_NODE = "pkg.torch.onnx.fx_node"  # the PyTorch call a dynamo-exported node came from, with its arguments
+# The TorchScript exporter's name for a weight it computed: an eval-mode export folds BatchNorm into
+# the convolution before it and names the result after the Conv input it feeds.
+_TORCHSCRIPT_FOLDED = re.compile(r"onnx::Conv(Transpose)?_\d+")
 _TRAINING_BN = ("_native_batch_norm_legit_functional", "batch_norm_with_update", "_native_batch_norm_legit.")
 
 
@@ -105,31 +111,49 @@ def _module_path(node) -> str | None:
 
 
 def check_batchnorm(proto: onnx.ModelProto, frozen_bn: bool) -> None:
-    """torch's dynamo exporter writes BatchNormalization in inference form, and its optimizer folds it
-    into the convolution before it, so a model trained in train() mode would compile with BatchNorm
-    frozen. Folded: refused, naming the ways out, unless frozen_bn says it is meant. Not folded, but
-    recorded as a training-mode batch norm: restored to training mode, with one note."""
-    folded = [n.name for n in proto.graph.node if _FOLDED_BN in _meta(n).get("pkg.onnxscript.rewriter.rule_name", "")]
-    if folded and not frozen_bn:
+    """An export for inference changes BatchNorm. dynamo's optimizer, and the TorchScript exporter in
+    eval mode, fold it into the convolution before it, so a model trained in train() mode would
+    compile with its BatchNorm gone: refused, naming the ways out, unless frozen_bn says it is meant.
+    dynamo writes BatchNorm in inference form even in training: where its record says the PyTorch
+    call was a training-mode batch norm, it is restored to training mode, with one note. Any other
+    BatchNorm in inference form (an eval-mode export) trains frozen, with one note."""
+    graph = proto.graph
+    folded = [n.name for n in graph.node if _FOLDED_BN in _meta(n).get(_RULE, "")]
+    computed = [
+        n.name or n.output[0]
+        for n in graph.node
+        if n.op_type in ("Conv", "ConvTranspose") and len(n.input) > 1 and _TORCHSCRIPT_FOLDED.fullmatch(n.input[1])
+    ]
+    if (folded or computed) and not frozen_bn:
+        nodes = folded or computed
+        how = (
+            "torch's exporter folded BatchNormalization into"
+            if folded
+            else "an eval-mode export replaced with constants it computed (onnx::Conv_*, BatchNorm folded in) the "
+            "weights of"
+        )
         raise EdgetrainError(
-            f"torch's exporter folded BatchNormalization into {len(folded)} convolution(s) (nodes "
-            f"{', '.join(map(repr, folded[:3]))}{', ...' if len(folded) > 3 else ''}), so BatchNorm's scale, bias and "
-            "running statistics would not train: export with torch.onnx.export(..., dynamo=False, "
-            "training=torch.onnx.TrainingMode.TRAINING) or with dynamo=True, optimize=False to train BatchNorm, "
-            "or pass frozen_bn=True (--frozen-bn) to train the folded model on purpose"
+            f"{how} {len(nodes)} convolution(s) (nodes {', '.join(map(repr, nodes[:3]))}"
+            f"{', ...' if len(nodes) > 3 else ''}), so BatchNorm's scale, bias and running statistics would not "
+            "train: export with torch.onnx.export(..., dynamo=False, training=torch.onnx.TrainingMode.TRAINING, "
+            "do_constant_folding=False) or with dynamo=True, optimize=False to train BatchNorm, or pass "
+            "frozen_bn=True (--frozen-bn) to train the folded model on purpose"
         )
-    if folded:
+    if folded or computed:
         note(
-            f"BatchNormalization folded into {len(folded)} convolution(s) trains as the folded convolution "
-            "(frozen_bn=True)"
+            f"BatchNormalization folded into {len(folded or computed)} convolution(s) trains as the folded "
+            "convolution (frozen_bn=True)"
         )
-    restored = []
-    for node in proto.graph.node:
-        training = any(key in _meta(node).get("pkg.torch.onnx.fx_node", "") for key in _TRAINING_BN)
-        if node.op_type != "BatchNormalization" or not training or len(node.output) > 1 or frozen_bn:
+    restored, frozen = [], []
+    for node in graph.node:
+        if node.op_type != "BatchNormalization":
             continue
         attrs = {a.name: a for a in node.attribute}
-        if "training_mode" in attrs and attrs["training_mode"].i:
+        if ("training_mode" in attrs and attrs["training_mode"].i) or len(node.output) > 1:
+            continue
+        training = any(key in _meta(node).get(_FX_NODE, "") for key in _TRAINING_BN)
+        if not training or frozen_bn:
+            frozen.append(node.name)
             continue
         node.attribute.append(onnx.helper.make_attribute("training_mode", 1))
         node.output.extend([f"{node.output[0]}__running_mean", f"{node.output[0]}__running_var"])
@@ -140,12 +164,27 @@ def check_batchnorm(proto: onnx.ModelProto, frozen_bn: bool) -> None:
             "training-mode batch norms in PyTorch: they train with batch statistics and update their running "
             "statistics (frozen_bn=True keeps them frozen)"
         )
+    if frozen and not frozen_bn:
+        note(
+            f"{len(frozen)} BatchNormalization node(s) are in inference form, as an export in eval mode writes "
+            "them: they normalize with their running statistics, which training leaves as they are (export in "
+            "training mode to train with batch statistics; frozen_bn=True says this is meant)"
+        )
+
+
+def _parameter_of(node, module: str, usual: str) -> str:
+    """The state_dict name of the first parameter of `module` that a node's PyTorch call read, as its
+    record names it (MultiheadAttention's linear reads `<module>.in_proj_weight`); `<module>.<usual>`
+    where nothing records it."""
+    read = re.findall(re.escape("%p_" + re.sub(r"\W", "_", module) + "_") + r"(\w+)", _meta(node).get(_FX_NODE, ""))
+    return f"{module}.{read[0] if read else usual}"
 
 
 def restore_names(proto: onnx.ModelProto) -> None:
     """dynamo folds a Linear layer's transposed weight into a new constant (val_70 = weight^T) and
     loses its name. Where the node that reads it records its module, the parameter gets its
-    state_dict name and layout back (`<module>.weight`, read through a Transpose), so gradients,
+    state_dict name and layout back (`<module>.weight`, or the name the call's record gives it, read
+    through a Transpose), so gradients,
     checkpoints and state.parameters use the names PyTorch users know."""
     graph = proto.graph
     inits = {i.name: i for i in graph.initializer}
@@ -156,23 +195,72 @@ def restore_names(proto: onnx.ModelProto) -> None:
             continue
         name, module = node.input[1], _module_path(node)
         init = inits.get(name)
-        if (
-            init is None
-            or module is None
-            or readers[name] != 1
-            or not _EXPORTER_NAME.fullmatch(name)
-            or len(init.dims) != 2
-            or f"{module}.weight" in taken
-        ):
+        if init is None or module is None or readers[name] != 1 or not _EXPORTER_NAME.fullmatch(name):
+            continue
+        public = _parameter_of(node, module, "weight")
+        if len(init.dims) != 2 or public in taken:
             continue
         weight = numpy_helper.to_array(init).T
-        public = f"{module}.weight"
         graph.initializer.remove(init)
         graph.initializer.append(numpy_helper.from_array(np.ascontiguousarray(weight), public))
         graph.node.insert(
             index, onnx.helper.make_node("Transpose", [public], [name], perm=[1, 0], name=f"{node.name}__weight_t")
         )
         taken.add(public)
+
+
+def _reads_parameter(node, name: str) -> bool | None:
+    """Whether the PyTorch call a dynamo-exported node came from read the parameter `name` (torch.export
+    calls it %p_<name, dots as underscores>); None where the node has no record."""
+    call = _meta(node).get(_FX_NODE)
+    if call is None:
+        return None
+    return re.search(re.escape("%p_" + re.sub(r"\W", "_", name)) + r"\b", call) is not None
+
+
+def restore_removed_biases(proto: onnx.ModelProto) -> None:
+    """dynamo's optimizer drops a Conv's, ConvTranspose's or Gemm's bias that is all zeros, as a fresh
+    layer's often is, so a bias PyTorch trains would not exist. Where the node's record shows its
+    call read the bias parameter, the bias comes back as those zeros under its state_dict name."""
+    graph = proto.graph
+    inits = {i.name: i for i in graph.initializer}
+    restored = 0
+    for node in graph.node:
+        if _REMOVED_BIAS not in _meta(node).get(_RULE, "") or len(node.input) != 2:
+            continue
+        module, weight = _module_path(node), inits.get(node.input[1])
+        bias = f"{module}.bias"
+        if module is None or weight is None or bias in inits or not _reads_parameter(node, bias):
+            continue
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        if node.op_type == "Conv":
+            channels = weight.dims[0]
+        elif node.op_type == "ConvTranspose":
+            channels = weight.dims[1] * attrs.get("group", 1)
+        elif node.op_type == "Gemm":
+            channels = weight.dims[0] if attrs.get("transB", 0) else weight.dims[1]
+        else:
+            continue
+        graph.initializer.append(numpy_helper.from_array(np.zeros(channels, np.float32), bias))
+        inits[bias] = graph.initializer[-1]
+        node.input.append(bias)
+        restored += 1
+    if restored:
+        note(f"restored {restored} zero bias(es) that torch's exporter optimized away: they train as in PyTorch")
+
+
+def check_recorded_parameters(proto: onnx.ModelProto) -> None:
+    """Every parameter a dynamo-exported node's record says its PyTorch call read (%p_<name>) should be
+    an initializer by now. One that is not was folded into a constant or dropped by the exporter's
+    optimizer, so it cannot train: said in one note, never left silent."""
+    present = {"p_" + re.sub(r"\W", "_", i.name) for i in proto.graph.initializer}
+    recorded = {p for node in proto.graph.node for p in re.findall(r"%(p_\w+)", _meta(node).get(_FX_NODE, ""))}
+    if missing := sorted(recorded - present):
+        shown = ", ".join(missing[:4]) + (", ..." if len(missing) > 4 else "")
+        note(
+            f"{len(missing)} PyTorch parameter(s) that torch's exporter folded into constants or optimized away "
+            f"({shown}) stay as exported and do not train: export with optimize=False to train them"
+        )
 
 
 def quantized_parameters(proto: onnx.ModelProto) -> None:
@@ -244,10 +332,11 @@ def _dequantized(dq, weight, scale, zero_point) -> np.ndarray:
 
 
 def tied_parameters(proto: onnx.ModelProto, params: set[str], untie: bool) -> None:
-    """Exporters merge equal initializers (dynamo gives every fresh LayerNorm one weight of ones), and
-    models tie weights on purpose (GPT-2's output layer and embedding). Either way one tensor is the
-    parameter of several layers. Reported in one line; untie gives each layer its own copy, named
-    after its module where the export records it."""
+    """One tensor can be the parameter of several layers. dynamo's optimizer merges equal
+    initializers (every fresh LayerNorm's weight of ones, every zero bias), though PyTorch trains
+    each on its own: where a reader's record shows its call read another parameter, it gets its own
+    copy, with one note. Models also tie weights on purpose (GPT-2's output layer and embedding),
+    which train tied, reported in one line; untie gives each layer its own copy."""
     graph = proto.graph
     uses: dict[str, list[tuple[onnx.NodeProto, int]]] = collections.defaultdict(list)
     for node in graph.node:
@@ -259,6 +348,18 @@ def tied_parameters(proto: onnx.ModelProto, params: set[str], untie: bool) -> No
             if name in params and (slot in PARAMETER_SLOTS.get(node.op_type, ()) or _looks_like_parameter(name)):
                 uses[name].append((node, slot))
     tied = {name: readers for name, readers in uses.items() if len({n.name for n, _ in readers}) > 1}
+    merged = {}
+    for name, readers in tied.items():
+        others = [(node, slot) for node, slot in readers if _reads_parameter(node, name) is False]
+        merged[name] = others[1:] if len(others) == len(readers) else others  # none read it: the first keeps it
+    if any(merged.values()):
+        _own_copies(graph, merged)
+        note(
+            f"torch's exporter merged {sum(map(len, merged.values()))} parameter(s) into equal ones of other "
+            "layers: each trains on its own, as in PyTorch"
+        )
+    kept = {name: [r for r in readers if r not in merged[name]] for name, readers in tied.items()}
+    tied = {name: readers for name, readers in kept.items() if len({n.name for n, _ in readers}) > 1}
     if not tied:
         return
     if not untie:
@@ -268,11 +369,18 @@ def tied_parameters(proto: onnx.ModelProto, params: set[str], untie: bool) -> No
             f"{'; ...' if len(tied) > 4 else ''}); untie=True (--untie) gives each layer its own copy"
         )
         return
+    _own_copies(graph, {name: readers[1:] for name, readers in tied.items()})
+    note(f"untied {len(tied)} shared parameter(s): each layer trains its own copy")
+
+
+def _own_copies(graph: onnx.GraphProto, readers_of: dict[str, list[tuple[onnx.NodeProto, int]]]) -> None:
+    """Each (node, slot) in readers_of[name] reads a copy of the initializer `name` of its own, named
+    after the node's module where the export records it."""
     inits = {i.name: i for i in graph.initializer}
     taken = set(inits) | {o for n in graph.node for o in n.output}
-    for name, readers in tied.items():
+    for name, readers in readers_of.items():
         value = numpy_helper.to_array(inits[name])
-        for node, slot in readers[1:]:
+        for node, slot in readers:
             module = _module_path(node)
             leaf = name.rsplit(".", 1)[-1] if "." in name else "weight"
             copy = f"{module}.{leaf}" if module else f"{name}@{node.name}"
@@ -281,7 +389,6 @@ def tied_parameters(proto: onnx.ModelProto, params: set[str], untie: bool) -> No
             taken.add(copy)
             graph.initializer.append(numpy_helper.from_array(value.copy(), copy))
             node.input[slot] = copy
-    note(f"untied {len(tied)} shared parameter(s): each layer trains its own copy")
 
 
 def bernoulli_patterns(proto: onnx.ModelProto) -> None:

@@ -43,11 +43,13 @@ def load_model(
     proto = onnx.inliner.inline_local_functions(proto)
     imports.check_batchnorm(proto, frozen_bn)
     imports.restore_names(proto)
+    imports.restore_removed_biases(proto)
     imports.bernoulli_patterns(proto)
     imports.quantized_parameters(proto)
     imports.tied_parameters(
         proto, {i.name for i in proto.graph.initializer if i.data_type == onnx.TensorProto.FLOAT}, untie
     )
+    imports.check_recorded_parameters(proto)
     _fix_dims(proto, dim_values or {})
     dims.tie_to_constants(proto, _data_inputs(proto))
     _fix_batch(proto, batch_size)

@@ -185,29 +185,31 @@ def test_cli_prints_notes_and_what_trains(tmp_path):
 
 class TwoNorms(torch.nn.Module):
     """Two LayerNorms (equal fresh weights, which dynamo's optimizer merges) around Linear layers on a
-    sequence (MatMul with a weight dynamo transposes into a new constant)."""
+    sequence (MatMul with a weight dynamo transposes into a new constant), and a convolution whose
+    fresh bias of zeros the optimizer drops."""
 
     def __init__(self):
         super().__init__()
+        self.conv = torch.nn.Conv1d(5, 5, 1)
         self.inp = torch.nn.Linear(6, 8)
         self.norm1 = torch.nn.LayerNorm(8)
         self.mid = torch.nn.Linear(8, 8)
         self.norm2 = torch.nn.LayerNorm(8)
         self.out = torch.nn.Linear(8, 3)
+        torch.nn.init.zeros_(self.conv.bias)
 
     def forward(self, x):
-        return self.out(self.norm2(self.mid(self.norm1(self.inp(x)))).mean(1))
+        return self.out(self.norm2(self.mid(self.norm1(self.inp(self.conv(x))))).mean(1))
 
 
-def test_dynamo_export_keeps_state_dict_names_and_untie_separates_merged_layers(tmp_path):
+def test_dynamo_optimized_export_trains_every_pytorch_parameter_under_its_name(tmp_path):
     torch.manual_seed(0)
     model, x, labels = TwoNorms().train(), torch.randn(B, 5, 6), torch.tensor([1, 2])
     dynamo_export(model, x, tmp_path / "m.onnx", optimize=True)
     module, state, notes = compile_(tmp_path / "m.onnx", tmp_path, loss=artifacts.LossType.CrossEntropyLoss)
-    assert any("shared between layers" in n and "untie=True" in n for n in notes), notes
-    module, state, notes = compile_(
-        tmp_path / "m.onnx", tmp_path / "untied", untie=True, loss=artifacts.LossType.CrossEntropyLoss
-    )
+    assert any("restored 1 zero bias" in n for n in notes), notes
+    assert any("merged" in n and "each trains on its own" in n for n in notes), notes
+    assert not any("shared between layers" in n for n in notes), notes
     loss = module(x.numpy(), labels.numpy())
     want = torch.nn.functional.cross_entropy(model(x), labels)
     want.backward()
@@ -216,3 +218,45 @@ def test_dynamo_export_keeps_state_dict_names_and_untie_separates_merged_layers(
     assert trains == {n for n, _ in model.named_parameters()}, sorted(trains ^ {n for n, _ in model.named_parameters()})
     for name, param in model.named_parameters():
         np.testing.assert_allclose(state.parameters[name].grad, param.grad.numpy(), atol=1e-5, err_msg=name)
+
+
+def test_a_real_tie_stays_tied_through_the_dynamo_optimizer(tmp_path):
+    """One Linear applied twice: PyTorch's record names the same parameter at both calls, so it is a
+    tie, not a merge."""
+    torch.manual_seed(0)
+
+    class Twice(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(6, 6)
+
+        def forward(self, x):
+            return self.lin(torch.relu(self.lin(x)))
+
+    dynamo_export(Twice().train(), torch.randn(B, 6), tmp_path / "m.onnx", optimize=True)
+    module, state, notes = compile_(tmp_path / "m.onnx", tmp_path, loss=artifacts.LossType.MSELoss)
+    assert any("shared between layers" in n for n in notes), notes
+    assert not any("merged" in n for n in notes), notes
+    assert {n for n, p in state.parameters.items() if p.requires_grad} == {"lin.weight", "lin.bias"}
+
+
+def test_torchscript_eval_export_with_folded_batchnorm_is_refused(tmp_path):
+    """torch.onnx.export's TorchScript defaults (eval mode, constants folded) fold BatchNorm into the
+    convolution under exporter names (onnx::Conv_*): refused like dynamo's folding; an eval-mode
+    export that keeps BatchNorm trains it frozen, with a note."""
+    torch.manual_seed(0)
+    model, x = ConvBN().train(), torch.randn(B, 3, 8, 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (x,), tmp_path / "folded.onnx", dynamo=False)
+        torch.onnx.export(model, (x,), tmp_path / "eval.onnx", dynamo=False, do_constant_folding=False)
+    with pytest.raises(EdgetrainError) as refusal:
+        artifacts.generate_artifacts(tmp_path / "folded.onnx", batch_size=B, artifact_directory=tmp_path / "out")
+    message = str(refusal.value)
+    assert "eval-mode export" in message and "'/conv/Conv'" in message and "\n" not in message
+    assert "do_constant_folding=False" in message and "frozen_bn=True" in message
+    _, _, notes = compile_(tmp_path / "folded.onnx", tmp_path / "f", frozen_bn=True)
+    assert any("folded" in n for n in notes), notes
+    _, state, notes = compile_(tmp_path / "eval.onnx", tmp_path / "e")
+    assert any("1 BatchNormalization node(s) are in inference form" in n for n in notes), notes
+    assert state.parameters["bn.weight"].requires_grad
