@@ -59,18 +59,27 @@ SLOW = {
 }
 
 
+# pytest-xdist hands out whole files in the order they are collected: the longest tiers go first, so
+# the run does not end with one worker on a long file while the other waits.
+LONGEST_FIRST = ("sanitize", "zoo", "target", "durable", "fuzz")
+
+
 def pytest_collection_modifyitems(config, items):
-    """Each test's tier marker from its directory under tests/, and slow from SLOW."""
+    """Each test's tier marker from its directory under tests/, and slow from SLOW; the longest tiers
+    first."""
+    folders = {}
     for item in items:
         path = Path(item.path).resolve()
         if not path.is_relative_to(TESTS):
             continue
-        folder = path.relative_to(TESTS).parts[0]
+        folder = folders[item.nodeid] = path.relative_to(TESTS).parts[0]
         if folder not in TIERS:
             raise pytest.UsageError(f"tests/{folder}: no tier; add it to TIERS in tests/conftest.py")
         item.add_marker(TIERS[folder])
         if item.nodeid in SLOW or item.nodeid.split("[")[0] in SLOW:
             item.add_marker("slow")
+    rank = {folder: i for i, folder in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(folders.get(item.nodeid, ""), len(rank)))
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -22,7 +22,7 @@ from edgetrain.host import build
 BATCH = 4
 KILLS = 1000
 CUTS = 200
-DAMAGES = 100
+DAMAGES = 40
 
 
 def _state(values: int, seed: int) -> api.CheckpointState:
@@ -168,7 +168,7 @@ def _entry(cache: Path, known: set[Path]) -> Path:
 
 
 def test_a_damaged_cache_entry_is_rebuilt_and_trains_the_same(two_models, tmp_path, monkeypatch, figure):
-    """Truncated, zeroed, deleted or replaced by another model's library, 100 times at random: the
+    """Truncated, zeroed, deleted or replaced by another model's library, 40 times at random: the
     next Module checks the entry, rebuilds it, and trains bit-identically (a truncated library that
     was opened would die of SIGBUS; another model's would train something else)."""
     first, second = two_models
