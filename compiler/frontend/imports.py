@@ -46,8 +46,17 @@ _EXPORTER_NAME = re.compile(
     r"scalar_tensor_default(_\d+)?|.*_output_\d+|expand(_\d+)?"
 )
 _SIGNATURE_KIND = "pkg.torch.export.graph_signature.InputSpec.kind"  # PARAMETER, BUFFER, CONSTANT_TENSOR, ...
+_FOLDED_FROM = "pkg.onnxscript.optimizer.folded_from"  # a constant dynamo's optimizer computed from others
 _STATE_DICT_NAME = re.compile(r"[A-Za-z_]\w*(\.\w+)*")
-_BUFFER_LEAF = {"running_mean", "running_var", "num_batches_tracked", "inv_freq", "position_ids", "mask"}
+_BUFFER_LEAF = {
+    "running_mean",
+    "running_var",
+    "num_batches_tracked",
+    "inv_freq",
+    "position_ids",
+    "token_type_ids",
+    "mask",
+}
 
 _SHAPE_ONLY = {("CastLike", 1), ("Expand", 1), ("Reshape", 1)}
 # Scales and zero points: constants the compiler fixes, never parameters a layer trains.
@@ -85,11 +94,14 @@ def _looks_like_parameter(name: str) -> bool:
 def not_parameters(proto: onnx.ModelProto) -> frozenset[str]:
     """The initializers torch's dynamo exporter recorded, in its graph signature, as a module's
     buffers or as constant tensors rather than parameters (a non-persistent `embed_scale`, a lifted
-    mask value): PyTorch does not train them, so by default neither does edgetrain."""
+    mask value), and those its optimizer folded from other values (a mask of `zeros`): PyTorch does
+    not train them, so by default neither does edgetrain."""
     return frozenset(
         value.name
         for value in proto.graph.value_info
-        if any(p.key == _SIGNATURE_KIND and p.value != "PARAMETER" for p in value.metadata_props)
+        if any(
+            (p.key == _SIGNATURE_KIND and p.value != "PARAMETER") or p.key == _FOLDED_FROM for p in value.metadata_props
+        )
     )
 
 
@@ -176,16 +188,17 @@ def _parameter_of(node, module: str, usual: str) -> str:
     """The state_dict name of the first parameter of `module` that a node's PyTorch call read, as its
     record names it (MultiheadAttention's linear reads `<module>.in_proj_weight`); `<module>.<usual>`
     where nothing records it."""
-    read = re.findall(re.escape("%p_" + re.sub(r"\W", "_", module) + "_") + r"(\w+)", _meta(node).get(_FX_NODE, ""))
+    read = re.findall(re.escape(f"%{_placeholder(module)}_") + r"(\w+)", _meta(node).get(_FX_NODE, ""))
     return f"{module}.{read[0] if read else usual}"
 
 
 def restore_names(proto: onnx.ModelProto) -> None:
     """dynamo folds a Linear layer's transposed weight into a new constant (val_70 = weight^T) and
     loses its name. Where the node that reads it records its module, the parameter gets its
-    state_dict name and layout back (`<module>.weight`, or the name the call's record gives it, read
-    through a Transpose), so gradients,
-    checkpoints and state.parameters use the names PyTorch users know."""
+    state_dict name and layout back (`<module>.weight`, or the name the call's record gives it), read
+    through a Transpose, so gradients, checkpoints and state.parameters use the names PyTorch users
+    know. A weight tied to another layer's (GPT-2's output layer and embedding) is read from that
+    parameter again, so the tie trains as one."""
     graph = proto.graph
     inits = {i.name: i for i in graph.initializer}
     readers = collections.Counter(name for node in graph.node for name in node.input)
@@ -197,25 +210,35 @@ def restore_names(proto: onnx.ModelProto) -> None:
         init = inits.get(name)
         if init is None or module is None or readers[name] != 1 or not _EXPORTER_NAME.fullmatch(name):
             continue
-        public = _parameter_of(node, module, "weight")
-        if len(init.dims) != 2 or public in taken:
+        public, weight = _parameter_of(node, module, "weight"), numpy_helper.to_array(init).T
+        tied = inits.get(public)
+        if len(init.dims) != 2 or (tied is None and public in taken):
             continue
-        weight = numpy_helper.to_array(init).T
+        if tied is not None and not np.array_equal(numpy_helper.to_array(tied), weight):
+            continue
         graph.initializer.remove(init)
-        graph.initializer.append(numpy_helper.from_array(np.ascontiguousarray(weight), public))
+        if tied is None:
+            graph.initializer.append(numpy_helper.from_array(np.ascontiguousarray(weight), public))
+            inits[public] = graph.initializer[-1]
         graph.node.insert(
             index, onnx.helper.make_node("Transpose", [public], [name], perm=[1, 0], name=f"{node.name}__weight_t")
         )
         taken.add(public)
 
 
+def _placeholder(name: str) -> str:
+    """What torch.export calls the parameter `name` in the calls dynamo records: p_<name>, lowercase,
+    with underscores for dots (p_bert_embeddings_layernorm_weight)."""
+    return "p_" + re.sub(r"\W", "_", name).lower()
+
+
 def _reads_parameter(node, name: str) -> bool | None:
-    """Whether the PyTorch call a dynamo-exported node came from read the parameter `name` (torch.export
-    calls it %p_<name, dots as underscores>); None where the node has no record."""
+    """Whether the PyTorch call a dynamo-exported node came from read the parameter `name`; None where
+    the node has no record."""
     call = _meta(node).get(_FX_NODE)
     if call is None:
         return None
-    return re.search(re.escape("%p_" + re.sub(r"\W", "_", name)) + r"\b", call) is not None
+    return re.search(re.escape(f"%{_placeholder(name)}") + r"\b", call) is not None
 
 
 def restore_removed_biases(proto: onnx.ModelProto) -> None:
@@ -229,8 +252,11 @@ def restore_removed_biases(proto: onnx.ModelProto) -> None:
         if _REMOVED_BIAS not in _meta(node).get(_RULE, "") or len(node.input) != 2:
             continue
         module, weight = _module_path(node), inits.get(node.input[1])
-        bias = f"{module}.bias"
-        if module is None or weight is None or bias in inits or not _reads_parameter(node, bias):
+        # Named as its weight is (`out_proj.weight` -> `out_proj.bias`), or after the module.
+        named = [node.input[1][: -len("weight")] + "bias"] if node.input[1].endswith("weight") else []
+        names = [*named, *([f"{module}.bias"] if module else [])]
+        bias = next((b for b in names if b not in inits and _reads_parameter(node, b)), None)
+        if weight is None or bias is None:
             continue
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
         if node.op_type == "Conv":
@@ -251,11 +277,22 @@ def restore_removed_biases(proto: onnx.ModelProto) -> None:
 
 def check_recorded_parameters(proto: onnx.ModelProto) -> None:
     """Every parameter a dynamo-exported node's record says its PyTorch call read (%p_<name>) should be
-    an initializer by now. One that is not was folded into a constant or dropped by the exporter's
-    optimizer, so it cannot train: said in one note, never left silent."""
-    present = {"p_" + re.sub(r"\W", "_", i.name) for i in proto.graph.initializer}
+    an initializer by now, and so should every module's tensor (a dotted name) that the exporter's
+    optimizer folded a constant from. One that is not was folded into a constant or dropped, so it
+    cannot train: said in one note, never left silent."""
+    names = {i.name for i in proto.graph.initializer}
+    present = {_placeholder(name) for name in names}
     recorded = {p for node in proto.graph.node for p in re.findall(r"%(p_\w+)", _meta(node).get(_FX_NODE, ""))}
-    if missing := sorted(recorded - present):
+    folded = {
+        name
+        for value in proto.graph.value_info
+        for p in value.metadata_props
+        if p.key == _FOLDED_FROM
+        for name in re.findall(r"'([^']+)'", p.value)
+        if "." in name and name not in names and _looks_like_parameter(name)
+    }
+    missing = sorted(folded) + sorted(recorded - present - {_placeholder(name) for name in folded})
+    if missing:
         shown = ", ".join(missing[:4]) + (", ..." if len(missing) > 4 else "")
         note(
             f"{len(missing)} PyTorch parameter(s) that torch's exporter folded into constants or optimized away "
@@ -350,8 +387,9 @@ def tied_parameters(proto: onnx.ModelProto, params: set[str], untie: bool) -> No
     tied = {name: readers for name, readers in uses.items() if len({n.name for n, _ in readers}) > 1}
     merged = {}
     for name, readers in tied.items():
-        others = [(node, slot) for node, slot in readers if _reads_parameter(node, name) is False]
-        merged[name] = others[1:] if len(others) == len(readers) else others  # none read it: the first keeps it
+        own = [_reads_parameter(node, name) for node, _ in readers]
+        # A constant no call read as a parameter (an exporter's val_12) is left as it is.
+        merged[name] = [r for r, reads in zip(readers, own) if reads is False] if any(own) else []
     if any(merged.values()):
         _own_copies(graph, merged)
         note(

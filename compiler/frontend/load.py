@@ -46,9 +46,8 @@ def load_model(
     imports.restore_removed_biases(proto)
     imports.bernoulli_patterns(proto)
     imports.quantized_parameters(proto)
-    imports.tied_parameters(
-        proto, {i.name for i in proto.graph.initializer if i.data_type == onnx.TensorProto.FLOAT}, untie
-    )
+    floats = {i.name for i in proto.graph.initializer if i.data_type == onnx.TensorProto.FLOAT}
+    imports.tied_parameters(proto, floats - not_parameters, untie)
     imports.check_recorded_parameters(proto)
     _fix_dims(proto, dim_values or {})
     dims.tie_to_constants(proto, _data_inputs(proto))

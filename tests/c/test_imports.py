@@ -260,3 +260,45 @@ def test_torchscript_eval_export_with_folded_batchnorm_is_refused(tmp_path):
     _, state, notes = compile_(tmp_path / "eval.onnx", tmp_path / "e")
     assert any("1 BatchNormalization node(s) are in inference form" in n for n in notes), notes
     assert state.parameters["bn.weight"].requires_grad
+
+
+class TinyLM(torch.nn.Module):
+    """An embedding tied to the output layer, attention (MultiheadAttention's in_proj_weight and its
+    fresh out_proj bias of zeros), and a gain of zeros used as (1 + gain), which dynamo's optimizer
+    folds into a constant. (A parameter of the top module itself, folded so, leaves no name the
+    record tells from an intermediate value's, so the gain sits in a submodule.)"""
+
+    def __init__(self, vocab=11, dim=8):
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, dim)
+        self.attn = torch.nn.MultiheadAttention(dim, 2, batch_first=True)
+        self.scale = torch.nn.Module()
+        self.scale.gain = torch.nn.Parameter(torch.zeros(dim))
+        self.out = torch.nn.Linear(dim, vocab, bias=False)
+        self.out.weight = self.embed.weight
+
+    def forward(self, ids):
+        x = self.embed(ids)
+        x = self.attn(x, x, x, need_weights=False)[0] * (1 + self.scale.gain)
+        return self.out(x).mean(1)
+
+
+def test_dynamo_optimized_ties_attention_and_folded_parameters(tmp_path):
+    torch.manual_seed(0)
+    model, ids, labels = TinyLM().train(), torch.randint(0, 11, (B, 5)), torch.tensor([1, 7])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (ids,), tmp_path / "m.onnx", dynamo=True, input_names=["ids"], verbose=False)
+    module, state, notes = compile_(tmp_path / "m.onnx", tmp_path, loss=artifacts.LossType.CrossEntropyLoss)
+    assert any("1 PyTorch parameter(s)" in n and "(scale.gain)" in n and "optimize=False" in n for n in notes), notes
+    assert any("restored 1 zero bias" in n for n in notes), notes
+    assert any("'out.weight' by 2 layers" in n for n in notes), notes  # the tie, under one of its names
+    loss = module(ids.numpy(), labels.numpy())
+    want = torch.nn.functional.cross_entropy(model(ids), labels)
+    want.backward()
+    assert abs(loss - want.item()) <= 1e-5
+    params = dict(model.named_parameters(remove_duplicate=False))
+    trains = {n for n, p in state.parameters.items() if p.requires_grad}
+    assert trains == set(params) - {"embed.weight", "scale.gain"}, sorted(trains)
+    for name in trains:  # the tied weight's gradient holds the embedding's share: the tie trains as one
+        np.testing.assert_allclose(state.parameters[name].grad, params[name].grad.numpy(), atol=1e-5, err_msg=name)
