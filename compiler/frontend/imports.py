@@ -131,10 +131,14 @@ def check_batchnorm(proto: onnx.ModelProto, frozen_bn: bool) -> None:
     BatchNorm in inference form (an eval-mode export) trains frozen, with one note."""
     graph = proto.graph
     folded = [n.name for n in graph.node if _FOLDED_BN in _meta(n).get(_RULE, "")]
+    constants = {i.name for i in graph.initializer}
     computed = [
         n.name or n.output[0]
         for n in graph.node
-        if n.op_type in ("Conv", "ConvTranspose") and len(n.input) > 1 and _TORCHSCRIPT_FOLDED.fullmatch(n.input[1])
+        if n.op_type in ("Conv", "ConvTranspose")
+        and len(n.input) > 1
+        and n.input[1] in constants
+        and _TORCHSCRIPT_FOLDED.fullmatch(n.input[1])
     ]
     if (folded or computed) and not frozen_bn:
         nodes = folded or computed
