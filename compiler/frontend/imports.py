@@ -2,8 +2,11 @@
 reported before anything compiles.
 
 torch's dynamo exporter records, on each node, the PyTorch module it came from (`name_scopes`) and
-the aten call (`fx_node`, `namespace`); that record is what lets edgetrain give parameters their
-`state_dict` names back and see BatchNormalization that was folded away. Each finding is reported
+the aten call with the parameters it read (`fx_node`, `namespace`), and its optimizer records the
+rewrites it made and the values it folded; those records are what let edgetrain give parameters
+their `state_dict` names back, split what the optimizer merged, restore the biases it dropped, and
+see BatchNormalization and parameters that were folded away. The TorchScript exporter records
+nothing, but names the weights it folds in an eval-mode export (onnx::Conv_*). Each finding is reported
 once, in one line (`ImportNote` warnings, also listed in report.json), or refused when training it
 would silently differ from what the user wrote.
 """
