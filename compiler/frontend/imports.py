@@ -59,6 +59,7 @@ _BUFFER_LEAF = {
     "position_ids",
     "token_type_ids",
     "mask",
+    "relative_coords_table",  # torchvision's Swin V2
 }
 
 _SHAPE_ONLY = {("CastLike", 1), ("Expand", 1), ("Reshape", 1)}
@@ -86,12 +87,23 @@ def default_trainable(nodes, params, not_parameters=frozenset()) -> set[str]:
     read_as_parameter = {
         node.inputs[slot] for node in nodes for slot in PARAMETER_SLOTS.get(node.op, ()) if slot < len(node.inputs)
     }
-    return {p for p in params if p not in not_parameters and (p in read_as_parameter or _looks_like_parameter(p))}
+    return {
+        p
+        for p in params
+        if p not in not_parameters and not _buffer_name(p) and (p in read_as_parameter or _looks_like_parameter(p))
+    }
+
+
+def _buffer_name(name: str) -> bool:
+    """A module's buffer by its name (the TorchScript exporter records no other sign): a running
+    statistic, a position table, a mask."""
+    leaf = name.rsplit(".", 1)[-1]
+    return leaf in _BUFFER_LEAF or leaf.endswith("_mask")
 
 
 def _looks_like_parameter(name: str) -> bool:
     leaf = name.rsplit(".", 1)[-1]  # a module's lifted constant: "attn.lifted_tensor_2"
-    return bool(_STATE_DICT_NAME.fullmatch(name)) and not _EXPORTER_NAME.fullmatch(leaf) and leaf not in _BUFFER_LEAF
+    return bool(_STATE_DICT_NAME.fullmatch(name)) and not _EXPORTER_NAME.fullmatch(leaf) and not _buffer_name(name)
 
 
 def not_parameters(proto: onnx.ModelProto) -> frozenset[str]:

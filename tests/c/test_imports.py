@@ -103,7 +103,11 @@ def test_only_parameters_train_by_default(tmp_path):
             helper.make_node("Mul", ["s", "head.gamma"], ["g"], name="gamma"),
             helper.make_node("Add", ["g", "rotary.inv_freq"], ["r"], name="buffer"),
             helper.make_node("Mul", ["r", "attn.lifted_tensor_2"], ["l"], name="module_constant"),
-            helper.make_node("Mul", ["l", "embed.embed_scale"], ["y"], name="signature_buffer"),
+            helper.make_node("Mul", ["l", "embed.embed_scale"], ["e"], name="signature_buffer"),
+            helper.make_node("Add", ["e", "blocks.0.attn_mask"], ["m"], name="mask_buffer"),
+            # Swin V2's table of relative coordinates, a buffer that a MatMul reads (as its MLP's input)
+            helper.make_node("MatMul", ["blocks.0.relative_coords_table", "m"], ["c"], name="table_buffer"),
+            helper.make_node("Add", ["m", "c"], ["y"], name="sum"),
         ],
         {
             "w_0": rng.normal(size=(3, 4)),
@@ -113,6 +117,8 @@ def test_only_parameters_train_by_default(tmp_path):
             "rotary.inv_freq": np.ones(3),
             "attn.lifted_tensor_2": np.array(2.0),
             "embed.embed_scale": np.array(3.0),
+            "blocks.0.attn_mask": np.zeros(3),
+            "blocks.0.relative_coords_table": np.eye(B) * 0.1,
         },
         out_shape=(B, 3),
     )
