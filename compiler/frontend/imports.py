@@ -227,11 +227,17 @@ def restore_names(proto: onnx.ModelProto) -> None:
             continue
         name, module = node.input[1], _module_path(node)
         init = inits.get(name)
-        if init is None or module is None or readers[name] != 1 or not _EXPORTER_NAME.fullmatch(name):
+        if (
+            init is None
+            or module is None
+            or readers[name] != 1
+            or not _EXPORTER_NAME.fullmatch(name)
+            or len(init.dims) != 2
+        ):
             continue
         public, weight = _parameter_of(node, module, "weight"), numpy_helper.to_array(init).T
         tied = inits.get(public)
-        if len(init.dims) != 2 or (tied is None and public in taken):
+        if tied is None and public in taken:
             continue
         if tied is not None and not np.array_equal(numpy_helper.to_array(tied), weight):
             continue
@@ -404,18 +410,19 @@ def tied_parameters(proto: onnx.ModelProto, params: set[str], untie: bool) -> No
             if name in params and (slot in PARAMETER_SLOTS.get(node.op_type, ()) or _looks_like_parameter(name)):
                 uses[name].append((node, slot))
     tied = {name: readers for name, readers in uses.items() if len({n.name for n, _ in readers}) > 1}
-    merged = {}
+    merged, kept = {}, {}
     for name, readers in tied.items():
         own = [_reads_parameter(node, name) for node, _ in readers]
         # A constant no call read as a parameter (an exporter's val_12) is left as it is.
-        merged[name] = [r for r, reads in zip(readers, own) if reads is False] if any(own) else []
+        other = [any(own) and reads is False for reads in own]
+        merged[name] = [r for r, moved in zip(readers, other) if moved]
+        kept[name] = [r for r, moved in zip(readers, other) if not moved]
     if any(merged.values()):
         _own_copies(graph, merged)
         note(
             f"torch's exporter merged {sum(map(len, merged.values()))} parameter(s) into equal ones of other "
             "layers: each trains on its own, as in PyTorch"
         )
-    kept = {name: [r for r in readers if r not in merged[name]] for name, readers in tied.items()}
     tied = {name: readers for name, readers in kept.items() if len({n.name for n, _ in readers}) > 1}
     if not tied:
         return
