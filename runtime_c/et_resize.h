@@ -1,4 +1,4 @@
-/* edgetrain runtime: Pad and Resize (nearest and linear), with gradients.
+/* edgetrain runtime: Pad and Resize (nearest, linear and cubic), with gradients.
  *
  * Both map every output element to input elements axis by axis, so each
  * has one walker used in both directions: forward gathers
@@ -147,9 +147,12 @@ static inline void et_pad_grad_f32(int rank, const int *in_shape, const int *out
 /* ONNX coordinate_transformation_mode values we support. */
 enum { ET_RESIZE_HALF_PIXEL = 0, ET_RESIZE_PYTORCH_HALF_PIXEL = 1, ET_RESIZE_ALIGN_CORNERS = 2,
        ET_RESIZE_ASYMMETRIC = 3 };
-/* mode linear, or mode nearest with its nearest_mode. */
+/* mode linear, mode nearest with its nearest_mode, or mode cubic. */
 enum { ET_RESIZE_LINEAR = 0, ET_RESIZE_ROUND_PREFER_FLOOR = 1, ET_RESIZE_ROUND_PREFER_CEIL = 2,
-       ET_RESIZE_FLOOR = 3, ET_RESIZE_CEIL = 4 };
+       ET_RESIZE_FLOOR = 3, ET_RESIZE_CEIL = 4, ET_RESIZE_CUBIC = 5 };
+
+/* The most input indices one output index of an axis reads: cubic's four. */
+#define ET_RESIZE_TAPS 4
 
 /* Output coordinate o in input coordinates, computed in float as ONNX
  * Runtime does. */
@@ -164,53 +167,85 @@ static inline float et_resize_coord(int o, int n_in, int n_out, float scale, int
     return ((float)o + 0.5f) / scale - 0.5f;
 }
 
-/* The input indices lo, hi and the weight of hi for output index o.
- * Linear clamps the coordinate into [0, n_in - 1], which is what ONNX's
- * edge-replicating neighbours and PyTorch's index clamping amount to;
- * nearest has lo == hi and w_hi == 0.  Every rounding of a negative
- * coordinate ends at index 0, so negatives are clamped first and the
- * float -> int conversions below are floors. */
-static inline void et_resize_sample(int o, int n_in, int n_out, float scale, int coord, int mode, int *lo,
-                                    int *hi, float *w_hi)
+/* The cubic convolution kernel with parameter a at distance d in [0, 2]:
+ * ((a + 2) d - (a + 3)) d^2 + 1 within one sample, ((a d - 5 a) d + 8 a) d
+ * - 4 a beyond, as ONNX's cubic_coeff_a defines it (PyTorch's bicubic is
+ * a = -0.75). */
+static inline float et_cubic_weight_(float d, float a)
 {
-    float x = et_resize_coord(o, n_in, n_out, scale, coord), frac;
-    int i;
+    if (d <= 1.0f)
+        return ((a + 2.0f) * d - (a + 3.0f)) * d * d + 1.0f;
+    return ((a * d - 5.0f * a) * d + 8.0f * a) * d - 4.0f * a;
+}
+
+/* The input indices output index o of an axis reads, taps[t], and their
+ * weights w[t], for t < the count returned.  Linear clamps the coordinate
+ * into [0, n_in - 1], which is what ONNX's edge-replicating neighbours and
+ * PyTorch's index clamping amount to: taps lo and hi, weights 1 - w_hi and
+ * w_hi.  Nearest reads one index, with weight 1.  Cubic reads floor(x) - 1
+ * .. floor(x) + 2, each clamped into the axis (edge replication, PyTorch's
+ * bounded reads); with exclude_outside, those outside weigh 0 and the rest
+ * are divided by their sum.  Every rounding of a negative coordinate ends at
+ * index 0 for linear and nearest, so their negatives are clamped first and
+ * the float -> int conversions below are floors. */
+static inline int et_resize_taps(int o, int n_in, int n_out, float scale, int coord, int mode, float cubic_a,
+                                 int exclude_outside, int *taps, float *w)
+{
+    float x = et_resize_coord(o, n_in, n_out, scale, coord), frac, sum = 0.0f;
+    int i, t;
+    if (mode == ET_RESIZE_CUBIC) {
+        i = (int)x;
+        i -= (float)i > x;  /* floor */
+        frac = x - (float)i;
+        for (t = 0; t < ET_RESIZE_TAPS; ++t) {
+            int at = i - 1 + t;
+            float d = t < 2 ? frac + (float)(1 - t) : (float)(t - 1) - frac;
+            w[t] = exclude_outside && (at < 0 || at >= n_in) ? 0.0f : et_cubic_weight_(d, cubic_a);
+            taps[t] = at < 0 ? 0 : at >= n_in ? n_in - 1 : at;
+            sum += w[t];
+        }
+        if (exclude_outside)
+            for (t = 0; t < ET_RESIZE_TAPS; ++t)
+                w[t] /= sum;
+        return ET_RESIZE_TAPS;
+    }
     if (x < 0.0f)
         x = 0.0f;
     if (mode == ET_RESIZE_LINEAR) {
         if (x > (float)(n_in - 1))
             x = (float)(n_in - 1);
         i = (int)x;
-        *lo = i;
-        *hi = i + 1 < n_in ? i + 1 : i;
-        *w_hi = x - (float)i;
-        return;
+        taps[0] = i;
+        taps[1] = i + 1 < n_in ? i + 1 : i;
+        w[1] = x - (float)i;
+        w[0] = 1.0f - w[1];
+        return 2;
     }
     i = (int)x;
     frac = x - (float)i;
     if ((mode == ET_RESIZE_CEIL && frac > 0.0f) || (mode == ET_RESIZE_ROUND_PREFER_FLOOR && frac > 0.5f) ||
         (mode == ET_RESIZE_ROUND_PREFER_CEIL && frac >= 0.5f))
         ++i;
-    if (i > n_in - 1)
-        i = n_in - 1;
-    *lo = i;
-    *hi = i;
-    *w_hi = 0.0f;
+    taps[0] = i > n_in - 1 ? n_in - 1 : i;
+    w[0] = 1.0f;
+    return 1;
 }
 
 /* scales: ONNX's scales input, scales[scale_index[d]] for axis d (index
  * -1: axis not listed); NULL when the model gave sizes, so
- * scale = out / in as the spec defines.  Linear interpolates over the 2^k
- * corners of the k axes that change (an unchanged axis maps exactly to
- * itself, weight 0 on its second neighbour). */
+ * scale = out / in as the spec defines.  Linear and cubic interpolate over
+ * the taps of the k axes that change, every combination of one tap per
+ * axis, the first axis's tap varying fastest; an unchanged axis maps
+ * exactly to itself (one tap, its own index, weight 1), whatever its taps'
+ * weights would round to.  Nearest reads one input. */
 static inline void et_resize_walk_f32(int rank, const int *in_shape, const int *out_shape, const float *scales,
-                                      const int *scale_index, int coord, int mode, const float *src, float *dst,
-                                      int backward)
+                                      const int *scale_index, int coord, int mode, float cubic_a,
+                                      int exclude_outside, const float *src, float *dst, int backward)
 {
-    int strides[ET_MAX_RANK] = {0}, idx[ET_MAX_RANK] = {0}, lo[ET_MAX_RANK] = {0}, hi[ET_MAX_RANK] = {0};
-    int active[ET_MAX_RANK] = {0};
-    float scale[ET_MAX_RANK] = {0.0f}, w_hi[ET_MAX_RANK] = {0.0f}, w, acc;
-    int d, a, n_active = 0, n_in = 1, n_out = 1, o, k, corners, base, off;
+    int strides[ET_MAX_RANK] = {0}, idx[ET_MAX_RANK] = {0}, taps[ET_MAX_RANK][ET_RESIZE_TAPS] = {{0}};
+    int active[ET_MAX_RANK] = {0}, n_taps[ET_MAX_RANK] = {0}, same[ET_MAX_RANK] = {0};
+    float scale[ET_MAX_RANK] = {0.0f}, weight[ET_MAX_RANK][ET_RESIZE_TAPS] = {{0.0f}}, w, acc;
+    int d, a, n_active = 0, n_in = 1, n_out = 1, o, k, rest, t, combinations = 1, base, off;
     for (d = rank - 1; d >= 0; --d) {
         strides[d] = n_in;
         n_in *= in_shape[d];
@@ -224,27 +259,30 @@ static inline void et_resize_walk_f32(int rank, const int *in_shape, const int *
     for (d = 0; d < rank; ++d) {
         scale[d] = scales && scale_index[d] >= 0 ? scales[scale_index[d]]
                                                  : (float)out_shape[d] / (float)in_shape[d];
-        et_resize_sample(0, in_shape[d], out_shape[d], scale[d], coord, mode, &lo[d], &hi[d], &w_hi[d]);
-        if (mode == ET_RESIZE_LINEAR && (in_shape[d] != out_shape[d] || scale[d] != 1.0f))
+        n_taps[d] = et_resize_taps(0, in_shape[d], out_shape[d], scale[d], coord, mode, cubic_a, exclude_outside,
+                                   taps[d], weight[d]);
+        same[d] = n_taps[d] > 1 && in_shape[d] == out_shape[d] && scale[d] == 1.0f;
+        if (same[d])
+            taps[d][0] = 0;
+        else if (n_taps[d] > 1) {
             active[n_active++] = d;
+            combinations *= n_taps[d];
+        }
     }
-    corners = 1 << n_active;
     for (o = 0; o < n_out; ++o) {
         base = 0;
         for (d = 0; d < rank; ++d)
-            base += lo[d] * strides[d];
+            base += taps[d][0] * strides[d];
         acc = 0.0f;
-        for (k = 0; k < corners; ++k) {
+        for (k = 0; k < combinations; ++k) {
             off = base;
             w = 1.0f;
-            for (a = 0; a < n_active; ++a) {
+            for (rest = k, a = 0; a < n_active; ++a) {
                 d = active[a];
-                if ((k >> a) & 1) {
-                    off += (hi[d] - lo[d]) * strides[d];
-                    w *= w_hi[d];
-                } else {
-                    w *= 1.0f - w_hi[d];
-                }
+                t = rest % n_taps[d];
+                rest /= n_taps[d];
+                off += (taps[d][t] - taps[d][0]) * strides[d];
+                w *= weight[d][t];
             }
             if (backward)
                 dst[off] += w * src[o];
@@ -256,23 +294,45 @@ static inline void et_resize_walk_f32(int rank, const int *in_shape, const int *
         for (d = rank - 1; d >= 0; --d) {
             if (++idx[d] >= out_shape[d])
                 idx[d] = 0;
-            et_resize_sample(idx[d], in_shape[d], out_shape[d], scale[d], coord, mode, &lo[d], &hi[d], &w_hi[d]);
+            if (same[d])
+                taps[d][0] = idx[d];
+            else
+                et_resize_taps(idx[d], in_shape[d], out_shape[d], scale[d], coord, mode, cubic_a, exclude_outside,
+                               taps[d], weight[d]);
             if (idx[d] != 0)
                 break;
         }
     }
 }
 
+/* Nearest and linear. */
 static inline void et_resize_f32(int rank, const int *in_shape, const int *out_shape, const float *scales,
                                  const int *scale_index, int coord, int mode, const float *X, float *Y)
 {
-    et_resize_walk_f32(rank, in_shape, out_shape, scales, scale_index, coord, mode, X, Y, 0);
+    et_resize_walk_f32(rank, in_shape, out_shape, scales, scale_index, coord, mode, 0.0f, 0, X, Y, 0);
 }
 
 static inline void et_resize_grad_f32(int rank, const int *in_shape, const int *out_shape, const float *scales,
                                       const int *scale_index, int coord, int mode, const float *dY, float *dX)
 {
-    et_resize_walk_f32(rank, in_shape, out_shape, scales, scale_index, coord, mode, dY, dX, 1);
+    et_resize_walk_f32(rank, in_shape, out_shape, scales, scale_index, coord, mode, 0.0f, 0, dY, dX, 1);
+}
+
+/* Cubic, with ONNX's cubic_coeff_a and exclude_outside. */
+static inline void et_resize_cubic_f32(int rank, const int *in_shape, const int *out_shape, const float *scales,
+                                       const int *scale_index, int coord, float cubic_a, int exclude_outside,
+                                       const float *X, float *Y)
+{
+    et_resize_walk_f32(rank, in_shape, out_shape, scales, scale_index, coord, ET_RESIZE_CUBIC, cubic_a,
+                       exclude_outside, X, Y, 0);
+}
+
+static inline void et_resize_cubic_grad_f32(int rank, const int *in_shape, const int *out_shape,
+                                            const float *scales, const int *scale_index, int coord, float cubic_a,
+                                            int exclude_outside, const float *dY, float *dX)
+{
+    et_resize_walk_f32(rank, in_shape, out_shape, scales, scale_index, coord, ET_RESIZE_CUBIC, cubic_a,
+                       exclude_outside, dY, dX, 1);
 }
 
 #endif /* ET_RESIZE_H */

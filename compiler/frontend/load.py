@@ -22,8 +22,11 @@ from ..ops import lookup, require
 from . import dims, imports
 from .validate import check_model, check_tensor_size, read_model
 
-MIN_OPSET = 13
+# ONNX's version converter lifts older models (Upsample to Resize, attributes to inputs), back to
+# opset 7, where BatchNormalization lost is_test and broadcasting became NumPy's.
+MIN_OPSET = 7
 IR_OPSET = 18  # gradient rules emit opset-18 forms (axes and split sizes as inputs)
+TRAINING_MODE_OPSET = 14  # BatchNormalization's training_mode attribute
 
 
 def load_model(
@@ -83,10 +86,36 @@ def _normalize_opset(proto):
         )
     if opset >= IR_OPSET:
         return proto
+    training = _batchnorm_in_training_form(proto) if opset < TRAINING_MODE_OPSET else set()
     try:
-        return onnx.version_converter.convert_version(proto, IR_OPSET)
+        proto = onnx.version_converter.convert_version(proto, IR_OPSET)
     except Exception as exc:
         raise EdgetrainError(f"cannot convert opset {opset} model to opset {IR_OPSET}: {exc}".splitlines()[0]) from None
+    for node in proto.graph.node:
+        if node.op_type == "BatchNormalization" and node.output[0] in training:
+            node.attribute.append(onnx.helper.make_attribute("training_mode", 1))
+    return proto
+
+
+def _batchnorm_in_training_form(proto) -> set[str]:
+    """Before opset 14, a BatchNormalization in training mode is one that writes its running
+    statistics (outputs 2 and 3) and, optionally, the batch's saved mean and variance (4 and 5), as
+    the TorchScript exporter's training export does there. Opset 14 says training_mode=1 and has
+    only the first three outputs: the saved statistics go, which edgetrain's own gradient does not
+    read. Returns the Y outputs of these nodes (the converter keeps them)."""
+    read = {name for node in proto.graph.node for name in node.input} | {o.name for o in proto.graph.output}
+    training = set()
+    for node in proto.graph.node:
+        if node.op_type != "BatchNormalization" or len(node.output) < 3 or not all(node.output[1:3]):
+            continue
+        if any(name in read for name in node.output[3:] if name):
+            raise EdgetrainError(
+                f"BatchNormalization '{node.name}': its saved mean or variance (outputs 4 and 5, before opset "
+                f"{TRAINING_MODE_OPSET}) is read by the model; export at opset {TRAINING_MODE_OPSET} or newer"
+            )
+        del node.output[3:]
+        training.add(node.output[0])
+    return training
 
 
 def _data_inputs(proto):

@@ -1,4 +1,4 @@
-"""Pad (constant, reflect, edge, wrap) and Resize (nearest, linear) with constant pads, scales
+"""Pad (constant, reflect, edge, wrap) and Resize (nearest, linear, cubic) with constant pads, scales
 or sizes. Both map output indices to input indices axis by axis; their gradients scatter the
 output gradient back through the same mapping."""
 
@@ -133,16 +133,18 @@ class PadGrad:
 
 COORDINATE_MODES = {"half_pixel": 0, "pytorch_half_pixel": 1, "align_corners": 2, "asymmetric": 3}
 NEAREST_MODES = {"round_prefer_floor": 1, "round_prefer_ceil": 2, "floor": 3, "ceil": 4}
+LINEAR, CUBIC = 0, 5
+TAPS = 4  # the most input indices one output index of an axis reads: cubic's
 
 
 def _resize_modes(attrs, name: str) -> tuple[int, int]:
-    """(coordinate mode, interpolation) codes of et_resize_f32, or an error naming what we lack."""
+    """(coordinate mode, interpolation) codes of et_resize_*, or an error naming what we lack."""
     mode = attrs.get("mode", "nearest")
     coord = attrs.get("coordinate_transformation_mode", "half_pixel")
     nearest = attrs.get("nearest_mode", "round_prefer_floor")
     problems = []
-    if mode not in ("nearest", "linear"):
-        problems.append(f"mode '{mode}' (nearest and linear are)")
+    if mode not in ("nearest", "linear", "cubic"):
+        problems.append(f"mode '{mode}' (nearest, linear and cubic are)")
     if coord not in COORDINATE_MODES:
         problems.append(f"coordinate_transformation_mode '{coord}' ({', '.join(COORDINATE_MODES)} are)")
     if mode == "nearest" and nearest not in NEAREST_MODES:
@@ -153,7 +155,12 @@ def _resize_modes(attrs, name: str) -> tuple[int, int]:
         problems.append(f"keep_aspect_ratio_policy '{attrs['keep_aspect_ratio_policy']}' (stretch is)")
     if problems:
         raise EdgetrainError(f"Resize '{name}': not supported: {'; '.join(problems)}")
-    return COORDINATE_MODES[coord], 0 if mode == "linear" else NEAREST_MODES[nearest]
+    return COORDINATE_MODES[coord], {"linear": LINEAR, "cubic": CUBIC}.get(mode, NEAREST_MODES[nearest])
+
+
+def _cubic(attrs) -> tuple[float, int]:
+    """ONNX's cubic_coeff_a and exclude_outside."""
+    return float(attrs.get("cubic_coeff_a", -0.75)), int(attrs.get("exclude_outside", 0))
 
 
 def _scale_index(attrs, rank: int, scales) -> tuple[int, ...]:
@@ -171,19 +178,12 @@ def _scales_input(k, node, slot: int) -> str | None:
 
 
 def _resize_call(k, fn, attrs, name, scales, src, dst, in_shape, out_shape):
+    """et_resize_f32 or et_resize_cubic_f32, or their gradients (fn names the nearest and linear one)."""
     coord, mode = _resize_modes(attrs, name)
-    return k.call(
-        fn,
-        len(in_shape),
-        in_shape,
-        out_shape,
-        scales,
-        _scale_index(attrs, len(in_shape), scales),
-        coord,
-        mode,
-        src,
-        dst,
-    )
+    where = (len(in_shape), in_shape, out_shape, scales, _scale_index(attrs, len(in_shape), scales), coord)
+    if mode == CUBIC:
+        return k.call(fn.replace("et_resize", "et_resize_cubic"), *where, *_cubic(attrs), src, dst)
+    return k.call(fn, *where, mode, src, dst)
 
 
 @op("Resize", const_inputs=(1, 2, 3))
@@ -210,8 +210,15 @@ class Resize:
         return [dx] + [None] * (len(node.inputs) - 1)
 
 
-def _sample(o, n_in, n_out, scale, coord, mode):
-    """NumPy twin of et_resize_sample, in float32: (lo, hi, weight of hi)."""
+def _cubic_weight(d, a):
+    f = np.float32
+    if d <= 1:
+        return ((a + f(2)) * d - (a + f(3))) * d * d + f(1)
+    return ((a * d - f(5) * a) * d + f(8) * a) * d - f(4) * a
+
+
+def _taps(o, n_in, n_out, scale, coord, mode, cubic_a=-0.75, exclude_outside=0):
+    """NumPy twin of et_resize_taps, in float32: [(input index, weight)] of output index o."""
     f = np.float32
     if coord == COORDINATE_MODES["align_corners"]:
         x = f(0) if n_out <= 1 else f(o) * f(n_in - 1) / f(n_out - 1)
@@ -221,11 +228,21 @@ def _sample(o, n_in, n_out, scale, coord, mode):
         x = f(0)
     else:
         x = (f(o) + f(0.5)) / scale - f(0.5)
+    if mode == CUBIC:
+        i = int(np.floor(x))
+        frac, a = x - f(i), f(cubic_a)
+        at = [i - 1 + t for t in range(TAPS)]
+        distances = [frac + f(1), frac, f(1) - frac, f(2) - frac]
+        w = [f(0) if exclude_outside and not 0 <= j < n_in else _cubic_weight(d, a) for j, d in zip(at, distances)]
+        if exclude_outside:
+            total = sum(w[1:], w[0])
+            w = [v / total for v in w]
+        return [(min(max(j, 0), n_in - 1), v) for j, v in zip(at, w)]
     x = max(x, f(0))
-    if mode == 0:
+    if mode == LINEAR:
         x = min(x, f(n_in - 1))
         i = int(x)
-        return i, min(i + 1, n_in - 1), x - f(i)
+        return [(i, f(1) - (x - f(i))), (min(i + 1, n_in - 1), x - f(i))]
     i = int(x)
     frac = x - f(i)
     if (
@@ -234,8 +251,7 @@ def _sample(o, n_in, n_out, scale, coord, mode):
         or (mode == NEAREST_MODES["round_prefer_ceil"] and frac >= 0.5)
     ):
         i += 1
-    i = min(i, n_in - 1)
-    return i, i, f(0)
+    return [(min(i, n_in - 1), f(1))]
 
 
 @op("ResizeGrad", domain=ET_DOMAIN)
@@ -273,8 +289,7 @@ class ResizeGrad:
             scale = np.float32(scales[index[d]]) if index[d] >= 0 else np.float32(n_out) / np.float32(n_in)
             m = np.zeros((n_out, n_in))
             for o in range(n_out):
-                lo, hi, w = _sample(o, n_in, n_out, scale, coord, mode)
-                m[o, lo] += 1 - float(w)
-                m[o, hi] += float(w)
+                for i, w in _taps(o, n_in, n_out, scale, coord, mode, *_cubic(attrs)):
+                    m[o, i] += float(w)
             matrices.append(m)
         return (_along_axes(dy, matrices, transpose=True),)

@@ -160,21 +160,20 @@ case(
 )
 
 
-# ---- Resize: nearest and linear, scales or sizes ----
+# ---- Resize: nearest, linear and cubic, scales or sizes ----
 
 
 def _interp(**kwargs):
     return lambda x: F.interpolate(x, **kwargs)
 
 
-def _resize(name, shape, torch_fn, *, scales=None, sizes=None, **attrs):
+def _resize(name, shape, torch_fn, *, scales=None, sizes=None, reference=True, **attrs):
     consts = {"roi": None, "scales": None if scales is None else f32(*scales)}
     if sizes is not None:
         consts["sizes"] = i64(*sizes)
     # onnx.reference's Resize cannot take negative axes
-    case(
-        name, "Resize", {"X": shape}, torch_fn, attrs=attrs, consts=consts, reference=min(attrs.get("axes", (0,))) >= 0
-    )
+    reference = reference and min(attrs.get("axes", (0,))) >= 0
+    case(name, "Resize", {"X": shape}, torch_fn, attrs=attrs, consts=consts, reference=reference)
 
 
 NEAREST = {"mode": "nearest", "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}
@@ -266,9 +265,24 @@ _resize(
     mode="linear",
     coordinate_transformation_mode="half_pixel",
 )
+# PyTorch's bicubic is ONNX's cubic with cubic_coeff_a -0.75, as torch.onnx exports it.
+for coord in ("half_pixel", "pytorch_half_pixel"):
+    cubic = {"mode": "cubic", "coordinate_transformation_mode": coord, "cubic_coeff_a": -0.75}
+    _resize(f"bicubic-x2-{coord}", (1, 2, 3, 4), _interp(scale_factor=2, mode="bicubic"), scales=(1, 1, 2, 2), **cubic)
+    _resize(f"bicubic-sizes-{coord}", (2, 1, 4, 4), _interp(size=(5, 7), mode="bicubic"), sizes=(2, 1, 5, 7), **cubic)
+    _resize(f"bicubic-down-{coord}", (1, 2, 7, 5), _interp(size=(4, 2), mode="bicubic"), sizes=(1, 2, 4, 2), **cubic)
+_resize(
+    "bicubic-align-corners-sizes",
+    (1, 2, 4, 4),
+    _interp(size=(6, 3), mode="bicubic", align_corners=True),
+    sizes=(1, 2, 6, 3),
+    mode="cubic",
+    coordinate_transformation_mode="align_corners",
+    cubic_coeff_a=-0.75,
+)
 
 
-def _ort_resize(shape, *, scales=None, sizes=None, **attrs):
+def _ort_resize(shape, *, scales=None, sizes=None, reference=True, **attrs):
     """Modes PyTorch has no equivalent of: torch applies, axis by axis, the interpolation matrix
     onnxruntime's Resize produces from an identity matrix, so autograd's transpose is the reference."""
     import onnxruntime
@@ -300,7 +314,8 @@ def _ort_resize(shape, *, scales=None, sizes=None, **attrs):
         return x
 
     given = f"scales{'x'.join(map(str, scales))}" if scales else f"sizes{'x'.join(map(str, sizes))}"
-    _resize("-".join(["ort", *attrs.values(), given]), shape, fn, scales=scales, sizes=sizes, **attrs)
+    name = "-".join(["ort", *map(str, attrs.values()), given])
+    _resize(name, shape, fn, scales=scales, sizes=sizes, reference=reference, **attrs)
 
 
 _ort_resize(
@@ -341,6 +356,20 @@ _ort_resize(
 _ort_resize((2, 1, 3, 4), scales=(1, 1, 2, 1.5), mode="linear", coordinate_transformation_mode="asymmetric")
 _ort_resize((1, 2, 5, 6), scales=(1, 1, 0.6, 0.5), mode="linear", coordinate_transformation_mode="half_pixel")
 _ort_resize((1, 1, 4, 5), sizes=(1, 1, 1, 3), mode="linear", coordinate_transformation_mode="pytorch_half_pixel")
+# Cubic beyond PyTorch's: another cubic_coeff_a, the taps outside the input left out, asymmetric.
+CUBIC_A = {"mode": "cubic", "cubic_coeff_a": -0.5, "exclude_outside": 1}
+_ort_resize((1, 1, 4, 5), scales=(1, 1, 2, 1.5), coordinate_transformation_mode="half_pixel", **CUBIC_A)
+_ort_resize((1, 2, 6, 5), scales=(1, 1, 0.5, 0.6), coordinate_transformation_mode="half_pixel", **CUBIC_A)
+_ort_resize((2, 1, 3, 4), scales=(1, 1, 2, 1.5), mode="cubic", coordinate_transformation_mode="asymmetric")
+# An axis resized to length 1 reads coordinate 0 under pytorch_half_pixel, as ONNX says and onnxruntime
+# does; onnx.reference's cubic reads the half-pixel coordinate there, so it is not the reference.
+_ort_resize(
+    (1, 1, 4, 5),
+    sizes=(1, 1, 1, 3),
+    mode="cubic",
+    coordinate_transformation_mode="pytorch_half_pixel",
+    reference=False,
+)
 
 
 # ---- BatchNormalization, training form: batch statistics, PyTorch's running statistics ----
@@ -496,7 +525,6 @@ for name, spec in [
             "BatchNormalization 'bn' in training mode needs more than one value per channel",
         ),
     ),
-    ("Resize-cubic", ErrorCase(_resize_model(mode="cubic"), "Resize 'op': not supported: mode 'cubic'")),
     (
         "Resize-tf-crop-and-resize",
         ErrorCase(

@@ -308,3 +308,80 @@ def test_dynamo_optimized_ties_attention_and_folded_parameters(tmp_path):
     assert trains == set(params) - {"embed.weight", "scale.gain"}, sorted(trains)
     for name in trains:  # the tied weight's gradient holds the embedding's share: the tie trains as one
         np.testing.assert_allclose(state.parameters[name].grad, params[name].grad.numpy(), atol=1e-5, err_msg=name)
+
+
+class OldOpsetCNN(torch.nn.Module):
+    """Ops whose ONNX forms changed since opset 9: training-mode BatchNorm (five outputs before 14),
+    Upsample (Resize from 10), Squeeze with its axes as an attribute (an input from 13), Dropout."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(4)
+        self.drop = torch.nn.Dropout(0.0)
+        self.fc = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        y = torch.relu(self.bn(self.conv(x)))
+        y = torch.nn.functional.interpolate(torch.nn.functional.max_pool2d(y, 2), scale_factor=2.0, mode="nearest")
+        return self.fc(self.drop(y.mean(dim=(2, 3), keepdim=True).squeeze(3).squeeze(2)))
+
+
+@pytest.mark.parametrize("opset", [9, 11, 13])
+def test_an_older_opset_export_trains_as_in_pytorch(opset, tmp_path):
+    """ONNX's version converter lifts the model to edgetrain's opset; a BatchNormalization with its
+    running statistics as outputs becomes opset 14's training mode, so the step is PyTorch's:
+    loss, gradients and running statistics."""
+    torch.manual_seed(0)
+    model, x, labels = OldOpsetCNN().train(), torch.randn(B, 3, 8, 8), torch.tensor([0, 2])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            model,
+            (x,),
+            tmp_path / "m.onnx",
+            dynamo=False,
+            opset_version=opset,
+            training=torch.onnx.TrainingMode.TRAINING,
+            do_constant_folding=False,
+            input_names=["x"],
+            dynamic_axes={"x": {0: "batch"}},
+        )
+    exported = onnx.load(tmp_path / "m.onnx")
+    assert exported.opset_import[0].version == opset
+    assert [len(n.output) for n in exported.graph.node if n.op_type == "BatchNormalization"] == [5 if opset < 14 else 3]
+    module, state, _ = compile_(tmp_path / "m.onnx", tmp_path, loss=artifacts.LossType.CrossEntropyLoss)
+    loss = module(x.numpy(), labels.numpy())
+    want = torch.nn.functional.cross_entropy(model(x), labels)
+    want.backward()
+    assert abs(loss - want.item()) <= 1e-5
+    for name, p in model.named_parameters():
+        np.testing.assert_allclose(state.parameters[name].grad, p.grad.numpy(), atol=1e-5 * max(1, p.grad.abs().max()))
+    for name in ("bn.running_mean", "bn.running_var"):
+        np.testing.assert_allclose(state.parameters[name].data, model.state_dict()[name].numpy(), atol=1e-6)
+
+
+def test_an_older_batchnorm_whose_saved_statistics_are_read_is_refused(tmp_path):
+    """Opset 14 has no saved mean and variance; a model reading them cannot be lifted."""
+    c = 2
+    params = {k: np.ones(c) for k in ("scale", "bias", "mean", "var")}
+    nodes = [
+        helper.make_node(
+            "BatchNormalization", ["x", "scale", "bias", "mean", "var"], ["z", "rm", "rv", "sm", "sv"], name="bn"
+        ),
+        helper.make_node("Add", ["z", "sm"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "m",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, (B, c))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (B, c))],
+        [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in params.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9)])
+    with pytest.raises(EdgetrainError) as refusal:
+        artifacts.generate_artifacts(
+            model, batch_size=B, artifact_directory=tmp_path / "out", loss=artifacts.LossType.MSELoss
+        )
+    message = str(refusal.value)
+    assert "BatchNormalization 'bn'" in message and "saved mean or variance" in message and "\n" not in message

@@ -58,10 +58,10 @@ NON_FLOAT_OUTPUT = INT_DATA
 BOOL_DATA = Refused("computes float32 tensors only")  # bool data into an op of float32 arithmetic
 EMPTY = Refused("is empty")  # a tensor with a zero-size axis
 NOT_TENSOR = Refused("edgetrain computes tensors only")  # sequence and optional values
-OLD_OPSET = Refused("edgetrain needs opset 13 or newer")
+# Before opset 7 (Not's cases are opset 1's): older broadcasting and BatchNormalization forms.
+OLD_OPSET = Refused("edgetrain needs opset 7 or newer")
 TENSOR_EXPONENT = Refused("the exponent must be one constant value")  # Pow's kernel takes a scalar
 # Resize modes the kernel does not implement.
-CUBIC = Refused("mode 'cubic'")
 CROP_AND_RESIZE = Refused("'tf_crop_and_resize'")
 HALF_PIXEL_SYMMETRIC = Refused("'half_pixel_symmetric'")
 ANTIALIAS = Refused("antialias=1")
@@ -111,17 +111,16 @@ CASES: dict[str, OpCases] = {
         },
     ),
     "And": OpCases(
-        included=(),
-        excluded={
-            "test_and2d": OLD_OPSET,
-            "test_and3d": OLD_OPSET,
-            "test_and4d": OLD_OPSET,
-            "test_and_bcast3v1d": OLD_OPSET,
-            "test_and_bcast3v2d": OLD_OPSET,
-            "test_and_bcast4v2d": OLD_OPSET,
-            "test_and_bcast4v3d": OLD_OPSET,
-            "test_and_bcast4v4d": OLD_OPSET,
-        },
+        included=(
+            "test_and2d",
+            "test_and3d",
+            "test_and4d",
+            "test_and_bcast3v1d",
+            "test_and_bcast3v2d",
+            "test_and_bcast4v2d",
+            "test_and_bcast4v3d",
+            "test_and_bcast4v4d",
+        ),
     ),
     "ArgMax": OpCases(
         included=(
@@ -380,7 +379,13 @@ CASES: dict[str, OpCases] = {
         },
     ),
     "Dropout": OpCases(
-        included=("test_dropout_default", "test_dropout_default_ratio", "test_training_dropout_zero_ratio"),
+        included=(
+            "test_dropout_default",
+            "test_dropout_default_ratio",
+            "test_training_dropout_zero_ratio",
+            "test_dropout_default_old",
+            "test_dropout_random_old",
+        ),
         excluded={
             "test_dropout_default_mask": NON_FLOAT_OUTPUT,
             "test_dropout_default_mask_ratio": NON_FLOAT_OUTPUT,
@@ -389,8 +394,6 @@ CASES: dict[str, OpCases] = {
             "test_training_dropout": RANDOM_MASK,
             "test_training_dropout_mask": NON_FLOAT_OUTPUT,
             "test_training_dropout_zero_ratio_mask": NON_FLOAT_OUTPUT,
-            "test_dropout_default_old": OLD_OPSET,
-            "test_dropout_random_old": OLD_OPSET,
         },
     ),
     "Einsum": OpCases(
@@ -679,17 +682,16 @@ CASES: dict[str, OpCases] = {
         },
     ),
     "Or": OpCases(
-        included=(),
-        excluded={
-            "test_or2d": OLD_OPSET,
-            "test_or3d": OLD_OPSET,
-            "test_or4d": OLD_OPSET,
-            "test_or_bcast3v1d": OLD_OPSET,
-            "test_or_bcast3v2d": OLD_OPSET,
-            "test_or_bcast4v2d": OLD_OPSET,
-            "test_or_bcast4v3d": OLD_OPSET,
-            "test_or_bcast4v4d": OLD_OPSET,
-        },
+        included=(
+            "test_or2d",
+            "test_or3d",
+            "test_or4d",
+            "test_or_bcast3v1d",
+            "test_or_bcast3v2d",
+            "test_or_bcast4v2d",
+            "test_or_bcast4v3d",
+            "test_or_bcast4v4d",
+        ),
     ),
     "QuantizeLinear": OpCases(
         included=(
@@ -867,24 +869,24 @@ CASES: dict[str, OpCases] = {
             "test_resize_upsample_scales_nearest_axes_3_2",
             "test_resize_upsample_sizes_nearest_axes_2_3",
             "test_resize_upsample_sizes_nearest_axes_3_2",
+            "test_resize_upsample_scales_cubic",
+            "test_resize_upsample_scales_cubic_align_corners",
+            "test_resize_downsample_scales_cubic",
+            "test_resize_upsample_sizes_cubic",
+            "test_resize_downsample_sizes_cubic",
+            "test_resize_upsample_scales_cubic_A_n0p5_exclude_outside",
+            "test_resize_downsample_scales_cubic_A_n0p5_exclude_outside",
+            "test_resize_upsample_scales_cubic_asymmetric",
         ),
         excluded={
             "test_resize_downsample_scales_linear_align_corners": ALIGN_CORNERS_FRACTIONAL,
-            "test_resize_upsample_scales_cubic": CUBIC,
-            "test_resize_upsample_scales_cubic_align_corners": CUBIC,
-            "test_resize_downsample_scales_cubic": CUBIC,
-            "test_resize_downsample_scales_cubic_align_corners": CUBIC,
-            "test_resize_upsample_sizes_cubic": CUBIC,
-            "test_resize_downsample_sizes_cubic": CUBIC,
-            "test_resize_upsample_scales_cubic_A_n0p5_exclude_outside": CUBIC,
-            "test_resize_downsample_scales_cubic_A_n0p5_exclude_outside": CUBIC,
-            "test_resize_upsample_scales_cubic_asymmetric": CUBIC,
+            "test_resize_downsample_scales_cubic_align_corners": ALIGN_CORNERS_FRACTIONAL,
             "test_resize_tf_crop_and_resize": CROP_AND_RESIZE,
             "test_resize_tf_crop_and_resize_extrapolation_value": CROP_AND_RESIZE,
             "test_resize_downsample_scales_linear_antialias": ANTIALIAS,
             "test_resize_downsample_sizes_linear_antialias": ANTIALIAS,
-            "test_resize_downsample_scales_cubic_antialias": CUBIC,
-            "test_resize_downsample_sizes_cubic_antialias": CUBIC,
+            "test_resize_downsample_scales_cubic_antialias": ANTIALIAS,
+            "test_resize_downsample_sizes_cubic_antialias": ANTIALIAS,
             "test_resize_tf_crop_and_resize_axes_2_3": CROP_AND_RESIZE,
             "test_resize_tf_crop_and_resize_axes_3_2": CROP_AND_RESIZE,
             "test_resize_upsample_sizes_nearest_not_larger": ASPECT_RATIO,
@@ -1094,16 +1096,15 @@ CASES: dict[str, OpCases] = {
     ),
     "Where": OpCases(included=("test_where_example", "test_where_long_example")),
     "Xor": OpCases(
-        included=(),
-        excluded={
-            "test_xor2d": OLD_OPSET,
-            "test_xor3d": OLD_OPSET,
-            "test_xor4d": OLD_OPSET,
-            "test_xor_bcast3v1d": OLD_OPSET,
-            "test_xor_bcast3v2d": OLD_OPSET,
-            "test_xor_bcast4v2d": OLD_OPSET,
-            "test_xor_bcast4v3d": OLD_OPSET,
-            "test_xor_bcast4v4d": OLD_OPSET,
-        },
+        included=(
+            "test_xor2d",
+            "test_xor3d",
+            "test_xor4d",
+            "test_xor_bcast3v1d",
+            "test_xor_bcast3v2d",
+            "test_xor_bcast4v2d",
+            "test_xor_bcast4v3d",
+            "test_xor_bcast4v4d",
+        ),
     ),
 }

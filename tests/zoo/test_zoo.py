@@ -32,12 +32,12 @@ RESULTS: dict[tuple[str, str], str] = {}
 
 def export(model: torch.nn.Module, zoo: ZooModel, inputs, exporter: str, path) -> None:
     """README's recommended export call for each exporter, with dynamic batch (and sequence) axes."""
-    names = ["x"] if zoo.kind == "image" else ["input_ids", "attention_mask", "labels"][: len(inputs)]
+    names = ["x"] if zoo.one_input else ["input_ids", "attention_mask", "labels"][: len(inputs)]
     output = "loss" if zoo.kind == "lm" else "logits"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if exporter == "torchscript":
-            axes = {0: "batch"} if zoo.kind == "image" else {0: "batch", 1: "seq"}
+            axes = {0: "batch"} if zoo.one_input else {0: "batch", 1: "seq"}
             torch.onnx.export(
                 model,
                 inputs,
@@ -51,7 +51,7 @@ def export(model: torch.nn.Module, zoo: ZooModel, inputs, exporter: str, path) -
             )
         else:
             batch = torch.export.Dim("batch", min=1, max=64)
-            dims = {0: batch} if zoo.kind == "image" else {0: batch, 1: torch.export.Dim("seq", min=2, max=32)}
+            dims = {0: batch} if zoo.one_input else {0: batch, 1: torch.export.Dim("seq", min=2, max=32)}
             torch.onnx.export(
                 model,
                 inputs,
@@ -95,8 +95,14 @@ def torch_step(model, zoo, inputs, labels, dtype):
 
 
 def _aliases(model) -> dict[str, int]:
-    """Every name of every parameter -> one id per tensor (tied parameters share it)."""
-    return {n: id(p) for n, p in model.named_parameters(remove_duplicate=False)}
+    """Every name of every parameter PyTorch trains -> one id per tensor (tied parameters share it)."""
+    return {n: id(p) for n, p in model.named_parameters(remove_duplicate=False) if p.requires_grad}
+
+
+def frozen_in_pytorch(model) -> list[str]:
+    """The parameters the model's code froze (requires_grad=False), which no ONNX file records:
+    README's "Exporting your model" passes them as frozen_params, as this does."""
+    return [n for n, p in model.named_parameters() if not p.requires_grad]
 
 
 def compile_pair(name, exporter, tmp_path, randomness: bool = False):
@@ -112,10 +118,11 @@ def compile_pair(name, exporter, tmp_path, randomness: bool = False):
         warnings.simplefilter("ignore", ImportNote)
         out = artifacts.generate_artifacts(
             path,
+            frozen_params=frozen_in_pytorch(model) or None,
             loss=None if labels is None else artifacts.LossType.CrossEntropyLoss,
             optimizer=artifacts.OptimType.AdamW,
             batch_size=BATCH,
-            dim_values=None if zoo.kind == "image" else {"seq": SEQ},
+            dim_values=None if zoo.one_input else {"seq": SEQ},
             artifact_directory=tmp_path / "out",
         )
     state = api.CheckpointState.load_checkpoint(out / "checkpoint")
@@ -170,7 +177,7 @@ def test_zoo_model_trains_as_in_pytorch(name, exporter, tmp_path):
         f"PyTorch trains what edgetrain does not: {sorted(set(grads64) - trained)[:5]}"
     )
     assert trained <= set(aliases), (
-        f"edgetrain trains tensors that are not PyTorch parameters: {sorted(trained - set(aliases))[:5]}"
+        f"edgetrain trains tensors that PyTorch does not train: {sorted(trained - set(aliases))[:5]}"
     )
     for pname in sorted(trained):  # a parameter the loss does not reach has no gradient in PyTorch: zero
         zero = np.zeros(state.parameters[pname].data.shape)

@@ -15,15 +15,26 @@ BATCH, SEQ, VOCAB, CLASSES = 2, 8, 64, 10
 @dataclass(frozen=True)
 class ZooModel:
     build: Callable[[], torch.nn.Module]
-    kind: str  # "image": (x) -> logits, CrossEntropy; "text": (ids, mask) -> logits; "lm": (ids, mask, labels) -> loss
+    # "image": (x) -> logits, CrossEntropy; "audio": the same, x of `audio_shape` after the batch (a
+    # waveform, or mel features by frames); "text": (ids, mask) -> logits; "lm": (ids, mask, labels) -> loss
+    kind: str
     image_size: int = 32
     random: bool = False  # draws random numbers in training (stochastic depth, dropout left on)
+    audio_shape: tuple[int, ...] = ()
+
+    @property
+    def one_input(self) -> bool:
+        """x alone, with its batch the one symbolic dimension."""
+        return self.kind in ("image", "audio")
 
     def inputs(self, seed: int = 0) -> tuple[tuple[torch.Tensor, ...], torch.Tensor | None]:
         """(model inputs, labels for edgetrain's CrossEntropyLoss or None when the model computes its loss)."""
         g = torch.Generator().manual_seed(seed)
         if self.kind == "image":
             x = torch.randn(BATCH, 3, self.image_size, self.image_size, generator=g)
+            return (x,), torch.randint(0, CLASSES, (BATCH,), generator=g)
+        if self.kind == "audio":
+            x = torch.randn(BATCH, *self.audio_shape, generator=g)
             return (x,), torch.randint(0, CLASSES, (BATCH,), generator=g)
         # Id 0 is the padding token, whose embedding row PyTorch never trains (padding_idx); ONNX's
         # Gather cannot say so, so the batch leaves it out (README: Exporting your model).
@@ -95,6 +106,30 @@ def _hf(config_name, model_name, kind, **config):
         cfg = getattr(transformers, config_name)(**config)
         cfg._attn_implementation = "eager"
         return _HF(getattr(transformers, model_name)(cfg), kind)
+
+    return build
+
+
+class _Audio(torch.nn.Module):
+    """An audio classifier called with its input by keyword (`input_values`, `input_features`)."""
+
+    def __init__(self, model, key):
+        super().__init__()
+        self.m, self.key = model, key
+
+    def forward(self, x):
+        return self.m(**{self.key: x}).logits
+
+
+def _hf_audio(config_name, model_name, key, **config):
+    def build():
+        import zoo.torchvision_shim  # noqa: F401
+        import transformers
+
+        transformers.logging.set_verbosity_error()
+        cfg = getattr(transformers, config_name)(**config)
+        cfg._attn_implementation = "eager"
+        return _Audio(getattr(transformers, model_name)(cfg), key)
 
     return build
 
@@ -221,4 +256,56 @@ ZOO: dict[str, ZooModel] = {
     # Scales its embeddings by a buffer (embed_scale), which dynamo's export lists beside the parameters.
     "gemma": ZooModel(_hf("GemmaConfig", "GemmaForCausalLM", "lm", head_dim=16, **_DECODER), "lm"),
     "llama": ZooModel(_hf("LlamaConfig", "LlamaForCausalLM", "lm", **_DECODER), "lm"),
+    # A waveform through a strided Conv1d stack with GroupNorm, a grouped positional convolution
+    # under weight_norm, and a transformer; SpecAugment's masking (mask_time_prob) off, as dropout is.
+    "wav2vec2": ZooModel(
+        _hf_audio(
+            "Wav2Vec2Config",
+            "Wav2Vec2ForSequenceClassification",
+            "input_values",
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=64,
+            conv_dim=(16, 16),
+            conv_kernel=(10, 3),
+            conv_stride=(5, 2),
+            num_conv_pos_embeddings=16,
+            num_conv_pos_embedding_groups=2,
+            classifier_proj_size=16,
+            num_labels=CLASSES,
+            hidden_dropout=0.0,
+            attention_dropout=0.0,
+            activation_dropout=0.0,
+            feat_proj_dropout=0.0,
+            final_dropout=0.0,
+            layerdrop=0.0,
+            mask_time_prob=0.0,
+        ),
+        "audio",
+        audio_shape=(400,),
+    ),
+    # Mel features by frames; its encoder's sinusoidal position table is a parameter the model's
+    # code freezes (requires_grad=False), which the ONNX file cannot say: frozen_params does.
+    "whisper": ZooModel(
+        _hf_audio(
+            "WhisperConfig",
+            "WhisperForAudioClassification",
+            "input_features",
+            num_mel_bins=8,
+            d_model=32,
+            encoder_layers=2,
+            encoder_attention_heads=2,
+            encoder_ffn_dim=64,
+            max_source_positions=16,
+            classifier_proj_size=16,
+            num_labels=CLASSES,
+            dropout=0.0,
+            attention_dropout=0.0,
+            activation_dropout=0.0,
+            encoder_layerdrop=0.0,
+        ),
+        "audio",
+        audio_shape=(8, 32),
+    ),
 }
