@@ -137,8 +137,9 @@ LINEAR, CUBIC = 0, 5
 TAPS = 4  # the most input indices one output index of an axis reads: cubic's
 
 
-def _resize_modes(attrs, name: str) -> tuple[int, int]:
-    """(coordinate mode, interpolation) codes of et_resize_*, or an error naming what we lack."""
+def _resize_modes(attrs, name: str, in_shape, out_shape) -> tuple[int, int]:
+    """(coordinate mode, interpolation) codes of et_resize_*, or an error naming what we lack.
+    antialias filters only where linear or cubic shrink an axis (ONNX): elsewhere it changes nothing."""
     mode = attrs.get("mode", "nearest")
     coord = attrs.get("coordinate_transformation_mode", "half_pixel")
     nearest = attrs.get("nearest_mode", "round_prefer_floor")
@@ -149,8 +150,8 @@ def _resize_modes(attrs, name: str) -> tuple[int, int]:
         problems.append(f"coordinate_transformation_mode '{coord}' ({', '.join(COORDINATE_MODES)} are)")
     if mode == "nearest" and nearest not in NEAREST_MODES:
         problems.append(f"nearest_mode '{nearest}'")
-    if attrs.get("antialias", 0):
-        problems.append("antialias=1")
+    if attrs.get("antialias", 0) and mode != "nearest" and any(o < i for i, o in zip(in_shape, out_shape)):
+        problems.append("antialias=1 where it shrinks an axis")
     if attrs.get("keep_aspect_ratio_policy", "stretch") != "stretch":
         problems.append(f"keep_aspect_ratio_policy '{attrs['keep_aspect_ratio_policy']}' (stretch is)")
     if problems:
@@ -179,7 +180,7 @@ def _scales_input(k, node, slot: int) -> str | None:
 
 def _resize_call(k, fn, attrs, name, scales, src, dst, in_shape, out_shape):
     """et_resize_f32 or et_resize_cubic_f32, or their gradients (fn names the nearest and linear one)."""
-    coord, mode = _resize_modes(attrs, name)
+    coord, mode = _resize_modes(attrs, name, in_shape, out_shape)
     where = (len(in_shape), in_shape, out_shape, scales, _scale_index(attrs, len(in_shape), scales), coord)
     if mode == CUBIC:
         return k.call(fn.replace("et_resize", "et_resize_cubic"), *where, *_cubic(attrs), src, dst)
@@ -281,7 +282,7 @@ class ResizeGrad:
 
     @staticmethod
     def reference(dy, scales=None, *, shape, **attrs):
-        coord, mode = _resize_modes(attrs, "ResizeGrad")
+        coord, mode = _resize_modes(attrs, "ResizeGrad", shape, dy.shape)
         scales = scales if scales is not None and scales.size else None
         index = _scale_index(attrs, dy.ndim, scales)
         matrices = []

@@ -271,6 +271,19 @@ for coord in ("half_pixel", "pytorch_half_pixel"):
     _resize(f"bicubic-x2-{coord}", (1, 2, 3, 4), _interp(scale_factor=2, mode="bicubic"), scales=(1, 1, 2, 2), **cubic)
     _resize(f"bicubic-sizes-{coord}", (2, 1, 4, 4), _interp(size=(5, 7), mode="bicubic"), sizes=(2, 1, 5, 7), **cubic)
     _resize(f"bicubic-down-{coord}", (1, 2, 7, 5), _interp(size=(4, 2), mode="bicubic"), sizes=(1, 2, 4, 2), **cubic)
+# Antialiased (PIL's a = -0.5, taps outside left out, as dynamo exports it) filters only where it
+# shrinks: growing, it is plain cubic (timm's ViT resizing its position table to a larger image).
+_resize(
+    "bicubic-antialias-growing",
+    (1, 2, 3, 4),
+    _interp(size=(6, 7), mode="bicubic", antialias=True),
+    sizes=(1, 2, 6, 7),
+    mode="cubic",
+    coordinate_transformation_mode="half_pixel",
+    cubic_coeff_a=-0.5,
+    exclude_outside=1,
+    antialias=1,
+)
 _resize(
     "bicubic-align-corners-sizes",
     (1, 2, 4, 4),
@@ -510,9 +523,9 @@ class ErrorCase:
         return 0.0
 
 
-def _resize_model(**attrs):
+def _resize_model(scales=(1, 1, 2, 2), **attrs):
     return lambda: build_op_model(
-        "Resize", {"X": np.ones((1, 1, 2, 2), np.float32)}, attrs, {"roi": None, "scales": f32(1, 1, 2, 2)}
+        "Resize", {"X": np.ones((1, 1, 2, 2), np.float32)}, attrs, {"roi": None, "scales": f32(*scales)}
     )[0]
 
 
@@ -532,7 +545,12 @@ for name, spec in [
             "coordinate_transformation_mode 'tf_crop_and_resize'",
         ),
     ),
-    ("Resize-antialias", ErrorCase(_resize_model(mode="linear", antialias=1), "antialias=1")),
+    (
+        "Resize-antialias-shrinking",
+        ErrorCase(
+            _resize_model(scales=(1, 1, 0.5, 1), mode="linear", antialias=1), "antialias=1 where it shrinks an axis"
+        ),
+    ),
 ]:
     CASES.append(pytest.param(spec, id=f"error-{name}"))
 
