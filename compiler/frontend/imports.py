@@ -72,6 +72,9 @@ _FX_NODE = "pkg.torch.onnx.fx_node"  # the PyTorch call a dynamo-exported node c
 # The TorchScript exporter's name for a weight it computed: an eval-mode export folds BatchNorm into
 # the convolution before it and names the result after the Conv input it feeds.
 _TORCHSCRIPT_FOLDED = re.compile(r"onnx::Conv(Transpose)?_\d+")
+# Its name for a Linear layer's weight that constant folding transposed (do_constant_folding=True,
+# its default, in a training-mode export too).
+_TORCHSCRIPT_TRANSPOSED = re.compile(r"onnx::(MatMul|Gemm)_\d+")
 _TRAINING_BN = ("_native_batch_norm_legit_functional", "batch_norm_with_update", "_native_batch_norm_legit.")
 
 
@@ -200,6 +203,29 @@ def check_batchnorm(proto: onnx.ModelProto, frozen_bn: bool) -> None:
             f"{len(frozen)} BatchNormalization node(s) are in inference form, as an export in eval mode writes "
             "them: they normalize with their running statistics, which training leaves as they are (export in "
             "training mode to train with batch statistics; frozen_bn=True says this is meant)"
+        )
+
+
+def check_transposed_weights(proto: onnx.ModelProto) -> None:
+    """The TorchScript exporter's constant folding replaces a Linear layer's weight, read only there,
+    by its transpose under a name of its own (onnx::MatMul_374), in a training-mode export too. It
+    trains as the layer's weight, elementwise the same, but under that name and layout, which
+    PyTorch's state_dict, requires_grad and frozen_params do not know: one note names them."""
+    inits = {i.name for i in proto.graph.initializer}
+    readers = [
+        (node.name or node.output[0], node.input[1])
+        for node in proto.graph.node
+        if node.op_type in ("MatMul", "Gemm")
+        and len(node.input) > 1
+        and node.input[1] in inits
+        and _TORCHSCRIPT_TRANSPOSED.fullmatch(node.input[1])
+    ]
+    if readers:
+        shown = ", ".join(f"{name} (read by '{node}')" for node, name in readers[:2])
+        note(
+            f"{len(readers)} weight(s) are transposed copies that the TorchScript exporter's constant folding "
+            f"made: {shown}{', ...' if len(readers) > 2 else ''}; they train as the layers' weights, under these "
+            "names and transposed (export with do_constant_folding=False to keep PyTorch's names)"
         )
 
 

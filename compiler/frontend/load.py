@@ -45,6 +45,7 @@ def load_model(
     proto = _normalize_opset(proto)
     proto = onnx.inliner.inline_local_functions(proto)
     imports.check_batchnorm(proto, frozen_bn)
+    imports.check_transposed_weights(proto)
     imports.restore_names(proto)
     imports.restore_removed_biases(proto)
     imports.bernoulli_patterns(proto)

@@ -385,3 +385,36 @@ def test_an_older_batchnorm_whose_saved_statistics_are_read_is_refused(tmp_path)
         )
     message = str(refusal.value)
     assert "BatchNormalization 'bn'" in message and "saved mean or variance" in message and "\n" not in message
+
+
+class Mean(torch.nn.Module):
+    def forward(self, x):
+        return x.mean(1)
+
+
+def test_torchscript_folded_transposed_weights_train_with_a_note(tmp_path):
+    """The TorchScript exporter's default constant folding transposes a Linear weight into a new
+    constant even in a training-mode export: it trains as the weight (PyTorch's gradient,
+    transposed), and a note names it and the way to keep PyTorch's names."""
+    torch.manual_seed(0)
+    # Over a sequence, so Linear exports as MatMul (a batch of vectors exports as Gemm, which reads
+    # the weight as it is)
+    model = torch.nn.Sequential(torch.nn.Linear(5, 6), torch.nn.ReLU(), torch.nn.Linear(6, 3), Mean()).train()
+    x, labels = torch.randn(B, 4, 5), torch.tensor([0, 2])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            model, (x,), tmp_path / "m.onnx", dynamo=False, training=torch.onnx.TrainingMode.TRAINING, input_names=["x"]
+        )
+    module, state, notes = compile_(tmp_path / "m.onnx", tmp_path, loss=artifacts.LossType.CrossEntropyLoss)
+    copies = sorted(n for n, _ in state.parameters.items() if n.startswith("onnx::MatMul_"))
+    assert len(copies) == 2
+    assert any(
+        "2 weight(s) are transposed copies" in n and copies[0] in n and "do_constant_folding=False" in n for n in notes
+    )
+    module(x.numpy(), labels.numpy())
+    torch.nn.functional.cross_entropy(model(x), labels).backward()
+    got = sorted((state.parameters[n].grad for n in copies), key=lambda g: g.shape)
+    want = sorted((layer.weight.grad.numpy().T for layer in (model[0], model[2])), key=lambda g: g.shape)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, atol=1e-6)
