@@ -557,11 +557,16 @@ def _batched_function(functions: list[Function], batches, name: str) -> Function
     return replace(first, stmts=tuple(stmts))
 
 
+def _abridged(text: str, most: int = 60) -> str:
+    """A value for a one-line message: a constant's values run to thousands of characters."""
+    return text if len(text) <= most else f"{text[: most - 5]} ...)"
+
+
 def _batched_arg(args: list[Arg], batches, where: str) -> Arg:
     first = args[0]
 
     def fixed(what):
-        seen = ", ".join(f"{what(a)} at batch {b}" for a, b in zip(args, batches))
+        seen = ", ".join(f"{_abridged(str(what(a)))} at batch {b}" for a, b in zip(args, batches))
         return _Fixed(f"{where} is {seen}: not a C expression of the batch edgetrain can write")
 
     if any((a.kind, a.base) != (first.kind, first.base) for a in args):
@@ -587,8 +592,16 @@ def _batched_arg(args: list[Arg], batches, where: str) -> Arg:
         return replace(first, value=value)
     if first.kind == "ints":
         rows = [cast(tuple, a.value) for a in args]
+        if any(len(row) != len(rows[0]) for row in rows):
+            # Values per sample (a buffer expanded to the batch: BERT's token type ids, Gather's
+            # indices of them): where each batch's are the first of the largest batch's, of a length
+            # affine in the batch, the largest batch's serve every batch, whose kernel reads as many
+            # of them as its count says.
+            if all(row == rows[0][: len(row)] for row in rows) and _fit([len(r) for r in rows], batches) is not None:
+                return first
+            raise fixed(lambda a: a.value)
         values = tuple(_fit(list(column), batches) for column in zip(*rows))
-        if any(len(row) != len(rows[0]) for row in rows) or any(v is None for v in values):
+        if any(v is None for v in values):
             raise fixed(lambda a: a.value)
         return replace(first, value=values)
     if any(a != first for a in args):

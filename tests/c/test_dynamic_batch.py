@@ -114,6 +114,19 @@ class OwnLoss(nn.Module):
         return ((self.fc(x) - t) ** 2).mean()
 
 
+class TokenTypes(nn.Module):
+    """A buffer of ids expanded to the batch and embedded, as BERT's token_type_ids are: once the
+    batch is fixed, Gather's indices are a constant of one row of ids per sample."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("token_type_ids", torch.tensor([[0, 1, 1, 0, 1]]))
+        self.types, self.fc = nn.Embedding(2, 4), nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.fc((x + self.types(self.token_type_ids.expand(x.shape[0], -1))).mean(1))
+
+
 def classes(rng, n):
     return rng.integers(0, 3, n)
 
@@ -142,6 +155,11 @@ CASES = {
     ),
     "lstm": (
         lambda: export(randomized(Recurrent("LSTM"), 3), [(5, 4)], ["x"], ["logits"]),
+        "CrossEntropyLoss",
+        lambda r, n: [r.normal(size=(n, 5, 4)).astype(np.float32), classes(r, n)],
+    ),
+    "per-sample-ids": (
+        lambda: export(randomized(TokenTypes(), 5), [(5, 4)], ["x"], ["logits"]),
         "CrossEntropyLoss",
         lambda r, n: [r.normal(size=(n, 5, 4)).astype(np.float32), classes(r, n)],
     ),
