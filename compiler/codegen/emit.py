@@ -594,10 +594,11 @@ def _batched_arg(args: list[Arg], batches, where: str) -> Arg:
         rows = [cast(tuple, a.value) for a in args]
         if any(len(row) != len(rows[0]) for row in rows):
             # Values per sample (a buffer expanded to the batch: BERT's token type ids, Gather's
-            # indices of them): where each batch's are the first of the largest batch's, of a length
-            # affine in the batch, the largest batch's serve every batch, whose kernel reads as many
-            # of them as its count says.
-            if all(row == rows[0][: len(row)] for row in rows) and _fit([len(r) for r in rows], batches) is not None:
+            # indices of them): where each batch's are the first of a longer one's, of a length
+            # affine in the batch, those of the batch compiled for serve every batch up to it, whose
+            # kernel reads as many of them as its count says.
+            longest = max(rows, key=len)
+            if all(row == longest[: len(row)] for row in rows) and _fit([len(r) for r in rows], batches) is not None:
                 return first
             raise fixed(lambda a: a.value)
         values = tuple(_fit(list(column), batches) for column in zip(*rows))

@@ -1,11 +1,12 @@
 """Models users bring: torchvision and HuggingFace model code, exported by both of torch's exporters
 the way README's "Exporting your model" recommends, compiled and trained through the generated C.
 
-For each (model, exporter): one training step's loss and every gradient against PyTorch in float64
-on the same weights and batch, each tensor within max(1e-4 * max(1, max|g|), 3 x PyTorch float32's
-own error on it); BatchNorm running statistics likewise; `infer` against PyTorch eval; 20 AdamW
-steps lower the loss. A pair edgetrain refuses must be listed in REFUSED with the one line it says.
-The session prints a table: model x exporter -> result and worst error relative to the bound.
+For each (model, exporter), compiled for a batch one larger than it runs: one training step's loss
+and every gradient against PyTorch in float64 on the same weights and batch, each tensor within
+max(1e-4 * max(1, max|g|), 3 x PyTorch float32's own error on it); BatchNorm running statistics
+likewise; `infer` against PyTorch eval; 20 AdamW steps lower the loss. A pair edgetrain refuses
+must be listed in REFUSED with the one line it says. The session prints a table: model x exporter
+-> result and worst error relative to the bound.
 """
 
 from __future__ import annotations
@@ -121,7 +122,7 @@ def compile_pair(name, exporter, tmp_path, randomness: bool = False):
             frozen_params=frozen_in_pytorch(model) or None,
             loss=None if labels is None else artifacts.LossType.CrossEntropyLoss,
             optimizer=artifacts.OptimType.AdamW,
-            batch_size=BATCH,
+            batch_size=BATCH + 1,  # a maximum: the step runs a smaller batch, as a loader's last one is
             dim_values=None if zoo.one_input else {"seq": SEQ},
             artifact_directory=tmp_path / "out",
         )
