@@ -184,6 +184,30 @@ static inline void et_range_f32(int n, float start, float delta, float *Y)
         Y[i] = v;
 }
 
+/* ReduceSum of integers (a count of the tokens that are not padding):
+ * Y[out_strides . p] += X[p] over the input's positions p in order, Y of
+ * y_size elements, wrapping as Add does. */
+static inline void et_reduce_sum_i32(int rank, const int *in_shape, const int *out_strides, const int32_t *X,
+                                     int32_t *Y, int y_size)
+{
+    int idx[ET_MAX_RANK] = {0};
+    int d, n = 1, o, yo = 0;
+    for (d = 0; d < rank; ++d)
+        n *= in_shape[d];
+    for (o = 0; o < y_size; ++o)
+        Y[o] = 0;
+    for (o = 0; o < n; ++o) {
+        Y[yo] = et_wrap_i32_((uint32_t)Y[yo] + (uint32_t)X[o]);
+        for (d = rank - 1; d >= 0; --d) {
+            yo += out_strides[d];
+            if (++idx[d] < in_shape[d])
+                break;
+            yo -= out_strides[d] * in_shape[d];
+            idx[d] = 0;
+        }
+    }
+}
+
 /* CumSum along the middle axis of X viewed as [outer, dim, inner], each
  * sum in order along the axis (from its end when reverse); exclusive sums
  * leave out the element itself. */

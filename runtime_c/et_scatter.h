@@ -58,11 +58,12 @@ static inline float et_scatter_combine_(int reduction, float y, float u)
 /* The walk both share.  Gathering, Y[p] = X at the element position p
  * addresses (0 when out of range), for float and int32_t tensors
  * (et_integer.h) alike: elements move as 4 bytes, as Gather's rows do
- * (et_gather_b32_).  Scattering (float tensors), Y, which holds the data on
- * entry, combines X[p] into that element (X = NULL: zeros; with
- * ET_SCATTER_NONE, the positions' gradient through an overwrite is 0).
- * The choice is made once a row, so the inner loops stay those of two
- * kernels. */
+ * (et_gather_b32_).  Scattering, Y, which holds the data on entry, combines
+ * X[p] into that element (X = NULL: zeros; with ET_SCATTER_NONE, the
+ * positions' gradient through an overwrite is 0): float tensors with any
+ * reduction (scatter 1), int32_t ones overwritten, 4 bytes moved
+ * (scatter 2).  The choice is made once a row, so the inner loops stay
+ * those of separate kernels. */
 static inline void et_elements_walk_b32_(int rank, const int *shape, const int *x_strides, int axis_stride,
                                          int axis_dim, int scatter, int reduction, const int *const_indices,
                                          const int32_t *indices, const void *X, void *Y)
@@ -85,6 +86,12 @@ static inline void et_elements_walk_b32_(int rank, const int *shape, const int *
                     memset(yb + (size_t)(o + i) * 4u, 0, 4u);
                 else
                     memcpy(yb + (size_t)(o + i) * 4u, xb + (size_t)(xo + i * sx + k * axis_stride) * 4u, 4u);
+            }
+        else if (scatter == 2)
+            for (i = 0; i < inner; ++i) {
+                k = et_scatter_index_(const_indices, indices, o + i, axis_dim);
+                if (k >= 0 && k < axis_dim)
+                    memcpy(yb + (size_t)(xo + i * sx + k * axis_stride) * 4u, xb + (size_t)(o + i) * 4u, 4u);
             }
         else
             for (i = 0; i < inner; ++i) {
@@ -119,6 +126,15 @@ static inline void et_scatter_elements_f32(int rank, const int *shape, const int
                                            const int32_t *indices, const float *U, float *Y)
 {
     et_elements_walk_b32_(rank, shape, x_strides, axis_stride, axis_dim, 1, reduction, const_indices, indices,
+                          U, Y);
+}
+
+/* Integer data is moved, not computed: overwritten (reduction none). */
+static inline void et_scatter_elements_i32(int rank, const int *shape, const int *x_strides, int axis_stride,
+                                           int axis_dim, const int *const_indices, const int32_t *indices,
+                                           const int32_t *U, int32_t *Y)
+{
+    et_elements_walk_b32_(rank, shape, x_strides, axis_stride, axis_dim, 2, ET_SCATTER_NONE, const_indices, indices,
                           U, Y);
 }
 
@@ -167,6 +183,18 @@ static inline void et_scatter_nd_f32(int n, int per_batch, int k, const int *dim
             continue;
         for (i = 0; i < inner; ++i)
             Y[off + i] = et_scatter_combine_(reduction, Y[off + i], U ? U[t * inner + i] : 0.0f);
+    }
+}
+
+/* Integer data, overwritten (reduction none). */
+static inline void et_scatter_nd_i32(int n, int per_batch, int k, const int *dims, const int *strides, int inner,
+                                     const int *const_indices, const int32_t *indices, const int32_t *U, int32_t *Y)
+{
+    int t, i, off;
+    for (t = 0; t < n; ++t) {
+        off = et_nd_offset_(t, per_batch, k, dims, strides, const_indices, indices);
+        for (i = 0; off >= 0 && i < inner; ++i)
+            Y[off + i] = U[t * inner + i];
     }
 }
 

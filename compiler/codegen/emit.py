@@ -323,7 +323,7 @@ def build(
     prefix: str,
     federated: bool = False,
     fused_update: bool = False,
-    batch_consts: dict[str, Affine | int] | None = None,
+    batch_consts: dict[str, Affine | np.ndarray] | None = None,
 ) -> ModelC:
     """The three stages at once: lower, plan, emit (the trainer's template data)."""
     program = lower(trainer, prefix, federated, fused_update, batch_consts)
@@ -332,7 +332,7 @@ def build(
     return model
 
 
-def build_inference(trainer, prefix: str, batch_consts: dict[str, Affine | int] | None = None) -> InferenceC:
+def build_inference(trainer, prefix: str, batch_consts: dict[str, Affine | np.ndarray] | None = None) -> InferenceC:
     program = lower_inference(trainer, prefix, batch_consts)
     model = emit(program, plan(program))
     assert isinstance(model, InferenceC)
@@ -448,12 +448,13 @@ def _batch_sizes(model, trainer, axes: set[str], max_batch: int):
     return replace(model, **fields)
 
 
-def _batch_consts(trainers, batches) -> dict[str, Affine | int]:
+def _batch_consts(trainers, batches) -> dict[str, Affine | np.ndarray]:
     """Constants that change with the batch in a way the C can follow: scalar floats that are the
-    float nearest 1 / affine (-> that Affine, computed from n at each call), and splats, one value
-    repeated (a recurrent layer's initial zeros; -> their size at the largest batch, of which a
-    smaller batch reads a part)."""
-    found: dict[str, Affine | int] = {}
+    float nearest 1 / affine (-> that Affine, computed from n at each call); splats, one value
+    repeated (a recurrent layer's initial zeros); and values per sample, each batch's the first of
+    a longer one's, of a length affine in the batch (a decoder's causal mask expanded to the batch).
+    The last two -> their values at the batch compiled for, of which a smaller batch reads the first."""
+    found: dict[str, Affine | np.ndarray] = {}
     for name in trainers[0].graph.constants:
         values = [v for t in trainers if (v := t.graph.constants.get(name)) is not None]
         if len(values) < len(trainers) or all(
@@ -464,9 +465,19 @@ def _batch_consts(trainers, batches) -> dict[str, Affine | int]:
             line = _fit([float(v.reshape(())) for v in values], batches, inverse=True)
             if isinstance(line, Affine):
                 found[name] = line
-        elif all(v.size and v.dtype == values[0].dtype and np.all(v == values[0].flat[0]) for v in values):
-            found[name] = values[0].size
+        elif all(v.size and v.dtype == values[0].dtype for v in values) and (
+            all(np.all(v == values[0].flat[0]) for v in values) or _per_sample([v.ravel() for v in values], batches)
+        ):
+            found[name] = values[0]
     return found
+
+
+def _per_sample(rows: list[np.ndarray], batches) -> bool:
+    """Each batch's values the first of the longest's, their count affine in the batch."""
+    longest = max(rows, key=len)
+    return all(np.array_equal(row, longest[: len(row)], equal_nan=row.dtype.kind == "f") for row in rows) and (
+        _fit([len(row) for row in rows], batches) is not None
+    )
 
 
 def _fit(values, batches, inverse=False):
@@ -597,8 +608,7 @@ def _batched_arg(args: list[Arg], batches, where: str) -> Arg:
             # indices of them): where each batch's are the first of a longer one's, of a length
             # affine in the batch, those of the batch compiled for serve every batch up to it, whose
             # kernel reads as many of them as its count says.
-            longest = max(rows, key=len)
-            if all(row == longest[: len(row)] for row in rows) and _fit([len(r) for r in rows], batches) is not None:
+            if _per_sample([np.asarray(row) for row in rows], batches):
                 return first
             raise fixed(lambda a: a.value)
         values = tuple(_fit(list(column), batches) for column in zip(*rows))

@@ -60,6 +60,7 @@ _BUFFER_LEAF = {
     "token_type_ids",
     "mask",
     "relative_coords_table",  # torchvision's Swin V2
+    "final_logits_bias",  # HuggingFace's BART family: a buffer of zeros added to the LM's logits
 }
 
 _SHAPE_ONLY = {("CastLike", 1), ("Expand", 1), ("Reshape", 1)}

@@ -22,7 +22,7 @@ class _Storage:
     """Where every tensor lives: caller buffers, parameters, compiled constants or the arena."""
 
     def __init__(
-        self, trainer: Trainer, batch_consts: dict[str, Affine | int] | None = None, frozen_array: bool = True
+        self, trainer: Trainer, batch_consts: dict[str, Affine | np.ndarray] | None = None, frozen_array: bool = True
     ):
         """frozen_array: the frozen parameters go to et_frozen (a trainer's, see ModelC.frozen_init);
         otherwise to et_consts with the constants (an inference C, where nothing is ever set)."""
@@ -31,7 +31,7 @@ class _Storage:
         self.fixed: dict[str, Arg] = {name: Arg("ptr", f"x{i}") for i, name in enumerate(g.inputs)}
         # Constants that change with the batch (_batch_consts): a mean's 1 / count, which each
         # function computes from its batch count into et_batch_consts in order of first use, and
-        # splats, compiled at their size at the largest batch.
+        # splats and values per sample, compiled as they are at the batch compiled for.
         self.batch_consts = dict(batch_consts or {})
         self.batch_values: list[Affine] = []
         if trainer.labels:
@@ -98,8 +98,8 @@ class _Storage:
             self.batch_values.append(batch)
         if name not in self.fixed and name in self.trainer.graph.constants:
             value = self.trainer.graph.constants[name]
-            if isinstance(batch, int):  # a splat, at its size at the largest batch
-                value = np.full(batch, value.flat[0], value.dtype)
+            if isinstance(batch, np.ndarray):  # values at the batch compiled for, whatever this one's
+                value = batch
             (self._add_int_const if int32_in_c(value.dtype) else self.add_const)(name, value)
         return self.fixed.get(name)
 
@@ -341,7 +341,7 @@ def lower(
     prefix: str,
     federated: bool = False,
     fused_update: bool = False,
-    batch_consts: dict[str, Affine | int] | None = None,
+    batch_consts: dict[str, Affine | np.ndarray] | None = None,
 ) -> Program:
     """fused_update: train_step applies the optimizer itself (see _fused_updates), and there are no
     gradient buffers; otherwise gradients accumulate into them for optimizer_step (ORT's semantics)."""
@@ -440,7 +440,9 @@ def _interface(trainer: Trainer) -> dict[str, Any]:
     )
 
 
-def lower_inference(trainer: Trainer, prefix: str, batch_consts: dict[str, Affine | int] | None = None) -> Program:
+def lower_inference(
+    trainer: Trainer, prefix: str, batch_consts: dict[str, Affine | np.ndarray] | None = None
+) -> Program:
     """A model with nothing to train: `infer` alone, every initializer compiled in."""
     g = trainer.graph
     storage = _Storage(trainer, batch_consts, frozen_array=False)

@@ -3,6 +3,7 @@
 import numpy as np
 
 from ..ir import ET_DOMAIN
+from .integer import is_integer
 from .registry import at_least_1d, contiguous_strides, merged_axes, op
 
 
@@ -16,6 +17,8 @@ def reduced_axes(k, node) -> tuple[int, ...]:
 
 def _reduce(mean: bool):
     class Reduce:
+        integer = not mean  # a sum of integers: HuggingFace counts the tokens that are not padding
+
         @staticmethod
         def kernel(k, node):
             x, y = node.inputs[0], node.outputs[0]
@@ -23,19 +26,11 @@ def _reduce(mean: bool):
             kept = tuple(1 if i in axes else d for i, d in enumerate(shape))
             out_strides = tuple(0 if i in axes else s for i, s in enumerate(contiguous_strides(kept)))
             count = int(np.prod([shape[i] for i in axes], dtype=np.int64))
+            walk = (len(at_least_1d(shape)), at_least_1d(shape), at_least_1d(out_strides) if shape else (0,))
+            if is_integer(k.graph, x):
+                return [k.call("et_reduce_sum_i32", *walk, x, y, k.size(y))]
             scale = 1.0 / count if mean and count else 1.0
-            return [
-                k.call(
-                    "et_reduce_sum_f32",
-                    len(at_least_1d(shape)),
-                    at_least_1d(shape),
-                    at_least_1d(out_strides) if shape else (0,),
-                    scale,
-                    x,
-                    y,
-                    k.size(y),
-                )
-            ]
+            return [k.call("et_reduce_sum_f32", *walk, scale, x, y, k.size(y))]
 
         @staticmethod
         def grad(g, node, dy):

@@ -9,7 +9,7 @@ from ..errors import EdgetrainError
 from ..ir import ET_DOMAIN
 from .elementwise import _f32
 from .indexing import checked_indices, index_grad, node_label
-from .integer import typed
+from .integer import is_integer, typed
 from .registry import contiguous_strides, op, split_axis
 
 REDUCTIONS = {"none": 0, "add": 1, "mul": 2, "max": 3, "min": 4}  # et_scatter.h's ET_SCATTER_*
@@ -39,10 +39,21 @@ def _scatter_ops(family, call, fn, where, attr, update_grad):
 
     @op(f"Scatter{family}", index_inputs=(1,))
     class Scatter:
+        integer = True  # int data is moved, not computed: HuggingFace's shift of labels into decoder ids
+
         @staticmethod
         def kernel(k, node):
             data, _, updates = node.inputs
-            return _scatter(k, node, call, fn, data, _reduction(node), updates)
+            if not is_integer(k.graph, data):
+                return _scatter(k, node, call, fn, data, _reduction(node), updates)
+            if _reduction(node) != REDUCTIONS["none"]:
+                raise EdgetrainError(
+                    f"{node_label(node)}: integer data is scattered with reduction 'none' only, "
+                    f"not '{node.attr('reduction')}'"
+                )
+            y = node.outputs[0]
+            copy = k.call("et_copy_i32", k.size(y), data, y)
+            return [copy] + call(k, node, k.shape(y), fn.replace("_f32", "_i32"), updates, y)
 
         @staticmethod
         def grad(g, node, dy):

@@ -283,19 +283,23 @@ def test_python_refuses_batches_out_of_range_and_disagreeing(compiled):
 
 
 def range_added(batch="batch") -> onnx.ModelProto:
-    """y = Gemm(x + Range(0, batch)[:, None]): the folded Range is a constant the C reads whose values
-    (not only its size) change with the batch, which the C cannot follow."""
+    """y = Gemm(x + Range(batch - 1, -1, -1)[:, None]): the folded Range is a constant the C reads
+    whose values (not only its size) change with the batch, and not as values per sample do (the
+    first of the largest batch's), which the C cannot follow."""
     rng = np.random.default_rng(0)
     nodes = [
         helper.make_node("Shape", ["x"], ["shape"], end=1),
         helper.make_node("Squeeze", ["shape"], ["count"]),
-        helper.make_node("Range", ["zero", "count", "one"], ["rows"]),
+        helper.make_node("Sub", ["count", "one"], ["last"]),
+        helper.make_node("Range", ["last", "minus_one", "minus_one"], ["rows"]),
         helper.make_node("Cast", ["rows"], ["rows_f"], to=TensorProto.FLOAT),
         helper.make_node("Unsqueeze", ["rows_f", "axis"], ["column"]),
         helper.make_node("Add", ["x", "column"], ["shifted"]),
         helper.make_node("Gemm", ["shifted", "W", "B"], ["y"], transB=1),
     ]
-    inits = [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in (("zero", 0), ("one", 1), ("axis", [1]))]
+    inits = [
+        numpy_helper.from_array(np.array(v, np.int64), n) for n, v in (("minus_one", -1), ("one", 1), ("axis", [1]))
+    ]
     inits += [
         numpy_helper.from_array(rng.normal(size=(3, 4)).astype(np.float32), "W"),
         numpy_helper.from_array(np.zeros(3, np.float32), "B"),
@@ -319,7 +323,10 @@ def test_a_model_the_c_cannot_follow_runs_its_batch_only_and_says_why(tmp_path):
     x, t = rng.normal(size=(4, 4)).astype(np.float32), rng.normal(size=(4, 3)).astype(np.float32)
     assert np.isfinite(module(x, t))
     np.testing.assert_allclose(
-        module.infer(x)[0], (x + np.arange(4)[:, None]) @ module.state.parameters["W"].data.T, rtol=1e-5, atol=1e-5
+        module.infer(x)[0],
+        (x + np.arange(3, -1, -1)[:, None]) @ module.state.parameters["W"].data.T,
+        rtol=1e-5,
+        atol=1e-5,
     )
     with pytest.raises(
         ValueError,

@@ -201,6 +201,23 @@ OPS = {
     ),
     "ArgMin-int64": OpCase("ArgMin", {"X": ints((3, 4, 2), -3, 3)}, {"axis": -2}),
     "ArgMax-int32-axis0": OpCase("ArgMax", {"X": ints((4, 3), dtype=np.int32)}),
+    # HuggingFace's shift of labels into decoder ids: ids[:, 1:] = labels[:, :-1]; ids[:, 0] = start
+    "ScatterND-int64-slices": OpCase(
+        "ScatterND", {"X": ints((3, 4)), "I": i64(2, 0).reshape(2, 1), "U": ints((2, 4))}, consts=("I",)
+    ),
+    "ScatterND-int64-runtime-indices": OpCase(
+        "ScatterND", {"X": ints((2, 3)), "I": i64(1, 2, 0, -1).reshape(2, 2), "U": ints((2,))}
+    ),
+    "ScatterElements-int64-axis1": OpCase(
+        "ScatterElements", {"X": ints((2, 4)), "I": i64(3, 0, 1, 2).reshape(2, 2), "U": ints((2, 2))}, {"axis": 1}
+    ),
+    "ScatterElements-bool": OpCase("ScatterElements", {"X": bools((4,)), "I": i64(-1, 0), "U": bools((2,))}),
+    # mBART counts the tokens that are not padding
+    "ReduceSum-int64-axis1": OpCase("ReduceSum", {"X": ints((3, 5)), "axes": i64(1)}, consts=("axes",)),
+    "ReduceSum-int32-all-keepdims": OpCase("ReduceSum", {"X": ints((2, 3, 2), dtype=np.int32)}),
+    "ReduceSum-int64-middle-axis": OpCase(
+        "ReduceSum", {"X": ints((2, 3, 4), 0, 2), "axes": i64(-2)}, {"keepdims": 0}, ("axes",)
+    ),
 }
 
 
@@ -471,6 +488,12 @@ def test_integer_data_for_a_float_only_op_is_refused(tmp_path):
     assert "node 'Div_0' (Div) reads int64 'A' at input 0; Div computes float32 tensors only" in _refusal(
         model, tmp_path
     )
+
+
+def test_integer_scatter_that_computes_is_refused(tmp_path):
+    """Integer data is moved, not computed: a scatter that adds into it is refused."""
+    case = OpCase("ScatterElements", {"X": ints((4,)), "I": i64(1, 2), "U": ints((2,))}, {"reduction": "add"})
+    assert "integer data is scattered with reduction 'none' only, not 'add'" in _refusal(case.model()[0], tmp_path)
 
 
 def test_runtime_range_is_refused_naming_its_bound(tmp_path):

@@ -256,6 +256,52 @@ ZOO: dict[str, ZooModel] = {
     # Scales its embeddings by a buffer (embed_scale), which dynamo's export lists beside the parameters.
     "gemma": ZooModel(_hf("GemmaConfig", "GemmaForCausalLM", "lm", head_dim=16, **_DECODER), "lm"),
     "llama": ZooModel(_hf("LlamaConfig", "LlamaForCausalLM", "lm", **_DECODER), "lm"),
+    # Encoder-decoders with their LM loss: the labels shifted into decoder ids by integer scatters,
+    # T5's log-bucketed relative positions, BART's buffer of logit biases (frozen, as in PyTorch).
+    "t5": ZooModel(
+        _hf(
+            "T5Config",
+            "T5ForConditionalGeneration",
+            "lm",
+            vocab_size=VOCAB,
+            d_model=32,
+            d_kv=16,
+            d_ff=64,
+            num_layers=2,
+            num_decoder_layers=1,
+            num_heads=2,
+            relative_attention_num_buckets=8,
+            relative_attention_max_distance=16,
+            dropout_rate=0.0,
+            pad_token_id=0,
+            decoder_start_token_id=0,
+        ),
+        "lm",
+    ),
+    "bart": ZooModel(
+        _hf(
+            "BartConfig",
+            "BartForConditionalGeneration",
+            "lm",
+            vocab_size=VOCAB,
+            d_model=32,
+            encoder_layers=1,
+            decoder_layers=1,
+            encoder_attention_heads=2,
+            decoder_attention_heads=2,
+            encoder_ffn_dim=64,
+            decoder_ffn_dim=64,
+            max_position_embeddings=32,
+            dropout=0.0,
+            attention_dropout=0.0,
+            activation_dropout=0.0,
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+            decoder_start_token_id=2,
+        ),
+        "lm",
+    ),
     # A waveform through a strided Conv1d stack with GroupNorm, a grouped positional convolution
     # under weight_norm, and a transformer; SpecAugment's masking (mask_time_prob) off, as dropout is.
     "wav2vec2": ZooModel(
