@@ -97,7 +97,9 @@ class _HF(torch.nn.Module):
         return self.m(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
 
 
-def _hf(config_name, model_name, kind, **config):
+def _hf_model(config_name, model_name, wrap, **config):
+    """A builder of the transformers model from its config, wrapped for the exporters by `wrap`."""
+
     def build():
         import zoo.torchvision_shim  # noqa: F401  (transformers imports torchvision when it is installed)
         import transformers
@@ -105,9 +107,13 @@ def _hf(config_name, model_name, kind, **config):
         transformers.logging.set_verbosity_error()
         cfg = getattr(transformers, config_name)(**config)
         cfg._attn_implementation = "eager"
-        return _HF(getattr(transformers, model_name)(cfg), kind)
+        return wrap(getattr(transformers, model_name)(cfg))
 
     return build
+
+
+def _hf(config_name, model_name, kind, **config):
+    return _hf_model(config_name, model_name, lambda model: _HF(model, kind), **config)
 
 
 class _Audio(torch.nn.Module):
@@ -122,16 +128,7 @@ class _Audio(torch.nn.Module):
 
 
 def _hf_audio(config_name, model_name, key, **config):
-    def build():
-        import zoo.torchvision_shim  # noqa: F401
-        import transformers
-
-        transformers.logging.set_verbosity_error()
-        cfg = getattr(transformers, config_name)(**config)
-        cfg._attn_implementation = "eager"
-        return _Audio(getattr(transformers, model_name)(cfg), key)
-
-    return build
+    return _hf_model(config_name, model_name, lambda model: _Audio(model, key), **config)
 
 
 _NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
