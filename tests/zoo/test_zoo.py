@@ -1,4 +1,4 @@
-"""Models users bring: torchvision and HuggingFace model code, exported by both of torch's exporters
+"""Models users bring: torchvision, timm and HuggingFace model code, exported by both of torch's exporters
 the way README's "Exporting your model" recommends, compiled and trained through the generated C.
 
 For each (model, exporter), compiled for a batch one larger than it runs: one training step's loss

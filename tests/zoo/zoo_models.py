@@ -1,4 +1,4 @@
-"""Third-party model code at small sizes, with random weights: torchvision classifiers and
+"""Third-party model code at small sizes, with random weights: torchvision and timm classifiers and
 HuggingFace transformers built from configs (nothing is downloaded). Each entry builds a fresh
 torch module and its example inputs."""
 
@@ -82,6 +82,16 @@ def _vit():
     return _tv().VisionTransformer(
         image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64, num_classes=CLASSES
     )
+
+
+def _timm(name: str, **kwargs):
+    def build():
+        _tv()  # timm imports torchvision
+        import timm
+
+        return timm.create_model(name, pretrained=False, num_classes=CLASSES, **kwargs)
+
+    return build
 
 
 class _HF(torch.nn.Module):
@@ -184,6 +194,10 @@ ZOO: dict[str, ZooModel] = {
         lambda: _tv().densenet.DenseNet(growth_rate=8, block_config=(2, 2), num_init_features=16, num_classes=CLASSES),
         "image",
     ),
+    # timm: MobileViT unfolds its feature maps into patches for a transformer and folds them back;
+    # LCNet is depthwise convolutions with hard-swish and squeeze-excitation.
+    "timm_mobilevit_xxs": ZooModel(_timm("mobilevit_xxs"), "image", image_size=64),
+    "timm_lcnet_050": ZooModel(_timm("lcnet_050"), "image", image_size=64),
     "bert": ZooModel(
         _hf("BertConfig", "BertForSequenceClassification", "text", max_position_embeddings=32, **_ENCODER), "text"
     ),
