@@ -156,7 +156,7 @@ def _resize_modes(attrs, name: str, in_shape, out_shape) -> tuple[int, int]:
         problems.append(f"keep_aspect_ratio_policy '{attrs['keep_aspect_ratio_policy']}' (stretch is)")
     if problems:
         raise EdgetrainError(f"Resize '{name}': not supported: {'; '.join(problems)}")
-    return COORDINATE_MODES[coord], {"linear": LINEAR, "cubic": CUBIC}.get(mode, NEAREST_MODES[nearest])
+    return COORDINATE_MODES[coord], LINEAR if mode == "linear" else CUBIC if mode == "cubic" else NEAREST_MODES[nearest]
 
 
 def _cubic(attrs) -> tuple[float, int]:
@@ -212,6 +212,7 @@ class Resize:
 
 
 def _cubic_weight(d, a):
+    """et_cubic_weight_: the cubic convolution kernel at distance d in [0, 2], in float32."""
     f = np.float32
     if d <= 1:
         return ((a + f(2)) * d - (a + f(3))) * d * d + f(1)
