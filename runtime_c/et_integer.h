@@ -191,21 +191,12 @@ static inline void et_reduce_sum_i32(int rank, const int *in_shape, const int *o
                                      int32_t *Y, int y_size)
 {
     int idx[ET_MAX_RANK] = {0};
-    int d, n = 1, o, yo = 0;
-    for (d = 0; d < rank; ++d)
-        n *= in_shape[d];
+    int n = et_numel_(rank, in_shape), inner = in_shape[rank - 1], s = out_strides[rank - 1], o, i, yo = 0, unused = 0;
     for (o = 0; o < y_size; ++o)
         Y[o] = 0;
-    for (o = 0; o < n; ++o) {
-        Y[yo] = et_wrap_i32_((uint32_t)Y[yo] + (uint32_t)X[o]);
-        for (d = rank - 1; d >= 0; --d) {
-            yo += out_strides[d];
-            if (++idx[d] < in_shape[d])
-                break;
-            yo -= out_strides[d] * in_shape[d];
-            idx[d] = 0;
-        }
-    }
+    for (o = 0; o < n; o += inner, et_bcast_next_(rank, in_shape, idx, out_strides, &yo, out_strides, &unused))
+        for (i = 0; i < inner; ++i)
+            Y[yo + i * s] = et_wrap_i32_((uint32_t)Y[yo + i * s] + (uint32_t)X[o + i]);
 }
 
 /* CumSum along the middle axis of X viewed as [outer, dim, inner], each
