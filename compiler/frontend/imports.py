@@ -150,15 +150,7 @@ def check_batchnorm(proto: onnx.ModelProto, frozen_bn: bool) -> None:
     BatchNorm in inference form (an eval-mode export) trains frozen, with one note."""
     graph = proto.graph
     folded = [n.name for n in graph.node if _FOLDED_BN in _meta(n).get(_RULE, "")]
-    constants = {i.name for i in graph.initializer}
-    computed = [
-        n.name or n.output[0]
-        for n in graph.node
-        if n.op_type in ("Conv", "ConvTranspose")
-        and len(n.input) > 1
-        and n.input[1] in constants
-        and _TORCHSCRIPT_FOLDED.fullmatch(n.input[1])
-    ]
+    computed = [node for node, _ in _torchscript_weights(proto, ("Conv", "ConvTranspose"), _TORCHSCRIPT_FOLDED)]
     if (folded or computed) and not frozen_bn:
         nodes = folded or computed
         how = (
@@ -207,20 +199,23 @@ def check_batchnorm(proto: onnx.ModelProto, frozen_bn: bool) -> None:
         )
 
 
+def _torchscript_weights(proto: onnx.ModelProto, ops, pattern: re.Pattern) -> list[tuple[str, str]]:
+    """(node, weight) for each node of `ops` whose input 1 is an initializer named as `pattern` says
+    the TorchScript exporter names a weight it computed."""
+    inits = {i.name for i in proto.graph.initializer}
+    return [
+        (node.name or node.output[0], node.input[1])
+        for node in proto.graph.node
+        if node.op_type in ops and len(node.input) > 1 and node.input[1] in inits and pattern.fullmatch(node.input[1])
+    ]
+
+
 def check_transposed_weights(proto: onnx.ModelProto) -> None:
     """The TorchScript exporter's constant folding replaces a Linear layer's weight, read only there,
     by its transpose under a name of its own (onnx::MatMul_374), in a training-mode export too. It
     trains as the layer's weight, elementwise the same, but under that name and layout, which
     PyTorch's state_dict, requires_grad and frozen_params do not know: one note names them."""
-    inits = {i.name for i in proto.graph.initializer}
-    readers = [
-        (node.name or node.output[0], node.input[1])
-        for node in proto.graph.node
-        if node.op_type in ("MatMul", "Gemm")
-        and len(node.input) > 1
-        and node.input[1] in inits
-        and _TORCHSCRIPT_TRANSPOSED.fullmatch(node.input[1])
-    ]
+    readers = _torchscript_weights(proto, ("MatMul", "Gemm"), _TORCHSCRIPT_TRANSPOSED)
     if readers:
         shown = ", ".join(f"{name} (read by '{node}')" for node, name in readers[:2])
         note(

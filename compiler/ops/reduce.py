@@ -25,10 +25,10 @@ def _reduce(mean: bool):
             shape, axes = k.shape(x), reduced_axes(k, node)
             kept = tuple(1 if i in axes else d for i, d in enumerate(shape))
             out_strides = tuple(0 if i in axes else s for i, s in enumerate(contiguous_strides(kept)))
-            count = int(np.prod([shape[i] for i in axes], dtype=np.int64))
             walk = (len(at_least_1d(shape)), at_least_1d(shape), at_least_1d(out_strides) if shape else (0,))
             if is_integer(k.graph, x):
                 return [k.call("et_reduce_sum_i32", *walk, x, y, k.size(y))]
+            count = int(np.prod([shape[i] for i in axes], dtype=np.int64))
             scale = 1.0 / count if mean and count else 1.0
             return [k.call("et_reduce_sum_f32", *walk, scale, x, y, k.size(y))]
 

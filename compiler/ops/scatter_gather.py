@@ -22,11 +22,16 @@ def _reduction(node) -> int:
     return REDUCTIONS[name]
 
 
-def _scatter(k, node, call, fn, start, reduction, updates):
-    """Y = `start` (zeros when None), then `updates` (zeros when None) combined into it by kernel `fn`."""
+def _scatter(k, node, call, fn, start, *args):
+    """Y = `start` (zeros when None), then kernel `fn` combines the updates into it: `args` are the
+    reduction and the updates (zeros when None), or for integer data the updates alone."""
     y = node.outputs[0]
-    first = k.call("et_fill_f32", k.size(y), 0.0, y) if start is None else k.call("et_copy_f32", k.size(y), start, y)
-    return [first] + call(k, node, k.shape(y), fn, reduction, updates, y)
+    first = (
+        k.call("et_fill_f32", k.size(y), 0.0, y)
+        if start is None
+        else k.call(typed(k, "et_copy", y), k.size(y), start, y)
+    )
+    return [first] + call(k, node, k.shape(y), fn, *args, y)
 
 
 def _scatter_ops(family, call, fn, where, attr, update_grad):
@@ -51,9 +56,7 @@ def _scatter_ops(family, call, fn, where, attr, update_grad):
                     f"{node_label(node)}: integer data is scattered with reduction 'none' only, "
                     f"not '{node.attr('reduction')}'"
                 )
-            y = node.outputs[0]
-            copy = k.call("et_copy_i32", k.size(y), data, y)
-            return [copy] + call(k, node, k.shape(y), fn.replace("_f32", "_i32"), updates, y)
+            return _scatter(k, node, call, fn.replace("_f32", "_i32"), data, updates)
 
         @staticmethod
         def grad(g, node, dy):
