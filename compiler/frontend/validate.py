@@ -98,6 +98,7 @@ def check_model(proto: onnx.ModelProto) -> None:
     if not g.output:
         raise EdgetrainError("the graph has no outputs")
     _check_dtypes(g)
+    _check_weights_present(g)
     _check_initializers(g)
     _check_structure(g)
     _check_names(g)
@@ -125,6 +126,23 @@ def _check_dtypes(g: onnx.GraphProto) -> None:
             + ", ".join(dict.fromkeys(bad))
             + "; edgetrain trains float32 models (convert the model to float32)"
         )
+
+
+# The leaves of a torch module's state-dict names that hold trained values.
+_STATE_LEAVES = {"weight", "bias", "running_mean", "running_var", "num_batches_tracked"}
+_WITHOUT_VALUES = "the model was exported without its parameters (export_params=False); export it with them"
+
+
+def _check_weights_present(g: onnx.GraphProto) -> None:
+    """torch's TorchScript exporter with export_params=False writes a module's parameters as graph
+    inputs without values, and the model would compile into one that trains nothing, reading its
+    weights as data (its dynamo exporter leaves them unprovided, which _check_structure refuses)."""
+    if g.initializer:
+        return
+    named = [i.name for i in g.input if "." in i.name and i.name.rsplit(".", 1)[-1] in _STATE_LEAVES]
+    if named:
+        shown = ", ".join(repr(n) for n in named[:4]) + (f" and {len(named) - 4} more" if len(named) > 4 else "")
+        raise EdgetrainError(f"graph inputs {shown} are a module's parameters with no values: {_WITHOUT_VALUES}")
 
 
 def _check_initializers(g: onnx.GraphProto) -> None:
@@ -173,9 +191,10 @@ def _check_structure(g: onnx.GraphProto) -> None:
             if name in available:
                 continue
             if name not in producer:
-                raise EdgetrainError(
-                    f"{_label(node, index)} reads {name!r}, which no node, graph input or initializer provides"
-                )
+                unprovided = f"{_label(node, index)} reads {name!r}, which no node, graph input or initializer provides"
+                if not g.initializer and name.rsplit(".", 1)[-1] in _STATE_LEAVES:
+                    unprovided += f": {_WITHOUT_VALUES}"
+                raise EdgetrainError(unprovided)
             later.add(index)
         available.update(node.output)
     if later:
