@@ -322,6 +322,48 @@ def restore_removed_biases(proto: onnx.ModelProto) -> None:
         note(f"restored {restored} zero bias(es) that torch's exporter optimized away: they train as in PyTorch")
 
 
+_EXPANDED = re.compile(r"expand(_\d+)?")  # what torch.export names the result of a call to aten.expand
+
+
+def restore_expanded_parameters(proto: onnx.ModelProto) -> None:
+    """dynamo's optimizer folds a parameter of the top module expanded over a static batch (the class
+    token of timm's and torchvision's ViTs, `cls_token.expand(B, -1, -1)`) into a constant, and the
+    record keeps no other trace of it: its name has no module path to tell it from a value's. Where
+    the constant is such an `expand`, folded from one tensor that is not an exporter's and that the
+    graph no longer has, and all its rows along the batch are one, the parameter comes back as that
+    row under its name, read through an Expand to the constant's shape, so it trains as in PyTorch."""
+    graph = proto.graph
+    inits = {i.name: i for i in graph.initializer}
+    taken = set(inits) | {o for n in graph.node for o in n.output} | {i.name for i in graph.input}
+    restored = []
+    for value in graph.value_info:
+        init = inits.get(value.name)
+        if init is None or init.data_type != onnx.TensorProto.FLOAT or not _EXPANDED.fullmatch(value.name):
+            continue
+        folded = [re.findall(r"'([^']+)'", p.value) for p in value.metadata_props if p.key == _FOLDED_FROM]
+        sources = [name for name in (folded[0] if folded else []) if not _EXPORTER_NAME.fullmatch(name)]
+        array = numpy_helper.to_array(init)
+        if len(sources) != 1 or sources[0] in taken or not _looks_like_parameter(sources[0]) or array.ndim == 0:
+            continue
+        if not (array == array[:1]).all():
+            continue
+        name, shape = sources[0], f"{value.name}__shape"
+        graph.initializer.remove(init)
+        graph.initializer.extend(
+            [numpy_helper.from_array(array[:1].copy(), name), numpy_helper.from_array(np.array(array.shape), shape)]
+        )
+        graph.node.insert(
+            0, onnx.helper.make_node("Expand", [name, shape], [value.name], name=f"{value.name}__restored")
+        )
+        taken.update((name, shape))
+        restored.append(name)
+    if restored:
+        note(
+            f"restored {len(restored)} parameter(s) that torch's exporter folded, expanded over the batch, into "
+            f"constants ({', '.join(restored[:4])}): they train as in PyTorch"
+        )
+
+
 def check_recorded_parameters(proto: onnx.ModelProto) -> None:
     """Every parameter a dynamo-exported node's record says its PyTorch call read (%p_<name>) should be
     an initializer by now, and so should every module's tensor (a dotted name) that the exporter's

@@ -48,6 +48,7 @@ def load_model(
     imports.check_transposed_weights(proto)
     imports.restore_names(proto)
     imports.restore_removed_biases(proto)
+    imports.restore_expanded_parameters(proto)
     imports.bernoulli_patterns(proto)
     imports.quantized_parameters(proto)
     floats = {i.name for i in proto.graph.initializer if i.data_type == onnx.TensorProto.FLOAT}

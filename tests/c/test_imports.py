@@ -434,3 +434,38 @@ def test_a_model_exported_without_its_parameters_is_refused(dynamo, tmp_path):
         artifacts.generate_artifacts(tmp_path / "m.onnx", batch_size=B, artifact_directory=tmp_path / "out")
     message = str(refusal.value)
     assert "conv.weight" in message and "export_params=False" in message and "\n" not in message
+
+
+class ClassToken(torch.nn.Module):
+    """A ViT's head: a parameter of the top module expanded over the batch and put before the tokens."""
+
+    def __init__(self):
+        super().__init__()
+        self.cls_token = torch.nn.Parameter(torch.randn(1, 1, 6))
+        self.proj = torch.nn.Linear(5, 6)
+        self.head = torch.nn.Linear(6, 3)
+
+    def forward(self, x):
+        tokens = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), self.proj(x)], dim=1)
+        return self.head(torch.tanh(tokens).mean(1) + tokens[:, 0])
+
+
+def test_a_class_token_folded_over_a_static_batch_trains_as_in_pytorch(tmp_path):
+    """torch.onnx.export(model, args, dynamo=True) with its defaults (a static batch, the optimizer
+    on) folds `cls_token.expand(B, -1, -1)` into a constant named `expand`; it comes back as the
+    parameter, with PyTorch's name, value and gradient."""
+    torch.manual_seed(0)
+    model, x, labels = ClassToken().train(), torch.randn(B, 4, 5), torch.tensor([1, 2])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (x,), tmp_path / "m.onnx", dynamo=True, verbose=False)
+    assert "cls_token" not in {i.name for i in onnx.load(tmp_path / "m.onnx").graph.initializer}
+    module, state, notes = compile_(tmp_path / "m.onnx", tmp_path, loss=artifacts.LossType.CrossEntropyLoss)
+    assert any("restored 1 parameter(s)" in n and "cls_token" in n for n in notes), notes
+    assert {n for n, p in state.parameters.items() if p.requires_grad} == {n for n, _ in model.named_parameters()}
+    np.testing.assert_array_equal(state.parameters["cls_token"].data, model.cls_token.detach().numpy())
+    loss = module(x.numpy(), labels.numpy())
+    want = torch.nn.functional.cross_entropy(model(x), labels)
+    want.backward()
+    assert abs(loss - want.item()) <= 1e-5
+    np.testing.assert_allclose(state.parameters["cls_token"].grad, model.cls_token.grad.numpy(), atol=1e-5)
