@@ -322,6 +322,17 @@ def restore_removed_biases(proto: onnx.ModelProto) -> None:
         note(f"restored {restored} zero bias(es) that torch's exporter optimized away: they train as in PyTorch")
 
 
+def _folded_from(value: onnx.ValueInfoProto) -> list[str]:
+    """The tensors dynamo's optimizer computed the constant `value` from, as its record lists them."""
+    return [name for p in value.metadata_props if p.key == _FOLDED_FROM for name in re.findall(r"'([^']+)'", p.value)]
+
+
+def folded_sources(proto: onnx.ModelProto) -> frozenset[str]:
+    """Every tensor dynamo's optimizer folded into a constant: one of them the graph no longer has
+    (a position table gathered at static positions) was PyTorch's, and is frozen as exported."""
+    return frozenset(name for value in proto.graph.value_info for name in _folded_from(value))
+
+
 _EXPANDED = re.compile(r"expand(_\d+)?")  # what torch.export names the result of a call to aten.expand
 
 
@@ -340,8 +351,7 @@ def restore_expanded_parameters(proto: onnx.ModelProto) -> None:
         init = inits.get(value.name)
         if init is None or init.data_type != onnx.TensorProto.FLOAT or not _EXPANDED.fullmatch(value.name):
             continue
-        folded = [re.findall(r"'([^']+)'", p.value) for p in value.metadata_props if p.key == _FOLDED_FROM]
-        sources = [name for name in (folded[0] if folded else []) if not _EXPORTER_NAME.fullmatch(name)]
+        sources = [name for name in _folded_from(value) if not _EXPORTER_NAME.fullmatch(name)]
         array = numpy_helper.to_array(init)
         if len(sources) != 1 or sources[0] in taken or not _looks_like_parameter(sources[0]) or array.ndim == 0:
             continue
@@ -373,12 +383,7 @@ def check_recorded_parameters(proto: onnx.ModelProto) -> None:
     present = {_placeholder(name) for name in names}
     recorded = {p for node in proto.graph.node for p in re.findall(r"%(p_\w+)", _meta(node).get(_FX_NODE, ""))}
     folded = {
-        name
-        for value in proto.graph.value_info
-        for p in value.metadata_props
-        if p.key == _FOLDED_FROM
-        for name in re.findall(r"'([^']+)'", p.value)
-        if "." in name and name not in names and _looks_like_parameter(name)
+        name for name in folded_sources(proto) if "." in name and name not in names and _looks_like_parameter(name)
     }
     missing = sorted(folded) + sorted(recorded - present - {_placeholder(name) for name in folded})
     if missing:

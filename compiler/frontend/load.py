@@ -41,7 +41,7 @@ def load_model(
     frozen_bn: see frontend.imports."""
     proto = _read(model)
     check_model(proto)
-    not_parameters = imports.not_parameters(proto)
+    not_parameters, folded = imports.not_parameters(proto), imports.folded_sources(proto)
     proto = _normalize_opset(proto)
     proto = onnx.inliner.inline_local_functions(proto)
     imports.check_batchnorm(proto, frozen_bn)
@@ -60,6 +60,7 @@ def load_model(
     proto, constants = _fold_constants(proto)
     graph = _to_ir(proto, constants)
     graph.not_parameters = not_parameters & set(graph.params)
+    graph.folded = folded - set(graph.params) - set(graph.buffers) - set(graph.constants)
     for value in graph.values.values():
         check_tensor_size(value.name, value.shape)
     return graph

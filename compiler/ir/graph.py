@@ -73,6 +73,8 @@ class Graph:
     buffers: dict[str, np.ndarray] = field(default_factory=dict)  # state updated by training (BN statistics)
     # params the exporter recorded as a module's buffers or constant tensors: frozen unless named to train
     not_parameters: frozenset[str] = frozenset()
+    # tensors the exporter's optimizer folded into constants and the graph no longer has: frozen
+    folded: frozenset[str] = frozenset()
     opset: int = 18
     _counter: int = 0
 

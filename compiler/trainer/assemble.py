@@ -89,8 +89,9 @@ class Trainer:
 def _resolve_params(graph: Graph, requires_grad, frozen_params) -> tuple[list[str], list[str]]:
     """(trainable, frozen) parameters. frozen_params may name any initializer of the model, as ONNX
     Runtime users write it (every one they do not train): a buffer named there stays a buffer and
-    is updated as its op says (BatchNormalization's running statistics), a constant stays one."""
-    initializers = set(graph.params) | set(graph.buffers) | set(graph.constants)
+    is updated as its op says (BatchNormalization's running statistics), a constant stays one, and
+    so does a parameter the exporter's optimizer folded into a constant."""
+    initializers = set(graph.params) | set(graph.buffers) | set(graph.constants) | graph.folded
     unknown = [n for n in list(requires_grad or []) + list(frozen_params or []) if n not in initializers]
     if unknown:
         raise EdgetrainError(
@@ -119,6 +120,8 @@ def _resolve_params(graph: Graph, requires_grad, frozen_params) -> tuple[list[st
 def _why_not_trainable(graph: Graph, name: str) -> str:
     if name in graph.buffers:
         return "a buffer such as BatchNormalization's running statistics, which training updates by its op's rule"
+    if name in graph.folded:
+        return "torch's exporter folded it into a constant: export with optimize=False to train it"
     return "a constant the model reads, not a float parameter"
 
 

@@ -469,3 +469,34 @@ def test_a_class_token_folded_over_a_static_batch_trains_as_in_pytorch(tmp_path)
     want.backward()
     assert abs(loss - want.item()) <= 1e-5
     np.testing.assert_allclose(state.parameters["cls_token"].grad, model.cls_token.grad.numpy(), atol=1e-5)
+
+
+class Positions(torch.nn.Module):
+    """A position table gathered at the positions of a static sequence, frozen as Whisper's is."""
+
+    def __init__(self):
+        super().__init__()
+        self.positions = torch.nn.Embedding(4, 5)
+        self.positions.weight.requires_grad_(False)
+        self.head = torch.nn.Linear(5, 3)
+
+    def forward(self, x):
+        return self.head(x + self.positions(torch.arange(x.shape[1]))).mean(1)
+
+
+def test_a_parameter_the_exporter_folded_away_can_be_named_frozen_but_not_trained(tmp_path):
+    """With dynamo's defaults the table is folded into a constant and its name is gone: naming it in
+    frozen_params, as README's export advice does for PyTorch's frozen parameters, compiles;
+    naming it in requires_grad is refused in one line that says why."""
+    model, x = Positions().train(), torch.randn(B, 4, 5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (x,), tmp_path / "m.onnx", dynamo=True, verbose=False)
+    assert "positions.weight" not in {i.name for i in onnx.load(tmp_path / "m.onnx").graph.initializer}
+    loss = artifacts.LossType.CrossEntropyLoss
+    module, state, notes = compile_(tmp_path / "m.onnx", tmp_path, loss=loss, frozen_params=["positions.weight"])
+    assert {n for n, p in state.parameters.items() if p.requires_grad} == {"head.weight", "head.bias"}
+    with pytest.raises(EdgetrainError) as refusal:
+        compile_(tmp_path / "m.onnx", tmp_path, loss=loss, requires_grad=["positions.weight", "head.weight"])
+    message = str(refusal.value)
+    assert "'positions.weight'" in message and "optimize=False" in message and "\n" not in message
