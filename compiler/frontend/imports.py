@@ -71,8 +71,10 @@ _REMOVED_BIAS = "RemoveOptionalBias"
 _RULE = "pkg.onnxscript.rewriter.rule_name"  # the dynamo optimizer's rewrite that made a node
 _FX_NODE = "pkg.torch.onnx.fx_node"  # the PyTorch call a dynamo-exported node came from, with its arguments
 # The TorchScript exporter's name for a weight it computed: an eval-mode export folds BatchNorm into
-# the convolution before it and names the result after the Conv input it feeds.
-_TORCHSCRIPT_FOLDED = re.compile(r"onnx::Conv(Transpose)?_\d+")
+# the convolution before it and names the result after the input it feeds, the Conv's or, in a
+# quantization-aware model (torch.ao's fused ConvBn), its weight's fake quantization.
+_TORCHSCRIPT_FOLDED = re.compile(r"onnx::(Conv|ConvTranspose|QuantizeLinear)_\d+")
+_FOLDED_READERS = {"Conv": 1, "ConvTranspose": 1, "QuantizeLinear": 0}
 # Its name for a Linear layer's weight that constant folding transposed (do_constant_folding=True,
 # its default, in a training-mode export too).
 _TORCHSCRIPT_TRANSPOSED = re.compile(r"onnx::(MatMul|Gemm)_\d+")
@@ -150,13 +152,14 @@ def check_batchnorm(proto: onnx.ModelProto, frozen_bn: bool) -> None:
     BatchNorm in inference form (an eval-mode export) trains frozen, with one note."""
     graph = proto.graph
     folded = [n.name for n in graph.node if _FOLDED_BN in _meta(n).get(_RULE, "")]
-    computed = [node for node, _ in _torchscript_weights(proto, ("Conv", "ConvTranspose"), _TORCHSCRIPT_FOLDED)]
+    computed = [node for node, _ in _torchscript_weights(proto, _FOLDED_READERS, _TORCHSCRIPT_FOLDED)]
     if (folded or computed) and not frozen_bn:
         nodes = folded or computed
         how = (
             "torch's exporter folded BatchNormalization into"
             if folded
-            else "an eval-mode export replaced with constants it computed (onnx::Conv_*, BatchNorm folded in) the "
+            else "the TorchScript exporter's constant folding replaced with constants it computed (BatchNorm folded "
+            "in: onnx::Conv_* in an eval-mode export, onnx::QuantizeLinear_* in a quantization-aware model) the "
             "weights of"
         )
         raise EdgetrainError(
@@ -199,14 +202,18 @@ def check_batchnorm(proto: onnx.ModelProto, frozen_bn: bool) -> None:
         )
 
 
-def _torchscript_weights(proto: onnx.ModelProto, ops, pattern: re.Pattern) -> list[tuple[str, str]]:
-    """(node, weight) for each node of `ops` whose input 1 is an initializer named as `pattern` says
-    the TorchScript exporter names a weight it computed."""
+def _torchscript_weights(proto: onnx.ModelProto, readers: dict[str, int], pattern: re.Pattern) -> list[tuple[str, str]]:
+    """(node, weight) for each node whose op `readers` names with the input slot of its weight, where
+    that input is an initializer named as `pattern` says the TorchScript exporter names a weight it
+    computed."""
     inits = {i.name for i in proto.graph.initializer}
     return [
-        (node.name or node.output[0], node.input[1])
+        (node.name or node.output[0], node.input[slot])
         for node in proto.graph.node
-        if node.op_type in ops and len(node.input) > 1 and node.input[1] in inits and pattern.fullmatch(node.input[1])
+        if (slot := readers.get(node.op_type)) is not None
+        and len(node.input) > slot
+        and node.input[slot] in inits
+        and pattern.fullmatch(node.input[slot])
     ]
 
 
@@ -215,7 +222,7 @@ def check_transposed_weights(proto: onnx.ModelProto) -> None:
     by its transpose under a name of its own (onnx::MatMul_374), in a training-mode export too. It
     trains as the layer's weight, elementwise the same, but under that name and layout, which
     PyTorch's state_dict, requires_grad and frozen_params do not know: one note names them."""
-    readers = _torchscript_weights(proto, ("MatMul", "Gemm"), _TORCHSCRIPT_TRANSPOSED)
+    readers = _torchscript_weights(proto, {"MatMul": 1, "Gemm": 1}, _TORCHSCRIPT_TRANSPOSED)
     if readers:
         shown = ", ".join(f"{name} (read by '{node}')" for node, name in readers[:2])
         note(

@@ -500,3 +500,62 @@ def test_a_parameter_the_exporter_folded_away_can_be_named_frozen_but_not_traine
         compile_(tmp_path / "m.onnx", tmp_path, loss=loss, requires_grad=["positions.weight", "head.weight"])
     message = str(refusal.value)
     assert "'positions.weight'" in message and "optimize=False" in message and "\n" not in message
+
+
+def test_a_quantization_aware_convbn_folded_by_torchscript_is_refused_and_trains_exported_as_advised(tmp_path):
+    """torch.ao's fused ConvBn for quantization-aware training scales its weight by BatchNorm before
+    the fake quantization; TorchScript's constant folding (its default, in either mode) computes that
+    weight into onnx::QuantizeLinear_*, so the convolution's and BatchNorm's parameters would not
+    train as PyTorch's: refused, naming the way out. Exported as the refusal says, every parameter
+    trains under its name, and the step is PyTorch's."""
+    import torch.ao.quantization as tq
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.bn = torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4)
+            self.fc = torch.nn.Linear(4 * 6 * 6, 3)
+
+        def forward(self, x):
+            return self.fc(torch.relu(self.bn(self.conv(x))).flatten(1))
+
+    torch.manual_seed(0)
+    model = Net().train()
+    tq.fuse_modules_qat(model, [["conv", "bn"]], inplace=True)
+    model.qconfig = tq.QConfig(
+        activation=tq.FakeQuantize.with_args(
+            observer=tq.MovingAverageMinMaxObserver, quant_min=0, quant_max=255, dtype=torch.quint8
+        ),
+        weight=tq.default_per_channel_weight_fake_quant,
+    )
+    tq.prepare_qat(model, inplace=True)
+    for _ in range(3):
+        model(torch.randn(4, 3, 8, 8))
+    model.apply(tq.disable_observer)
+    model.apply(torch.ao.nn.intrinsic.qat.freeze_bn_stats)
+    x, labels = torch.randn(B, 3, 8, 8), torch.tensor([0, 2])
+    training = torch.onnx.TrainingMode.TRAINING
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (x,), tmp_path / "folded.onnx", dynamo=False, opset_version=13, training=training)
+        torch.onnx.export(
+            model,
+            (x,),
+            tmp_path / "m.onnx",
+            dynamo=False,
+            opset_version=13,
+            training=training,
+            do_constant_folding=False,
+        )
+    with pytest.raises(EdgetrainError) as refusal:
+        artifacts.generate_artifacts(tmp_path / "folded.onnx", batch_size=B, artifact_directory=tmp_path / "out")
+    message = str(refusal.value)
+    assert "onnx::QuantizeLinear_*" in message and "do_constant_folding=False" in message and "\n" not in message
+    module, state, _ = compile_(tmp_path / "m.onnx", tmp_path, loss=artifacts.LossType.CrossEntropyLoss)
+    assert {n for n, p in state.parameters.items() if p.requires_grad} == {n for n, _ in model.named_parameters()}
+    loss = module(x.numpy(), labels.numpy())
+    want = torch.nn.functional.cross_entropy(model(x), labels)
+    want.backward()
+    assert abs(loss - want.item()) <= 1e-5
+    for name, param in model.named_parameters():
+        np.testing.assert_allclose(state.parameters[name].grad, param.grad.numpy(), atol=1e-5, err_msg=name)
