@@ -170,6 +170,7 @@ def generate_artifacts(
     stages = _Stages.of(model, prefix, _max_batch(batch_size), options)
     _check_options(stages.spec, target, requires_grad, update_policy, fused_update, memory_plot)
     (trainer, model_c), free = _compile(stages, dict(dim_values or {}), defer_free_dims and target is None)
+    _note_unread_outputs(trainer.graph.outputs, options, stages.notes)
     memory = model_c.memory  # the plan at the largest batch
     check_ram(memory.ram_bytes)
 
@@ -194,6 +195,20 @@ def generate_artifacts(
     _write_checkpoints(trainer, out, file_prefix, nominal_checkpoint)
     _report(trainer, memory, stages.notes, free, target, out, file_prefix, memory_plot)
     return out
+
+
+def _note_unread_outputs(outputs: list[str], options: dict, notes: list[str]) -> None:
+    """A built-in loss reads one model output, the first unless loss_input_names says, as ONNX
+    Runtime's does; a model with more (GoogLeNet's and Inception's auxiliary classifiers, which
+    PyTorch's training scripts add to the loss) trains on that one alone: said once."""
+    if options["loss"] is None or options["loss_input_names"] or len(outputs) < 2:
+        return
+    message = (
+        f"the model has {len(outputs)} outputs and {options['loss']} reads the first, {outputs[0]!r}, alone "
+        "(loss_input_names chooses another; an edgetrain.onnxblock loss combines several)"
+    )
+    notes.append(message)
+    warnings.warn(ImportNote(message), stacklevel=3)
 
 
 def _keep_recipe(recipe: dict, out: Path, source: onnx.ModelProto, protos) -> None:

@@ -5,6 +5,7 @@ ORT arguments, frozen buffers, losses written as onnxblocks and checkpoints of a
 
 from __future__ import annotations
 
+import json
 import re
 import warnings
 
@@ -13,7 +14,7 @@ import onnx
 import pytest
 from onnx import helper, numpy_helper
 
-from edgetrain import EdgetrainError, api, artifacts, checkpoint
+from edgetrain import EdgetrainError, ImportNote, api, artifacts, checkpoint
 from models import mlp, mlp_bn
 
 torch = pytest.importorskip("torch")
@@ -217,6 +218,26 @@ def test_additional_outputs_and_loss_input_names(tmp_path):
             loss_input_names=["logits"],
             additional_output_names=["nope"],
         )
+
+
+def test_a_loss_on_one_of_several_outputs_is_said(tmp_path):
+    """A built-in loss takes the first output unless loss_input_names says: with more than one (an
+    auxiliary classifier's), a note names the one it reads; naming it says nothing."""
+    proto = mlp()
+    proto.graph.output.insert(0, helper.make_tensor_value_info("h0r", onnx.TensorProto.FLOAT, ["batch", 16]))
+    said = []
+    for name, options in (("first", {}), ("named", {"loss_input_names": ["logits"]})):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ImportNote)
+            out = artifacts.generate_artifacts(proto, artifact_directory=tmp_path / name, batch_size=BATCH, **options)
+        notes = [str(w.message) for w in caught if issubclass(w.category, ImportNote)]
+        assert notes == json.loads((out / "report.json").read_text())["import"]["notes"]
+        said.append(notes)
+    assert said[0] == [
+        "the model has 2 outputs and CrossEntropyLoss reads the first, 'h0r', alone (loss_input_names chooses "
+        "another; an edgetrain.onnxblock loss combines several)"
+    ]
+    assert said[1] == []
 
 
 @pytest.mark.parametrize(
