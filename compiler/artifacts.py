@@ -205,7 +205,7 @@ def _note_unread_outputs(outputs: list[str], options: dict, notes: list[str]) ->
         return
     message = (
         f"the model has {len(outputs)} outputs and {options['loss']} reads the first, {outputs[0]!r}, alone "
-        "(loss_input_names chooses another; an edgetrain.onnxblock loss combines several)"
+        "(loss_input_names or --loss-input chooses another; an edgetrain.onnxblock loss combines several)"
     )
     notes.append(message)
     warnings.warn(ImportNote(message), stacklevel=3)

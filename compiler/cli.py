@@ -54,8 +54,9 @@ def _add_training_options(compile_) -> None:
         "--loss",
         choices=[t.value for t in LossType] + ["none"],
         default="CrossEntropyLoss",
-        help="loss on the model's first output; 'none' if that output already is the loss",
+        help="loss on the model's first output (or --loss-input's); 'none' if that output already is the loss",
     )
+    compile_.add_argument("--loss-input", metavar="OUTPUT", help="the model output the loss reads (default: the first)")
     compile_.add_argument("--optimizer", choices=[t.value for t in OptimType], default="AdamW")
     compile_.add_argument("--lr", type=float, default=1e-3, help="initial learning rate")
     compile_.add_argument("--momentum", type=float, default=0.0, help="SGD momentum")
@@ -250,6 +251,7 @@ def _run(args) -> None:
             requires_grad=args.requires_grad,
             frozen_params=args.frozen,
             loss=None if args.loss == "none" else LossType(args.loss),
+            loss_input_names=None if args.loss_input is None else [args.loss_input],
             optimizer=OptimType(args.optimizer),
             artifact_directory=args.output,
             batch_size=args.batch_size,

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 import warnings
 
 import numpy as np
@@ -234,10 +236,16 @@ def test_a_loss_on_one_of_several_outputs_is_said(tmp_path):
         assert notes == json.loads((out / "report.json").read_text())["import"]["notes"]
         said.append(notes)
     assert said[0] == [
-        "the model has 2 outputs and CrossEntropyLoss reads the first, 'h0r', alone (loss_input_names chooses "
-        "another; an edgetrain.onnxblock loss combines several)"
+        "the model has 2 outputs and CrossEntropyLoss reads the first, 'h0r', alone (loss_input_names or --loss-input "
+        "chooses another; an edgetrain.onnxblock loss combines several)"
     ]
     assert said[1] == []
+    onnx.save(proto, tmp_path / "m.onnx")
+    for option, note in (([], True), (["--loss-input", "logits"], False)):
+        command = [sys.executable, "-m", "edgetrain.cli", "compile", tmp_path / "m.onnx", "-o", tmp_path / "cli"]
+        result = subprocess.run([*command, "--batch-size", str(BATCH), *option], capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr
+        assert ("reads the first, 'h0r'" in result.stderr) == note
 
 
 @pytest.mark.parametrize(
