@@ -15,17 +15,18 @@ BATCH, SEQ, VOCAB, CLASSES = 2, 8, 64, 10
 @dataclass(frozen=True)
 class ZooModel:
     build: Callable[[], torch.nn.Module]
-    # "image": (x) -> logits, CrossEntropy; "audio": the same, x of `audio_shape` after the batch (a
-    # waveform, or mel features by frames); "text": (ids, mask) -> logits; "lm": (ids, mask, labels) -> loss
+    # "image": (x) -> logits, CrossEntropy; "audio" and "video": the same, x of `shape` after the batch
+    # (a waveform, mel features by frames, a clip's channels by frames); "text": (ids, mask) -> logits;
+    # "lm": (ids, mask, labels) -> loss
     kind: str
     image_size: int = 32
     random: bool = False  # draws random numbers in training (stochastic depth, dropout left on)
-    audio_shape: tuple[int, ...] = ()
+    shape: tuple[int, ...] = ()
 
     @property
     def one_input(self) -> bool:
         """x alone, with its batch the one symbolic dimension."""
-        return self.kind in ("image", "audio")
+        return self.kind in ("image", "audio", "video")
 
     def inputs(self, seed: int = 0) -> tuple[tuple[torch.Tensor, ...], torch.Tensor | None]:
         """(model inputs, labels for edgetrain's CrossEntropyLoss or None when the model computes its loss)."""
@@ -33,8 +34,8 @@ class ZooModel:
         if self.kind == "image":
             x = torch.randn(BATCH, 3, self.image_size, self.image_size, generator=g)
             return (x,), torch.randint(0, CLASSES, (BATCH,), generator=g)
-        if self.kind == "audio":
-            x = torch.randn(BATCH, *self.audio_shape, generator=g)
+        if self.kind in ("audio", "video"):
+            x = torch.randn(BATCH, *self.shape, generator=g)
             return (x,), torch.randint(0, CLASSES, (BATCH,), generator=g)
         # Id 0 is the padding token, whose embedding row PyTorch never trains (padding_idx); ONNX's
         # Gather cannot say so, so the batch leaves it out (README: Exporting your model).
@@ -340,7 +341,7 @@ ZOO: dict[str, ZooModel] = {
             mask_time_prob=0.0,
         ),
         "audio",
-        audio_shape=(400,),
+        shape=(400,),
     ),
     # Mel features by frames; its encoder's sinusoidal position table is a parameter the model's
     # code freezes (requires_grad=False), which the ONNX file cannot say: frozen_params does.
@@ -363,6 +364,8 @@ ZOO: dict[str, ZooModel] = {
             encoder_layerdrop=0.0,
         ),
         "audio",
-        audio_shape=(8, 32),
+        shape=(8, 32),
     ),
+    # A video clip through 3-D convolutions, BatchNorm3d and pooling over frames: 4 frames of 32x32.
+    "r3d_18": ZooModel(lambda: _tv().video.r3d_18(num_classes=CLASSES), "video", shape=(3, 4, 32, 32)),
 }
