@@ -81,6 +81,14 @@ _TORCHSCRIPT_TRANSPOSED = re.compile(r"onnx::(MatMul|Gemm)_\d+")
 _TRAINING_BN = ("_native_batch_norm_legit_functional", "batch_norm_with_update", "_native_batch_norm_legit.")
 
 
+def names_in(graph: onnx.GraphProto) -> set[str]:
+    """Every name the graph gives a tensor (initializers, graph inputs, node outputs): what a new one
+    must not be."""
+    return (
+        {i.name for i in graph.initializer} | {i.name for i in graph.input} | {o for n in graph.node for o in n.output}
+    )
+
+
 def note(message: str) -> None:
     warnings.warn(ImportNote(message), stacklevel=2)
 
@@ -250,7 +258,7 @@ def restore_names(proto: onnx.ModelProto) -> None:
     graph = proto.graph
     inits = {i.name: i for i in graph.initializer}
     readers = collections.Counter(name for node in graph.node for name in node.input)
-    taken = set(inits) | {o for n in graph.node for o in n.output} | {i.name for i in graph.input}
+    taken = names_in(graph)
     for index, node in reversed(list(enumerate(graph.node))):
         if node.op_type != "MatMul" or len(node.input) < 2 or "aten.linear" not in _meta(node).get("namespace", ""):
             continue
@@ -352,7 +360,7 @@ def restore_expanded_parameters(proto: onnx.ModelProto) -> None:
     row under its name, read through an Expand to the constant's shape, so it trains as in PyTorch."""
     graph = proto.graph
     inits = {i.name: i for i in graph.initializer}
-    taken = set(inits) | {o for n in graph.node for o in n.output} | {i.name for i in graph.input}
+    taken = names_in(graph)
     restored = []
     for value in graph.value_info:
         init = inits.get(value.name)
@@ -381,7 +389,7 @@ def restore_expanded_parameters(proto: onnx.ModelProto) -> None:
         )
 
 
-def check_recorded_parameters(proto: onnx.ModelProto) -> None:
+def check_recorded_parameters(proto: onnx.ModelProto, folded: frozenset[str]) -> None:
     """Every parameter a dynamo-exported node's record says its PyTorch call read (%p_<name>) should be
     an initializer by now, and so should every module's tensor (a dotted name) that the exporter's
     optimizer folded a constant from. One that is not was folded into a constant or dropped, so it
@@ -389,10 +397,8 @@ def check_recorded_parameters(proto: onnx.ModelProto) -> None:
     names = {i.name for i in proto.graph.initializer}
     present = {_placeholder(name) for name in names}
     recorded = {p for node in proto.graph.node for p in re.findall(r"%(p_\w+)", _meta(node).get(_FX_NODE, ""))}
-    folded = {
-        name for name in folded_sources(proto) if "." in name and name not in names and _looks_like_parameter(name)
-    }
-    missing = sorted(folded) + sorted(recorded - present - {_placeholder(name) for name in folded})
+    gone = {name for name in folded if "." in name and name not in names and _looks_like_parameter(name)}
+    missing = sorted(gone) + sorted(recorded - present - {_placeholder(name) for name in gone})
     if missing:
         shown = ", ".join(missing[:4]) + (", ..." if len(missing) > 4 else "")
         note(
@@ -417,7 +423,7 @@ def quantized_parameters(proto: onnx.ModelProto) -> None:
     for node in graph.node:
         for name in node.input:
             readers[name].append(node)
-    taken = set(inits) | {o for n in graph.node for o in n.output} | {i.name for i in graph.input}
+    taken = names_in(graph)
     masters = 0
     for dq in [n for n in graph.node if n.op_type == "DequantizeLinear"]:
         weight, scale = inits.get(dq.input[0]), inits.get(dq.input[1])

@@ -53,14 +53,14 @@ def load_model(
     imports.quantized_parameters(proto)
     floats = {i.name for i in proto.graph.initializer if i.data_type == onnx.TensorProto.FLOAT}
     imports.tied_parameters(proto, floats - not_parameters, untie)
-    imports.check_recorded_parameters(proto)
+    imports.check_recorded_parameters(proto, folded)
     _fix_dims(proto, dim_values or {})
     dims.tie_to_constants(proto, _data_inputs(proto))
     _fix_batch(proto, batch_size)
     proto, constants = _fold_constants(proto)
     graph = _to_ir(proto, constants)
     graph.not_parameters = not_parameters & set(graph.params)
-    graph.folded = folded - set(graph.params) - set(graph.buffers) - set(graph.constants)
+    graph.folded = folded - graph.values.keys()
     for value in graph.values.values():
         check_tensor_size(value.name, value.shape)
     return graph

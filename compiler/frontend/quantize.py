@@ -26,6 +26,7 @@ from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from ..errors import EdgetrainError
+from .imports import names_in
 from .load import _normalize_opset, _read
 from .validate import check_model, one_line
 
@@ -68,7 +69,7 @@ def quantize_int8(model, calibration_data) -> onnx.ModelProto:
     if not weights and not activations:
         raise EdgetrainError("quantize='int8': the model has no Conv, ConvTranspose, Gemm or MatMul to quantize")
     ranges = _ranges(proto, activations, calibration_data)
-    taken = set(inits) | {n for node in graph.node for n in node.output} | {i.name for i in graph.input}
+    taken = names_in(graph)
     for name, axis in weights.items():
         values = numpy_helper.to_array(inits[name]).astype(np.float32)
         _insert(graph, taken, name, *_weight_scale(values, axis), axis)
