@@ -133,13 +133,18 @@ _STATE_LEAVES = {"weight", "bias", "running_mean", "running_var", "num_batches_t
 _WITHOUT_VALUES = "the model was exported without its parameters (export_params=False); export it with them"
 
 
+def _state_dict_entry(name: str) -> bool:
+    """A name torch gives a module's trained tensor: `fc.weight`, or `weight` for the top module's own."""
+    return name.rsplit(".", 1)[-1] in _STATE_LEAVES
+
+
 def _check_weights_present(g: onnx.GraphProto) -> None:
     """torch's TorchScript exporter with export_params=False writes a module's parameters as graph
     inputs without values, and the model would compile into one that trains nothing, reading its
     weights as data (its dynamo exporter leaves them unprovided, which _check_structure refuses)."""
     if g.initializer:
         return
-    named = [i.name for i in g.input if "." in i.name and i.name.rsplit(".", 1)[-1] in _STATE_LEAVES]
+    named = [i.name for i in g.input if _state_dict_entry(i.name)]
     if named:
         shown = ", ".join(repr(n) for n in named[:4]) + (f" and {len(named) - 4} more" if len(named) > 4 else "")
         raise EdgetrainError(f"graph inputs {shown} are a module's parameters with no values: {_WITHOUT_VALUES}")
@@ -192,7 +197,7 @@ def _check_structure(g: onnx.GraphProto) -> None:
                 continue
             if name not in producer:
                 unprovided = f"{_label(node, index)} reads {name!r}, which no node, graph input or initializer provides"
-                if not g.initializer and name.rsplit(".", 1)[-1] in _STATE_LEAVES:
+                if not g.initializer and _state_dict_entry(name):
                     unprovided += f": {_WITHOUT_VALUES}"
                 raise EdgetrainError(unprovided)
             later.add(index)

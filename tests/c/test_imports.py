@@ -421,19 +421,28 @@ def test_torchscript_folded_transposed_weights_train_with_a_note(tmp_path):
 
 
 @pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
-def test_a_model_exported_without_its_parameters_is_refused(dynamo, tmp_path):
+@pytest.mark.parametrize(
+    "model, x, weight",
+    [
+        (ConvBN, (B, 3, 8, 8), "'conv.weight'"),
+        (lambda: torch.nn.Linear(4, 3), (B, 4), "'weight'"),  # the top module's own: no module path
+    ],
+    ids=["submodules", "top-module"],
+)
+def test_a_model_exported_without_its_parameters_is_refused(model, x, weight, dynamo, tmp_path):
     """export_params=False: TorchScript writes the parameters as graph inputs without values, which
     would compile into a model that reads its weights as data and trains nothing; dynamo leaves
     them unprovided. Both are refused in one line that names the export setting."""
-    x = torch.randn(B, 3, 8, 8)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         options = {"optimize": False} if dynamo else {"training": torch.onnx.TrainingMode.TRAINING}
-        torch.onnx.export(ConvBN().train(), (x,), tmp_path / "m.onnx", dynamo=dynamo, export_params=False, **options)
+        torch.onnx.export(
+            model().train(), (torch.randn(x),), tmp_path / "m.onnx", dynamo=dynamo, export_params=False, **options
+        )
     with pytest.raises(EdgetrainError) as refusal:
         artifacts.generate_artifacts(tmp_path / "m.onnx", batch_size=B, artifact_directory=tmp_path / "out")
     message = str(refusal.value)
-    assert "conv.weight" in message and "export_params=False" in message and "\n" not in message
+    assert weight in message and "export_params=False" in message and "\n" not in message
 
 
 class ClassToken(torch.nn.Module):
