@@ -78,6 +78,8 @@ _FOLDED_READERS = {"Conv": 1, "ConvTranspose": 1, "QuantizeLinear": 0}
 # Its name for a Linear layer's weight that constant folding transposed (do_constant_folding=True,
 # its default, in a training-mode export too).
 _TORCHSCRIPT_TRANSPOSED = re.compile(r"onnx::(MatMul|Gemm)_\d+")
+# Its name for any other constant it computed, after the op that reads it (onnx::Mul_301).
+_TORCHSCRIPT_COMPUTED = re.compile(r"onnx::\w+_\d+")
 _TRAINING_BN = ("_native_batch_norm_legit_functional", "batch_norm_with_update", "_native_batch_norm_legit.")
 
 
@@ -237,6 +239,54 @@ def check_transposed_weights(proto: onnx.ModelProto) -> None:
             f"{len(readers)} weight(s) are transposed copies that the TorchScript exporter's constant folding "
             f"made: {shown}{', ...' if len(readers) > 2 else ''}; they train as the layers' weights, under these "
             "names and transposed (export with do_constant_folding=False to keep PyTorch's names)"
+        )
+
+
+def check_computed_constants(proto: onnx.ModelProto) -> None:
+    """The TorchScript exporter's constant folding also computes, from a parameter, any other tensor
+    a call makes of it before use (GroupNorm's `weight.unsqueeze(-1)`, a layer scale's
+    `gamma.reshape(1, -1, 1, 1)`, PReLU's broadcast slope, a GRU's weights with its gates reordered)
+    into a constant named after the op that reads it (onnx::Mul_301), and from constants alike, with
+    nothing to tell the two apart. Beyond
+    the folded BatchNorm and the transposed weights above, such tensors (more than one value: a
+    folded scalar is an attention scale or the like) are said in one note each: those a layer reads
+    as its weight train under these names, the others stay frozen as constants."""
+    inits = {i.name: i for i in proto.graph.initializer}
+    read_as_parameter: set[str] = set()
+    readers: dict[str, str] = {}
+    for node in proto.graph.node:
+        for slot, name in enumerate(node.input):
+            readers.setdefault(name, node.name or node.output[0])
+            if slot in PARAMETER_SLOTS.get(node.op_type, ()):
+                read_as_parameter.add(name)
+    computed = [
+        name
+        for name, init in inits.items()
+        if _TORCHSCRIPT_COMPUTED.fullmatch(name)
+        and not (_TORCHSCRIPT_FOLDED.fullmatch(name) or _TORCHSCRIPT_TRANSPOSED.fullmatch(name))
+        and init.data_type == onnx.TensorProto.FLOAT
+        and int(np.prod(init.dims)) > 1
+        and name in readers
+    ]
+    trained = [name for name in computed if name in read_as_parameter]
+    frozen = [name for name in computed if name not in read_as_parameter]
+
+    def shown(names: list[str]) -> str:
+        listed = ", ".join(f"{name} (read by '{readers[name]}')" for name in names[:2])
+        return f"{listed}{', ...' if len(names) > 2 else ''}"
+
+    if trained:
+        note(
+            f"{len(trained)} layer weight(s) are constants that the TorchScript exporter's constant folding "
+            f"computed (a PReLU's broadcast slope, a GRU's or LSTM's gates reordered): {shown(trained)}; they "
+            "train under these names (export with do_constant_folding=False to keep PyTorch's names)"
+        )
+    if frozen:
+        note(
+            f"{len(frozen)} tensor(s) are constants that the TorchScript exporter's constant folding computed, "
+            f"from parameters or from constants: {shown(frozen)}; they stay frozen, so a parameter folded into "
+            "one (a GroupNorm's scale and bias, a layer scale) does not train: export with "
+            "do_constant_folding=False, or name it in requires_grad"
         )
 
 

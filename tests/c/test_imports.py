@@ -420,6 +420,62 @@ def test_torchscript_folded_transposed_weights_train_with_a_note(tmp_path):
         np.testing.assert_allclose(g, w, atol=1e-6)
 
 
+class GroupNormScaled(torch.nn.Module):
+    """GroupNorm, a PReLU and a layer scale: each reshapes its parameter before use."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3)
+        self.gn = torch.nn.GroupNorm(2, 4)
+        self.prelu = torch.nn.PReLU(4)
+        self.gamma = torch.nn.Parameter(torch.rand(4) + 0.5)
+        self.fc = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.fc((self.prelu(self.gn(self.conv(x))) * self.gamma.reshape(1, -1, 1, 1)).mean((2, 3)))
+
+
+def test_torchscript_folded_parameters_are_said_and_train_when_named(tmp_path):
+    """The TorchScript exporter's default constant folding computes GroupNorm's reshaped scale and
+    bias, a layer scale and PReLU's slope into constants named after their readers. A note says the
+    slope (a PReLU's weight) trains under its new name and the others stay frozen; named in
+    requires_grad, those train too, each with PyTorch's gradient of the parameter it came from."""
+    torch.manual_seed(0)
+    model = GroupNormScaled()
+    with torch.no_grad():  # trained-looking values, so no two parameters are equal
+        for p in model.parameters():
+            p.add_(torch.rand_like(p))
+    x, labels = torch.randn(B, 3, 6, 6), torch.tensor([0, 2])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (x,), tmp_path / "m.onnx", dynamo=False, input_names=["x"])
+    inits = {i.name: i for i in onnx.load(tmp_path / "m.onnx").graph.initializer}
+    computed = sorted(n for n in inits if n.startswith("onnx::") and not n.startswith("onnx::PRelu"))
+    (slope,) = [n for n in inits if n.startswith("onnx::PRelu")]
+    assert len(computed) == 3  # the scale, the bias, gamma
+    _, state, notes = compile_(tmp_path / "m.onnx", tmp_path / "a", loss=artifacts.LossType.CrossEntropyLoss)
+    assert any("1 layer weight(s)" in n and slope in n and "train under these names" in n for n in notes), notes
+    assert any("3 tensor(s)" in n and "stay frozen" in n and "requires_grad" in n for n in notes), notes
+    assert {n for n, p in state.parameters.items() if p.requires_grad} == {
+        "conv.weight",
+        "conv.bias",
+        "fc.weight",
+        "fc.bias",
+        slope,
+    }
+
+    trained = ["conv.weight", "conv.bias", "fc.weight", "fc.bias", slope, *computed]
+    module, state, _ = compile_(
+        tmp_path / "m.onnx", tmp_path / "b", requires_grad=trained, loss=artifacts.LossType.CrossEntropyLoss
+    )
+    module(x.numpy(), labels.numpy())
+    torch.nn.functional.cross_entropy(model(x), labels).backward()
+    by_value = {p.detach().numpy().tobytes(): p.grad.numpy() for p in model.parameters()}
+    for name in [slope, *computed]:
+        want = by_value[numpy_helper.to_array(inits[name]).tobytes()]  # reshaped: the same values in order
+        np.testing.assert_allclose(state.parameters[name].grad.reshape(want.shape), want, atol=1e-6)
+
+
 @pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
 @pytest.mark.parametrize(
     "model, x, weight",
