@@ -58,6 +58,7 @@ def load_model(
     _fix_dims(proto, dim_values or {})
     dims.tie_to_constants(proto, _data_inputs(proto))
     _fix_batch(proto, batch_size)
+    proto = _expand_function_ops(proto)
     proto, constants = _fold_constants(proto)
     graph = _to_ir(proto, constants)
     graph.not_parameters = not_parameters & set(graph.params)
@@ -220,6 +221,129 @@ def _fold_constants(proto):
         for name, array in constants.items():
             if name in live and name not in {i.name for i in proto.graph.initializer}:
                 proto.graph.initializer.append(numpy_helper.from_array(np.asarray(array), name))
+
+
+_EXPANDED = "edgetrain.expanded"  # the domain of a function op's body while onnx's inliner expands it
+_KEPT = {"CastLike"}  # function ops the import rewrites itself, once types are known (_cast_like_to_cast)
+
+
+def _expand_function_ops(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """An op with no kernel here that ONNX defines as a function of other ops (Attention,
+    RMSNormalization, RotaryEmbedding, GroupNormalization, Swish at their opsets) becomes that
+    function's body, built for the node's attributes and input types as onnx's schema builds it, and
+    trains through the gradients of the ops it is made of. Until no such op is left: a body may hold
+    one. Types come from a lenient inference, as onnx's strict one fails on some of these ops."""
+    while True:
+        candidates = [
+            node
+            for node in proto.graph.node
+            if node.domain in ("", "ai.onnx") and node.op_type not in _KEPT and not lookup(Node(node.op_type, (), ()))
+        ]
+        if not candidates:
+            return proto
+        graph = shape_inference.infer_shapes(proto).graph
+        types = {v.name: v.type for v in [*graph.input, *graph.value_info, *graph.output]} | {
+            i.name: onnx.helper.make_tensor_type_proto(i.data_type, i.dims) for i in graph.initializer
+        }
+        opset, bodies = _opset(proto), list[onnx.FunctionProto]()
+        for node in candidates:
+            body = _function_body(node, opset, types)
+            if body is None:
+                continue
+            body = _at_opset(body, node, opset, types)
+            body.domain, body.name = _EXPANDED, f"{node.op_type}_{len(bodies)}"
+            node.domain, node.op_type = body.domain, body.name
+            bodies.append(body)
+        if not bodies:
+            return proto
+        proto.functions.extend(bodies)
+        proto.opset_import.append(onnx.helper.make_opsetid(_EXPANDED, 1))
+        proto = onnx.inliner.inline_local_functions(proto)
+        left = sorted({node.op_type for node in proto.graph.node if node.domain == _EXPANDED})
+        if left:
+            raise EdgetrainError(f"cannot expand the function op(s) {', '.join(left)} into their ONNX definition")
+        del proto.functions[:]
+        kept = [o for o in proto.opset_import if o.domain != _EXPANDED]
+        del proto.opset_import[:]
+        proto.opset_import.extend(kept)
+
+
+def _at_opset(body: onnx.FunctionProto, node, opset: int, types: dict) -> onnx.FunctionProto:
+    """`body` in the model's opset, which onnx's inliner requires: one written for an older opset
+    (GroupNormalization's, 21, in an opset-23 model) goes through onnx's version converter, as a
+    graph of the body with the node's input types."""
+    if _opset(body) == opset:
+        return body
+    inputs = [
+        onnx.helper.make_value_info(formal, types[actual]) for formal, actual in zip(body.input, node.input) if actual
+    ]
+    graph = onnx.helper.make_graph(
+        list(body.node), body.name, inputs, [onnx.helper.make_empty_tensor_value_info(o) for o in body.output]
+    )
+    model = onnx.helper.make_model(graph, opset_imports=list(body.opset_import))
+    try:
+        converted = onnx.version_converter.convert_version(model, opset)
+    except Exception as exc:
+        raise EdgetrainError(f"cannot expand {node.op_type} '{node.name}': {exc}".splitlines()[0]) from None
+    del body.node[:]
+    body.node.extend(converted.graph.node)
+    del body.opset_import[:]
+    body.opset_import.extend(converted.opset_import)
+    return body
+
+
+def _function_body(node, opset: int, types: dict[str, onnx.TypeProto]) -> onnx.FunctionProto | None:
+    """The body ONNX defines for `node`'s op at the model's opset, or None (no such function, an
+    input whose type is not known yet, or control flow in it)."""
+    try:
+        schema: Any = onnx.defs.get_schema(node.op_type, opset)  # onnx's stubs omit its function accessors
+    except onnx.defs.SchemaError:
+        return None
+    plain = [v for v in schema.function_opset_versions if v <= opset]
+    dependent = [v for v in schema.context_dependent_function_opset_versions if v <= opset]
+    body: onnx.FunctionProto | None
+    if plain:
+        body = _specialized(
+            onnx.FunctionProto.FromString(schema.get_function_with_opset_version(max(plain))), node, schema
+        )
+    elif dependent and all(not name or name in types for name in node.input):
+        inputs = [types[name].SerializeToString() if name else b"" for name in node.input]
+        built = schema.get_context_dependent_function_with_opset_version(
+            max(dependent), node.SerializeToString(), inputs
+        )
+        body = onnx.FunctionProto.FromString(built) if built else None
+    else:
+        return None
+    # Control flow (AffineGrid's If on its rank) is left to the refusal of the op itself.
+    if body is None or any(n.op_type in ("If", "Loop", "Scan") for n in body.node):
+        return None
+    return body
+
+
+def _specialized(body: onnx.FunctionProto, node, schema) -> onnx.FunctionProto:
+    """A function body whose nodes read the op's attributes by reference (Swish's alpha), with each
+    reference replaced by the node's attribute or else the schema's default, as the op means it:
+    onnx's version converter and inliner know neither the defaults nor, the converter, references."""
+    given = {a.name: a for a in node.attribute} | {
+        name: attr.default_value
+        for name, attr in schema.attributes.items()
+        if attr.default_value.type and name not in {a.name for a in node.attribute}
+    }
+    for inner in body.node:
+        attributes = []
+        for attr in inner.attribute:
+            if not attr.ref_attr_name:
+                attributes.append(attr)
+            elif attr.ref_attr_name in given:
+                value = onnx.AttributeProto()
+                value.CopyFrom(given[attr.ref_attr_name])
+                value.name = attr.name
+                attributes.append(value)
+        del inner.attribute[:]
+        inner.attribute.extend(attributes)
+    del body.attribute[:]
+    del body.attribute_proto[:]
+    return body
 
 
 def _cast_like_to_cast(proto, elem_types: dict[str, int]) -> None:

@@ -1,6 +1,7 @@
 """Which ONNX backend node cases of each op edgetrain supports run against the generated C, and why
 the others do not. test_onnx_backend_nodes.py fails when a case of a supported op (an op in the
-registry's default domain) is missing here, so adding an op means listing its cases.
+registry's default domain, or one of FUNCTION_OPS, which compile as ONNX's function body for them)
+is missing here, so adding an op means listing its cases.
 
 The cases are those onnx's generators make with a single node of the op; the `_expanded` variants
 run the op's function body, made of other ops, and are not cases of the op.
@@ -73,6 +74,8 @@ PEEPHOLES = Refused("peepholes")
 BLOCKED = Refused("blocked quantization (block_size) is not supported")
 # Running statistics are buffers a training step updates, so they are not the inference graph's outputs.
 STATISTICS_OUTPUTS = Refused("running statistics are state")
+# Attention's softmax_precision=DOUBLE computes its softmax in float64.
+DOUBLE_SOFTMAX = Refused("produces float64")
 CONSTANT_BOUNDS = Skipped(
     "a Range's length is its static shape, so its bounds are compile-time constants: the "
     "case has no run-time input, and the frontend folds integer ones"
@@ -95,6 +98,23 @@ TOLERANCE = {
     "test_averagepool_2d_ceil_last_window_starts_on_pad": (1e-3, "onnx writes the expected values to 4 digits"),
     "test_sce_NCd1d2d3d4d5_mean_weight": (1e-4, "a mean of 6480 float32 terms, summed in order"),
     "test_sce_NCd1d2d3d4d5_mean_weight_log_prob": (1e-4, "a mean of 6480 float32 terms, summed in order"),
+}
+
+# Ops with no kernel of their own that edgetrain compiles as ONNX's function body for them.
+FUNCTION_OPS = {
+    "Attention",
+    "RMSNormalization",
+    "RotaryEmbedding",
+    "GroupNormalization",
+    "Swish",
+    "MeanVarianceNormalization",
+    "ReduceSumSquare",
+    "ReduceL1",
+    "ReduceLogSum",
+    "Shrink",
+    "ThresholdedRelu",
+    "SwiGLU",
+    "CenterCropPad",
 }
 
 CASES: dict[str, OpCases] = {
@@ -161,6 +181,105 @@ CASES: dict[str, OpCases] = {
             "test_argmin_negative_axis_keepdims_example_select_last_index",
             "test_argmin_negative_axis_keepdims_random_select_last_index",
         )
+    ),
+    "Attention": OpCases(
+        included=(
+            "test_attention_4d",
+            "test_attention_4d_gqa",
+            "test_attention_4d_diff_heads_sizes",
+            "test_attention_4d_scaled",
+            "test_attention_4d_gqa_scaled",
+            "test_attention_4d_diff_heads_sizes_scaled",
+            "test_attention_4d_causal",
+            "test_attention_4d_gqa_causal",
+            "test_attention_4d_diff_heads_sizes_causal",
+            "test_attention_4d_attn_mask",
+            "test_attention_4d_attn_mask_3d",
+            "test_attention_4d_attn_mask_3d_causal",
+            "test_attention_4d_attn_mask_4d",
+            "test_attention_4d_attn_mask_4d_causal",
+            "test_attention_4d_attn_mask_bool",
+            "test_attention_4d_attn_mask_bool_4d",
+            "test_attention_4d_gqa_attn_mask",
+            "test_attention_4d_diff_heads_sizes_attn_mask",
+            "test_attention_4d_with_past_and_present",
+            "test_attention_4d_gqa_with_past_and_present",
+            "test_attention_4d_diff_heads_with_past_and_present",
+            "test_attention_4d_diff_heads_with_past_and_present_mask3d",
+            "test_attention_4d_diff_heads_with_past_and_present_mask4d",
+            "test_attention_4d_softcap",
+            "test_attention_4d_gqa_softcap",
+            "test_attention_4d_diff_heads_sizes_softcap",
+            "test_attention_4d_with_qk_matmul",
+            "test_attention_4d_with_qk_matmul_bias",
+            "test_attention_4d_with_qk_matmul_softcap",
+            "test_attention_4d_with_qk_matmul_softmax",
+            "test_attention_4d_with_past_and_present_qk_matmul_bias",
+            "test_attention_4d_with_past_and_present_qk_matmul_bias_3d_mask",
+            "test_attention_4d_with_past_and_present_qk_matmul_bias_4d_mask",
+            "test_attention_4d_with_past_and_present_qk_matmul_bias_3d_mask_causal",
+            "test_attention_4d_with_past_and_present_qk_matmul_bias_4d_mask_causal",
+            "test_attention_4d_with_past_and_present_qk_matmul",
+            "test_attention_3d",
+            "test_attention_3d_gqa",
+            "test_attention_3d_diff_heads_sizes",
+            "test_attention_3d_scaled",
+            "test_attention_3d_gqa_scaled",
+            "test_attention_3d_diff_heads_sizes_scaled",
+            "test_attention_3d_causal",
+            "test_attention_3d_gqa_causal",
+            "test_attention_3d_diff_heads_sizes_causal",
+            "test_attention_3d_attn_mask",
+            "test_attention_3d_gqa_attn_mask",
+            "test_attention_3d_diff_heads_sizes_attn_mask",
+            "test_attention_3d_softcap",
+            "test_attention_3d_gqa_softcap",
+            "test_attention_3d_diff_heads_sizes_softcap",
+            "test_attention_3d_with_past_and_present",
+            "test_attention_3d_gqa_with_past_and_present",
+            "test_attention_3d_diff_heads_with_past_and_present",
+            "test_attention_3d_with_past_and_present_qk_matmul",
+            "test_attention_3d_with_past_and_present_qk_matmul_bias",
+            "test_attention_3d_with_past_and_present_qk_matmul_softcap",
+            "test_attention_3d_with_past_and_present_qk_matmul_softmax",
+            "test_attention_3d_transpose_verification",
+            "test_attention_4d_diff_heads_mask4d_padded_kv",
+            "test_attention_4d_softcap_neginf_mask",
+            "test_attention_4d_softcap_neginf_mask_poison",
+            "test_attention_4d_gqa_causal_nonpad_decode",
+            "test_attention_4d_causal_nonpad_continued_prefill",
+            "test_attention_4d_causal_with_past_and_present",
+            "test_attention_causal_boolmask_nan_robustness",
+            "test_attention_23_boolmask_fullymasked_row_nan_robustness",
+            "test_attention_4d_causal_nonpad_negative_offset_structural_empty",
+            "test_attention_23_fullymasked_qk_matmul_output_mode3_zero",
+            "test_attention_24_fullymasked_qk_matmul_output_mode3_zero",
+            "test_attention_4d_causal_nonpad_attn_mask_composition",
+            "test_attention_4d_causal_nonpad_batch_prefill",
+            "test_attention_local_window",
+            "test_attention_bidirectional_window",
+            "test_attention_local_window_default",
+            "test_attention_local_window_rank1_boolean_mask",
+            "test_attention_local_window_with_past",
+            "test_attention_local_window_ext_cache_rank3_head_mask",
+            "test_attention_local_window_ext_cache_rank4_batch_mask",
+            "test_attention_local_window_ext_cache_rank2_mask",
+            "test_attention_3d_local_window",
+        ),
+        excluded={
+            "test_attention_4d_fp16": FLOAT_TYPE,
+            "test_attention_4d_gqa_with_past_and_present_fp16": FLOAT_TYPE,
+            "test_attention_4d_causal_bf16": FLOAT_TYPE,
+            "test_attention_4d_causal_fp16": FLOAT_TYPE,
+            "test_attention_4d_padded_kv_bf16": FLOAT_TYPE,
+            "test_attention_4d_causal_padded_kv_bf16": FLOAT_TYPE,
+            "test_attention_4d_attn_mask_causal_bf16": FLOAT_TYPE,
+            "test_attention_3d_causal_bf16": FLOAT_TYPE,
+            "test_attention_4d_gqa_causal_nonpad_decode_fp16": FLOAT_TYPE,
+            "test_attention_24_qk_matmul_output_mode3_softmax_precision": FLOAT_TYPE,
+            "test_attention_local_window_ext_cache_float16_mask": FLOAT_TYPE,
+            "test_attention_local_window_gqa_rank4_mask": DOUBLE_SOFTMAX,
+        },
     ),
     "AveragePool": OpCases(
         included=(
@@ -274,6 +393,16 @@ CASES: dict[str, OpCases] = {
         },
     ),
     "Ceil": OpCases(included=("test_ceil_example", "test_ceil")),
+    "CenterCropPad": OpCases(
+        included=(
+            "test_center_crop_pad_crop",
+            "test_center_crop_pad_pad",
+            "test_center_crop_pad_crop_and_pad",
+            "test_center_crop_pad_crop_axes_hwc",
+            "test_center_crop_pad_crop_negative_axes_hwc",
+            "test_center_crop_pad_crop_axes_chw",
+        ),
+    ),
     "Clip": OpCases(
         included=(
             "test_clip_example",
@@ -504,6 +633,12 @@ CASES: dict[str, OpCases] = {
             "test_greater_equal_uint64": SMALL_INT_DATA,
         },
     ),
+    "GroupNormalization": OpCases(
+        included=(
+            "test_group_normalization_example",
+            "test_group_normalization_epsilon",
+        ),
+    ),
     "HardSigmoid": OpCases(included=("test_hardsigmoid_example", "test_hardsigmoid", "test_hardsigmoid_default")),
     "HardSwish": OpCases(included=("test_hardswish",)),
     "Identity": OpCases(
@@ -646,6 +781,9 @@ CASES: dict[str, OpCases] = {
             "test_maxpool_with_argmax_2d_precomputed_strides": NON_FLOAT_OUTPUT,
         },
     ),
+    "MeanVarianceNormalization": OpCases(
+        included=("test_mvn",),
+    ),
     "Min": OpCases(
         included=("test_min_example", "test_min_one_input", "test_min_two_inputs", "test_min_float32"),
         as_float32=("test_min_int32", "test_min_int64"),
@@ -733,6 +871,29 @@ CASES: dict[str, OpCases] = {
             "test_pow_types_int32_int32": INT_DATA,
         },
     ),
+    "RMSNormalization": OpCases(
+        included=(
+            "test_rms_normalization_4d_axis0",
+            "test_rms_normalization_4d_axis_negative_4",
+            "test_rms_normalization_4d_axis1",
+            "test_rms_normalization_4d_axis_negative_3",
+            "test_rms_normalization_4d_axis2",
+            "test_rms_normalization_4d_axis_negative_2",
+            "test_rms_normalization_4d_axis3",
+            "test_rms_normalization_4d_axis_negative_1",
+            "test_rms_normalization_default_axis",
+            "test_rms_normalization_2d_axis0",
+            "test_rms_normalization_2d_axis_negative_2",
+            "test_rms_normalization_2d_axis1",
+            "test_rms_normalization_2d_axis_negative_1",
+            "test_rms_normalization_3d_axis0_epsilon",
+            "test_rms_normalization_3d_axis_negative_3_epsilon",
+            "test_rms_normalization_3d_axis1_epsilon",
+            "test_rms_normalization_3d_axis_negative_2_epsilon",
+            "test_rms_normalization_3d_axis2_epsilon",
+            "test_rms_normalization_3d_axis_negative_1_epsilon",
+        ),
+    ),
     "Range": OpCases(
         included=(),
         excluded={
@@ -743,6 +904,21 @@ CASES: dict[str, OpCases] = {
         },
     ),
     "Reciprocal": OpCases(included=("test_reciprocal_example", "test_reciprocal")),
+    "ReduceL1": OpCases(
+        included=(
+            "test_reduce_l1_do_not_keepdims_example",
+            "test_reduce_l1_do_not_keepdims_random",
+            "test_reduce_l1_keep_dims_example",
+            "test_reduce_l1_keep_dims_random",
+            "test_reduce_l1_default_axes_keepdims_example",
+            "test_reduce_l1_default_axes_keepdims_random",
+            "test_reduce_l1_negative_axes_keep_dims_example",
+            "test_reduce_l1_negative_axes_keep_dims_random",
+        ),
+        excluded={
+            "test_reduce_l1_empty_set": EMPTY,
+        },
+    ),
     "ReduceL2": OpCases(
         included=(
             "test_reduce_l2_do_not_keepdims_example",
@@ -756,6 +932,17 @@ CASES: dict[str, OpCases] = {
         ),
         excluded={
             "test_reduce_l2_empty_set": EMPTY,
+        },
+    ),
+    "ReduceLogSum": OpCases(
+        included=(
+            "test_reduce_log_sum_desc_axes",
+            "test_reduce_log_sum_asc_axes",
+            "test_reduce_log_sum_default",
+            "test_reduce_log_sum_negative_axes",
+        ),
+        excluded={
+            "test_reduce_log_sum_empty_set": EMPTY,
         },
     ),
     "ReduceLogSumExp": OpCases(
@@ -835,6 +1022,21 @@ CASES: dict[str, OpCases] = {
             "test_reduce_sum_empty_set_non_reduced_axis_zero": EMPTY,
         },
     ),
+    "ReduceSumSquare": OpCases(
+        included=(
+            "test_reduce_sum_square_do_not_keepdims_example",
+            "test_reduce_sum_square_do_not_keepdims_random",
+            "test_reduce_sum_square_keepdims_example",
+            "test_reduce_sum_square_keepdims_random",
+            "test_reduce_sum_square_default_axes_keepdims_example",
+            "test_reduce_sum_square_default_axes_keepdims_random",
+            "test_reduce_sum_square_negative_axes_keepdims_example",
+            "test_reduce_sum_square_negative_axes_keepdims_random",
+        ),
+        excluded={
+            "test_reduce_sum_square_empty_set": EMPTY,
+        },
+    ),
     "Relu": OpCases(included=("test_relu",)),
     "Reshape": OpCases(
         included=(
@@ -897,6 +1099,18 @@ CASES: dict[str, OpCases] = {
             "test_resize_upsample_scales_linear_half_pixel_symmetric": HALF_PIXEL_SYMMETRIC,
         },
     ),
+    "RotaryEmbedding": OpCases(
+        included=(
+            "test_rotary_embedding",
+            "test_rotary_embedding_3d_input",
+            "test_rotary_embedding_interleaved",
+            "test_rotary_embedding_with_rotary_dim",
+            "test_rotary_embedding_with_interleaved_rotary_dim",
+            "test_rotary_embedding_no_position_ids",
+            "test_rotary_embedding_no_position_ids_interleaved",
+            "test_rotary_embedding_no_position_ids_rotary_dim",
+        ),
+    ),
     "Round": OpCases(included=("test_round",)),
     "ScatterElements": OpCases(
         included=(
@@ -921,6 +1135,12 @@ CASES: dict[str, OpCases] = {
         )
     ),
     "Selu": OpCases(included=("test_selu_example", "test_selu", "test_selu_default")),
+    "Shrink": OpCases(
+        included=(
+            "test_shrink_hard",
+            "test_shrink_soft",
+        ),
+    ),
     "Sigmoid": OpCases(included=("test_sigmoid_example", "test_sigmoid")),
     "Sign": OpCases(included=("test_sign",)),
     "Sin": OpCases(included=("test_sin_example", "test_sin")),
@@ -1032,7 +1252,26 @@ CASES: dict[str, OpCases] = {
             "test_sub_uint64": SMALL_INT_DATA,
         },
     ),
+    "SwiGLU": OpCases(
+        included=(
+            "test_swiglu",
+            "test_swiglu_alpha",
+        ),
+        excluded={
+            "test_swiglu_float16": FLOAT_TYPE,
+        },
+    ),
+    "Swish": OpCases(
+        included=("test_swish",),
+    ),
     "Tanh": OpCases(included=("test_tanh_example", "test_tanh")),
+    "ThresholdedRelu": OpCases(
+        included=(
+            "test_thresholdedrelu_example",
+            "test_thresholdedrelu",
+            "test_thresholdedrelu_default",
+        ),
+    ),
     "Tile": OpCases(included=("test_tile", "test_tile_precomputed")),
     "TopK": OpCases(
         included=(

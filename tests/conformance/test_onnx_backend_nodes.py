@@ -6,7 +6,8 @@ ONNX expects. cases.py lists every case of every op edgetrain supports, as run o
 why); the first test fails on a case it does not list.
 
 Each case's node keeps its inputs as the op takes them: those the op needs at compile time
-(the registry's const_inputs: axes, shapes, bounds) become initializers, the others graph inputs
+(the registry's const_inputs: axes, shapes, bounds; for an op compiled as its function body, its
+integer inputs) become initializers, the others graph inputs
 (integer and bool ones the C reads as int32; cases.py names the cases whose integer data run as
 float32). The cases of one opset are merged into one model, names prefixed per case,
 and compiled for inference only, so one gcc run covers them; each case is then its own test,
@@ -37,10 +38,10 @@ from edgetrain.errors import EdgetrainError
 from edgetrain.host import load_library
 from edgetrain.ops import REGISTRY
 
-from .cases import CASES, TOLERANCE, Refused
+from .cases import CASES, FUNCTION_OPS, TOLERANCE, Refused
 
 RTOL, ATOL = 1e-5, 5e-7
-SUPPORTED = sorted(name for domain, name in REGISTRY if domain == "")
+SUPPORTED = sorted({name for domain, name in REGISTRY if domain == ""} | FUNCTION_OPS)
 INCLUDED = [name for cases in CASES.values() for name in cases.run]
 AS_FLOAT32 = {name for cases in CASES.values() for name in cases.as_float32}
 REFUSED = [
@@ -75,6 +76,20 @@ def opset_of(case) -> int:
     return next(o.version for o in case.model.opset_import if o.domain in ("", "ai.onnx"))
 
 
+def _const_inputs(case) -> frozenset[int]:
+    """The input slots a case gives as initializers: the registry's const_inputs, and for an op
+    compiled through its function body, its integer inputs (axes, positions)."""
+    node = case.model.graph.node[0]
+    if ("", node.op_type) in REGISTRY:
+        return REGISTRY[("", node.op_type)].const_inputs
+    infos = {i.name: i for i in case.model.graph.input}
+    return frozenset(
+        slot
+        for slot, name in enumerate(node.input)
+        if name and infos[name].type.tensor_type.elem_type in (onnx.TensorProto.INT64, onnx.TensorProto.INT32)
+    )
+
+
 def _fragment(case, tag: str):
     """The case's node, inputs, initializers and outputs, every name prefixed with `tag`."""
     node = onnx.NodeProto()
@@ -83,17 +98,17 @@ def _fragment(case, tag: str):
     node.input[:] = [rename.get(n, "") for n in node.input]
     node.output[:] = [rename.get(n, "") for n in node.output]
     node.name = tag
-    spec = REGISTRY[("", node.op_type)]
     as_float32 = case.name in AS_FLOAT32
     values, _ = case.data_sets[0]
     slots = [slot for slot, n in enumerate(case.model.graph.node[0].input) if n]
     infos = {i.name: i for i in case.model.graph.input}
+    const_inputs = _const_inputs(case)
     inputs, initializers, feeds = [], [], []
     for slot, value in zip(slots, values):
         name = case.model.graph.node[0].input[slot]
         # data of a type NumPy has no dtype for (int4, float8): kept as written, refused anyway
         array = value if isinstance(value, onnx.TensorProto) else np.asarray(value)
-        if slot not in spec.const_inputs:
+        if slot not in const_inputs:
             info = onnx.ValueInfoProto()
             info.CopyFrom(infos[name])
             info.name = rename[name]
