@@ -49,6 +49,8 @@ _EXPORTER_NAME = re.compile(
     r"scalar_tensor_default(_\d+)?|.*_output_\d+|expand(_\d+)?"
 )
 _SIGNATURE_KIND = "pkg.torch.export.graph_signature.InputSpec.kind"  # PARAMETER, BUFFER, CONSTANT_TENSOR, ...
+_SIGNATURE = "pkg.torch.export.ExportedProgram.graph_signature"  # the graph's: every input, with its kind and target
+_SIGNATURE_PARAMETER = re.compile(r"^\w+: PARAMETER target='([^']+)'$", re.M)
 _FOLDED_FROM = "pkg.onnxscript.optimizer.folded_from"  # a constant dynamo's optimizer computed from others
 _STATE_DICT_NAME = re.compile(r"[A-Za-z_]\w*(\.\w+)*")
 _BUFFER_LEAF = {
@@ -439,15 +441,21 @@ def restore_expanded_parameters(proto: onnx.ModelProto) -> None:
         )
 
 
-def check_recorded_parameters(proto: onnx.ModelProto, folded: frozenset[str]) -> None:
+def check_recorded_parameters(proto: onnx.ModelProto, folded: frozenset[str]) -> frozenset[str]:
     """Every parameter a dynamo-exported node's record says its PyTorch call read (%p_<name>) should be
     an initializer by now, and so should every module's tensor (a dotted name) that the exporter's
-    optimizer folded a constant from. One that is not was folded into a constant or dropped, so it
-    cannot train: said in one note, never left silent."""
+    optimizer folded a constant from, and every parameter of the export's graph signature of a module
+    that ran and not tied to another (the top module's own too, and those whose folded constants the
+    optimizer merged as equal, which no folded_from names). One that is not was folded into a
+    constant or dropped, so it cannot train: said in one note, never left silent. Returns the
+    names of these parameters (frozen_params may name them)."""
     names = {i.name for i in proto.graph.initializer}
     present = {_placeholder(name) for name in names}
     recorded = {p for node in proto.graph.node for p in re.findall(r"%(p_\w+)", _meta(node).get(_FX_NODE, ""))}
     gone = {name for name in folded if "." in name and name not in names and _looks_like_parameter(name)}
+    signature = next((p.value for p in proto.graph.metadata_props if p.key == _SIGNATURE), "")
+    unseen = set(_SIGNATURE_PARAMETER.findall(signature)) - names
+    gone |= _ran(proto, unseen) - _tied_away(proto, unseen, names)
     missing = sorted(gone) + sorted(recorded - present - {_placeholder(name) for name in gone})
     if missing:
         shown = ", ".join(missing[:4]) + (", ..." if len(missing) > 4 else "")
@@ -455,6 +463,32 @@ def check_recorded_parameters(proto: onnx.ModelProto, folded: frozenset[str]) ->
             f"{len(missing)} PyTorch parameter(s) that torch's exporter folded into constants or optimized away "
             f"({shown}) stay as exported and do not train: export with optimize=False to train them"
         )
+    return frozenset(gone)
+
+
+def _ran(proto: onnx.ModelProto, parameters: set[str]) -> set[str]:
+    """The parameters of modules whose forward the export recorded (a node in the module or one of
+    its submodules; the top module's always): a module that never ran (T5's `shared`, read only as
+    its tied `embed_tokens`) or a parameter nothing reads leaves no node."""
+    ran = {""}
+    for node in proto.graph.node:
+        path = _module_path(node) or ""
+        ran.update(".".join(path.split(".")[:depth]) for depth in range(1, path.count(".") + 2))
+    return {name for name in parameters if (name.rsplit(".", 1)[0] if "." in name else "") in ran}
+
+
+def _tied_away(proto: onnx.ModelProto, unseen: set[str], names: set[str]) -> set[str]:
+    """The parameters of `unseen` that are tied to another and so have no initializer of their own:
+    a node of the parameter's module reads, under another module's name, an initializer with its
+    leaf name (GPT-2's `transformer.wte` embedding reads `lm_head.weight`)."""
+    tied = set()
+    for node in proto.graph.node:
+        module = _module_path(node)
+        for name in node.input if module else ():
+            own = f"{module}.{name.rsplit('.', 1)[-1]}"
+            if name in names and own != name and own in unseen:
+                tied.add(own)
+    return tied
 
 
 def quantized_parameters(proto: onnx.ModelProto) -> None:

@@ -54,7 +54,7 @@ def load_model(
     imports.quantized_parameters(proto)
     floats = {i.name for i in proto.graph.initializer if i.data_type == onnx.TensorProto.FLOAT}
     imports.tied_parameters(proto, floats - not_parameters, untie)
-    imports.check_recorded_parameters(proto, folded)
+    folded |= imports.check_recorded_parameters(proto, folded)
     _fix_dims(proto, dim_values or {})
     dims.tie_to_constants(proto, _data_inputs(proto))
     _fix_batch(proto, batch_size)

@@ -271,8 +271,7 @@ def test_torchscript_eval_export_with_folded_batchnorm_is_refused(tmp_path):
 class TinyLM(torch.nn.Module):
     """An embedding tied to the output layer, attention (MultiheadAttention's in_proj_weight and its
     fresh out_proj bias of zeros), and a gain of zeros used as (1 + gain), which dynamo's optimizer
-    folds into a constant. (A parameter of the top module itself, folded so, leaves no name the
-    record tells from an intermediate value's, so the gain sits in a submodule.)"""
+    folds into a constant."""
 
     def __init__(self, vocab=11, dim=8):
         super().__init__()
@@ -308,6 +307,48 @@ def test_dynamo_optimized_ties_attention_and_folded_parameters(tmp_path):
     assert trains == set(params) - {"embed.weight", "scale.gain"}, sorted(trains)
     for name in trains:  # the tied weight's gradient holds the embedding's share: the tie trains as one
         np.testing.assert_allclose(state.parameters[name].grad, params[name].grad.numpy(), atol=1e-5, err_msg=name)
+
+
+class Scaled(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+        self.gamma = torch.nn.Parameter(torch.full((4,), 0.5))
+
+    def forward(self, x):
+        return self.fc(x) * self.gamma.reshape(1, -1)
+
+
+class Gains(torch.nn.Module):
+    """A gain of the top module itself, used as (1 + gain), and two blocks' equal layer scales,
+    reshaped: dynamo's optimizer folds each into a constant and merges the two equal ones, whose
+    record then names one block's scale alone."""
+
+    def __init__(self):
+        super().__init__()
+        self.gain = torch.nn.Parameter(torch.zeros(4))
+        self.blocks = torch.nn.Sequential(Scaled(), Scaled())
+
+    def forward(self, x):
+        return self.blocks(x) * (1 + self.gain)
+
+
+def test_every_parameter_dynamo_folded_is_said_from_the_graph_signature(tmp_path):
+    torch.manual_seed(0)
+    model, x = Gains().train(), torch.randn(B, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (x,), tmp_path / "m.onnx", dynamo=True, input_names=["x"], verbose=False)
+    _, state, notes = compile_(tmp_path / "m.onnx", tmp_path, loss=artifacts.LossType.CrossEntropyLoss)
+    folded = ["blocks.0.gamma", "blocks.1.gamma", "gain"]
+    assert any("3 PyTorch parameter(s)" in n and f"({', '.join(folded)})" in n for n in notes), notes
+    trains = {n for n, p in state.parameters.items() if p.requires_grad}
+    assert trains == {n for n, _ in model.named_parameters()} - set(folded)
+    # Named as PyTorch names it, the merged-away scale can be frozen but not trained.
+    _, state, _ = compile_(tmp_path / "m.onnx", tmp_path / "f", frozen_params=["blocks.1.gamma"])
+    assert {n for n, p in state.parameters.items() if p.requires_grad} == trains
+    with pytest.raises(EdgetrainError, match="optimize=False"):
+        compile_(tmp_path / "m.onnx", tmp_path / "r", requires_grad=["blocks.1.gamma"])
 
 
 class OldOpsetCNN(torch.nn.Module):
