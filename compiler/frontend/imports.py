@@ -502,6 +502,7 @@ def quantized_parameters(proto: onnx.ModelProto) -> None:
     value it replaces (the bias's DequantizeLinear output, the weight without quantize_static's
     `_quantized`), so checkpoints and gradients use the layer's names."""
     graph = proto.graph
+    _fold_quantization_casts(graph)
     inits = {i.name: i for i in graph.initializer}
     readers = collections.defaultdict(list)
     for node in graph.node:
@@ -526,8 +527,7 @@ def quantized_parameters(proto: onnx.ModelProto) -> None:
                 if not readers[name] and name in inits:
                     graph.initializer.remove(inits.pop(name))
         else:
-            master = weight.name.removesuffix("_quantized")
-            master = master if master not in taken else f"{weight.name}_float"
+            master = _master_name(weight.name, readers[dq.output[0]], taken)
             taken.add(master)
             graph.initializer.append(numpy_helper.from_array(values, master))
             quantize = onnx.helper.make_node(
@@ -545,6 +545,38 @@ def quantized_parameters(proto: onnx.ModelProto) -> None:
 
 
 _QUANTIZED_WEIGHTS = (onnx.TensorProto.INT8, onnx.TensorProto.UINT8, onnx.TensorProto.INT16, onnx.TensorProto.UINT16)
+
+
+def _fold_quantization_casts(graph: onnx.GraphProto) -> None:
+    """A scale or zero point that a Cast of an initializer gives (a PyTorch model quantized by
+    torch.ao's pt2e flow keeps them as float64 and int64 buffers) becomes that initializer, cast."""
+    inits = {i.name: i for i in graph.initializer}
+    readers = collections.defaultdict(list)
+    for node in graph.node:
+        for slot, name in enumerate(node.input):
+            readers[name].append((node.op_type, slot))
+    for cast in [n for n in graph.node if n.op_type == "Cast" and n.input[0] in inits]:
+        if not readers[cast.output[0]] or not set(readers[cast.output[0]]) <= _QUANTIZATION_CONSTANTS:
+            continue
+        to = onnx.helper.tensor_dtype_to_np_dtype(next(a.i for a in cast.attribute if a.name == "to"))
+        graph.initializer.append(
+            numpy_helper.from_array(numpy_helper.to_array(inits[cast.input[0]]).astype(to), cast.output[0])
+        )
+        graph.node.remove(cast)
+        readers[cast.input[0]].remove(("Cast", 0))
+        if not readers[cast.input[0]]:
+            graph.initializer.remove(inits.pop(cast.input[0]))
+
+
+def _master_name(weight: str, readers: list, taken: set[str]) -> str:
+    """The float master's name: the layer's `<module>.weight` where the one node reading the
+    dequantized weight records its module (pt2e names its int8 weights `_frozen_param0`), else the
+    weight's own without quantize_static's `_quantized`."""
+    module = _module_path(readers[0]) if len(readers) == 1 else None
+    for name in ([f"{module}.weight"] if module else []) + [weight.removesuffix("_quantized"), f"{weight}_float"]:
+        if name not in taken:
+            return name
+    return f"{weight}_float"
 
 
 def _dequantized(dq, weight, scale, zero_point) -> np.ndarray:

@@ -48,9 +48,46 @@ def _data(rng, n):
     return (centroids[labels] + 0.5 * rng.normal(size=(n, 1, 8, 8))).astype(np.float32), labels.astype(np.int64)
 
 
-@pytest.fixture(scope="module", params=["int8-per-channel", "uint8-per-tensor"])
+def _as_pt2e_exports_it(model: onnx.ModelProto) -> dict[str, str]:
+    """Rewrites a QDQ model into the form of a PyTorch model quantized by torch.ao's pt2e flow and
+    exported by dynamo: int8 weights named `_frozen_param<k>`, their scales and zero points float32
+    and int64 initializers that Cast nodes give DequantizeLinear, each layer's module in its node's
+    record. Returns {layer: its int8 weight's name}."""
+    inits = {i.name: i for i in model.graph.initializer}
+    names, casts = {}, []
+    for k, dq in enumerate(n for n in model.graph.node if n.op_type == "DequantizeLinear" and n.input[0] in inits):
+        weight = inits[dq.input[0]]
+        if weight.data_type != onnx.TensorProto.INT8:
+            continue  # an int32 bias
+        names[weight.name.split(".")[0]] = weight.name = f"_frozen_param{k}"
+        for slot, (buffer, dtype, to) in enumerate(
+            [
+                (f"_scale_{k}", np.float32, onnx.TensorProto.FLOAT),
+                (f"_zero_point_{k}", np.int64, onnx.TensorProto.INT8),
+            ],
+            start=1,
+        ):
+            value = numpy_helper.to_array(inits[dq.input[slot]]).astype(dtype)
+            model.graph.initializer.append(numpy_helper.from_array(value, buffer))
+            casts.append(onnx.helper.make_node("Cast", [buffer], [f"{buffer}__cast"], to=to))
+            dq.input[slot] = f"{buffer}__cast"
+        dq.input[0] = weight.name
+    for cast in reversed(casts):  # first, as their inputs are initializers
+        model.graph.node.insert(0, cast)
+    read = {name for node in model.graph.node for name in node.input}
+    for init in [i for i in model.graph.initializer if i.name not in read]:  # the replaced scales
+        model.graph.initializer.remove(init)
+    for node in model.graph.node:
+        if node.op_type in ("Conv", "Gemm"):
+            module = node.name.split("/")[1]  # the TorchScript exporter's '/conv/Conv'
+            node.metadata_props.add(key="pkg.torch.onnx.name_scopes", value=str(["", module, node.op_type.lower()]))
+    return names
+
+
+@pytest.fixture(scope="module", params=["int8-per-channel", "uint8-per-tensor", "pt2e-form"])
 def qdq_model(request, tmp_path_factory):
-    """(the QDQ model's path, its output scale): quantize_static on a small CNN, calibrated on 8 batches."""
+    """(the QDQ model's path, its output scale, {layer: its int8 weight's name}): quantize_static on a
+    small CNN, calibrated on 8 batches (pt2e-form: rewritten as _as_pt2e_exports_it says)."""
     directory = tmp_path_factory.mktemp(request.param)
     torch.manual_seed(0)
     with warnings.catch_warnings():
@@ -64,7 +101,7 @@ def qdq_model(request, tmp_path_factory):
             dynamo=False,
         )
     rng = np.random.default_rng(1)
-    per_channel = request.param == "int8-per-channel"
+    per_channel = request.param != "uint8-per-tensor"
     quantization.quantize_static(
         str(directory / "float.onnx"),
         str(directory / "qdq.onnx"),
@@ -79,7 +116,12 @@ def qdq_model(request, tmp_path_factory):
     assert {"QuantizeLinear", "DequantizeLinear"} <= ops
     weights = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
     assert weights["conv.weight_quantized"].dtype == np.int8
-    return directory / "qdq.onnx", float(weights[model.graph.node[-1].input[1]])
+    scale = float(weights[model.graph.node[-1].input[1]])
+    names = {"conv": "conv.weight_quantized", "fc": "fc.weight_quantized"}
+    if request.param == "pt2e-form":
+        names = _as_pt2e_exports_it(model)
+        onnx.save(model, directory / "qdq.onnx")
+    return directory / "qdq.onnx", scale, names
 
 
 def _trainer(path, out):
@@ -105,7 +147,7 @@ def _steps(a, b, scale) -> float:
 
 
 def test_forward_is_onnxruntimes(qdq_model, tmp_path, figure):
-    path, scale = qdq_model
+    path, scale, _ = qdq_model
     state, module = _trainer(path, tmp_path / "out")
     assert {name for name, _ in state.parameters} == {"conv.weight", "conv.bias", "fc.weight", "fc.bias"}
     module.eval()
@@ -122,7 +164,7 @@ def test_forward_is_onnxruntimes(qdq_model, tmp_path, figure):
 
 
 def test_trains_and_exports_a_qdq_model_onnxruntime_runs(qdq_model, tmp_path, figure):
-    path, scale = qdq_model
+    path, scale, names = qdq_model
     state, module = _trainer(path, tmp_path / "out")
     optimizer = api.Optimizer(str(tmp_path / "out" / "optimizer_model.onnx"), module)
     rng = np.random.default_rng(3)
@@ -142,8 +184,8 @@ def test_trains_and_exports_a_qdq_model_onnxruntime_runs(qdq_model, tmp_path, fi
     exported = onnx.load(tmp_path / "inference.onnx")
     weights = {i.name: numpy_helper.to_array(i) for i in exported.graph.initializer}
     original = {i.name: numpy_helper.to_array(i) for i in onnx.load(path).graph.initializer}
-    assert weights["conv.weight_quantized"].dtype == np.int8
-    assert not np.array_equal(weights["fc.weight_quantized"], original["fc.weight_quantized"])
+    assert weights[names["conv"]].dtype == np.int8
+    assert not np.array_equal(weights[names["fc"]], original[names["fc"]])
     module.eval()
     worst = 0.0
     for session in _sessions(tmp_path / "inference.onnx"):
