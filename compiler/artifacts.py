@@ -171,6 +171,7 @@ def generate_artifacts(
     _check_options(stages.spec, target, requires_grad, update_policy, fused_update, memory_plot)
     (trainer, model_c), free = _compile(stages, dict(dim_values or {}), defer_free_dims and target is None)
     _note_unread_outputs(trainer.graph.outputs, options, stages.notes)
+    _note_fixed_batch(model_c, batch_size, stages.notes)
     memory = model_c.memory  # the plan at the largest batch
     check_ram(memory.ram_bytes)
 
@@ -207,6 +208,18 @@ def _note_unread_outputs(outputs: list[str], options: dict, notes: list[str]) ->
         f"the model has {len(outputs)} outputs and {options['loss']} reads the first, {outputs[0]!r}, alone "
         "(loss_input_names or --loss-input chooses another; an edgetrain.onnxblock loss combines several)"
     )
+    notes.append(message)
+    warnings.warn(ImportNote(message), stacklevel=3)
+
+
+def _note_fixed_batch(model_c, batch_size: int | None, notes: list[str]) -> None:
+    """A trainer that runs one batch only (a model exported with fixed input shapes, whose batch is
+    the sample's) is said when it is compiled, not first at a step of another batch, and so is a
+    batch_size that it leaves aside."""
+    if not model_c.fixed_batch:
+        return
+    asked = f"; batch_size={batch_size} has no effect" if batch_size not in (None, model_c.max_batch) else ""
+    message = f"{model_c.fixed_batch}{asked}"
     notes.append(message)
     warnings.warn(ImportNote(message), stacklevel=3)
 

@@ -7,6 +7,7 @@ last batch, export, onnxruntime at other batches) runs unchanged."""
 from __future__ import annotations
 
 import io
+import json
 import warnings
 
 import numpy as np
@@ -14,7 +15,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from edgetrain import api, artifacts
+from edgetrain import ImportNote, api, artifacts
 from edgetrain.host import load_library
 from models import mlp, weighted_sum
 
@@ -342,7 +343,12 @@ def test_a_model_the_c_cannot_follow_runs_its_batch_only_and_says_why(tmp_path):
 
 
 def test_a_model_without_a_batch_axis_runs_its_shapes(tmp_path):
-    directory = artifacts.generate_artifacts(weighted_sum((3, 4)), loss=None, artifact_directory=tmp_path)
+    """... and says so when it compiles, with what it makes of a batch_size it cannot take."""
+    with pytest.warns(ImportNote, match=r"runs batches of 3 only: .*no symbolic batch axis\); batch_size=8 has no"):
+        artifacts.generate_artifacts(weighted_sum((3, 4)), loss=None, batch_size=8, artifact_directory=tmp_path / "8")
+    with pytest.warns(ImportNote, match=r"runs batches of 3 only: .*no symbolic batch axis\)$"):
+        directory = artifacts.generate_artifacts(weighted_sum((3, 4)), loss=None, artifact_directory=tmp_path)
+    assert "runs batches of 3 only" in " ".join(json.loads((directory / "report.json").read_text())["import"]["notes"])
     assert "MODEL_MAX_BATCH 3" in (directory / "model.h").read_text()
     _, module, _ = fresh(directory)
     assert module(np.ones((3, 4), np.float32)) == pytest.approx(float(module.state.parameters["W"].data.sum()))
