@@ -172,6 +172,7 @@ def generate_artifacts(
     (trainer, model_c), free = _compile(stages, dict(dim_values or {}), defer_free_dims and target is None)
     _note_unread_outputs(trainer.graph.outputs, options, stages.notes)
     _note_fixed_batch(model_c, batch_size, stages.notes)
+    _note_probabilities_into_loss(trainer.graph, options, stages.notes)
     memory = model_c.memory  # the plan at the largest batch
     check_ram(memory.ram_bytes)
 
@@ -207,6 +208,27 @@ def _note_unread_outputs(outputs: list[str], options: dict, notes: list[str]) ->
     message = (
         f"the model has {len(outputs)} outputs and {options['loss']} reads the first, {outputs[0]!r}, alone "
         "(loss_input_names or --loss-input chooses another; an edgetrain.onnxblock loss combines several)"
+    )
+    notes.append(message)
+    warnings.warn(ImportNote(message), stacklevel=3)
+
+
+# The function each built-in loss on logits applies itself.
+_LOSS_ACTIVATION = {"CrossEntropyLoss": "Softmax", "BCEWithLogitsLoss": "Sigmoid"}
+
+
+def _note_probabilities_into_loss(graph, options: dict, notes: list[str]) -> None:
+    """A loss on logits given the output of that same function (a model exported with its final
+    Softmax or Sigmoid, as for inference) applies it twice, which flattens the gradients: PyTorch's
+    training takes the logits. Said once, naming the node."""
+    activation = _LOSS_ACTIVATION.get(options["loss"])
+    read = (options["loss_input_names"] or graph.outputs)[0]
+    node = next((n for n in graph.nodes if read in n.outputs), None)
+    if activation is None or node is None or node.op != activation:
+        return
+    message = (
+        f"{options['loss']} reads {read!r}, the output of {activation} node {node.name!r}, and applies "
+        f"{activation} again: train on the logits (export the model without its final {activation})"
     )
     notes.append(message)
     warnings.warn(ImportNote(message), stacklevel=3)

@@ -249,6 +249,29 @@ def test_a_loss_on_one_of_several_outputs_is_said(tmp_path):
 
 
 @pytest.mark.parametrize(
+    "activation, loss, said",
+    [
+        ("Softmax", "CrossEntropyLoss", True),
+        ("Sigmoid", "BCEWithLogitsLoss", True),
+        ("LogSoftmax", "CrossEntropyLoss", False),  # log_softmax of log-probabilities is themselves
+        ("Softmax", "MSELoss", False),
+    ],
+)
+def test_a_loss_on_logits_given_probabilities_is_said(tmp_path, activation, loss, said):
+    """A model exported with its final Softmax (or Sigmoid) for inference, trained with the loss
+    that applies it again: a note names the node and the way out."""
+    proto = mlp()
+    proto.graph.node.append(helper.make_node(activation, ["logits"], ["probabilities"], name="head"))
+    proto.graph.output[0].name = "probabilities"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ImportNote)
+        artifacts.generate_artifacts(proto, artifact_directory=tmp_path, batch_size=BATCH, loss=loss)
+    notes = [str(w.message) for w in caught if issubclass(w.category, ImportNote)]
+    message = f"{loss} reads 'probabilities', the output of {activation} node 'head', and applies {activation} again"
+    assert any(message in n for n in notes) == said, notes
+
+
+@pytest.mark.parametrize(
     "option, message",
     [(dict(ort_format=True), "ORT format"), (dict(custom_op_library="libcustom.so"), "custom op library")],
 )
