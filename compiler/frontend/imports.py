@@ -52,7 +52,8 @@ _SIGNATURE_KIND = "pkg.torch.export.graph_signature.InputSpec.kind"  # PARAMETER
 _SIGNATURE = "pkg.torch.export.ExportedProgram.graph_signature"  # the graph's: every input, with its kind and target
 _SIGNATURE_PARAMETER = re.compile(r"^\w+: PARAMETER target='([^']+)'$", re.M)
 _FOLDED_FROM = "pkg.onnxscript.optimizer.folded_from"  # a constant dynamo's optimizer computed from others
-_STATE_DICT_NAME = re.compile(r"[A-Za-z_]\w*(\.\w+)*")
+# (torch.nn.Sequential's submodules are numbered: `0.weight`, `layers.0.bias`; a bare number is a value)
+_STATE_DICT_NAME = re.compile(r"(\d+\.)*[A-Za-z_]\w*(\.\w+)*")
 _BUFFER_LEAF = {
     "running_mean",
     "running_var",
@@ -302,8 +303,9 @@ def _parameter_of(node, module: str, usual: str) -> str:
 
 def restore_names(proto: onnx.ModelProto) -> None:
     """dynamo folds a Linear layer's transposed weight into a new constant (val_70 = weight^T) and
-    loses its name. Where the node that reads it records its module, the parameter gets its
-    state_dict name and layout back (`<module>.weight`, or the name the call's record gives it), read
+    loses its name, and so does the TorchScript exporter's constant folding (onnx::MatMul_302), in a
+    training-mode export too. Where the export says the layer (_linear_weight), the parameter gets its
+    state_dict name and layout back (`<module>.weight`, or the name dynamo's record gives it), read
     through a Transpose, so gradients, checkpoints and state.parameters use the names PyTorch users
     know. A weight tied to another layer's (GPT-2's output layer and embedding) is read from that
     parameter again, so the tie trains as one."""
@@ -312,19 +314,13 @@ def restore_names(proto: onnx.ModelProto) -> None:
     readers = collections.Counter(name for node in graph.node for name in node.input)
     taken = names_in(graph)
     for index, node in reversed(list(enumerate(graph.node))):
-        if node.op_type != "MatMul" or len(node.input) < 2 or "aten.linear" not in _meta(node).get("namespace", ""):
+        if node.op_type not in ("MatMul", "Gemm") or len(node.input) < 2:
             continue
-        name, module = node.input[1], _module_path(node)
-        init = inits.get(name)
-        if (
-            init is None
-            or module is None
-            or readers[name] != 1
-            or not _EXPORTER_NAME.fullmatch(name)
-            or len(init.dims) != 2
-        ):
+        name = node.input[1]
+        init, public = inits.get(name), _linear_weight(node, inits)
+        if init is None or public is None or readers[name] != 1 or len(init.dims) != 2:
             continue
-        public, weight = _parameter_of(node, module, "weight"), numpy_helper.to_array(init).T
+        weight = numpy_helper.to_array(init).T
         tied = inits.get(public)
         if tied is None and public in taken:
             continue
@@ -338,6 +334,28 @@ def restore_names(proto: onnx.ModelProto) -> None:
             index, onnx.helper.make_node("Transpose", [public], [name], perm=[1, 0], name=f"{node.name}__weight_t")
         )
         taken.add(public)
+
+
+def _linear_weight(node, inits: dict) -> str | None:
+    """The state_dict name of the Linear weight that `node` (a MatMul, or a Gemm without transB)
+    reads transposed as its second input, where the export says which: dynamo's record of the
+    module that called aten.linear, whose optimizer named the transposed weight val_70; or the
+    TorchScript exporter's scope in the node's name ('/encoder/layer.0/query/MatMul'), whose
+    constant folding named it onnx::MatMul_302, where that module has no other initializer than its
+    bias (so a module's own tensor used as `x @ self.w.t()` keeps its exporter name)."""
+    name = node.input[1]
+    transposed = node.op_type == "MatMul" or not any(a.name == "transB" and a.i for a in node.attribute)
+    if not transposed:
+        return None
+    if "aten.linear" in _meta(node).get("namespace", "") and _EXPORTER_NAME.fullmatch(name):
+        module = _module_path(node)
+        return _parameter_of(node, module, "weight") if module else None
+    scopes = node.name.split("/")
+    if not _TORCHSCRIPT_TRANSPOSED.fullmatch(name) or len(scopes) < 3 or scopes[0]:
+        return None
+    module = ".".join(scopes[1:-1])
+    owned = {i for i in inits if i.startswith(f"{module}.")}
+    return f"{module}.weight" if owned <= {f"{module}.bias"} else None
 
 
 def _placeholder(name: str) -> str:

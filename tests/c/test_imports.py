@@ -83,7 +83,7 @@ def test_dynamo_batchnorm_trains_in_training_mode_as_in_pytorch(tmp_path):
     np.testing.assert_allclose(state.parameters["bn.running_mean"].data, model.bn.running_mean.numpy(), atol=1e-6)
 
 
-def _model(nodes, inits, shape=(B, 4), out_shape=(B, 4)):
+def _model(nodes, inits, shape=("batch", 4), out_shape=("batch", 4)):
     graph = helper.make_graph(
         nodes,
         "m",
@@ -433,32 +433,49 @@ class Mean(torch.nn.Module):
         return x.mean(1)
 
 
-def test_torchscript_folded_transposed_weights_train_with_a_note(tmp_path):
+class Projection(torch.nn.Module):
+    """A module's own tensor used transposed, beside another of its tensors: not a Linear's weight."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(3, 6))
+        self.gain = torch.nn.Parameter(torch.ones(3))
+
+    def forward(self, x):
+        return (x @ self.w.t()) * self.gain
+
+
+def test_torchscript_folded_transposed_weights_train_under_their_names(tmp_path):
     """The TorchScript exporter's default constant folding transposes a Linear weight into a new
-    constant even in a training-mode export: it trains as the weight (PyTorch's gradient,
-    transposed), and a note names it and the way to keep PyTorch's names."""
+    constant (onnx::MatMul_*) even in a training-mode export: the layer named in the node's scope
+    gets its weight back under PyTorch's name and layout, with PyTorch's gradient. A module's own
+    tensor that is no Linear's weight keeps the exporter's name, which a note gives. Sequential's
+    numbered names (0.bias, read by an Add) train as the state_dict names they are."""
     torch.manual_seed(0)
     # Over a sequence, so Linear exports as MatMul (a batch of vectors exports as Gemm, which reads
     # the weight as it is)
-    model = torch.nn.Sequential(torch.nn.Linear(5, 6), torch.nn.ReLU(), torch.nn.Linear(6, 3), Mean()).train()
+    model = torch.nn.Sequential(torch.nn.Linear(5, 6), torch.nn.ReLU(), Projection(), Mean()).train()
     x, labels = torch.randn(B, 4, 5), torch.tensor([0, 2])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(
             model, (x,), tmp_path / "m.onnx", dynamo=False, training=torch.onnx.TrainingMode.TRAINING, input_names=["x"]
         )
+    exported = {i.name for i in onnx.load(tmp_path / "m.onnx").graph.initializer}
+    assert "0.weight" not in exported and len([n for n in exported if n.startswith("onnx::MatMul_")]) == 2
     module, state, notes = compile_(tmp_path / "m.onnx", tmp_path, loss=artifacts.LossType.CrossEntropyLoss)
-    copies = sorted(n for n, _ in state.parameters.items() if n.startswith("onnx::MatMul_"))
-    assert len(copies) == 2
+    (copy,) = [n for n, _ in state.parameters.items() if n.startswith("onnx::MatMul_")]
     assert any(
-        "2 weight(s) are transposed copies" in n and copies[0] in n and "do_constant_folding=False" in n for n in notes
+        "1 weight(s) are transposed copies" in n and copy in n and "do_constant_folding=False" in n for n in notes
     )
     module(x.numpy(), labels.numpy())
     torch.nn.functional.cross_entropy(model(x), labels).backward()
-    got = sorted((state.parameters[n].grad for n in copies), key=lambda g: g.shape)
-    want = sorted((layer.weight.grad.numpy().T for layer in (model[0], model[2])), key=lambda g: g.shape)
-    for g, w in zip(got, want):
-        np.testing.assert_allclose(g, w, atol=1e-6)
+    # Every parameter trains: Sequential's numbered names are state_dict names (biases read by Add).
+    assert {n for n, p in state.parameters.items() if p.requires_grad} == {"0.weight", "0.bias", "2.gain", copy}
+    torch_params = dict(model.named_parameters())
+    for name in ("0.weight", "0.bias", "2.gain"):
+        np.testing.assert_allclose(state.parameters[name].grad, torch_params[name].grad.numpy(), atol=1e-6)
+    np.testing.assert_allclose(state.parameters[copy].grad, model[2].w.grad.numpy().T, atol=1e-6)
 
 
 class GroupNormScaled(torch.nn.Module):

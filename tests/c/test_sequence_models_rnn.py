@@ -68,14 +68,16 @@ def _onnx_layout(rnn: torch.nn.Module, cell: str, layer: int) -> dict[str, torch
 
 def _expected_grads(model: onnx.ModelProto, tagger: Tagger, cell: str) -> dict[str, np.ndarray]:
     """Each trainable initializer of the exported model -> torch's gradient in that layout."""
-    want = {"embed.weight": tagger.embed.weight.grad, "head.bias": tagger.head.bias.grad}
+    want = {
+        "embed.weight": tagger.embed.weight.grad,
+        "head.bias": tagger.head.bias.grad,
+        "head.weight": tagger.head.weight.grad,  # the exporter's transposed copy, back under its name
+    }
     nodes = [n for n in model.graph.node if n.op_type == cell]
     assert len(nodes) == len(tagger.recurrent_layers())
     for node, (rnn, layer) in zip(nodes, tagger.recurrent_layers()):
         for slot, name in zip(("W", "R", "B"), node.input[1:4]):
             want[name] = _onnx_layout(rnn, cell, layer)[slot]
-    head = next(n for n in model.graph.node if n.op_type == "MatMul")
-    want[head.input[1]] = tagger.head.weight.grad.T
     return {k: v.numpy() for k, v in want.items()}
 
 
