@@ -250,10 +250,10 @@ def check_computed_constants(proto: onnx.ModelProto) -> None:
     a call makes of it before use (GroupNorm's `weight.unsqueeze(-1)`, a layer scale's
     `gamma.reshape(1, -1, 1, 1)`, PReLU's broadcast slope, a GRU's weights with its gates reordered)
     into a constant named after the op that reads it (onnx::Mul_301), and from constants alike, with
-    nothing to tell the two apart. Beyond
-    the folded BatchNorm and the transposed weights above, such tensors (more than one value: a
-    folded scalar is an attention scale or the like) are said in one note each: those a layer reads
-    as its weight train under these names, the others stay frozen as constants."""
+    nothing to tell the two apart. Beyond the folded BatchNorm and the transposed weights above,
+    such tensors (more than one value: a folded scalar is an attention scale or the like) are said
+    in one note each: those a layer reads as its weight train under these names, the others stay
+    frozen as constants."""
     inits = {i.name: i for i in proto.graph.initializer}
     read_as_parameter: set[str] = set()
     readers: dict[str, str] = {}
@@ -567,7 +567,7 @@ _QUANTIZED_WEIGHTS = (onnx.TensorProto.INT8, onnx.TensorProto.UINT8, onnx.Tensor
 
 def _fold_quantization_casts(graph: onnx.GraphProto) -> None:
     """A scale or zero point that a Cast of an initializer gives (a PyTorch model quantized by
-    torch.ao's pt2e flow keeps them as float64 and int64 buffers) becomes that initializer, cast."""
+    torch.ao's pt2e flow keeps them as float32 and int64 buffers) becomes that initializer, cast."""
     inits = {i.name: i for i in graph.initializer}
     readers = collections.defaultdict(list)
     for node in graph.node:
@@ -591,10 +591,8 @@ def _master_name(weight: str, readers: list, taken: set[str]) -> str:
     dequantized weight records its module (pt2e names its int8 weights `_frozen_param0`), else the
     weight's own without quantize_static's `_quantized`."""
     module = _module_path(readers[0]) if len(readers) == 1 else None
-    for name in ([f"{module}.weight"] if module else []) + [weight.removesuffix("_quantized"), f"{weight}_float"]:
-        if name not in taken:
-            return name
-    return f"{weight}_float"
+    candidates = ([f"{module}.weight"] if module else []) + [weight.removesuffix("_quantized")]
+    return next((name for name in candidates if name not in taken), f"{weight}_float")
 
 
 def _dequantized(dq, weight, scale, zero_point) -> np.ndarray:

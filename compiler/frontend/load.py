@@ -259,7 +259,7 @@ def _expand_function_ops(proto: onnx.ModelProto) -> onnx.ModelProto:
         proto.functions.extend(bodies)
         proto.opset_import.append(onnx.helper.make_opsetid(_EXPANDED, 1))
         proto = onnx.inliner.inline_local_functions(proto)
-        left = sorted({node.op_type for node in proto.graph.node if node.domain == _EXPANDED})
+        left = sorted({node.op_type.rsplit("_", 1)[0] for node in proto.graph.node if node.domain == _EXPANDED})
         if left:
             raise EdgetrainError(f"cannot expand the function op(s) {', '.join(left)} into their ONNX definition")
         del proto.functions[:]
