@@ -1,9 +1,8 @@
 """Ops that ONNX defines as functions of other ops, which edgetrain compiles as the function's body
-(frontend/load.py, _expand_function_ops): Attention and RMSNormalization and RotaryEmbedding
-(opset 23, what torch's exporter writes for scaled_dot_product_attention and RMSNorm there: one
-case exports such a block),
-GroupNormalization (21), Swish (24), MeanVarianceNormalization, ReduceSumSquare, ReduceL1, Shrink
-and ThresholdedRelu. Gradients of the generated C against torch autograd, then
+(frontend/load.py, _expand_function_ops): Attention, RMSNormalization and RotaryEmbedding (opset
+23, where torch's exporter writes scaled_dot_product_attention and RMSNorm so: one case exports
+such a block), GroupNormalization (21), Swish (24), MeanVarianceNormalization, ReduceSumSquare,
+ReduceL1, Shrink and ThresholdedRelu. Gradients of the generated C against torch autograd, then
 training_model.onnx through onnx.reference against the C (gradcheck's harness).
 """
 
@@ -15,7 +14,6 @@ import warnings
 import numpy as np
 import onnx
 import pytest
-
 from onnx import TensorProto, helper, numpy_helper
 
 from gradcheck import Cases, check_graph_gradients, i64, normal, outside0, positive, run_case
