@@ -245,15 +245,64 @@ def check_transposed_weights(proto: onnx.ModelProto) -> None:
         )
 
 
+def restore_reshaped_parameters(proto: onnx.ModelProto) -> None:
+    """The TorchScript exporter's constant folding computes a PReLU's slope and a GroupNorm's scale
+    and bias, reshaped to broadcast, into constants named after their readers (onnx::PRelu_34,
+    onnx::Mul_32 and onnx::Add_33 after GroupNorm's InstanceNormalization and Reshape). Where the
+    node's scope names a module that has no initializer of that name, the parameter gets its
+    state_dict name (`<module>.weight`, `<module>.bias`) and shape back, read through a Reshape."""
+    graph = proto.graph
+    inits = {i.name: i for i in graph.initializer}
+    producers = {output: node for node in graph.node for output in node.output}
+    readers = collections.Counter(name for node in graph.node for name in node.input)
+    found = {}
+    for node in graph.node:
+        module = _torchscript_module(node)
+        if module is None or len(node.input) < 2 or readers[node.input[1]] != 1:
+            continue
+        if node.op_type == "PRelu" and re.fullmatch(r"onnx::PRelu_\d+", node.input[1]):
+            found[node.input[1]] = f"{module}.weight"
+        scaled = producers.get(node.input[0])
+        normalized = producers.get(scaled.input[0]) if scaled is not None and scaled.op_type == "Reshape" else None
+        if node.op_type == "Mul" and normalized is not None and normalized.op_type == "InstanceNormalization":
+            shift = [n for n in graph.node if n.op_type == "Add" and n.input[0] == node.output[0]]
+            if re.fullmatch(r"onnx::Mul_\d+", node.input[1]) and len(shift) == 1:
+                found[node.input[1]] = f"{module}.weight"
+                if re.fullmatch(r"onnx::Add_\d+", shift[0].input[1]) and readers[shift[0].input[1]] == 1:
+                    found[shift[0].input[1]] = f"{module}.bias"
+    taken = names_in(graph)
+    for name, public in found.items():
+        if name not in inits or public in taken:
+            continue
+        values = numpy_helper.to_array(inits[name])
+        graph.initializer.remove(inits[name])
+        shape = f"{public}__shape"
+        graph.initializer.extend(
+            [
+                numpy_helper.from_array(values.reshape(-1), public),
+                numpy_helper.from_array(np.array(values.shape), shape),
+            ]
+        )
+        graph.node.insert(0, onnx.helper.make_node("Reshape", [public, shape], [name], name=f"{public}__reshaped"))
+        taken.update((public, shape))
+
+
+def _torchscript_module(node) -> str | None:
+    """The module a TorchScript-exported node belongs to, from the scope in its name
+    ('/encoder/layer.0/query/MatMul' -> 'encoder.layer.0.query'); None for a node of the top module."""
+    scopes = node.name.split("/")
+    return ".".join(scopes[1:-1]) if len(scopes) > 2 and not scopes[0] else None
+
+
 def check_computed_constants(proto: onnx.ModelProto) -> None:
     """The TorchScript exporter's constant folding also computes, from a parameter, any other tensor
     a call makes of it before use (GroupNorm's `weight.unsqueeze(-1)`, a layer scale's
     `gamma.reshape(1, -1, 1, 1)`, PReLU's broadcast slope, a GRU's weights with its gates reordered)
     into a constant named after the op that reads it (onnx::Mul_301), and from constants alike, with
-    nothing to tell the two apart. Beyond the folded BatchNorm and the transposed weights above,
-    such tensors (more than one value: a folded scalar is an attention scale or the like) are said
-    in one note each: those a layer reads as its weight train under these names, the others stay
-    frozen as constants."""
+    nothing to tell the two apart. Beyond the folded BatchNorm and the weights restored above
+    (transposed, reshaped), such tensors (more than one value: a folded scalar is an attention scale
+    or the like) are said in one note each: those a layer reads as its weight train under these
+    names, the others stay frozen as constants."""
     inits = {i.name: i for i in proto.graph.initializer}
     read_as_parameter: set[str] = set()
     readers: dict[str, str] = {}
@@ -288,8 +337,8 @@ def check_computed_constants(proto: onnx.ModelProto) -> None:
         note(
             f"{len(frozen)} tensor(s) are constants that the TorchScript exporter's constant folding computed, "
             f"from parameters or from constants: {shown(frozen)}; they stay frozen, so a parameter folded into "
-            "one (a GroupNorm's scale and bias, a layer scale) does not train: export with "
-            "do_constant_folding=False, or name it in requires_grad"
+            "one (a layer scale reshaped) does not train: export with do_constant_folding=False, or name it in "
+            "requires_grad"
         )
 
 
@@ -350,10 +399,9 @@ def _linear_weight(node, inits: dict) -> str | None:
     if "aten.linear" in _meta(node).get("namespace", "") and _EXPORTER_NAME.fullmatch(name):
         module = _module_path(node)
         return _parameter_of(node, module, "weight") if module else None
-    scopes = node.name.split("/")
-    if not _TORCHSCRIPT_TRANSPOSED.fullmatch(name) or len(scopes) < 3 or scopes[0]:
+    module = _torchscript_module(node)
+    if not _TORCHSCRIPT_TRANSPOSED.fullmatch(name) or module is None:
         return None
-    module = ".".join(scopes[1:-1])
     owned = {i for i in inits if i.startswith(f"{module}.")}
     return f"{module}.weight" if owned <= {f"{module}.bias"} else None
 

@@ -46,6 +46,7 @@ def load_model(
     proto = onnx.inliner.inline_local_functions(proto)
     imports.check_batchnorm(proto, frozen_bn)
     imports.restore_names(proto)
+    imports.restore_reshaped_parameters(proto)
     imports.check_transposed_weights(proto)
     imports.check_computed_constants(proto)
     imports.restore_removed_biases(proto)
