@@ -173,6 +173,7 @@ def generate_artifacts(
     _note_unread_outputs(trainer.graph.outputs, options, stages.notes)
     _note_fixed_batch(model_c, batch_size, stages.notes)
     _note_probabilities_into_loss(trainer.graph, options, stages.notes)
+    _note_classes_on_the_last_axis(trainer.graph, options, stages.notes)
     memory = model_c.memory  # the plan at the largest batch
     check_ram(memory.ram_bytes)
 
@@ -229,6 +230,32 @@ def _note_probabilities_into_loss(graph, options: dict, notes: list[str]) -> Non
     message = (
         f"{options['loss']} reads {read!r}, the output of {activation} node {node.name!r}, and applies "
         f"{activation} again: train on the logits (export the model without its final {activation})"
+    )
+    notes.append(message)
+    warnings.warn(ImportNote(message), stacklevel=3)
+
+
+def _note_classes_on_the_last_axis(graph, options: dict, notes: list[str]) -> None:
+    """CrossEntropyLoss takes the classes on axis 1, as torch's cross_entropy does. Logits of rank 3
+    or more that a linear layer makes over their last axis (a token classifier's (batch, positions,
+    classes), which PyTorch's training flattens before its loss) would have their positions taken
+    as the classes: said once, with the way out."""
+    read = (options["loss_input_names"] or graph.outputs)[0]
+    producers = {output: node for node in graph.nodes for output in node.outputs}
+    node = producers.get(read)
+    if node is not None and node.op == "Add":  # the linear layer's bias
+        node = next((producers[i] for i in node.inputs if i in producers and producers[i].op == "MatMul"), None)
+    shape = graph.shape(read)
+    if options["loss"] != "CrossEntropyLoss" or len(shape) < 3 or node is None or node.op != "MatMul":
+        return
+    weight = graph.shape(node.inputs[1])
+    if len(weight) != 2 or weight[1] != shape[-1]:
+        return
+    message = (
+        f"CrossEntropyLoss takes the classes on axis 1, as torch's cross_entropy does: {read!r} {shape} comes from "
+        f"a linear layer over its last axis, so its {shape[1]} positions would be the classes (labels "
+        f"{shape[:1] + shape[2:]}); for a class per position, export the logits transposed to (batch, classes, "
+        "positions)"
     )
     notes.append(message)
     warnings.warn(ImportNote(message), stacklevel=3)

@@ -271,6 +271,37 @@ def test_a_loss_on_logits_given_probabilities_is_said(tmp_path, activation, loss
     assert any(message in n for n in notes) == said, notes
 
 
+@pytest.mark.parametrize("transposed", [False, True])
+def test_a_class_per_position_on_the_last_axis_is_said(tmp_path, transposed):
+    """A token classifier's logits (batch, positions, classes) from a linear layer: CrossEntropyLoss
+    takes axis 1 as the classes, as torch's cross_entropy does, so a note says how to export them;
+    exported transposed to (batch, classes, positions), nothing is said."""
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Add", ["h", "b"], ["y"])]
+    if transposed:
+        nodes[-1].output[0] = "yt"
+        nodes.append(helper.make_node("Transpose", ["yt"], ["y"], perm=[0, 2, 1]))
+    shape = ["batch", 3, 5] if transposed else ["batch", 5, 3]
+    graph = helper.make_graph(
+        nodes,
+        "tagger",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["batch", 5, 8])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, shape)],
+        [
+            numpy_helper.from_array(rng.normal(size=(8, 3)).astype(np.float32), "w"),
+            numpy_helper.from_array(np.zeros(3, np.float32), "b"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ImportNote)
+        artifacts.generate_artifacts(model, artifact_directory=tmp_path, batch_size=BATCH)
+    said = [str(w.message) for w in caught if "takes the classes on axis 1" in str(w.message)]
+    assert len(said) == (0 if transposed else 1), said
+    if said:
+        assert f"'y' ({BATCH}, 5, 3)" in said[0] and "its 5 positions would be the classes" in said[0]
+
+
 @pytest.mark.parametrize(
     "option, message",
     [(dict(ort_format=True), "ORT format"), (dict(custom_op_library="libcustom.so"), "custom op library")],
