@@ -170,10 +170,15 @@ def generate_artifacts(
     stages = _Stages.of(model, prefix, _max_batch(batch_size), options)
     _check_options(stages.spec, target, requires_grad, update_policy, fused_update, memory_plot)
     (trainer, model_c), free = _compile(stages, dict(dim_values or {}), defer_free_dims and target is None)
-    _note_unread_outputs(trainer.graph.outputs, options, stages.notes)
-    _note_fixed_batch(model_c, batch_size, stages.notes)
-    _note_probabilities_into_loss(trainer.graph, options, stages.notes)
-    _note_classes_on_the_last_axis(trainer.graph, options, stages.notes)
+    for message in (
+        _unread_outputs(trainer.graph.outputs, options),
+        _fixed_batch(model_c, batch_size),
+        _probabilities_into_loss(trainer.graph, options),
+        _classes_on_the_last_axis(trainer.graph, options),
+    ):
+        if message:  # said once: in report.json and as a warning
+            stages.notes.append(message)
+            warnings.warn(ImportNote(message), stacklevel=2)
     memory = model_c.memory  # the plan at the largest batch
     check_ram(memory.ram_bytes)
 
@@ -200,77 +205,74 @@ def generate_artifacts(
     return out
 
 
-def _note_unread_outputs(outputs: list[str], options: dict, notes: list[str]) -> None:
+def _unread_outputs(outputs: list[str], options: dict) -> str | None:
     """A built-in loss reads one model output, the first unless loss_input_names says, as ONNX
     Runtime's does; a model with more (GoogLeNet's and Inception's auxiliary classifiers, which
     PyTorch's training scripts add to the loss) trains on that one alone: said once."""
     if options["loss"] is None or options["loss_input_names"] or len(outputs) < 2:
-        return
-    message = (
+        return None
+    return (
         f"the model has {len(outputs)} outputs and {options['loss']} reads the first, {outputs[0]!r}, alone "
         "(loss_input_names or --loss-input chooses another; an edgetrain.onnxblock loss combines several)"
     )
-    notes.append(message)
-    warnings.warn(ImportNote(message), stacklevel=3)
+
+
+def _loss_input(graph, options: dict) -> str:
+    """The output a built-in loss reads: the first, unless loss_input_names says."""
+    return (options["loss_input_names"] or graph.outputs)[0]
 
 
 # The function each built-in loss on logits applies itself.
 _LOSS_ACTIVATION = {"CrossEntropyLoss": "Softmax", "BCEWithLogitsLoss": "Sigmoid"}
 
 
-def _note_probabilities_into_loss(graph, options: dict, notes: list[str]) -> None:
+def _probabilities_into_loss(graph, options: dict) -> str | None:
     """A loss on logits given the output of that same function (a model exported with its final
     Softmax or Sigmoid, as for inference) applies it twice, which flattens the gradients: PyTorch's
     training takes the logits. Said once, naming the node."""
     activation = _LOSS_ACTIVATION.get(options["loss"])
-    read = (options["loss_input_names"] or graph.outputs)[0]
+    read = _loss_input(graph, options)
     node = next((n for n in graph.nodes if read in n.outputs), None)
     if activation is None or node is None or node.op != activation:
-        return
-    message = (
+        return None
+    return (
         f"{options['loss']} reads {read!r}, the output of {activation} node {node.name!r}, and applies "
         f"{activation} again: train on the logits (export the model without its final {activation})"
     )
-    notes.append(message)
-    warnings.warn(ImportNote(message), stacklevel=3)
 
 
-def _note_classes_on_the_last_axis(graph, options: dict, notes: list[str]) -> None:
+def _classes_on_the_last_axis(graph, options: dict) -> str | None:
     """CrossEntropyLoss takes the classes on axis 1, as torch's cross_entropy does. Logits of rank 3
     or more that a linear layer makes over their last axis (a token classifier's (batch, positions,
     classes), which PyTorch's training flattens before its loss) would have their positions taken
     as the classes: said once, with the way out."""
-    read = (options["loss_input_names"] or graph.outputs)[0]
+    read = _loss_input(graph, options)
     producers = {output: node for node in graph.nodes for output in node.outputs}
     node = producers.get(read)
     if node is not None and node.op == "Add":  # the linear layer's bias
         node = next((producers[i] for i in node.inputs if i in producers and producers[i].op == "MatMul"), None)
     shape = graph.shape(read)
     if options["loss"] != "CrossEntropyLoss" or len(shape) < 3 or node is None or node.op != "MatMul":
-        return
+        return None
     weight = graph.shape(node.inputs[1])
     if len(weight) != 2 or weight[1] != shape[-1]:
-        return
-    message = (
+        return None
+    return (
         f"CrossEntropyLoss takes the classes on axis 1, as torch's cross_entropy does: {read!r} {shape} comes from "
         f"a linear layer over its last axis, so its {shape[1]} positions would be the classes (labels "
         f"{shape[:1] + shape[2:]}); for a class per position, export the logits transposed to (batch, classes, "
         "positions)"
     )
-    notes.append(message)
-    warnings.warn(ImportNote(message), stacklevel=3)
 
 
-def _note_fixed_batch(model_c, batch_size: int | None, notes: list[str]) -> None:
+def _fixed_batch(model_c, batch_size: int | None) -> str | None:
     """A trainer that runs one batch only (a model exported with fixed input shapes, whose batch is
     the sample's) is said when it is compiled, not first at a step of another batch, and so is a
     batch_size that it leaves aside."""
     if not model_c.fixed_batch:
-        return
+        return None
     asked = f"; batch_size={batch_size} has no effect" if batch_size not in (None, model_c.max_batch) else ""
-    message = f"{model_c.fixed_batch}{asked}"
-    notes.append(message)
-    warnings.warn(ImportNote(message), stacklevel=3)
+    return f"{model_c.fixed_batch}{asked}"
 
 
 def _keep_recipe(recipe: dict, out: Path, source: onnx.ModelProto, protos) -> None:
