@@ -208,6 +208,11 @@ def _fold_constants(proto):
         )
         kept, folded = [], _split_sequences(proto, constants, shapes)
         for node in proto.graph.node:
+            branch = _taken_branch(node, constants)
+            if branch is not None:
+                kept.extend(branch)
+                folded = True
+                continue
             value = _evaluate(node, constants, shapes)
             if value is None:
                 kept.append(node)
@@ -222,6 +227,40 @@ def _fold_constants(proto):
         for name, array in constants.items():
             if name in live and name not in {i.name for i in proto.graph.initializer}:
                 proto.graph.initializer.append(numpy_helper.from_array(np.asarray(array), name))
+
+
+def _taken_branch(node: onnx.NodeProto, constants: dict) -> list[onnx.NodeProto] | None:
+    """An If whose condition folded (TorchScript's exports test shapes this way: LocalResponseNorm,
+    repeat): the nodes of the branch it takes, its own values renamed under the If's name so they
+    cannot meet the graph's, and Identity nodes from the branch's outputs to the If's."""
+    if node.op_type != "If" or node.input[0] not in constants:
+        return None
+    taken = "then_branch" if bool(np.asarray(constants[node.input[0]]).reshape(())) else "else_branch"
+    branch = next(a.g for a in node.attribute if a.name == taken)
+    own = {name for n in branch.node for name in n.output if name} | {i.name for i in branch.initializer}
+    prefix = f"{node.name or node.output[0]}/{taken}/"
+
+    def renamed(name: str) -> str:
+        return prefix + name if name in own else name
+
+    nodes = [
+        onnx.helper.make_node("Constant", [], [renamed(i.name)], name=renamed(i.name), value=i)
+        for i in branch.initializer
+    ]
+    for n in branch.node:
+        if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in n.attribute):
+            raise EdgetrainError(f"node '{node.name}' (If): a branch holding a subgraph of its own is not supported")
+        copy = onnx.NodeProto()
+        copy.CopyFrom(n)
+        copy.name = prefix + (n.name or n.output[0])
+        copy.input[:] = [renamed(name) for name in n.input]
+        copy.output[:] = [renamed(name) for name in n.output]
+        nodes.append(copy)
+    nodes += [
+        onnx.helper.make_node("Identity", [renamed(out.name)], [name], name=f"{prefix}{name}")
+        for out, name in zip(branch.output, node.output)
+    ]
+    return nodes
 
 
 _EXPANDED = "edgetrain.expanded"  # the domain of a function op's body while onnx's inliner expands it

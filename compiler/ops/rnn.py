@@ -139,6 +139,18 @@ def _check(fam: _Family, graph, node: Node, dims: _Dims) -> None:
     lens = _given(node, SEQUENCE_LENS)
     if lens and not np.all(graph.constants[lens] == dims.T):
         raise EdgetrainError(f"{where}: sequence_lens other than the full length {dims.T} are not supported")
+    # The kernels read each operand at the offsets these shapes give: an operand of another shape
+    # (an LSTM with a projection, exported as one without it) would be read as something else.
+    gh = fam.gates * dims.H
+    expected = {1: (dims.D, gh, dims.I), 2: (dims.D, gh, dims.H), 3: (dims.D, 2 * gh)}
+    expected.update((INITIAL_STATES + i, dims.state_shape()) for i in range(fam.states))
+    for slot, shape in expected.items():
+        name = _given(node, slot)
+        if name and tuple(graph.shape(name)) != shape:
+            raise EdgetrainError(
+                f"{where}: input {slot} '{name}' has shape {list(graph.shape(name))}, where hidden_size "
+                f"{dims.H} and {dims.D} direction(s) make it {list(shape)}"
+            )
 
 
 def _variant(fam: _Family, graph, node: Node, training: bool) -> Node:

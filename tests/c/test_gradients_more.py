@@ -422,6 +422,11 @@ CASES += [
         ),
         id="Mix-exported",
     ),
+    # The exporter tests the input's rank in an If whose condition folds: the branch taken is inlined.
+    pytest.param(
+        ExportCase(lambda net, h: F.local_response_norm(h.unsqueeze(2), 3).squeeze(2), 17, ("If", "AveragePool")),
+        id="LocalResponseNorm-exported-with-If",
+    ),
 ]
 
 

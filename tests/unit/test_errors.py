@@ -31,6 +31,20 @@ def unsupported_model():
     return model_with(nodes, [x], [y], [w])
 
 
+def lstm_with_projection_dropped():
+    """An LSTM of 12 units with a projection to 6, as torch's dynamo exporter writes it: hidden_size
+    6 without the projection, W and R still 4 x 12 rows."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.normal(size=(1, 48, 5)).astype(np.float32), "W")
+    r = numpy_helper.from_array(rng.normal(size=(1, 48, 6)).astype(np.float32), "R")
+    return model_with(
+        [helper.make_node("LSTM", ["x", "W", "R"], ["y"], name="lstm", hidden_size=6)],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [7, 2, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [7, 1, 2, 6])],
+        [w, r],
+    )
+
+
 CASES = {
     "unsupported ops": (unsupported_model, {}, ["unsupported ops", "Acos", "'acos_a'", "'acos_b'", "Atan", "'atan'"]),
     "unknown domain": (
@@ -99,6 +113,7 @@ CASES = {
     ),
     "unknown frozen": (mlp, {"batch_size": 4, "frozen_params": ["fc9.bias"]}, ["unknown initializer", "'fc9.bias'"]),
     "old opset": (lambda: mlp(opset=6), {"batch_size": 4}, ["opset 6", "opset 7 or newer"]),
+    "rnn operand shape": (lstm_with_projection_dropped, {}, ["LSTM node 'lstm'", "input 1 'W'", "[1, 24, 5]"]),
 }
 
 
