@@ -220,13 +220,35 @@ def _fold_constants(proto):
             constants.update(value)
             folded = True
         if not folded:
-            return proto, constants
+            kept = _clip_by_tensors(kept, constants)
+            if kept is None:
+                return proto, constants
         del proto.graph.node[:]
         proto.graph.node.extend(kept)
         live = {name for n in kept for name in n.input}
         for name, array in constants.items():
             if name in live and name not in {i.name for i in proto.graph.initializer}:
                 proto.graph.initializer.append(numpy_helper.from_array(np.asarray(array), name))
+
+
+def _clip_by_tensors(nodes: list[onnx.NodeProto], constants: dict) -> list[onnx.NodeProto] | None:
+    """A Clip whose bound is computed (torch.clamp by a tensor) becomes what ONNX defines it as,
+    Max by the lower bound then Min by the upper, each bound getting its gradient where it holds.
+    None when there is none."""
+    rewritten, found = [], False
+    for node in nodes:
+        bounds = list(node.input[1:]) + [""] * (3 - len(node.input))
+        if node.op_type != "Clip" or all(not name or name in constants for name in bounds):
+            rewritten.append(node)
+            continue
+        value, found = node.input[0], True
+        for op_type, bound in (("Max", bounds[0]), ("Min", bounds[1])):
+            if bound:
+                out = f"{node.output[0]}/{op_type.lower()}"
+                rewritten.append(onnx.helper.make_node(op_type, [value, bound], [out], name=f"{node.name}/{op_type}"))
+                value = out
+        rewritten.append(onnx.helper.make_node("Identity", [value], [node.output[0]], name=node.name))
+    return rewritten if found else None
 
 
 def _taken_branch(node: onnx.NodeProto, constants: dict) -> list[onnx.NodeProto] | None:

@@ -427,6 +427,13 @@ CASES += [
         ExportCase(lambda net, h: F.local_response_norm(h.unsqueeze(2), 3).squeeze(2), 17, ("If", "AveragePool")),
         id="LocalResponseNorm-exported-with-If",
     ),
+    # Bounds computed in the graph: Max by the lower, Min by the upper, each bound trained through.
+    pytest.param(
+        ExportCase(
+            lambda net, h: torch.clamp(h, min=-net.fc.bias.abs().mean(), max=h.mean(1, keepdim=True)), 17, ("Clip",)
+        ),
+        id="Clip-exported-by-tensors",
+    ),
 ]
 
 
