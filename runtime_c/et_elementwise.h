@@ -471,6 +471,20 @@ ET_DEFINE_BINARY_(et_div_f32, /)
         }                                                                      \
     }
 
+/* Mod: fmod=1 takes the dividend's sign; fmod=0 the divisor's, from fmod
+ * as Python's and PyTorch's remainder take it (b added once to a remainder
+ * of the other sign; a zero with b's sign). */
+static inline float et_remainderf_(float a, float b)
+{
+    float r = et_fmodf(a, b);
+    if (r == 0.0f)
+        return b < 0.0f ? -0.0f : 0.0f;
+    return (r < 0.0f) != (b < 0.0f) ? r + b : r;
+}
+
+ET_DEFINE_BROADCAST_(et_fmod_f32, float, float, et_fmodf(a, b))
+ET_DEFINE_BROADCAST_(et_mod_f32, float, float, et_remainderf_(a, b))
+
 /* Y[o] = X[x_strides . index(o)]: Expand, and Slice from its first element.
  * Float and int32_t tensors (et_integer.h) share the walk: it moves 4-byte
  * elements as bytes, which keeps every bit, and a copy of a constant 4

@@ -90,6 +90,22 @@ ET_DEFINE_BINARY_I_(et_greater_f32, float, a > b)
 ET_DEFINE_BINARY_I_(et_less_equal_f32, float, a <= b)
 ET_DEFINE_BINARY_I_(et_greater_equal_f32, float, a >= b)
 
+/* Mod: fmod=1 takes the dividend's sign (C's %), fmod=0 the divisor's
+ * (Python's %).  A zero divisor gives 0, where ONNX leaves it undefined and
+ * C's % is undefined behaviour; so does -1, whose remainder is always 0 and
+ * which C's % cannot take with INT32_MIN. */
+static inline int32_t et_mod_i32_(int32_t a, int32_t b, int fmod)
+{
+    int32_t r;
+    if (b == 0 || b == -1)
+        return 0;
+    r = a % b;
+    return !fmod && r != 0 && (r < 0) != (b < 0) ? r + b : r;
+}
+
+ET_DEFINE_BINARY_I_(et_mod_i32, int32_t, et_mod_i32_(a, b, 0))
+ET_DEFINE_BINARY_I_(et_fmod_i32, int32_t, et_mod_i32_(a, b, 1))
+
 #undef ET_DEFINE_BINARY_I_
 
 /* ---- unary ops ---- */

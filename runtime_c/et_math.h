@@ -286,6 +286,29 @@ static inline float et_powf_const(float x, float p)
 }
 
 
+/* fmod(a, b) = a - n*b for n = trunc(a/b), which a float holds exactly, so
+ * long division by b's doublings gives it with no C library: each
+ * subtraction is exact, since s <= r < 2s (Sterbenz).  The sign is a's;
+ * NaN for an infinite a or a zero b, a itself for an infinite b. */
+static inline float et_fmodf(float a, float b)
+{
+    float r = a < 0.0f ? -a : a, m = b < 0.0f ? -b : b, s;
+    if (r != r || m != m || r == et_f32_from_bits(ET_INFINITY_BITS) || m == 0.0f)
+        return et_f32_from_bits(ET_NAN_BITS);
+    if (r < m)
+        return a;
+    for (s = m; s <= r - s;)
+        s *= 2.0f;
+    for (;;) {
+        if (r >= s)
+            r -= s;
+        if (s == m)
+            break;
+        s *= 0.5f;
+    }
+    return a < 0.0f ? -r : r;
+}
+
 /* Argument reduction for et_sinf and et_cosf, for every finite float
  * |x| > pi/4 (ix: its bits without the sign).  Returns the quadrant
  * q = round(|x| 2/pi) mod 4 and sets *hi + *lo to |x| - q pi/2, within

@@ -270,6 +270,34 @@ _binary(
 )
 
 
+@op("Mod")
+class Mod:
+    """fmod=1: the dividend's sign, a - trunc(a/b) b (C's fmod, torch.fmod); fmod=0: the divisor's,
+    a - floor(a/b) b (Python's %, torch.remainder)."""
+
+    inplace = (0, 1)
+    integer = True
+
+    @staticmethod
+    def kernel(k, node):
+        a, b = node.inputs
+        y = node.outputs[0]
+        kind = "fmod" if node.attr("fmod", 0) else "mod"
+        return [broadcast_call(k, f"et_{kind}_{'i32' if is_integer(k.graph, y) else 'f32'}", a, b, y)]
+
+    @staticmethod
+    def grad(g, node, dy):
+        """d/da = 1; d/db = -trunc(a/b) or -floor(a/b), as PyTorch's, trunc(q) being sign(q) floor(|q|)."""
+        if not g.needs(1):
+            return [dy[0], None]
+        q = g.emit("Div", [node.inputs[0], node.inputs[1]])
+        if node.attr("fmod", 0):
+            whole = g.emit("Mul", [g.emit("Sign", [q]), g.emit("Floor", [g.emit("Abs", [q])])])
+        else:
+            whole = g.emit("Floor", [q])
+        return [dy[0], g.emit("Neg", [g.emit("Mul", [dy[0], whole])])]
+
+
 def _dropout_mask(shape, ratio, seed, counter):
     """NumPy twin of et_dropout_f32, whose bits are those of the random ops (random.py), so the
     ONNX reference draws the same masks."""

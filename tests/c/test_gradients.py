@@ -105,6 +105,11 @@ BINARY_SHAPES = [
 for op, fn in [("Add", torch.add), ("Sub", torch.sub), ("Mul", torch.mul), ("Div", torch.div)]:
     for name, a, b in BINARY_SHAPES:
         case(name, op, {"A": a, "B": outside0(b) if op == "Div" else b}, fn)
+# Mod, fmod=1 (the dividend's sign) and 0 (the divisor's): both operands train, d/db = -trunc(a/b)
+# and -floor(a/b).
+for name, a, b in BINARY_SHAPES:
+    case(f"fmod-{name}", "Mod", {"A": normal(a, 3.0), "B": outside0(b)}, torch.fmod, attrs={"fmod": 1})
+    case(name, "Mod", {"A": normal(a, 3.0), "B": outside0(b)}, torch.remainder, opset=28)
 
 # ---- activations and unary math ----
 case("2d", "Relu", {"X": outside0((3, 4))}, torch.relu)

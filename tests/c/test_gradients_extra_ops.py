@@ -286,6 +286,37 @@ class SinCosAccuracy:
 CASES.append(pytest.param(SinCosAccuracy(), id="SinCos-accuracy-vs-float64"))
 
 
+@dataclass
+class FmodExact:
+    """et_fmodf, compiled under the strictest flags, gives C's fmod bit for bit (NumPy's fmod, which
+    is exact): every magnitude from the subnormals to the largest float, on both operands and with
+    each sign, quotients up to 2^254, and the special operands (zeros, infinities, NaN)."""
+
+    def run(self, tmp_path, seed: int) -> float:
+        body = "int i, h = n / 2; for (i = 0; i < h; ++i) y[i] = et_fmodf(x[i], x[h + i]);"
+        fmod = float_library(
+            tmp_path, "\n".join((RUNTIME / h).read_text() for h in ("et_common.h", "et_math.h")), {"t_fmod": body}
+        )["t_fmod"]
+        rng = np.random.default_rng(seed)
+        n = 200_000
+
+        def spread():
+            return np.exp(rng.uniform(-103, 88.7, n)) * rng.choice([-1, 1], n)
+
+        specials = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, 3.4028235e38, 1.5, -7.0], np.float32)
+        a = np.concatenate([spread(), rng.normal(0, 10, n), np.repeat(specials, len(specials))]).astype(np.float32)
+        b = np.concatenate([spread(), rng.normal(0, 2, n), np.tile(specials, len(specials))]).astype(np.float32)
+        got = fmod(np.concatenate([a, b]))[: len(a)]
+        with np.errstate(invalid="ignore"):
+            want = np.fmod(a, b)
+        same = (got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want))
+        assert same.all(), f"fmod({a[~same][0]!r}, {b[~same][0]!r}) = {got[~same][0]!r}, C's {want[~same][0]!r}"
+        return 0.0
+
+
+CASES.append(pytest.param(FmodExact(), id="Fmod-exact-vs-C"))
+
+
 @pytest.mark.parametrize("spec", CASES)
 def test_gradient(spec, tmp_path, request):
     run_case(spec, tmp_path, request)

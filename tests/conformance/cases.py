@@ -799,6 +799,31 @@ CASES: dict[str, OpCases] = {
         },
     ),
     "Mish": OpCases(included=("test_mish",)),
+    "Mod": OpCases(
+        included=(
+            "test_mod_broadcast",
+            "test_mod_int64_fmod",
+            "test_mod_mixed_sign_float32",
+            "test_mod_mixed_sign_int32",
+            "test_mod_mixed_sign_int64",
+            "test_mod_float32_mixed_sign_fmod_0",
+            "test_mod_float_edge_cases_fmod_0_float32",
+        ),
+        excluded={
+            "test_mod_mixed_sign_float16": FLOAT_TYPE,
+            "test_mod_mixed_sign_float64": FLOAT_TYPE,
+            "test_mod_float16_mixed_sign_fmod_0": FLOAT_TYPE,
+            "test_mod_float64_mixed_sign_fmod_0": FLOAT_TYPE,
+            "test_mod_float_edge_cases_fmod_0_float16": FLOAT_TYPE,
+            "test_mod_float_edge_cases_fmod_0_float64": FLOAT_TYPE,
+            "test_mod_mixed_sign_int8": SMALL_INT_DATA,
+            "test_mod_mixed_sign_int16": SMALL_INT_DATA,
+            "test_mod_uint8": SMALL_INT_DATA,
+            "test_mod_uint16": SMALL_INT_DATA,
+            "test_mod_uint32": SMALL_INT_DATA,
+            "test_mod_uint64": SMALL_INT_DATA,
+        },
+    ),
     "Mul": OpCases(
         included=("test_mul_example", "test_mul", "test_mul_bcast"),
         excluded={
