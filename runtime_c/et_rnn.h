@@ -1,5 +1,6 @@
-/* edgetrain runtime: GRU and LSTM (ONNX semantics, default activations),
- * forward and backward through time, one direction per call.
+/* edgetrain runtime: RNN (tanh or ReLU), GRU and LSTM (ONNX semantics,
+ * default activations), forward and backward through time, one direction
+ * per call.
  *
  * Each call gets its direction's slices of W, R and B, and a geometry
  * `g` = {T, N, I, H, reverse, x_t, x_b, y_t, y_b, s_b}: element (t, n)
@@ -49,6 +50,7 @@
 #include "et_elementwise.h"
 #endif
 
+#define ET_RNN_SAVED 1  /* the new hidden state */
 #define ET_GRU_SAVED 4  /* z, r, candidate, R_h h + Rb_h */
 #define ET_LSTM_SAVED 5 /* i, o, f, candidate, new cell state */
 /* The forward pass takes a step's gates this many hidden units at a time:
@@ -301,6 +303,67 @@ static inline void et_rnn_weight_grads(const et_rnn_geometry *g, int gates, int 
     for (t = 0; t < g->T; ++t)
         et_rnn_products_(N, g->I, 0, gates * g->H, saved + (size_t)t * (size_t)N * row, row, gate, W, weight,
                          dX + (size_t)t * (size_t)g->x_t, (size_t)g->x_b);
+}
+
+/* RNN: h' = f(W x + R h + Wb + Rb), f tanh (relu = 0) or ReLU (relu = 1). */
+static inline void et_rnn_f32(const int *geometry, int relu, const float *X, const float *W, const float *R,
+                              const float *B, const float *H0, float *Y, float *Y_h, float *saved)
+{
+    et_rnn_geometry g = et_rnn_geometry_of(geometry);
+    int H = g.H, s, n0, v, j, j0, len;
+    float pre[ET_DOT_TAPS * ET_RNN_CHUNK], part[ET_DOT_TAPS * ET_RNN_CHUNK];
+    for (s = 0; s < g.T; ++s) {
+        int t = et_rnn_time(&g, s);
+        for (n0 = 0; n0 < g.N; n0 += ET_DOT_TAPS) {
+            et_rnn_rows_ rows = et_rnn_rows_of_(&g, Y, H0, s, n0);
+            for (j0 = 0; j0 < H; j0 += len) {
+                len = H - j0 < ET_RNN_CHUNK ? H - j0 : ET_RNN_CHUNK;
+                et_rnn_pre_(&g, 1, j0, len, W, R, B, X, &rows, pre, part);
+                for (v = 0; v < rows.taps; ++v) {
+                    float *y = Y + et_rnn_y_at(&g, t, n0 + v) + j0, *yh = Y_h + et_rnn_state_at(&g, n0 + v) + j0;
+                    float *sv = saved ? saved + et_rnn_saved_at(&g, t, n0 + v, ET_RNN_SAVED) + j0 : 0;
+                    if (relu)
+                        et_relu_f32(len, pre + v * ET_RNN_CHUNK, y);
+                    else
+                        et_tanh_f32(len, pre + v * ET_RNN_CHUNK, y);
+                    for (j = 0; j < len; ++j) {
+                        yh[j] = y[j];
+                        if (sv)
+                            sv[j] = y[j];
+                    }
+                }
+            }
+        }
+    }
+}
+
+static inline void et_rnn_grad_f32(const int *geometry, int relu, int accumulate, const float *dY, const float *dY_h,
+                                   const float *X, const float *W, const float *R, const float *H0, const float *Y,
+                                   float *saved, float *dX, float *dW, float *dR, float *dB, float *dH0)
+{
+    et_rnn_geometry g = et_rnn_geometry_of(geometry);
+    int H = g.H, N = g.N, s, n, j;
+    et_rnn_walk_ gates = {H, 0, 0, 1}, rows = {H, 0, 0, (size_t)H};
+    et_rnn_grad_start(&g, 1, accumulate, dY_h, dX, dW, dR, dB, dH0);
+    for (s = g.T - 1; s >= 0; --s) {
+        int t = et_rnn_time(&g, s);
+        float *step = saved + et_rnn_saved_at(&g, t, 0, ET_RNN_SAVED); /* the step's rows, H apart */
+        for (n = 0; n < N; ++n) {
+            const float *dy = dY ? dY + et_rnn_y_at(&g, t, n) : 0;
+            float *sv = step + (size_t)n * (size_t)H, *dh = dH0 + et_rnn_state_at(&g, n);
+            /* The step's state, read, becomes its pre-activation's gradient in its place. */
+            for (j = 0; j < H; ++j) {
+                float h = sv[j], d_h = dh[j] + et_rnn_at(dy, j);
+                sv[j] = relu ? (h > 0.0f ? d_h : 0.0f) : d_h * (1.0f - h * h);
+                dh[j] = 0.0f;
+                dB[j] += sv[j];
+                dB[H + j] += sv[j];
+            }
+        }
+        /* dh = R^T (the pre-activations' gradients), row by row of R in order */
+        et_rnn_products_(N, H, 0, H, step, (size_t)H, gates, R, rows, dH0, (size_t)g.s_b);
+    }
+    et_rnn_weight_grads(&g, 1, 1, ET_RNN_SAVED, saved, X, W, H0, Y, dX, dW, dR);
 }
 
 /* GRU, gates z, r, h:

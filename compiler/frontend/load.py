@@ -220,7 +220,7 @@ def _fold_constants(proto):
             constants.update(value)
             folded = True
         if not folded:
-            kept = _clip_by_tensors(kept, constants)
+            kept = _clip_by_tensors(kept, constants, params)
             if kept is None:
                 return proto, constants
         del proto.graph.node[:]
@@ -231,14 +231,16 @@ def _fold_constants(proto):
                 proto.graph.initializer.append(numpy_helper.from_array(np.asarray(array), name))
 
 
-def _clip_by_tensors(nodes: list[onnx.NodeProto], constants: dict) -> list[onnx.NodeProto] | None:
+def _clip_by_tensors(
+    nodes: list[onnx.NodeProto], constants: dict, initializers: set[str]
+) -> list[onnx.NodeProto] | None:
     """A Clip whose bound is computed (torch.clamp by a tensor) becomes what ONNX defines it as,
     Max by the lower bound then Min by the upper, each bound getting its gradient where it holds.
-    None when there is none."""
+    A bound held in an initializer stays a constant of Clip's. None when there is none."""
     rewritten, found = [], False
     for node in nodes:
         bounds = list(node.input[1:]) + [""] * (3 - len(node.input))
-        if node.op_type != "Clip" or all(not name or name in constants for name in bounds):
+        if node.op_type != "Clip" or all(not name or name in constants or name in initializers for name in bounds):
             rewritten.append(node)
             continue
         value, found = node.input[0], True

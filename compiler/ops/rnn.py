@@ -1,17 +1,18 @@
-"""GRU and LSTM (ONNX semantics): forward, reverse and bidirectional, both layouts, optional
-initial states, every output; the default activations, no peepholes and no clipping.
+"""RNN, GRU and LSTM (ONNX semantics): forward, reverse and bidirectional, both layouts, optional
+initial states, every output; the default activations (and ReLU for RNN, torch's
+nonlinearity='relu'), no peepholes and no clipping.
 
 Both graphs run the op with every output named, because the kernels use Y, Y_h (and Y_c) as
 their working memory. The training graph runs our GRUTraining / LSTMTraining instead, which takes
-the same inputs and also outputs the gates (and LSTM cell states) of every step; GRUGrad /
-LSTMGrad backpropagate through time from those and Y, carrying the gradient of the hidden (and
+the same inputs and also outputs the gates (and LSTM cell states) of every step (an RNN's: its new
+state); RNNGrad / GRUGrad / LSTMGrad backpropagate through time from those and Y, carrying the gradient of the hidden (and
 cell) state from step to step in the outputs that end as the initial states' gradients. They
 overwrite the gates in `saved` with the gates' gradients, from which the weight gradients are then
 matrix products: `saved` is made for them alone and read by nothing after them.
 
 The kernels run one direction per call, on slices of the tensors (registry.Tensor offsets) and
 with the strides that ONNX's layouts and bidirectional interleaving give (runtime_c/et_rnn.h).
-Our four ops carry NumPy references, so onnx.reference can run training_model.onnx.
+Our six ops carry NumPy references, so onnx.reference can run training_model.onnx.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ class _Family:
     saved: int  # values kept per hidden unit, step and batch row for the backward pass
     states: int  # h, or h and c
     activations: tuple[str, ...]
+    # Other activations the kernels compute, one per direction, chosen by their flag (its index + 1).
+    other_activations: tuple[tuple[str, ...], ...] = ()
 
     def forward_kernel(self) -> str:
         return f"et_{self.op.lower()}_f32"
@@ -43,13 +46,38 @@ class _Family:
     def grad_kernel(self) -> str:
         return f"et_{self.op.lower()}_grad_f32"
 
+    def activation_flag(self, attrs, directions: int) -> int | None:
+        """0 for the default activations, i + 1 for other_activations[i], None for others."""
+        named = _activations(attrs)
+        if named is None:
+            return 0
+        options = [self.activations, *self.other_activations]
+        return next((i for i, option in enumerate(options) if named == option * directions), None)
+
+    def flag(self, attrs) -> int:
+        """The kernels' attribute argument: GRU's linear_before_reset, RNN's ReLU (0 for LSTM)."""
+        if self.op == "GRU":
+            return int(attrs.get("linear_before_reset", 0))
+        return self.activation_flag(attrs, _direction_count(attrs)) or 0
+
     def flags(self, node) -> list[int]:
         """The kernels' attribute arguments before the tensors."""
-        return [int(node.attr("linear_before_reset", 0))] if self.op == "GRU" else []
+        return [self.flag(node.attrs)] if self.op != "LSTM" else []
 
 
+RNN = _Family("RNN", gates=1, saved=1, states=1, activations=("tanh",), other_activations=(("relu",),))
 GRU = _Family("GRU", gates=3, saved=4, states=1, activations=("sigmoid", "tanh"))
 LSTM = _Family("LSTM", gates=4, saved=5, states=2, activations=("sigmoid", "tanh", "tanh"))
+
+
+def _activations(attrs) -> tuple[str, ...] | None:
+    given = attrs.get("activations")
+    return None if given is None else tuple((a.decode() if isinstance(a, bytes) else a).lower() for a in given)
+
+
+def _direction_count(attrs) -> int:
+    direction = attrs.get("direction", "forward")
+    return 2 if (direction.decode() if isinstance(direction, bytes) else direction) == "bidirectional" else 1
 
 
 @dataclass(frozen=True)
@@ -123,12 +151,10 @@ def _initial_states(fam: _Family, node: Node) -> list[str]:
 def _check(fam: _Family, graph, node: Node, dims: _Dims) -> None:
     """Refuse, naming the node, what the kernels do not compute."""
     where = f"{fam.op} node '{node.name}'"
-    activations = tuple(
-        (a.decode() if isinstance(a, bytes) else a).lower() for a in node.attr("activations", fam.activations * dims.D)
-    )
-    if activations != fam.activations * dims.D:
+    if fam.activation_flag(node.attrs, dims.D) is None:
+        supported = " or ".join(str(list(a)) for a in (fam.activations, *fam.other_activations))
         raise EdgetrainError(
-            f"{where}: activations {list(activations)} are not supported; only the defaults {list(fam.activations)}"
+            f"{where}: activations {list(_activations(node.attrs) or ())} are not supported; only {supported}"
         )
     if node.attr("clip") is not None:
         raise EdgetrainError(f"{where}: the clip attribute is not supported")
@@ -196,7 +222,7 @@ def _grad_rule(fam: _Family, g, node: Node, dy):
     inits = _initial_states(fam, node)
     attrs = {
         key: node.attrs[key]
-        for key in ("direction", "hidden_size", "layout", "linear_before_reset")
+        for key in ("activations", "direction", "hidden_size", "layout", "linear_before_reset")
         if key in node.attrs
     }
     outs = g.emit(
@@ -274,19 +300,23 @@ def _directions(attrs, d_count):
     return [_reverse(direction, d) for d in range(d_count)]
 
 
-def _forward_reference(fam: _Family, x, w, r, b, inits, lbr: int, reverse: bool):
-    """One direction: Y (T, N, H), saved (T, N, saved * H), and the last h and c."""
+def _forward_reference(fam: _Family, x, w, r, b, inits, flag: int, reverse: bool):
+    """One direction: Y (T, N, H), saved (T, N, saved * H), and the last h and c; `flag` as the
+    kernels take it (_Family.flag)."""
     steps, batch, hidden = x.shape[0], x.shape[1], r.shape[-1]
     wb, rb = np.split(np.zeros(2 * fam.gates * hidden) if b is None else b, 2)
     h, c = (np.zeros((batch, hidden)) if a is None else a for a in (list(inits) + [None])[:2])
     y, saved = np.zeros((steps, batch, hidden)), np.zeros((steps, batch, fam.saved * hidden))
     for t in range(steps - 1, -1, -1) if reverse else range(steps):
         gx, gh = x[t] @ w.T + wb, h @ r.T + rb
-        if fam is GRU:
+        if fam is RNN:
+            h = np.maximum(gx + gh, 0) if flag else np.tanh(gx + gh)
+            saved[t] = h
+        elif fam is GRU:
             (xz, xr, xh), (hz, hr, hh) = np.split(gx, 3, axis=1), np.split(gh, 3, axis=1)
             z, reset = _sigmoid(xz + hz), _sigmoid(xr + hr)
-            cand = np.tanh(xh + (reset * hh if lbr else (reset * h) @ r[2 * hidden :].T + rb[2 * hidden :]))
-            saved[t] = np.concatenate([z, reset, cand, hh if lbr else np.zeros_like(z)], axis=1)
+            cand = np.tanh(xh + (reset * hh if flag else (reset * h) @ r[2 * hidden :].T + rb[2 * hidden :]))
+            saved[t] = np.concatenate([z, reset, cand, hh if flag else np.zeros_like(z)], axis=1)
             h = (1 - z) * cand + z * h
         else:
             i, o, f, cand = np.split(gx + gh, 4, axis=1)
@@ -298,7 +328,7 @@ def _forward_reference(fam: _Family, x, w, r, b, inits, lbr: int, reverse: bool)
     return y, saved, h, c
 
 
-def _backward_reference(fam: _Family, dy, dh, dc, x, w, r, inits, y, saved, lbr: int, reverse: bool):
+def _backward_reference(fam: _Family, dy, dh, dc, x, w, r, inits, y, saved, flag: int, reverse: bool):
     """One direction back through time: dX, dW, dR, dB and the initial h and c's gradients."""
     steps, batch, hidden = x.shape[0], x.shape[1], r.shape[-1]
     order = list(range(steps - 1, -1, -1)) if reverse else list(range(steps))
@@ -310,11 +340,16 @@ def _backward_reference(fam: _Family, dy, dh, dc, x, w, r, inits, y, saved, lbr:
         t = order[s]
         h = y[order[s - 1]] if s else h0
         d = dh + (0 if dy is None else dy[t])
-        if fam is GRU:
+        if fam is RNN:
+            da = d * (saved[t] > 0) if flag else d * (1 - saved[t] ** 2)
+            dh = da @ r
+            dr += da.T @ h
+            db += np.tile(da.sum(0), 2)
+        elif fam is GRU:
             z, reset, cand, hr = np.split(saved[t], 4, axis=1)
             rh = r[2 * hidden :]
             da_c, da_z = d * (1 - z) * (1 - cand**2), d * (h - cand) * z * (1 - z)
-            if lbr:  # d_rec: the gradient of Rh h + Rbh
+            if flag:  # linear_before_reset; d_rec: the gradient of Rh h + Rbh
                 d_rec = da_c * reset
                 da_r = da_c * hr * reset * (1 - reset)
                 dh = d * z + d_rec @ rh
@@ -351,10 +386,10 @@ def _at(a, d):
 
 def _training_reference(fam: _Family):
     def reference(x, w, r, b=None, sequence_lens=None, initial_h=None, initial_c=None, **attrs):
-        layout, lbr = attrs.get("layout", 0), attrs.get("linear_before_reset", 0)
+        layout, flag = attrs.get("layout", 0), fam.flag(attrs)
         x, inits = _time_major(layout, x, [initial_h, initial_c][: fam.states])
         runs = [
-            _forward_reference(fam, x, w[d], r[d], _at(b, d), [_at(a, d) for a in inits], lbr, reverse)
+            _forward_reference(fam, x, w[d], r[d], _at(b, d), [_at(a, d) for a in inits], flag, reverse)
             for d, reverse in enumerate(_directions(attrs, w.shape[0]))
         ]
         y = np.stack([run[0] for run in runs], 1)  # (T, D, N, H)
@@ -366,7 +401,7 @@ def _training_reference(fam: _Family):
 
 def _grad_reference(fam: _Family):
     def reference(*inputs, **attrs):
-        k, layout, lbr = fam.states, attrs.get("layout", 0), attrs.get("linear_before_reset", 0)
+        k, layout, flag = fam.states, attrs.get("layout", 0), fam.flag(attrs)
         (dy, *d_states), (x, w, r), inits, (y, saved) = (
             inputs[: 1 + k],
             inputs[1 + k : 4 + k],
@@ -388,7 +423,7 @@ def _grad_reference(fam: _Family):
                 [_at(a, d) for a in inits],
                 y[:, d],
                 saved[d],
-                lbr,
+                flag,
                 reverse,
             )
             for d, reverse in enumerate(_directions(attrs, w.shape[0]))
@@ -433,5 +468,6 @@ def _register(fam: _Family) -> None:
         reference = staticmethod(_grad_reference(fam))
 
 
+_register(RNN)
 _register(GRU)
 _register(LSTM)

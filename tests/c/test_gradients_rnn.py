@@ -1,13 +1,13 @@
-"""GRU and LSTM: forward outputs and gradients through time of the generated C against torch
-autograd, over directions, layouts, linear_before_reset, present and absent bias and initial
-states, and subsets of the outputs; and what the compiler refuses.
+"""RNN, GRU and LSTM: forward outputs and gradients through time of the generated C against torch
+autograd, over directions, layouts, RNN's tanh and ReLU, linear_before_reset, present and absent
+bias and initial states, and subsets of the outputs; and what the compiler refuses.
 
 The torch side writes ONNX's recurrence out in torch ops (ONNX's gate order and bias layout; torch's
 nn.GRU and nn.LSTM order their gates differently). Before it is trusted as the reference, each case
 checks that recurrence against onnxruntime (layout 0; onnxruntime refuses layout 1) or onnx.reference
 (layout 1) on the same operands. The cases are a table for gradcheck's harness, so each also runs
 the generated training_model.onnx through onnx.reference with our ops' NumPy references
-(GRUTraining, GRUGrad, ...) against the C.
+(RNNTraining, GRUGrad, ...) against the C.
 """
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ from gradcheck import Cases, assert_close, build_op_model, check_reference, comp
 torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
 
-GATES = {"GRU": 3, "LSTM": 4}
-STATES = {"GRU": ("initial_h",), "LSTM": ("initial_h", "initial_c")}
+GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
+STATES = {"RNN": ("initial_h",), "GRU": ("initial_h",), "LSTM": ("initial_h", "initial_c")}
 
 
 def onnx_recurrence(op: str, attrs: dict, x, w, r, b=None, h0=None, c0=None):
-    """ONNX's GRU / LSTM (default activations) in torch ops: (Y, Y_h[, Y_c])."""
+    """ONNX's RNN / GRU / LSTM (default activations, or RNN's Relu) in torch ops: (Y, Y_h[, Y_c])."""
     layout, hidden = attrs.get("layout", 0), attrs["hidden_size"]
     direction, lbr = attrs.get("direction", "forward"), attrs.get("linear_before_reset", 0)
     if layout:  # compute in layout 0
@@ -48,7 +48,9 @@ def onnx_recurrence(op: str, attrs: dict, x, w, r, b=None, h0=None, c0=None):
         order = range(steps - 1, -1, -1) if direction == "reverse" or d == 1 else range(steps)
         for t in order:
             gx, gh = x[t] @ w[d].T + wb, h @ r[d].T + rb
-            if op == "GRU":
+            if op == "RNN":
+                h = torch.relu(gx + gh) if attrs.get("activations") == ["Relu"] * w.shape[0] else torch.tanh(gx + gh)
+            elif op == "GRU":
                 (xz, xr, xh), (hz, hr, hh) = gx.chunk(3, 1), gh.chunk(3, 1)
                 z, reset = torch.sigmoid(xz + hz), torch.sigmoid(xr + hr)
                 if lbr:
@@ -81,9 +83,12 @@ class Case:
     full_lens: bool = False  # sequence_lens given, equal to the full length
     outputs: int = 0  # how many leading outputs the node names; 0: all
     dims: tuple = (3, 2, 4, 5)  # T, N, I, H
+    relu: bool = False  # RNN's activations Relu (torch's nonlinearity='relu')
 
     def attrs(self) -> dict:
         attrs = {"hidden_size": self.dims[3], "direction": self.direction, "layout": self.layout}
+        if self.relu:
+            attrs["activations"] = ["Relu"] * (2 if self.direction == "bidirectional" else 1)
         return attrs | ({"linear_before_reset": self.lbr} if self.op == "GRU" else {})
 
     def operands(self, seed: int) -> tuple[dict, dict]:
@@ -146,6 +151,7 @@ def _id(case: Case) -> str:
     parts = (
         [case.op, case.direction, f"layout{case.layout}"]
         + (["lbr"] if case.lbr else [])
+        + (["relu"] if case.relu else [])
         + ([] if case.bias else ["noB"])
         + list(case.states)
         + (["lens"] if case.full_lens else [])
@@ -156,6 +162,11 @@ def _id(case: Case) -> str:
 
 CASES = Cases()
 for _case in [
+    Case("RNN", outputs=1),
+    Case("RNN", relu=True, states=("initial_h",)),
+    Case("RNN", "reverse", layout=1, bias=False, states=("initial_h",), dims=(4, 3, 2, 3)),
+    Case("RNN", "bidirectional", relu=True, full_lens=True),
+    Case("RNN", "bidirectional", layout=1, states=("initial_h",), outputs=1, dims=(14, 5, 17, 40)),
     Case("GRU", outputs=1),
     Case("GRU", lbr=1, states=("initial_h",)),
     Case("GRU", "reverse", layout=1, bias=False, states=("initial_h",), dims=(4, 3, 2, 3)),

@@ -919,6 +919,16 @@ CASES: dict[str, OpCases] = {
             "test_rms_normalization_3d_axis_negative_1_epsilon",
         ),
     ),
+    "RNN": OpCases(
+        included=(
+            "test_simple_rnn_defaults",
+            "test_simple_rnn_with_initial_bias",
+            "test_simple_rnn_batchwise",
+            "test_simple_rnn_reverse",
+            "test_simple_rnn_bidirectional",
+            "test_rnn_seq_length",
+        ),
+    ),
     "Range": OpCases(
         included=(),
         excluded={
