@@ -3,12 +3,13 @@ initial states, every output; the default activations (and ReLU for RNN, torch's
 nonlinearity='relu'), no peepholes and no clipping.
 
 Both graphs run the op with every output named, because the kernels use Y, Y_h (and Y_c) as
-their working memory. The training graph runs our GRUTraining / LSTMTraining instead, which takes
-the same inputs and also outputs the gates (and LSTM cell states) of every step (an RNN's: its new
-state); RNNGrad / GRUGrad / LSTMGrad backpropagate through time from those and Y, carrying the gradient of the hidden (and
-cell) state from step to step in the outputs that end as the initial states' gradients. They
-overwrite the gates in `saved` with the gates' gradients, from which the weight gradients are then
-matrix products: `saved` is made for them alone and read by nothing after them.
+their working memory. The training graph runs our RNNTraining / GRUTraining / LSTMTraining
+instead, which takes the same inputs and also outputs the gates (and LSTM cell states; an RNN's
+new state) of every step; RNNGrad / GRUGrad / LSTMGrad backpropagate through time from those and
+Y, carrying the gradient of the hidden (and cell) state from step to step in the outputs that end
+as the initial states' gradients. They overwrite the gates in `saved` with the gates' gradients,
+from which the weight gradients are then matrix products: `saved` is made for them alone and read
+by nothing after them.
 
 The kernels run one direction per call, on slices of the tensors (registry.Tensor offsets) and
 with the strides that ONNX's layouts and bidirectional interleaving give (runtime_c/et_rnn.h).
