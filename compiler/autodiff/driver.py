@@ -91,10 +91,10 @@ def differentiate(graph: Graph, loss: str, wrt: list[str]) -> tuple[dict[str, st
     (None when the loss does not depend on it), and where the backward pass starts in
     graph.nodes: the residual nodes gradient rules emit run in the forward pass."""
     forward = list(graph.nodes)
-    depends = set(wrt)  # values that depend on a parameter we differentiate
+    depends = set(wrt)  # values that depend on a parameter we differentiate (through no detach)
     for node in forward:
         if any(name in depends for name in node.inputs):
-            depends.update(node.outputs)
+            depends.update(name for name in node.outputs if name not in graph.detached)
     reaches = {loss}  # values the loss depends on
     for node in reversed(forward):
         if any(name in reaches for name in node.outputs):

@@ -51,6 +51,7 @@ _EXPORTER_NAME = re.compile(
 _SIGNATURE_KIND = "pkg.torch.export.graph_signature.InputSpec.kind"  # PARAMETER, BUFFER, CONSTANT_TENSOR, ...
 _SIGNATURE = "pkg.torch.export.ExportedProgram.graph_signature"  # the graph's: every input, with its kind and target
 _SIGNATURE_PARAMETER = re.compile(r"^\w+: PARAMETER target='([^']+)'$", re.M)
+_SIGNATURE_STATISTIC = re.compile(r"^\w+: BUFFER target='([^']+\.running_(?:mean|var))'", re.M)
 _FOLDED_FROM = "pkg.onnxscript.optimizer.folded_from"  # a constant dynamo's optimizer computed from others
 # (torch.nn.Sequential's submodules are numbered: `0.weight`, `layers.0.bias`; a bare number is a value)
 _STATE_DICT_NAME = re.compile(r"(\d+\.)*[A-Za-z_]\w*(\.\w+)*")
@@ -532,6 +533,29 @@ def check_recorded_parameters(proto: onnx.ModelProto, folded: frozenset[str]) ->
     return frozenset(gone)
 
 
+def check_dropped_statistics(proto: onnx.ModelProto) -> None:
+    """Running statistics the export's graph signature lists for a normalization the graph has, but
+    that no node reads: the exporter wrote the training-mode call alone (InstanceNorm with
+    track_running_stats), so PyTorch's eval normalizes with them and edgetrain's cannot. Said."""
+    names = {i.name for i in proto.graph.initializer}
+    signature = next((p.value for p in proto.graph.metadata_props if p.key == _SIGNATURE), "")
+    normalizing = {
+        _module_path(node)
+        for node in proto.graph.node
+        if node.op_type in ("InstanceNormalization", "BatchNormalization")
+    }
+    dropped = sorted(
+        name
+        for name in set(_SIGNATURE_STATISTIC.findall(signature)) - names
+        if name.rsplit(".", 1)[0] in normalizing  # not a BatchNorm folded into its convolution
+    )
+    if dropped:
+        note(
+            f"the export dropped running statistics ({', '.join(dropped[:4])}): eval and inference normalize "
+            "with the statistics of their input, where PyTorch's eval uses these"
+        )
+
+
 def _ran(proto: onnx.ModelProto, parameters: set[str]) -> set[str]:
     """The parameters of modules whose forward the export recorded (a node in the module or one of
     its submodules; the top module's always): a module that never ran (T5's `shared`, read only as
@@ -555,6 +579,19 @@ def _tied_away(proto: onnx.ModelProto, unseen: set[str], names: set[str]) -> set
             if name in names and own != name and own in unseen:
                 tied.add(own)
     return tied
+
+
+def detached_values(proto: onnx.ModelProto) -> frozenset[str]:
+    """The values of nodes that torch's dynamo exporter records as `aten.detach` (x.detach() in the
+    forward, an Identity in ONNX, which has no way to stop a gradient): PyTorch's gradient stops
+    there, and so does edgetrain's. The TorchScript exporter keeps no such record, nor does any
+    exporter for a torch.no_grad() block: there the gradient flows on, as in ONNX Runtime."""
+    return frozenset(
+        name
+        for node in proto.graph.node
+        if re.search(r"target=torch\.ops\.aten\.detach\.default\b", _meta(node).get(_FX_NODE, ""))
+        for name in node.output
+    )
 
 
 def quantized_parameters(proto: onnx.ModelProto) -> None:

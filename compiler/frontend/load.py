@@ -56,6 +56,7 @@ def load_model(
     floats = {i.name for i in proto.graph.initializer if i.data_type == onnx.TensorProto.FLOAT}
     imports.tied_parameters(proto, floats - not_parameters, untie)
     folded |= imports.check_recorded_parameters(proto, folded)
+    imports.check_dropped_statistics(proto)
     _fix_dims(proto, dim_values or {})
     dims.tie_to_constants(proto, _data_inputs(proto))
     _fix_batch(proto, batch_size)
@@ -64,6 +65,7 @@ def load_model(
     graph = _to_ir(proto, constants)
     graph.not_parameters = not_parameters & set(graph.params)
     graph.folded = folded - graph.values.keys()
+    graph.detached = imports.detached_values(proto) & graph.values.keys()
     for value in graph.values.values():
         check_tensor_size(value.name, value.shape)
     return graph

@@ -75,6 +75,8 @@ class Graph:
     not_parameters: frozenset[str] = frozenset()
     # tensors the exporter's optimizer folded into constants and the graph no longer has: frozen
     folded: frozenset[str] = frozenset()
+    # values PyTorch's forward detached (x.detach(), recorded by the exporter): no gradient flows into them
+    detached: frozenset[str] = frozenset()
     opset: int = 18
     _counter: int = 0
 

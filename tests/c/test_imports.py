@@ -676,3 +676,44 @@ def test_a_quantization_aware_convbn_folded_by_torchscript_is_refused_and_trains
     assert abs(loss - want.item()) <= 1e-5
     for name, param in model.named_parameters():
         np.testing.assert_allclose(state.parameters[name].grad, param.grad.numpy(), atol=1e-5, err_msg=name)
+
+
+class Detached(torch.nn.Module):
+    """A branch whose result the forward detaches: PyTorch trains its layer through the other use."""
+
+    def __init__(self):
+        super().__init__()
+        self.branch = torch.nn.Linear(4, 4)
+        self.head = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        h = self.branch(x)
+        return self.head(h.detach() + x) + 0.5 * h[:, :3]
+
+
+def test_a_detach_the_dynamo_exporter_recorded_stops_the_gradient_as_in_pytorch(tmp_path):
+    torch.manual_seed(0)
+    model, x, labels = Detached().train(), torch.randn(B, 4), torch.tensor([0, 2, 1, 0][:B])
+    dynamo_export(model, x, tmp_path / "m.onnx", optimize=False)
+    module, state, _ = compile_(tmp_path / "m.onnx", tmp_path, loss=artifacts.LossType.CrossEntropyLoss)
+    module.train()
+    loss = module(x.numpy(), labels.numpy().astype(np.int64))
+    torch.nn.functional.cross_entropy(model(x), labels).backward()
+    for name, p in model.named_parameters():
+        np.testing.assert_allclose(state.parameters[name].grad, p.grad.numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
+    assert np.isclose(loss, torch.nn.functional.cross_entropy(model(x), labels).item(), rtol=1e-5)
+
+
+def test_running_statistics_the_dynamo_export_dropped_are_said(tmp_path):
+    """InstanceNorm with track_running_stats exports as its training-mode call alone; BatchNorm keeps
+    its statistics and says nothing of the kind."""
+    x = torch.randn(B, 3, 8, 8)
+    dropped = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.InstanceNorm2d(4, track_running_stats=True))
+    dynamo_export(
+        torch.nn.Sequential(dropped, torch.nn.Flatten(), torch.nn.Linear(144, 3)), x, tmp_path / "i.onnx", False
+    )
+    *_, notes = compile_(tmp_path / "i.onnx", tmp_path / "i", loss=artifacts.LossType.CrossEntropyLoss)
+    assert [n for n in notes if "dropped running statistics (0.1.running_mean, 0.1.running_var)" in n], notes
+    dynamo_export(ConvBN().train(), x, tmp_path / "b.onnx", False)
+    *_, notes = compile_(tmp_path / "b.onnx", tmp_path / "b", loss=artifacts.LossType.CrossEntropyLoss)
+    assert not [n for n in notes if "running statistics" in n and "dropped" in n], notes
