@@ -108,6 +108,34 @@ ET_DEFINE_BINARY_I_(et_fmod_i32, int32_t, et_mod_i32_(a, b, 1))
 
 #undef ET_DEFINE_BINARY_I_
 
+/* ---- OneHot ----
+ * Y[o, k, i] = on where indices[o, i] (a negative one counted from depth,
+ * as Python counts) is k, off elsewhere; an index outside [-depth, depth)
+ * marks nothing.  Float indices are truncated, as ONNX casts them; a NaN
+ * marks nothing.  The kernel's name gives the indices' type, then the
+ * result's. */
+#define ET_DEFINE_ONE_HOT_(name, TI, TO)                                                                   \
+    static inline void name(int outer, int depth, int inner, const TI *indices, TO off, TO on, TO *Y)     \
+    {                                                                                                      \
+        int o, i, k;                                                                                       \
+        for (o = 0; o < outer; ++o)                                                                        \
+            for (i = 0; i < inner; ++i) {                                                                  \
+                TI v = indices[(size_t)o * (size_t)inner + (size_t)i];                                     \
+                int hot = -1;                                                                              \
+                if (v > (TI)(-depth - 1) && v < (TI)depth)                                                 \
+                    hot = (int)v < 0 ? (int)v + depth : (int)v;                                            \
+                for (k = 0; k < depth; ++k)                                                                \
+                    Y[((size_t)o * (size_t)depth + (size_t)k) * (size_t)inner + (size_t)i] = k == hot ? on : off; \
+            }                                                                                              \
+    }
+
+ET_DEFINE_ONE_HOT_(et_one_hot_i32_i32, int32_t, int32_t)
+ET_DEFINE_ONE_HOT_(et_one_hot_i32_f32, int32_t, float)
+ET_DEFINE_ONE_HOT_(et_one_hot_f32_i32, float, int32_t)
+ET_DEFINE_ONE_HOT_(et_one_hot_f32_f32, float, float)
+
+#undef ET_DEFINE_ONE_HOT_
+
 /* ---- unary ops ---- */
 
 static inline void et_neg_i32(int n, const int32_t *X, int32_t *Y)

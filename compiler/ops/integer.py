@@ -1,5 +1,5 @@
 """Ops on integer and bool tensors, as models compute attention masks, position ids, label shifts
-and dropout masks: Cast, comparisons, logic, IsNaN / IsInf, Range, CumSum, ArgMax / ArgMin.
+and dropout masks: Cast, comparisons, logic, IsNaN / IsInf, Range, CumSum, ArgMax / ArgMin, OneHot.
 
 The C keeps every integer tensor (int32 or int64 in the model) and every bool tensor (0 or 1) as
 int32_t (runtime_c/et_integer.h): a kernel ending in _i32 takes such tensors, one ending in _f32
@@ -162,6 +162,33 @@ class CumSum:
         # taken the other way round, leaving the element out exactly when the forward did.
         attrs = {"exclusive": int(node.attr("exclusive", 0)), "reverse": 1 - int(node.attr("reverse", 0))}
         return [g.emit("CumSum", [dy[0], node.inputs[1]], attrs), None]
+
+
+# ---- OneHot (depth and the off and on values are compile-time constants) ----
+
+
+@op("OneHot", const_inputs=(1, 2))
+class OneHot:
+    """Indices of either kind (floats truncated, as ONNX casts them) into a one-hot axis of either
+    kind, as torch.nn.functional.one_hot exports it (int64, then cast)."""
+
+    integer = True
+
+    @staticmethod
+    def kernel(k, node):
+        indices, depth, values = node.inputs
+        y = node.outputs[0]
+        shape = k.shape(indices)
+        axis = int(node.attr("axis", -1)) % (len(shape) + 1)
+        outer, inner = int(np.prod(shape[:axis])), int(np.prod(shape[axis:]))
+        kind = int if is_integer(k.graph, y) else float
+        off, on = (kind(v) for v in np.asarray(k.value_of(values)).reshape(2))
+        fn = f"{typed(k, 'et_one_hot', indices)}_{'i32' if kind is int else 'f32'}"
+        return [k.call(fn, outer, int(np.asarray(k.value_of(depth)).reshape(-1)[0]), inner, indices, off, on, y)]
+
+    @staticmethod
+    def grad(g, node, dy):
+        return [None, None, None]  # its result is a function of where the indices are, constant elsewhere
 
 
 # ---- ArgMax / ArgMin ----

@@ -434,6 +434,11 @@ CASES += [
         ),
         id="Clip-exported-by-tensors",
     ),
+    # torch's one_hot: int64 OneHot of computed indices, then a cast; the mask passes the gradient.
+    pytest.param(
+        ExportCase(lambda net, h: h * F.one_hot(h.argmax(1), 6).float() + h, 17, ("OneHot", "ArgMax")),
+        id="OneHot-exported",
+    ),
 ]
 
 

@@ -876,6 +876,16 @@ CASES: dict[str, OpCases] = {
         },
     ),
     "PRelu": OpCases(included=("test_prelu_example", "test_prelu_broadcast")),
+    "OneHot": OpCases(
+        included=(
+            "test_onehot_negative_indices",
+            "test_onehot_out_of_range_indices",
+            "test_onehot_with_axis",
+            "test_onehot_with_negative_axis",
+            "test_onehot_without_axis",
+        ),
+        excluded={"test_onehot_with_bfloat16_values": FLOAT_TYPE},
+    ),
     "Pad": OpCases(
         included=("test_constant_pad", "test_constant_pad_axes", "test_constant_pad_negative_axes"),
         as_float32=("test_edge_pad", "test_reflect_pad", "test_wrap_pad"),
