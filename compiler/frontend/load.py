@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import os
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -227,7 +228,7 @@ def _fold_constants(proto):
                 return proto, constants
         del proto.graph.node[:]
         proto.graph.node.extend(kept)
-        live = {name for n in kept for name in n.input}
+        live = {name for n in kept for name in _reads(n)}
         for name, array in constants.items():
             if name in live and name not in {i.name for i in proto.graph.initializer}:
                 proto.graph.initializer.append(numpy_helper.from_array(np.asarray(array), name))
@@ -255,6 +256,27 @@ def _clip_by_tensors(
     return rewritten if found else None
 
 
+def _reads(node: onnx.NodeProto) -> Iterator[str]:
+    """The values a node reads: its inputs, and what its subgraphs (an If's branches) read."""
+    yield from node.input
+    for attribute in node.attribute:
+        for graph in [attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else attribute.graphs:
+            for inner in graph.node:
+                yield from _reads(inner)
+            yield from (output.name for output in graph.output)
+
+
+def _rename_inputs(node: onnx.NodeProto, renamed) -> None:
+    """The node's inputs renamed, and those its subgraphs read from outside them (a nested If's)."""
+    node.input[:] = [renamed(name) for name in node.input]
+    for attribute in node.attribute:
+        for graph in [attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else attribute.graphs:
+            for inner in graph.node:
+                _rename_inputs(inner, renamed)
+            for output in graph.output:
+                output.name = renamed(output.name)
+
+
 def _taken_branch(node: onnx.NodeProto, constants: dict) -> list[onnx.NodeProto] | None:
     """An If whose condition folded (TorchScript's exports test shapes this way: LocalResponseNorm,
     repeat): the nodes of the branch it takes, its own values renamed under the If's name so they
@@ -274,12 +296,10 @@ def _taken_branch(node: onnx.NodeProto, constants: dict) -> list[onnx.NodeProto]
         for i in branch.initializer
     ]
     for n in branch.node:
-        if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in n.attribute):
-            raise EdgetrainError(f"node '{node.name}' (If): a branch holding a subgraph of its own is not supported")
         copy = onnx.NodeProto()
         copy.CopyFrom(n)
         copy.name = prefix + (n.name or n.output[0])
-        copy.input[:] = [renamed(name) for name in n.input]
+        _rename_inputs(copy, renamed)
         copy.output[:] = [renamed(name) for name in n.output]
         nodes.append(copy)
     nodes += [
@@ -380,8 +400,8 @@ def _function_body(node, opset: int, types: dict[str, onnx.TypeProto]) -> onnx.F
         body = onnx.FunctionProto.FromString(built) if built else None
     else:
         return None
-    # Control flow (AffineGrid's If on its rank) is left to the refusal of the op itself.
-    if body is None or any(n.op_type in ("If", "Loop", "Scan") for n in body.node):
+    # An If (AffineGrid's, on its rank) folds with the constants (_taken_branch); loops cannot.
+    if body is None or any(n.op_type in ("Loop", "Scan") for n in body.node):
         return None
     return body
 

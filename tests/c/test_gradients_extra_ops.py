@@ -237,6 +237,61 @@ CASES += [
 ]
 
 
+# ---- GridSample: X and the grid both train, against torch's grid_sample ----
+
+
+def _grid(shape):
+    """Grid coordinates over [-1.3, 1.3], so some fall outside the input, at least 0.02 away (in
+    input pixels of up to 6) from the whole numbers where bilinear sampling's gradient jumps."""
+
+    def make(rng):
+        g = rng.uniform(-1.3, 1.3, size=shape).astype(np.float32)
+        pixels = (g + 1) * 3
+        near = np.abs(pixels - np.round(pixels)) < 0.02
+        return np.where(near, g + 0.03, g).astype(np.float32)
+
+    return make
+
+
+for mode, padding, corners, opset in [
+    ("bilinear", "zeros", 0, 16),
+    ("bilinear", "zeros", 1, 16),
+    ("linear", "border", 0, 20),
+    ("linear", "reflection", 0, 20),
+    ("bilinear", "reflection", 1, 16),
+    ("nearest", "zeros", 0, 16),
+    ("nearest", "border", 1, 20),
+]:
+    torch_mode = "bilinear" if mode == "linear" else mode
+    case(
+        f"{mode}-{padding}-align{corners}",
+        "GridSample",
+        {"X": normal((2, 3, 5, 6)), "grid": _grid((2, 4, 3, 2))},
+        lambda X, grid, m=torch_mode, p=padding, c=corners: F.grid_sample(
+            X, grid, mode=m, padding_mode=p, align_corners=bool(c)
+        ),
+        attrs={"mode": mode, "padding_mode": padding, "align_corners": corners},
+        opset=opset,
+        reference=opset >= 20,  # onnx.reference knows opset 20's mode names only
+    )
+
+
+def _spatial_transformer(net, h):
+    """A spatial transformer as users write one: an affine grid from a layer's output (AffineGrid,
+    an ONNX function with an If on its rank), sampling an image made of the same output."""
+    theta = net.prelu(h[:, :6].reshape(3, 3, 2)).reshape(3, 2, 3)
+    image = h.reshape(3, 2, 2, 3)
+    grid = F.affine_grid(theta, [3, 2, 4, 5], align_corners=False)
+    return F.grid_sample(image, grid, align_corners=False).reshape(3, -1)
+
+
+CASES.append(
+    pytest.param(
+        ExportCase(_spatial_transformer, 20, ("AffineGrid", "GridSample"), width=12), id="SpatialTransformer-exported"
+    )
+)
+
+
 # ---- et_sinf / et_cosf against float64 ----
 
 

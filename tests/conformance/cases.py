@@ -71,6 +71,9 @@ ASPECT_RATIO = Refused("keep_aspect_ratio_policy")
 REDUCTION_NONE = Refused("reduction 'none' is not supported")
 REDUCTION_SUM = Refused("reduction 'sum' is not supported")
 PEEPHOLES = Refused("peepholes")
+# GridSample's kernels sample 2-D planes, bilinearly or at the nearest pixel.
+CUBIC_SAMPLING = Refused("only bilinear (linear) and nearest")
+VOLUMES = Refused("only 2-D planes (a 4-D input) are supported")
 BLOCKED = Refused("blocked quantization (block_size) is not supported")
 # Running statistics are buffers a training step updates, so they are not the inference graph's outputs.
 STATISTICS_OUTPUTS = Refused("running statistics are state")
@@ -115,6 +118,7 @@ FUNCTION_OPS = {
     "ThresholdedRelu",
     "SwiGLU",
     "CenterCropPad",
+    "AffineGrid",
 }
 
 CASES: dict[str, OpCases] = {
@@ -181,6 +185,14 @@ CASES: dict[str, OpCases] = {
             "test_argmin_negative_axis_keepdims_example_select_last_index",
             "test_argmin_negative_axis_keepdims_random_select_last_index",
         )
+    ),
+    "AffineGrid": OpCases(
+        included=(
+            "test_affine_grid_2d",
+            "test_affine_grid_2d_align_corners",
+            "test_affine_grid_3d",
+            "test_affine_grid_3d_align_corners",
+        ),
     ),
     "Attention": OpCases(
         included=(
@@ -579,6 +591,30 @@ CASES: dict[str, OpCases] = {
             "test_gru_reverse",
             "test_gru_bidirectional",
         )
+    ),
+    "GridSample": OpCases(
+        included=(
+            "test_gridsample",
+            "test_gridsample_aligncorners_true",
+            "test_gridsample_bilinear",
+            "test_gridsample_bilinear_align_corners_0_additional_1",
+            "test_gridsample_bilinear_align_corners_1_additional_1",
+            "test_gridsample_border_padding",
+            "test_gridsample_nearest",
+            "test_gridsample_nearest_align_corners_0_additional_1",
+            "test_gridsample_nearest_align_corners_1_additional_1",
+            "test_gridsample_reflection_padding",
+            "test_gridsample_zeros_padding",
+        ),
+        excluded={
+            "test_gridsample_bicubic": CUBIC_SAMPLING,
+            "test_gridsample_bicubic_align_corners_0_additional_1": CUBIC_SAMPLING,
+            "test_gridsample_bicubic_align_corners_1_additional_1": CUBIC_SAMPLING,
+            "test_gridsample_volumetric_bilinear_align_corners_0": VOLUMES,
+            "test_gridsample_volumetric_bilinear_align_corners_1": VOLUMES,
+            "test_gridsample_volumetric_nearest_align_corners_0": VOLUMES,
+            "test_gridsample_volumetric_nearest_align_corners_1": VOLUMES,
+        },
     ),
     "Gather": OpCases(
         included=("test_gather_0", "test_gather_1", "test_gather_2d_indices", "test_gather_negative_indices")
