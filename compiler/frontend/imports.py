@@ -581,6 +581,25 @@ def _tied_away(proto: onnx.ModelProto, unseen: set[str], names: set[str]) -> set
     return tied
 
 
+# An average pooling's recorded call: its divisor_override, the seventh argument, when one is given.
+_DIVISOR_OVERRIDE = re.compile(
+    r"aten\.avg_pool[123]d\.default\]\(args = \((?:[^,\[]+|\[[^\]]*\])(?:, (?:[^,\[]+|\[[^\]]*\])){5}, (\d+)\)"
+)
+
+
+def check_divisor_override(proto: onnx.ModelProto) -> None:
+    """Refuse an average pooling that PyTorch divides by a divisor_override: ONNX's AveragePool
+    cannot say it, so torch's exporters drop it and write a model that divides by the window's size.
+    The dynamo exporter's record shows it; the TorchScript exporter's export keeps nothing of it."""
+    for node in proto.graph.node:
+        found = _DIVISOR_OVERRIDE.search(_meta(node).get(_FX_NODE, ""))
+        if node.op_type == "AveragePool" and found:
+            raise EdgetrainError(
+                f"node '{node.name}' (AveragePool): PyTorch divides by divisor_override={found.group(1)}, which "
+                "ONNX's AveragePool cannot say and the export dropped; it would divide by the window's size"
+            )
+
+
 def detached_values(proto: onnx.ModelProto) -> frozenset[str]:
     """The values of nodes that torch's dynamo exporter records as `aten.detach` (x.detach() in the
     forward, an Identity in ONNX, which has no way to stop a gradient): PyTorch's gradient stops

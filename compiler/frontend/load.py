@@ -58,6 +58,7 @@ def load_model(
     imports.tied_parameters(proto, floats - not_parameters, untie)
     folded |= imports.check_recorded_parameters(proto, folded)
     imports.check_dropped_statistics(proto)
+    imports.check_divisor_override(proto)
     _fix_dims(proto, dim_values or {})
     dims.tie_to_constants(proto, _data_inputs(proto))
     _fix_batch(proto, batch_size)

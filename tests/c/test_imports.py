@@ -717,3 +717,23 @@ def test_running_statistics_the_dynamo_export_dropped_are_said(tmp_path):
     dynamo_export(ConvBN().train(), x, tmp_path / "b.onnx", False)
     *_, notes = compile_(tmp_path / "b.onnx", tmp_path / "b", loss=artifacts.LossType.CrossEntropyLoss)
     assert not [n for n in notes if "running statistics" in n and "dropped" in n], notes
+
+
+class DividedPool(torch.nn.Module):
+    def __init__(self, divisor):
+        super().__init__()
+        self.conv, self.divisor = torch.nn.Conv2d(3, 4, 3), divisor
+
+    def forward(self, x):
+        return torch.nn.functional.avg_pool2d(self.conv(x), 2, divisor_override=self.divisor).flatten(1)
+
+
+def test_an_average_pool_whose_divisor_override_the_export_dropped_is_refused(tmp_path):
+    x = torch.randn(B, 3, 6, 6)
+    dynamo_export(DividedPool(3), x, tmp_path / "d.onnx", False)
+    with pytest.raises(
+        EdgetrainError, match=r"'node_avg_pool2d' \(AveragePool\): PyTorch divides by divisor_override=3"
+    ):
+        compile_(tmp_path / "d.onnx", tmp_path / "d", loss=artifacts.LossType.MSELoss)
+    dynamo_export(DividedPool(None), x, tmp_path / "n.onnx", False)
+    compile_(tmp_path / "n.onnx", tmp_path / "n", loss=artifacts.LossType.MSELoss)
