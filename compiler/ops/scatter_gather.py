@@ -34,6 +34,17 @@ def _scatter(k, node, call, fn, start, *args):
     return [first] + call(k, node, k.shape(y), fn, *args, y)
 
 
+def _refuse_repeated(node, positions) -> None:
+    """Constant indices that write an element twice with reduction 'none', which ONNX leaves
+    undefined: the TorchScript exporter writes torch's index_add so, where PyTorch adds."""
+    written = np.stack([p.ravel() for p in np.broadcast_arrays(*positions)], axis=1)
+    if len(np.unique(written, axis=0)) < len(written):
+        raise EdgetrainError(
+            f"{node_label(node)}: its indices write an element more than once with reduction 'none', which "
+            "ONNX leaves undefined (torch's TorchScript exporter writes index_add so; the dynamo exporter adds)"
+        )
+
+
 def _scatter_ops(family, call, fn, where, attr, update_grad):
     """Register Scatter{family} (ONNX) and two ops of our domain that serve the gradients of the
     family, each kernel `fn` run through `call`: Scatter{family}Grad and Gather{family}Grad.
@@ -48,7 +59,10 @@ def _scatter_ops(family, call, fn, where, attr, update_grad):
 
         @staticmethod
         def kernel(k, node):
-            data, _, updates = node.inputs
+            data, indices, updates = node.inputs
+            if _reduction(node) == REDUCTIONS["none"] and indices in k.graph.constants:
+                attrs = {attr: int(node.attr(attr, 0))} if attr else {}
+                _refuse_repeated(node, where(k.value_of(indices), k.shape(data), **attrs))
             if not is_integer(k.graph, data):
                 return _scatter(k, node, call, fn, data, _reduction(node), updates)
             if _reduction(node) != REDUCTIONS["none"]:

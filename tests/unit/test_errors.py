@@ -114,6 +114,19 @@ CASES = {
     "unknown frozen": (mlp, {"batch_size": 4, "frozen_params": ["fc9.bias"]}, ["unknown initializer", "'fc9.bias'"]),
     "old opset": (lambda: mlp(opset=6), {"batch_size": 4}, ["opset 6", "opset 7 or newer"]),
     "rnn operand shape": (lstm_with_projection_dropped, {}, ["LSTM node 'lstm'", "input 1 'W'", "[1, 24, 5]"]),
+    "scatter overwriting twice": (
+        lambda: model_with(
+            [helper.make_node("ScatterElements", ["x", "i", "u"], ["y"], name="index_add", axis=1)],
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+            [
+                numpy_helper.from_array(np.array([[0, 1, 1], [2, 3, 2]], np.int64), "i"),
+                numpy_helper.from_array(np.ones((2, 3), np.float32), "u"),
+            ],
+        ),
+        {},
+        ["'index_add' (ScatterElements)", "more than once with reduction 'none'"],
+    ),
 }
 
 
