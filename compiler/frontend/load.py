@@ -257,25 +257,29 @@ def _clip_by_tensors(
     return rewritten if found else None
 
 
-def _reads(node: onnx.NodeProto) -> Iterator[str]:
-    """The values a node reads: its inputs, and what its subgraphs (an If's branches) read."""
-    yield from node.input
+def _subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
+    """The graphs a node holds (an If's branches)."""
     for attribute in node.attribute:
-        for graph in [attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else attribute.graphs:
-            for inner in graph.node:
-                yield from _reads(inner)
-            yield from (output.name for output in graph.output)
+        yield from [attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else attribute.graphs
+
+
+def _reads(node: onnx.NodeProto) -> Iterator[str]:
+    """The values a node reads: its inputs, and what its subgraphs read."""
+    yield from node.input
+    for graph in _subgraphs(node):
+        for inner in graph.node:
+            yield from _reads(inner)
+        yield from (output.name for output in graph.output)
 
 
 def _rename_inputs(node: onnx.NodeProto, renamed) -> None:
-    """The node's inputs renamed, and those its subgraphs read from outside them (a nested If's)."""
+    """The node's inputs renamed, and what its subgraphs read from outside them (a nested If's)."""
     node.input[:] = [renamed(name) for name in node.input]
-    for attribute in node.attribute:
-        for graph in [attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else attribute.graphs:
-            for inner in graph.node:
-                _rename_inputs(inner, renamed)
-            for output in graph.output:
-                output.name = renamed(output.name)
+    for graph in _subgraphs(node):
+        for inner in graph.node:
+            _rename_inputs(inner, renamed)
+        for output in graph.output:
+            output.name = renamed(output.name)
 
 
 def _taken_branch(node: onnx.NodeProto, constants: dict) -> list[onnx.NodeProto] | None:
