@@ -76,9 +76,13 @@ def _activations(attrs) -> tuple[str, ...] | None:
     return None if given is None else tuple((a.decode() if isinstance(a, bytes) else a).lower() for a in given)
 
 
-def _direction_count(attrs) -> int:
+def _direction(attrs) -> str:
     direction = attrs.get("direction", "forward")
-    return 2 if (direction.decode() if isinstance(direction, bytes) else direction) == "bidirectional" else 1
+    return direction.decode() if isinstance(direction, bytes) else direction
+
+
+def _direction_count(attrs) -> int:
+    return 2 if _direction(attrs) == "bidirectional" else 1
 
 
 @dataclass(frozen=True)
@@ -95,9 +99,8 @@ class _Dims:
     def of(x_shape, node) -> _Dims:
         layout = int(node.attr("layout", 0))
         t, n, i = (x_shape[1], x_shape[0], x_shape[2]) if layout else x_shape
-        direction = node.attr("direction", "forward")
         return _Dims(
-            t, n, i, int(node.attr("hidden_size")), 2 if direction == "bidirectional" else 1, layout, direction
+            t, n, i, int(node.attr("hidden_size")), _direction_count(node.attrs), layout, _direction(node.attrs)
         )
 
     def y_shape(self) -> tuple[int, ...]:
@@ -296,9 +299,7 @@ def _time_major(layout: int, x, states):
 
 
 def _directions(attrs, d_count):
-    direction = attrs.get("direction", "forward")
-    direction = direction.decode() if isinstance(direction, bytes) else direction
-    return [_reverse(direction, d) for d in range(d_count)]
+    return [_reverse(_direction(attrs), d) for d in range(d_count)]
 
 
 def _forward_reference(fam: _Family, x, w, r, b, inits, flag: int, reverse: bool):
