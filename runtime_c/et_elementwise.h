@@ -129,6 +129,24 @@ static inline void et_cos_f32(int n, const float *X, float *Y)
         Y[i] = et_cosf(X[i]);
 }
 
+/* Y = f(X) for the other functions of et_math.h: Tan, Atan, Asin, Acos, Sinh, Cosh. */
+#define ET_DEFINE_MAP_(name, f)                                                \
+    static inline void name(int n, const float *X, float *Y)                  \
+    {                                                                          \
+        int i;                                                                 \
+        for (i = 0; i < n; ++i)                                                \
+            Y[i] = f(X[i]);                                                    \
+    }
+
+ET_DEFINE_MAP_(et_tan_f32, et_tanf)
+ET_DEFINE_MAP_(et_atan_f32, et_atanf)
+ET_DEFINE_MAP_(et_asin_f32, et_asinf)
+ET_DEFINE_MAP_(et_acos_f32, et_acosf)
+ET_DEFINE_MAP_(et_sinh_f32, et_sinhf)
+ET_DEFINE_MAP_(et_cosh_f32, et_coshf)
+
+#undef ET_DEFINE_MAP_
+
 static inline void et_reciprocal_f32(int n, const float *X, float *Y)
 {
     int i;

@@ -430,4 +430,105 @@ static inline float et_cosf(float x)
     return et_sin_cos_(x, 1);
 }
 
+/* tan = sin / cos, each within 1 ulp, so the quotient is within 3. */
+static inline float et_tanf(float x)
+{
+    return et_sinf(x) / et_cosf(x);
+}
+
+/* atan(t) for |t| <= 2 - sqrt(3): its odd series to t^13 (the next term
+ * is below 2^-28 of t). */
+static inline float et_atan_series_(float t)
+{
+    float z = t * t;
+    float p = -1.0f / 3.0f + z * (1.0f / 5.0f + z * (-1.0f / 7.0f + z * (1.0f / 9.0f + z * (-1.0f / 11.0f + z * (1.0f / 13.0f)))));
+    return t + t * z * p;
+}
+
+/* atan: |x| > 1 folds to pi/2 - atan(1/|x|), then |x| > 2 - sqrt(3) to
+ * pi/6 + atan((sqrt(3) |x| - 1) / (|x| + sqrt(3))); pi/2 and pi/6 are
+ * added as a float and its remainder. */
+static inline float et_atanf(float x)
+{
+    float a = x < 0.0f ? -x : x, r;
+    int inverted = 0;
+    if (x != x)
+        return x + x;
+    if (a > 1.0f) {
+        a = 1.0f / a;
+        inverted = 1;
+    }
+    if (a > 0.26794919f)
+        r = 0.52359878f + (et_atan_series_((1.7320508f * a - 1.0f) / (a + 1.7320508f)) - 1.4630287e-08f);
+    else
+        r = et_atan_series_(a);
+    if (inverted)
+        r = 1.5707964f - (r + 4.3711388e-08f);
+    return x < 0.0f ? -r : r;
+}
+
+/* asin(a) for 0 <= a <= 0.7: atan(a / sqrt(1 - a^2)), with 1 - a^2 as
+ * (1 - a)(1 + a), the first factor exact from 1/2 on. */
+static inline float et_asin_small_(float a)
+{
+    return et_atanf(a / sqrtf((1.0f - a) * (1.0f + a)));
+}
+
+/* asin: past 0.7, pi/2 - 2 asin(sqrt((1 - |x|) / 2)), whose argument is
+ * exact up to its square root; NaN outside [-1, 1]. */
+static inline float et_asinf(float x)
+{
+    float a = x < 0.0f ? -x : x, r;
+    if (!(a <= 1.0f))
+        return et_f32_from_bits(ET_NAN_BITS);
+    if (a <= 0.7f)
+        r = et_asin_small_(a);
+    else
+        r = 1.5707964f - (2.0f * et_asin_small_(sqrtf((1.0f - a) * 0.5f)) + 4.3711388e-08f);
+    return x < 0.0f ? -r : r;
+}
+
+/* acos: pi/2 - asin(x) within 1/2 of 0, 2 asin(sqrt((1 - x) / 2)) above,
+ * pi - 2 asin(sqrt((1 + x) / 2)) below. */
+static inline float et_acosf(float x)
+{
+    if (!(x >= -1.0f && x <= 1.0f))
+        return et_f32_from_bits(ET_NAN_BITS);
+    if (x > 0.5f)
+        return 2.0f * et_asin_small_(sqrtf((1.0f - x) * 0.5f));
+    if (x < -0.5f)
+        return 3.1415927f - (2.0f * et_asin_small_(sqrtf((1.0f + x) * 0.5f)) - 8.7422777e-08f);
+    return 1.5707964f - (et_asinf(x) + 4.3711388e-08f);
+}
+
+/* sinh and cosh from e^|x|: below 1, sinh from expm1 without cancellation;
+ * past 88, where e^|x| overflows before its half does, as (e^(|x|/2) / 2)
+ * e^(|x|/2), e^-|x| being nothing there. */
+static inline float et_sinhf(float x)
+{
+    float a = x < 0.0f ? -x : x, r, e;
+    if (a < 1.0f) {
+        e = et_expm1f(a);
+        r = 0.5f * (e + e / (e + 1.0f));
+    } else if (a > 88.0f) {
+        e = et_expf(0.5f * a);
+        r = (0.5f * e) * e;
+    } else {
+        e = et_expf(a);
+        r = 0.5f * (e - 1.0f / e);
+    }
+    return x < 0.0f ? -r : r;
+}
+
+static inline float et_coshf(float x)
+{
+    float a = x < 0.0f ? -x : x, e;
+    if (a > 88.0f) {
+        e = et_expf(0.5f * a);
+        return (0.5f * e) * e;
+    }
+    e = et_expf(a);
+    return 0.5f * (e + 1.0f / e);
+}
+
 #endif /* ET_MATH_H */

@@ -123,6 +123,7 @@ FUNCTION_OPS = {
 
 CASES: dict[str, OpCases] = {
     "Abs": OpCases(included=("test_abs",)),
+    "Acos": OpCases(included=("test_acos_example", "test_acos")),
     "Add": OpCases(
         included=("test_add", "test_add_bcast"),
         excluded={
@@ -194,6 +195,8 @@ CASES: dict[str, OpCases] = {
             "test_affine_grid_3d_align_corners",
         ),
     ),
+    "Asin": OpCases(included=("test_asin_example", "test_asin")),
+    "Atan": OpCases(included=("test_atan_example", "test_atan")),
     "Attention": OpCases(
         included=(
             "test_attention_4d",
@@ -475,6 +478,7 @@ CASES: dict[str, OpCases] = {
         )
     ),
     "Cos": OpCases(included=("test_cos_example", "test_cos")),
+    "Cosh": OpCases(included=("test_cosh_example", "test_cosh")),
     "CumSum": OpCases(
         included=("test_cumsum_2d_int32", "test_cumsum_1d_int32_exclusive"),
         excluded={
@@ -1225,6 +1229,7 @@ CASES: dict[str, OpCases] = {
     "Sigmoid": OpCases(included=("test_sigmoid_example", "test_sigmoid")),
     "Sign": OpCases(included=("test_sign",)),
     "Sin": OpCases(included=("test_sin_example", "test_sin")),
+    "Sinh": OpCases(included=("test_sinh_example", "test_sinh")),
     "Slice": OpCases(
         included=(
             "test_slice",
@@ -1345,6 +1350,7 @@ CASES: dict[str, OpCases] = {
     "Swish": OpCases(
         included=("test_swish",),
     ),
+    "Tan": OpCases(included=("test_tan_example", "test_tan")),
     "Tanh": OpCases(included=("test_tanh_example", "test_tanh")),
     "ThresholdedRelu": OpCases(
         included=(

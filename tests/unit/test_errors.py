@@ -23,9 +23,9 @@ def unsupported_model():
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
     w = numpy_helper.from_array(np.ones((2, 3), np.float32), "w")
     nodes = [
-        helper.make_node("Acos", ["x"], ["a"], name="acos_a"),
-        helper.make_node("Acos", ["a"], ["b"], name="acos_b"),
-        helper.make_node("Atan", ["b"], ["c"], name="atan"),
+        helper.make_node("Asinh", ["x"], ["a"], name="asinh_a"),
+        helper.make_node("Asinh", ["a"], ["b"], name="asinh_b"),
+        helper.make_node("Atanh", ["b"], ["c"], name="atanh"),
         helper.make_node("Mul", ["c", "w"], ["y"], name="mul"),
     ]
     return model_with(nodes, [x], [y], [w])
@@ -46,7 +46,11 @@ def lstm_with_projection_dropped():
 
 
 CASES = {
-    "unsupported ops": (unsupported_model, {}, ["unsupported ops", "Acos", "'acos_a'", "'acos_b'", "Atan", "'atan'"]),
+    "unsupported ops": (
+        unsupported_model,
+        {},
+        ["unsupported ops", "Asinh", "'asinh_a'", "'asinh_b'", "Atanh", "'atanh'"],
+    ),
     "unknown domain": (
         lambda: helper.make_model(
             helper.make_graph(
