@@ -153,27 +153,15 @@ def _one_minus_square(g, x):
     return g.emit("Sub", [g.const(np.float32(1.0)), g.emit("Mul", [x, x])])
 
 
+def _one_plus_square(g, x):
+    return g.emit("Add", [g.const(np.float32(1.0)), g.emit("Mul", [x, x])])
+
+
 # The other trigonometric and hyperbolic functions of et_math.h (within 3.5 ulp), with PyTorch's
 # derivatives: tan' = 1 + tan^2, atan' = 1 / (1 + x^2), asin' = -acos' = 1 / sqrt(1 - x^2),
 # sinh' = cosh, cosh' = sinh.
-_unary(
-    "Tan",
-    "et_tan_f32",
-    lambda g, node, dy: [
-        g.emit(
-            "Mul", [dy[0], g.emit("Add", [g.const(np.float32(1.0)), g.emit("Mul", [node.outputs[0], node.outputs[0]])])]
-        )
-    ],
-)
-_unary(
-    "Atan",
-    "et_atan_f32",
-    lambda g, node, dy: [
-        g.emit(
-            "Div", [dy[0], g.emit("Add", [g.const(np.float32(1.0)), g.emit("Mul", [node.inputs[0], node.inputs[0]])])]
-        )
-    ],
-)
+_unary("Tan", "et_tan_f32", lambda g, node, dy: [g.emit("Mul", [dy[0], _one_plus_square(g, node.outputs[0])])])
+_unary("Atan", "et_atan_f32", lambda g, node, dy: [g.emit("Div", [dy[0], _one_plus_square(g, node.inputs[0])])])
 _unary(
     "Asin",
     "et_asin_f32",
