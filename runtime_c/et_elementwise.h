@@ -129,7 +129,8 @@ static inline void et_cos_f32(int n, const float *X, float *Y)
         Y[i] = et_cosf(X[i]);
 }
 
-/* Y = f(X) for the other functions of et_math.h: Tan, Atan, Asin, Acos, Sinh, Cosh. */
+/* Y = f(X) for the other functions of et_math.h: Tan, Atan, Asin, Acos, Sinh, Cosh, Asinh,
+ * Acosh, Atanh. */
 #define ET_DEFINE_MAP_(name, f)                                                \
     static inline void name(int n, const float *X, float *Y)                  \
     {                                                                          \
@@ -144,6 +145,9 @@ ET_DEFINE_MAP_(et_asin_f32, et_asinf)
 ET_DEFINE_MAP_(et_acos_f32, et_acosf)
 ET_DEFINE_MAP_(et_sinh_f32, et_sinhf)
 ET_DEFINE_MAP_(et_cosh_f32, et_coshf)
+ET_DEFINE_MAP_(et_asinh_f32, et_asinhf)
+ET_DEFINE_MAP_(et_acosh_f32, et_acoshf)
+ET_DEFINE_MAP_(et_atanh_f32, et_atanhf)
 
 #undef ET_DEFINE_MAP_
 

@@ -531,4 +531,50 @@ static inline float et_coshf(float x)
     return 0.5f * (e + 1.0f / e);
 }
 
+/* log(1 + u) without the rounding of 1 + u: w = 1 + u rounded, then
+ * log(w) u / (w - 1), which the rounding cancels out of (Goldberg's
+ * form, exact wherever w - 1 is). */
+static inline float et_log1pf_(float u)
+{
+    float w = 1.0f + u;
+    if (w == 1.0f)
+        return u;
+    return et_logf(w) * (u / (w - 1.0f));
+}
+
+/* asinh: log1p(a + a^2 / (1 + sqrt(1 + a^2))) for |x| below 2^12, log(|x|)
+ * + log 2 above, where 1 + x^2 is x^2 in float. */
+static inline float et_asinhf(float x)
+{
+    float a = x < 0.0f ? -x : x, r;
+    if (a > 4096.0f)
+        r = et_logf(a) + 0.69314718f;
+    else
+        r = et_log1pf_(a + a * a / (1.0f + sqrtf(1.0f + a * a)));
+    return x < 0.0f ? -r : r;
+}
+
+/* acosh: log1p(t + sqrt(2t + t^2)) with t = x - 1 (exact below 2) up to
+ * 2^12, log(x) + log 2 above; NaN below 1. */
+static inline float et_acoshf(float x)
+{
+    float t = x - 1.0f;
+    if (!(x >= 1.0f))
+        return et_f32_from_bits(ET_NAN_BITS);
+    if (x > 4096.0f)
+        return et_logf(x) + 0.69314718f;
+    return et_log1pf_(t + sqrtf(t * (t + 2.0f)));
+}
+
+/* atanh: log1p(2|x| / (1 - |x|)) / 2, 1 - |x| exact from 1/2 on; +-inf at
+ * +-1, NaN beyond. */
+static inline float et_atanhf(float x)
+{
+    float a = x < 0.0f ? -x : x, r;
+    if (!(a <= 1.0f))
+        return et_f32_from_bits(ET_NAN_BITS);
+    r = a == 1.0f ? et_f32_from_bits(ET_INFINITY_BITS) : 0.5f * et_log1pf_(2.0f * a / (1.0f - a));
+    return x < 0.0f ? -r : r;
+}
+
 #endif /* ET_MATH_H */

@@ -40,6 +40,9 @@ case("2d", "Asin", {"X": fixed(np.linspace(-0.95, 0.95, 12, dtype=np.float32).re
 case("2d", "Acos", {"X": fixed(np.linspace(-0.95, 0.95, 12, dtype=np.float32).reshape(3, 4))}, torch.acos)
 case("2d", "Sinh", {"X": normal((3, 4), 2.0)}, torch.sinh)
 case("2d", "Cosh", {"X": normal((3, 4), 2.0)}, torch.cosh)
+case("2d", "Asinh", {"X": normal((3, 4), 3.0)}, torch.asinh)
+case("2d", "Acosh", {"X": fixed(np.linspace(1.05, 6.0, 12, dtype=np.float32).reshape(3, 4))}, torch.acosh)
+case("2d", "Atanh", {"X": fixed(np.linspace(-0.95, 0.95, 12, dtype=np.float32).reshape(3, 4))}, torch.atanh)
 case("2d", "Reciprocal", {"X": normal((3, 4), 2.0, avoid=(0.0,))}, torch.reciprocal)
 case("3d", "Reciprocal", {"X": normal((2, 3, 4), 0.5, avoid=(0.0,))}, torch.reciprocal)
 case("2d", "Mish", {"X": normal((3, 4), 3.0)}, F.mish)
@@ -349,13 +352,14 @@ CASES.append(pytest.param(SinCosAccuracy(), id="SinCos-accuracy-vs-float64"))
 
 @dataclass
 class TrigAccuracy:
-    """et_tanf, et_atanf, et_asinf, et_acosf, et_sinhf and et_coshf, compiled under the strictest
-    flags, within 3.5 ulp of float64 (measured at most 2.14, 2.05, 2.76, 3.17, 2.00 and 1.42) on
-    their usual range and every magnitude where the result is finite, with their special values."""
+    """et_tanf, et_atanf, et_asinf, et_acosf, et_sinhf, et_coshf, et_asinhf, et_acoshf and
+    et_atanhf, compiled under the strictest flags, within 3.5 ulp of float64 (measured at most 2.14,
+    2.05, 2.76, 3.17, 2.00, 1.42, 2.45, 3.05 and 3.08) on their usual range and every magnitude
+    where the result is finite, near 1 for acosh and atanh, with their special values."""
 
     def run(self, tmp_path, seed: int) -> float:
         loop = "int i; for (i = 0; i < n; ++i) y[i] = {}(x[i]);"
-        names = ("tan", "atan", "asin", "acos", "sinh", "cosh")
+        names = ("tan", "atan", "asin", "acos", "sinh", "cosh", "asinh", "acosh", "atanh")
         fns = float_library(
             tmp_path,
             "\n".join((RUNTIME / h).read_text() for h in ("et_common.h", "et_math.h")),
@@ -373,17 +377,30 @@ class TrigAccuracy:
             "acos": (np.arccos, np.concatenate([rng.uniform(-1, 1, 200_000), spread(-100, 0)])),
             "sinh": (np.sinh, np.concatenate([rng.uniform(-5, 5, 200_000), spread(-100, 4.48)])),
             "cosh": (np.cosh, np.concatenate([rng.uniform(-5, 5, 200_000), spread(-100, 4.48)])),
+            "asinh": (np.arcsinh, np.concatenate([rng.uniform(-5, 5, 200_000), spread(-100, 88)])),
+            "acosh": (
+                np.arccosh,
+                np.concatenate(
+                    [rng.uniform(1, 5, 200_000), 1 + np.exp(rng.uniform(-30, 4, 200_000)), np.abs(spread(0, 88))]
+                ),
+            ),
+            "atanh": (
+                np.arctanh,
+                np.concatenate(
+                    [rng.uniform(-1, 1, 200_000), spread(-100, 0), 1 - np.exp(rng.uniform(-16, -1, 200_000))]
+                ),
+            ),
         }
         worst = 0.0
         for name, (ref, x) in samples.items():
             x = x.astype(np.float32)
-            with np.errstate(over="ignore"):
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
                 x = x[np.isfinite(ref(x.astype(np.float64)).astype(np.float32))]
             err = ulps(fns[f"t_{name}"](x), ref(x.astype(np.float64)))
             assert err.max() <= 3.5, f"{name}: {err.max():.3f} ulp at x = {x[err.argmax()]!r}"
             worst = max(worst, float(err.max()))
         specials = np.array([0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 2.0], np.float32)
-        with np.errstate(invalid="ignore", over="ignore"):
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
             for name, (ref, _) in samples.items():
                 got, want = fns[f"t_{name}"](specials), ref(specials.astype(np.float64)).astype(np.float32)
                 same = (got == want) | (np.isnan(got) & np.isnan(want)) | (ulps(got, want.astype(np.float64)) <= 3.5)

@@ -124,6 +124,7 @@ FUNCTION_OPS = {
 CASES: dict[str, OpCases] = {
     "Abs": OpCases(included=("test_abs",)),
     "Acos": OpCases(included=("test_acos_example", "test_acos")),
+    "Acosh": OpCases(included=("test_acosh_example", "test_acosh")),
     "Add": OpCases(
         included=("test_add", "test_add_bcast"),
         excluded={
@@ -196,7 +197,9 @@ CASES: dict[str, OpCases] = {
         ),
     ),
     "Asin": OpCases(included=("test_asin_example", "test_asin")),
+    "Asinh": OpCases(included=("test_asinh_example", "test_asinh")),
     "Atan": OpCases(included=("test_atan_example", "test_atan")),
+    "Atanh": OpCases(included=("test_atanh_example", "test_atanh")),
     "Attention": OpCases(
         included=(
             "test_attention_4d",

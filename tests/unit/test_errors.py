@@ -23,9 +23,9 @@ def unsupported_model():
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
     w = numpy_helper.from_array(np.ones((2, 3), np.float32), "w")
     nodes = [
-        helper.make_node("Asinh", ["x"], ["a"], name="asinh_a"),
-        helper.make_node("Asinh", ["a"], ["b"], name="asinh_b"),
-        helper.make_node("Atanh", ["b"], ["c"], name="atanh"),
+        helper.make_node("Hardmax", ["x"], ["a"], name="hardmax_a"),
+        helper.make_node("Hardmax", ["a"], ["b"], name="hardmax_b"),
+        helper.make_node("LpNormalization", ["b"], ["c"], name="lp_norm"),
         helper.make_node("Mul", ["c", "w"], ["y"], name="mul"),
     ]
     return model_with(nodes, [x], [y], [w])
@@ -49,7 +49,7 @@ CASES = {
     "unsupported ops": (
         unsupported_model,
         {},
-        ["unsupported ops", "Asinh", "'asinh_a'", "'asinh_b'", "Atanh", "'atanh'"],
+        ["unsupported ops", "Hardmax", "'hardmax_a'", "'hardmax_b'", "LpNormalization", "'lp_norm'"],
     ),
     "unknown domain": (
         lambda: helper.make_model(
