@@ -157,44 +157,31 @@ def _one_plus_square(g, x):
     return g.emit("Add", [g.const(np.float32(1.0)), g.emit("Mul", [x, x])])
 
 
+def _over_root(g, dy, v):
+    """dy / sqrt(v)."""
+    return g.emit("Div", [dy, g.emit("Sqrt", [v])])
+
+
 # The other trigonometric and hyperbolic functions of et_math.h (within 3.5 ulp), with PyTorch's
 # derivatives: tan' = 1 + tan^2, atan' = 1 / (1 + x^2), asin' = -acos' = 1 / sqrt(1 - x^2),
 # sinh' = cosh, cosh' = sinh, asinh' = 1 / sqrt(x^2 + 1), acosh' = 1 / sqrt(x^2 - 1),
 # atanh' = 1 / (1 - x^2).
 _unary("Tan", "et_tan_f32", lambda g, node, dy: [g.emit("Mul", [dy[0], _one_plus_square(g, node.outputs[0])])])
 _unary("Atan", "et_atan_f32", lambda g, node, dy: [g.emit("Div", [dy[0], _one_plus_square(g, node.inputs[0])])])
-_unary(
-    "Asin",
-    "et_asin_f32",
-    lambda g, node, dy: [g.emit("Div", [dy[0], g.emit("Sqrt", [_one_minus_square(g, node.inputs[0])])])],
-)
+_unary("Asin", "et_asin_f32", lambda g, node, dy: [_over_root(g, dy[0], _one_minus_square(g, node.inputs[0]))])
 _unary(
     "Acos",
     "et_acos_f32",
-    lambda g, node, dy: [
-        g.emit("Neg", [g.emit("Div", [dy[0], g.emit("Sqrt", [_one_minus_square(g, node.inputs[0])])])])
-    ],
+    lambda g, node, dy: [g.emit("Neg", [_over_root(g, dy[0], _one_minus_square(g, node.inputs[0]))])],
 )
 _unary("Sinh", "et_sinh_f32", lambda g, node, dy: [g.emit("Mul", [dy[0], g.emit("Cosh", [node.inputs[0]])])])
 _unary("Cosh", "et_cosh_f32", lambda g, node, dy: [g.emit("Mul", [dy[0], g.emit("Sinh", [node.inputs[0]])])])
-_unary(
-    "Asinh",
-    "et_asinh_f32",
-    lambda g, node, dy: [g.emit("Div", [dy[0], g.emit("Sqrt", [_one_plus_square(g, node.inputs[0])])])],
-)
+_unary("Asinh", "et_asinh_f32", lambda g, node, dy: [_over_root(g, dy[0], _one_plus_square(g, node.inputs[0]))])
 _unary(
     "Acosh",
     "et_acosh_f32",
     lambda g, node, dy: [
-        g.emit(
-            "Div",
-            [
-                dy[0],
-                g.emit(
-                    "Sqrt", [g.emit("Sub", [g.emit("Mul", [node.inputs[0], node.inputs[0]]), g.const(np.float32(1.0))])]
-                ),
-            ],
-        )
+        _over_root(g, dy[0], g.emit("Sub", [g.emit("Mul", [node.inputs[0], node.inputs[0]]), g.const(np.float32(1.0))]))
     ],
 )
 _unary("Atanh", "et_atanh_f32", lambda g, node, dy: [g.emit("Div", [dy[0], _one_minus_square(g, node.inputs[0])])])
