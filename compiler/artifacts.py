@@ -232,7 +232,7 @@ def _probabilities_into_loss(graph, options: dict) -> str | None:
     training takes the logits. Said once, naming the node."""
     activation = _LOSS_ACTIVATION.get(options["loss"])
     read = _loss_input(graph, options)
-    node = next((n for n in graph.nodes if read in n.outputs), None)
+    node = graph.producers().get(read)
     if activation is None or node is None or node.op != activation:
         return None
     return (
@@ -247,7 +247,7 @@ def _classes_on_the_last_axis(graph, options: dict) -> str | None:
     classes), which PyTorch's training flattens before its loss) would have their positions taken
     as the classes: said once, with the way out."""
     read = _loss_input(graph, options)
-    producers = {output: node for node in graph.nodes for output in node.outputs}
+    producers = graph.producers()
     node = producers.get(read)
     if node is not None and node.op == "Add":  # the linear layer's bias
         node = next((producers[i] for i in node.inputs if i in producers and producers[i].op == "MatMul"), None)

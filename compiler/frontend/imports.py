@@ -520,7 +520,7 @@ def check_recorded_parameters(proto: onnx.ModelProto, folded: frozenset[str]) ->
     present = {_placeholder(name) for name in names}
     recorded = {p for node in proto.graph.node for p in re.findall(r"%(p_\w+)", _meta(node).get(_FX_NODE, ""))}
     gone = {name for name in folded if "." in name and name not in names and _looks_like_parameter(name)}
-    signature = next((p.value for p in proto.graph.metadata_props if p.key == _SIGNATURE), "")
+    signature = _signature(proto)
     unseen = set(_SIGNATURE_PARAMETER.findall(signature)) - names
     gone |= _ran(proto, unseen) - _tied_away(proto, unseen, names)
     missing = sorted(gone) + sorted(recorded - present - {_placeholder(name) for name in gone})
@@ -538,7 +538,7 @@ def check_dropped_statistics(proto: onnx.ModelProto) -> None:
     that no node reads: the exporter wrote the training-mode call alone (InstanceNorm with
     track_running_stats), so PyTorch's eval normalizes with them and edgetrain's cannot. Said."""
     names = {i.name for i in proto.graph.initializer}
-    signature = next((p.value for p in proto.graph.metadata_props if p.key == _SIGNATURE), "")
+    signature = _signature(proto)
     normalizing = {
         _module_path(node)
         for node in proto.graph.node
@@ -554,6 +554,11 @@ def check_dropped_statistics(proto: onnx.ModelProto) -> None:
             f"the export dropped running statistics ({', '.join(dropped[:4])}): eval and inference normalize "
             "with the statistics of their input, where PyTorch's eval uses these"
         )
+
+
+def _signature(proto: onnx.ModelProto) -> str:
+    """The export's graph signature (dynamo's): every input with its kind and target, or ""."""
+    return next((p.value for p in proto.graph.metadata_props if p.key == _SIGNATURE), "")
 
 
 def _ran(proto: onnx.ModelProto, parameters: set[str]) -> set[str]:

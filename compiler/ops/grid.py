@@ -12,13 +12,9 @@ PADDING = {"zeros": 0, "border": 1, "reflection": 2}
 MODES = {"bilinear": 0, "linear": 0, "nearest": 1}  # opset 16's names, then opset 20's
 
 
-def _text(value, default: str) -> str:
-    return default if value is None else (value.decode() if isinstance(value, bytes) else value)
-
-
 def _options(node_name: str, x_shape, attrs) -> tuple[int, int, int]:
     """(nearest, padding, align_corners) as the kernels take them; refuses what they do not compute."""
-    mode, padding = _text(attrs.get("mode"), "linear"), _text(attrs.get("padding_mode"), "zeros")
+    mode, padding = attrs.get("mode", "linear"), attrs.get("padding_mode", "zeros")
     where = f"node '{node_name}' (GridSample)"
     if len(x_shape) != 4:
         raise EdgetrainError(f"{where}: only 2-D planes (a 4-D input) are supported, got {len(x_shape)}-D")

@@ -301,7 +301,18 @@ CASES.append(
 )
 
 
-# ---- et_sinf / et_cosf against float64 ----
+# ---- et_math.h's functions against float64 ----
+
+
+def _math_functions(tmp_path, bodies: dict[str, str]) -> dict:
+    """float_library over et_math.h: {name: the function of an array whose C body is bodies[name]}."""
+    source = "\n".join((RUNTIME / h).read_text() for h in ("et_common.h", "et_math.h"))
+    return float_library(tmp_path, source, bodies)
+
+
+def _elementwise(fn: str) -> str:
+    """The body applying et_math.h's `fn` to each element."""
+    return f"int i; for (i = 0; i < n; ++i) y[i] = {fn}(x[i]);"
 
 
 @dataclass
@@ -312,12 +323,7 @@ class SinCosAccuracy:
     where the result is smallest and the argument reduction is hardest."""
 
     def run(self, tmp_path, seed: int) -> float:
-        loop = "int i; for (i = 0; i < n; ++i) y[i] = {}(x[i]);"
-        fns = float_library(
-            tmp_path,
-            "\n".join((RUNTIME / h).read_text() for h in ("et_common.h", "et_math.h")),
-            {"t_sin": loop.format("et_sinf"), "t_cos": loop.format("et_cosf")},
-        )
+        fns = _math_functions(tmp_path, {"t_sin": _elementwise("et_sinf"), "t_cos": _elementwise("et_cosf")})
 
         rng = np.random.default_rng(seed)
         k = np.arange(1, 63662, dtype=np.float64)
@@ -358,13 +364,8 @@ class TrigAccuracy:
     where the result is finite, near 1 for acosh and atanh, with their special values."""
 
     def run(self, tmp_path, seed: int) -> float:
-        loop = "int i; for (i = 0; i < n; ++i) y[i] = {}(x[i]);"
         names = ("tan", "atan", "asin", "acos", "sinh", "cosh", "asinh", "acosh", "atanh")
-        fns = float_library(
-            tmp_path,
-            "\n".join((RUNTIME / h).read_text() for h in ("et_common.h", "et_math.h")),
-            {f"t_{name}": loop.format(f"et_{name}f") for name in names},
-        )
+        fns = _math_functions(tmp_path, {f"t_{name}": _elementwise(f"et_{name}f") for name in names})
         rng = np.random.default_rng(seed)
 
         def spread(lo, hi):
@@ -420,9 +421,7 @@ class FmodExact:
 
     def run(self, tmp_path, seed: int) -> float:
         body = "int i, h = n / 2; for (i = 0; i < h; ++i) y[i] = et_fmodf(x[i], x[h + i]);"
-        fmod = float_library(
-            tmp_path, "\n".join((RUNTIME / h).read_text() for h in ("et_common.h", "et_math.h")), {"t_fmod": body}
-        )["t_fmod"]
+        fmod = _math_functions(tmp_path, {"t_fmod": body})["t_fmod"]
         rng = np.random.default_rng(seed)
         n = 200_000
 
