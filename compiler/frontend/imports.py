@@ -645,6 +645,14 @@ def quantized_parameters(proto: onnx.ModelProto) -> None:
         if len(readers[weight.name]) != 1 or weight.data_type not in _QUANTIZED_WEIGHTS + (onnx.TensorProto.INT32,):
             continue
         values = _dequantized(dq, weight, scale, zero_point)
+        # The TorchScript exporter merges equal initializers and gives the other names back through
+        # Identity nodes (a fresh BatchNorm's running_var is Identity(its weight)); quantize_static
+        # then quantizes the one tensor. Each such name is a tensor of its own again, as in PyTorch,
+        # holding the values the export merged.
+        for identity in [n for n in readers[dq.output[0]] if n.op_type == "Identity"]:
+            graph.initializer.append(numpy_helper.from_array(values.copy(), identity.output[0]))
+            graph.node.remove(identity)
+            readers[dq.output[0]].remove(identity)
         graph.initializer.remove(weight)
         if weight.data_type == onnx.TensorProto.INT32:
             graph.initializer.append(numpy_helper.from_array(values, dq.output[0]))

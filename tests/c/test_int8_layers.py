@@ -19,7 +19,7 @@ from edgetrain import api, artifacts
 from edgetrain.ops.quantize import ConvGradWQuantized, ConvGradXQuantized, QuantizedConv, QuantizedGlobalAveragePool
 from edgetrain.trainer import assemble
 from gradcheck import kernel_library
-from test_quantized_models import _data  # the same centroid task
+from test_quantized_models import _data, sessions  # the same centroid task; onnxruntime as the reference
 
 cffi = pytest.importorskip("cffi")
 torch = pytest.importorskip("torch")
@@ -300,7 +300,7 @@ def test_forward_is_within_a_step_of_onnxruntime(compiled, tmp_path, figure):
     module.export_model_for_inferencing(str(tmp_path / "inference.onnx"), ["logits"])
     exported = onnx.load(str(tmp_path / "inference.onnx"))
     assert {n.op_type for n in exported.graph.node} >= {"QuantizeLinear", "DequantizeLinear", "Conv"}
-    session = ort.InferenceSession(str(tmp_path / "inference.onnx"))
+    session, _ = sessions(tmp_path / "inference.onnx")
     rng = np.random.default_rng(2)
     worst = 0.0
     for _ in range(10):
@@ -487,7 +487,7 @@ def test_global_average_pool_reads_int8(tmp_path, figure):
     module = _module(out)
     module.eval()
     module.export_model_for_inferencing(str(tmp_path / "inference.onnx"), ["logits"])
-    session = ort.InferenceSession(str(tmp_path / "inference.onnx"))
+    session, _ = sessions(tmp_path / "inference.onnx")
     worst = 0.0
     for _ in range(10):
         x = _data(rng, 4)[0]
