@@ -84,22 +84,22 @@ def _as_pt2e_exports_it(model: onnx.ModelProto) -> dict[str, str]:
     return names
 
 
+def _export_eval(net, path) -> None:
+    """The TorchScript export of `net` in eval mode, as a model is exported for deployment."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            net.eval(), (torch.randn(BATCH, 1, 8, 8),), path, input_names=["x"], output_names=["logits"], dynamo=False
+        )
+
+
 @pytest.fixture(scope="module", params=["int8-per-channel", "uint8-per-tensor", "pt2e-form"])
 def qdq_model(request, tmp_path_factory):
     """(the QDQ model's path, its output scale, {layer: its int8 weight's name}): quantize_static on a
     small CNN, calibrated on 8 batches (pt2e-form: rewritten as _as_pt2e_exports_it says)."""
     directory = tmp_path_factory.mktemp(request.param)
     torch.manual_seed(0)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            _Net().eval(),
-            (torch.randn(BATCH, 1, 8, 8),),
-            directory / "float.onnx",
-            input_names=["x"],
-            output_names=["logits"],
-            dynamo=False,
-        )
+    _export_eval(_Net(), directory / "float.onnx")
     rng = np.random.default_rng(1)
     per_channel = request.param != "uint8-per-tensor"
     quantization.quantize_static(
@@ -273,16 +273,7 @@ def test_merged_initializers_of_a_quantized_model_stay_tensors_of_their_own(tmp_
     variance was refused as computed): the forward is onnxruntime's, and training moves the
     BatchNorm's weight but not its running variance."""
     torch.manual_seed(0)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            _PreActivation().eval(),
-            (torch.randn(BATCH, 1, 8, 8),),
-            tmp_path / "float.onnx",
-            input_names=["x"],
-            output_names=["logits"],
-            dynamo=False,
-        )
+    _export_eval(_PreActivation(), tmp_path / "float.onnx")
     merged = [n for n in onnx.load(tmp_path / "float.onnx").graph.node if n.op_type == "Identity"]
     assert len(merged) == 2  # the condition under test: the statistics are Identity nodes
     rng = np.random.default_rng(4)
@@ -317,3 +308,20 @@ def test_merged_initializers_of_a_quantized_model_stay_tensors_of_their_own(tmp_
 def _exported(module, tmp_path):
     module.export_model_for_inferencing(str(tmp_path / "inference.onnx"), ["logits"])
     return tmp_path / "inference.onnx"
+
+
+def test_a_dynamically_quantized_model_is_refused_naming_its_integer_ops(tmp_path):
+    """quantize_dynamic quantizes activations at run time for ConvInteger and MatMulInteger, which
+    edgetrain does not compile: one line names them and their nodes."""
+    _export_eval(_Net(), tmp_path / "float.onnx")
+    quantization.quantize_dynamic(str(tmp_path / "float.onnx"), str(tmp_path / "dynamic.onnx"))
+    integer_ops = {n.op_type for n in onnx.load(tmp_path / "dynamic.onnx").graph.node} & {
+        "ConvInteger",
+        "MatMulInteger",
+    }
+    assert integer_ops
+    with pytest.raises(artifacts.EdgetrainError) as refused:
+        artifacts.generate_artifacts(str(tmp_path / "dynamic.onnx"), artifact_directory=tmp_path / "out")
+    message = str(refused.value)
+    assert message.startswith("unsupported ops: ") and "\n" not in message
+    assert all(f"{op} (nodes '" in message for op in integer_ops)
