@@ -93,6 +93,20 @@ def _export_eval(net, path) -> None:
         )
 
 
+def _quantize_static(directory, rng, batches: int, per_channel: bool) -> None:
+    """directory/qdq.onnx from directory/float.onnx by quantize_static, calibrated on `batches`
+    batches: int8 activations with per-channel weights, uint8 ones with per-tensor weights."""
+    quantization.quantize_static(
+        str(directory / "float.onnx"),
+        str(directory / "qdq.onnx"),
+        _Calibration([{"x": _data(rng, BATCH)[0]} for _ in range(batches)]),
+        quant_format=quantization.QuantFormat.QDQ,
+        per_channel=per_channel,
+        activation_type=quantization.QuantType.QInt8 if per_channel else quantization.QuantType.QUInt8,
+        weight_type=quantization.QuantType.QInt8,
+    )
+
+
 @pytest.fixture(scope="module", params=["int8-per-channel", "uint8-per-tensor", "pt2e-form"])
 def qdq_model(request, tmp_path_factory):
     """(the QDQ model's path, its output scale, {layer: its int8 weight's name}): quantize_static on a
@@ -102,15 +116,7 @@ def qdq_model(request, tmp_path_factory):
     _export_eval(_Net(), directory / "float.onnx")
     rng = np.random.default_rng(1)
     per_channel = request.param != "uint8-per-tensor"
-    quantization.quantize_static(
-        str(directory / "float.onnx"),
-        str(directory / "qdq.onnx"),
-        _Calibration([{"x": _data(rng, BATCH)[0]} for _ in range(8)]),
-        quant_format=quantization.QuantFormat.QDQ,
-        per_channel=per_channel,
-        activation_type=quantization.QuantType.QInt8 if per_channel else quantization.QuantType.QUInt8,
-        weight_type=quantization.QuantType.QInt8,
-    )
+    _quantize_static(directory, rng, 8, per_channel)
     model = onnx.load(directory / "qdq.onnx")
     ops = {n.op_type for n in model.graph.node}
     assert {"QuantizeLinear", "DequantizeLinear"} <= ops
@@ -277,15 +283,7 @@ def test_merged_initializers_of_a_quantized_model_stay_tensors_of_their_own(tmp_
     merged = [n for n in onnx.load(tmp_path / "float.onnx").graph.node if n.op_type == "Identity"]
     assert len(merged) == 2  # the condition under test: the statistics are Identity nodes
     rng = np.random.default_rng(4)
-    quantization.quantize_static(
-        str(tmp_path / "float.onnx"),
-        str(tmp_path / "qdq.onnx"),
-        _Calibration([{"x": _data(rng, BATCH)[0]} for _ in range(4)]),
-        quant_format=quantization.QuantFormat.QDQ,
-        per_channel=True,
-        activation_type=quantization.QuantType.QInt8,
-        weight_type=quantization.QuantType.QInt8,
-    )
+    _quantize_static(tmp_path, rng, 4, per_channel=True)
     state, module = _trainer(tmp_path / "qdq.onnx", tmp_path / "out")
     as_written, _ = sessions(tmp_path / "qdq.onnx")
     module.eval()
