@@ -428,13 +428,16 @@ def restore_removed_biases(proto: onnx.ModelProto) -> None:
     call read the bias parameter, the bias comes back as those zeros under its state_dict name."""
     graph = proto.graph
     inits = {i.name: i for i in graph.initializer}
+    # A model quantized after the export (quantize_static) reads its weight through a DequantizeLinear.
+    dequantized = {n.output[0]: n.input[0] for n in graph.node if n.op_type == "DequantizeLinear" and n.input[0] in inits}
     restored = 0
     for node in graph.node:
         if _REMOVED_BIAS not in _meta(node).get(_RULE, "") or len(node.input) != 2:
             continue
-        module, weight = _module_path(node), inits.get(node.input[1])
+        stored = dequantized.get(node.input[1], node.input[1])
+        module, weight, weight_name = _module_path(node), inits.get(stored), stored.removesuffix("_quantized")
         # Named as its weight is (`out_proj.weight` -> `out_proj.bias`), or after the module.
-        named = [node.input[1][: -len("weight")] + "bias"] if node.input[1].endswith("weight") else []
+        named = [weight_name[: -len("weight")] + "bias"] if weight_name.endswith("weight") else []
         names = [*named, *([f"{module}.bias"] if module else [])]
         bias = next((b for b in names if b not in inits and _reads_parameter(node, b)), None)
         if weight is None or bias is None:

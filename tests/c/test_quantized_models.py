@@ -323,3 +323,75 @@ def test_a_dynamically_quantized_model_is_refused_naming_its_integer_ops(tmp_pat
     message = str(refused.value)
     assert message.startswith("unsupported ops: ") and "\n" not in message
     assert all(f"{op} (nodes '" in message for op in integer_ops)
+
+
+def test_zero_biases_that_dynamo_dropped_come_back_in_a_quantized_model(tmp_path):
+    """dynamo's optimizer drops a bias that is all zeros (torchvision initializes them so); its record
+    says the call read the bias, which comes back as zeros and trains, as in PyTorch, also after
+    quantize_static has put a DequantizeLinear before the weight. Before, such a model trained
+    without its biases, and one with no float parameter left generated C that gcc refused."""
+    torch.manual_seed(0)
+    net = _Net().eval()
+    for layer in (net.conv, net.fc):
+        torch.nn.init.zeros_(layer.bias)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(net, (torch.randn(BATCH, 1, 8, 8),), tmp_path / "float.onnx", input_names=["x"], dynamo=True)
+    read = {n.input[i] for n in onnx.load(tmp_path / "float.onnx").graph.node for i in range(len(n.input))}
+    assert not {"conv.bias", "fc.bias"} & read  # the condition under test: the export dropped them
+    _quantize_static(tmp_path, np.random.default_rng(5), 4, per_channel=True)
+    state, module = _trainer(tmp_path / "qdq.onnx", tmp_path / "out")
+    assert {"conv.bias", "fc.bias"} <= {name for name, _ in state.parameters}
+    x, y = _data(np.random.default_rng(6), BATCH)
+    module.eval()
+    output = onnx.load(tmp_path / "qdq.onnx").graph.output[0].name
+    np.testing.assert_array_equal(module.infer(x)[0], sessions(tmp_path / "qdq.onnx")[0].run([output], {"x": x})[0])
+    module.train()
+    optimizer = api.Optimizer(str(tmp_path / "out" / "optimizer_model.onnx"), module)
+    module(x, y.astype(np.int32))
+    optimizer.step()
+    assert np.abs(state.parameters["fc.bias"].data).max() > 0
+
+
+class _Int8Only(torch.nn.Module):
+    """Convolutions without biases: quantized, every parameter is an int8 weight."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv0 = torch.nn.Conv2d(1, 4, 3, padding=1, bias=False)
+        self.conv1 = torch.nn.Conv2d(4, 10, 8, bias=False)
+
+    def forward(self, x):
+        return self.conv1(torch.relu(self.conv0(x))).flatten(1)
+
+
+def test_a_model_of_int8_weights_alone_trains_and_round_trips(tmp_path):
+    """With no float tensor to store, the C's parameter-buffer and checkpoint functions handle int8
+    weights alone (before, gcc -Werror refused the C: a memcpy from a null source it could not rule
+    out)."""
+    torch.manual_seed(0)
+    _export_eval(_Int8Only(), tmp_path / "float.onnx")
+    _quantize_static(tmp_path, np.random.default_rng(7), 4, per_channel=True)
+    state, module = _trainer(tmp_path / "qdq.onnx", tmp_path / "out")
+    assert json.loads((tmp_path / "out" / "report.json").read_text())["int8_trained_weights"]["weights"].keys() == {
+        "conv0.weight",
+        "conv1.weight",
+    }
+    x, y = _data(np.random.default_rng(8), BATCH)
+    module.eval()
+    np.testing.assert_allclose(module.infer(x)[0], sessions(tmp_path / "qdq.onnx")[0].run(None, {"x": x})[0], atol=1e-6)
+    module.train()
+    optimizer = api.Optimizer(str(tmp_path / "out" / "optimizer_model.onnx"), module)
+    module(x, y.astype(np.int32))
+    optimizer.step()
+    trained = module.get_contiguous_parameters()
+    api.CheckpointState.save_checkpoint(state, str(tmp_path / "trained"))
+    module.copy_buffer_to_parameters(np.zeros_like(trained))
+    assert not np.asarray(module.get_contiguous_parameters()).any()
+    module.copy_buffer_to_parameters(trained)
+    np.testing.assert_array_equal(module.get_contiguous_parameters(), trained)
+    resumed = api.CheckpointState.load_checkpoint(str(tmp_path / "trained"))
+    again = api.Module(
+        str(tmp_path / "out" / "training_model.onnx"), resumed, str(tmp_path / "out" / "eval_model.onnx")
+    )
+    np.testing.assert_array_equal(again.get_contiguous_parameters(), trained)
