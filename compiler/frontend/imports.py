@@ -429,7 +429,9 @@ def restore_removed_biases(proto: onnx.ModelProto) -> None:
     graph = proto.graph
     inits = {i.name: i for i in graph.initializer}
     # A model quantized after the export (quantize_static) reads its weight through a DequantizeLinear.
-    dequantized = {n.output[0]: n.input[0] for n in graph.node if n.op_type == "DequantizeLinear" and n.input[0] in inits}
+    dequantized = {
+        n.output[0]: n.input[0] for n in graph.node if n.op_type == "DequantizeLinear" and n.input[0] in inits
+    }
     restored = 0
     for node in graph.node:
         if _REMOVED_BIAS not in _meta(node).get(_RULE, "") or len(node.input) != 2:
