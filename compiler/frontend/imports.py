@@ -165,8 +165,14 @@ def check_batchnorm(proto: onnx.ModelProto, frozen_bn: bool) -> None:
     call was a training-mode batch norm, it is restored to training mode, with one note. Any other
     BatchNorm in inference form (an eval-mode export) trains frozen, with one note."""
     graph = proto.graph
-    folded = [n.name for n in graph.node if _FOLDED_BN in _meta(n).get(_RULE, "")]
+    quantized = _folded_into_quantized(graph)
+    folded = [n.name for n in graph.node if _FOLDED_BN in _meta(n).get(_RULE, "") and n.name not in quantized]
     computed = [node for node, _ in _torchscript_weights(proto, _FOLDED_READERS, _TORCHSCRIPT_FOLDED)]
+    if quantized:
+        note(
+            f"BatchNormalization folded into {len(quantized)} convolution(s) of the quantized model, whose int8 "
+            "weights hold it, trains as the folded convolution, as the model is deployed"
+        )
     if (folded or computed) and not frozen_bn:
         nodes = folded or computed
         how = (
@@ -214,6 +220,31 @@ def check_batchnorm(proto: onnx.ModelProto, frozen_bn: bool) -> None:
             "them: they normalize with their running statistics, which training leaves as they are (export in "
             "training mode to train with batch statistics; frozen_bn=True says this is meant)"
         )
+
+
+def _folded_into_quantized(graph: onnx.GraphProto) -> set[str]:
+    """The convolutions of a quantized model (its weight an integer initializer that a
+    DequantizeLinear reads) into which an export folded BatchNorm before quantize_static quantized
+    the result: dynamo's record says so, and the TorchScript exporter's name for the folded weight
+    (onnx::Conv_<n>) survives in the integers' (onnx::Conv_<n>_quantized). BatchNorm cannot come
+    back from those integers; the deployed model is the folded one."""
+    inits = {i.name: i for i in graph.initializer}
+    integers = {
+        n.output[0]: n.input[0]
+        for n in graph.node
+        if n.op_type == "DequantizeLinear" and n.input[0] in inits and inits[n.input[0]].data_type in _QUANTIZED_WEIGHTS
+    }
+    return {
+        node.name
+        for node in graph.node
+        if _FOLDED_READERS.get(node.op_type) == 1
+        and len(node.input) > 1
+        and node.input[1] in integers
+        and (
+            _FOLDED_BN in _meta(node).get(_RULE, "")
+            or _TORCHSCRIPT_FOLDED.fullmatch(integers[node.input[1]].removesuffix("_quantized"))
+        )
+    }
 
 
 def _torchscript_weights(proto: onnx.ModelProto, readers: dict[str, int], pattern: re.Pattern) -> list[tuple[str, str]]:

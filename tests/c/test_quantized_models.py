@@ -130,9 +130,12 @@ def qdq_model(request, tmp_path_factory):
     return directory / "qdq.onnx", scale, names
 
 
-def _trainer(path, out):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+def _trainer(path, out, notes: str | None = None):
+    """(state, module) of the trainer compiled from `path` into `out`; with `notes`, a pattern the
+    compile's ImportNote must match (without, its notes are not shown)."""
+    with warnings.catch_warnings() if notes is None else pytest.warns(artifacts.ImportNote, match=notes):
+        if notes is None:
+            warnings.simplefilter("ignore")
         artifacts.generate_artifacts(
             str(path), artifact_directory=out, loss=artifacts.LossType.CrossEntropyLoss, batch_size=BATCH
         )
@@ -395,3 +398,49 @@ def test_a_model_of_int8_weights_alone_trains_and_round_trips(tmp_path):
         str(tmp_path / "out" / "training_model.onnx"), resumed, str(tmp_path / "out" / "eval_model.onnx")
     )
     np.testing.assert_array_equal(again.get_contiguous_parameters(), trained)
+
+
+class _ConvBn(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(1, 6, 3, padding=1)
+        self.norm = torch.nn.BatchNorm2d(6)
+        self.fc = torch.nn.Linear(6 * 8 * 8, 10)
+
+    def forward(self, x):
+        return self.fc(torch.relu(self.norm(self.conv(x))).flatten(1))
+
+
+@pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
+def test_batchnorm_folded_into_a_quantized_model_trains_as_deployed(dynamo, tmp_path):
+    """An eval-mode export folds BatchNorm into the convolution, and quantize_static quantizes the
+    folded weights: the model as deployed, which no BatchNorm can come back to. It trains as the
+    folded convolution, with one note, from either exporter (dynamo's was refused as a float model's
+    folded BatchNorm is, the TorchScript exporter's said nothing)."""
+    torch.manual_seed(0)
+    net = _ConvBn().eval()
+    with torch.no_grad():  # statistics other than a fresh layer's, so that the folding shows
+        net.norm.running_mean.uniform_(-0.5, 0.5)
+        net.norm.running_var.uniform_(0.5, 2.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            net, (torch.randn(BATCH, 1, 8, 8),), tmp_path / "float.onnx", input_names=["x"], dynamo=dynamo
+        )
+    assert "BatchNormalization" not in {n.op_type for n in onnx.load(tmp_path / "float.onnx").graph.node}
+    _quantize_static(tmp_path, np.random.default_rng(9), 4, per_channel=True)
+    folded = r"BatchNormalization folded into 1 convolution\(s\) of the quantized model"
+    state, module = _trainer(tmp_path / "qdq.onnx", tmp_path / "out", notes=folded)
+    x, y = _data(np.random.default_rng(10), BATCH)
+    module.eval()
+    output = onnx.load(tmp_path / "qdq.onnx").graph.output[0].name
+    expected = sessions(tmp_path / "qdq.onnx")[0].run([output], {"x": x})[0]
+    np.testing.assert_allclose(module.infer(x)[0], expected, rtol=0, atol=1e-5)
+    module.train()
+    optimizer = api.Optimizer(str(tmp_path / "out" / "optimizer_model.onnx"), module)
+    first = float(module(x, y.astype(np.int32)))
+    for _ in range(5):
+        optimizer.step()
+        module.lazy_reset_grad()
+        last = float(module(x, y.astype(np.int32)))
+    assert last < first
