@@ -3,7 +3,8 @@ the way README's "Exporting your model" recommends, compiled and trained through
 
 For each (model, exporter), compiled for a batch one larger than it runs: one training step's loss
 and every gradient against PyTorch in float64 on the same weights and batch, each tensor within
-max(1e-4 * max(1, max|g|), 3 x PyTorch float32's own error on it); BatchNorm running statistics
+max(1e-4 * max(1, max|g|), 3 x PyTorch float32's own error on it, with either of its CPU
+convolutions); BatchNorm running statistics
 likewise; `infer` against PyTorch eval; 20 AdamW steps lower the loss. A pair edgetrain refuses
 must be listed in REFUSED with the one line it says. The session prints a table: model x exporter
 -> result and worst error relative to the bound.
@@ -74,10 +75,14 @@ def no_randomness(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
-def bound(g64: np.ndarray, g32: np.ndarray) -> float:
-    return max(
-        1e-4 * max(1.0, float(np.max(np.abs(g64), initial=0.0))), 3.0 * float(np.max(np.abs(g32 - g64), initial=0.0))
-    )
+def bound(g64: np.ndarray, *g32: np.ndarray) -> float:
+    """The tolerance on a tensor whose float64 value is g64, from PyTorch's float32 results g32: with
+    each of its CPU convolutions, oneDNN's and its own. One element at a ReLU's kink (a BatchNorm
+    output within rounding of 0) lands on float64's side in one and not in the other, by the luck of
+    its sums, and every gradient upstream carries the difference: GoogLeNet's differs so by 0.002
+    in one BatchNorm bias, and by ten times oneDNN's error in the layers before it."""
+    own = max(float(np.max(np.abs(g - g64), initial=0.0)) for g in g32)
+    return max(1e-4 * max(1.0, float(np.max(np.abs(g64), initial=0.0))), 3.0 * own)
 
 
 def torch_step(model, zoo, inputs, labels, dtype):
@@ -150,11 +155,11 @@ def test_zoo_model_trains_as_in_pytorch(name, exporter, tmp_path):
     assert key not in REFUSED, f"{key} compiles now: take it out of REFUSED and README's table"
     worst = 0.0
 
-    def check(what, got, want64, want32):
+    def check(what, got, want64, *want32):
         nonlocal worst
         got = np.asarray(got, np.float64)
         assert got.shape == want64.shape, f"{what}: shape {got.shape}, PyTorch {want64.shape}"
-        err, tol = float(np.max(np.abs(got - want64), initial=0.0)), bound(want64, want32)
+        err, tol = float(np.max(np.abs(got - want64), initial=0.0)), bound(want64, *want32)
         worst = max(worst, err / tol)
         assert err <= tol, f"{what}: max|C - torch64| = {err:.3g} > {tol:.3g}"
 
@@ -169,9 +174,11 @@ def test_zoo_model_trains_as_in_pytorch(name, exporter, tmp_path):
     # One training step: loss, every gradient, running statistics.
     loss64, grads64, buffers64 = torch_step(model, zoo, inputs, labels, torch.float64)
     loss32, grads32, buffers32 = torch_step(model, zoo, inputs, labels, torch.float32)
+    with torch.backends.mkldnn.flags(enabled=False):
+        native32 = torch_step(model, zoo, inputs, labels, torch.float32)
     module.train()
     loss = module(*c_args(inputs, labels))
-    check("loss", np.array(loss), np.array(loss64), np.array(loss32))
+    check("loss", np.array(loss), np.array(loss64), np.array(loss32), np.array(native32[0]))
     trained = {n for n, p in state.parameters.items() if p.requires_grad}
     aliases = _aliases(model)
     assert {aliases[n] for n in grads64} <= {aliases.get(n) for n in trained}, (
@@ -182,10 +189,16 @@ def test_zoo_model_trains_as_in_pytorch(name, exporter, tmp_path):
     )
     for pname in sorted(trained):  # a parameter the loss does not reach has no gradient in PyTorch: zero
         zero = np.zeros(state.parameters[pname].data.shape)
-        check(f"d loss / d {pname}", state.parameters[pname].grad, grads64.get(pname, zero), grads32.get(pname, zero))
+        check(
+            f"d loss / d {pname}",
+            state.parameters[pname].grad,
+            grads64.get(pname, zero),
+            grads32.get(pname, zero),
+            native32[1].get(pname, zero),
+        )
     for bname, b64 in buffers64.items():
         if bname in state.parameters:
-            check(bname, state.parameters[bname].data, b64, buffers32[bname])
+            check(bname, state.parameters[bname].data, b64, buffers32[bname], native32[2][bname])
 
     # 20 AdamW steps on the same batch lower the loss.
     first = loss
