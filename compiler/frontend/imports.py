@@ -228,12 +228,7 @@ def _folded_into_quantized(graph: onnx.GraphProto) -> set[str]:
     the result: dynamo's record says so, and the TorchScript exporter's name for the folded weight
     (onnx::Conv_<n>) survives in the integers' (onnx::Conv_<n>_quantized). BatchNorm cannot come
     back from those integers; the deployed model is the folded one."""
-    inits = {i.name: i for i in graph.initializer}
-    integers = {
-        n.output[0]: n.input[0]
-        for n in graph.node
-        if n.op_type == "DequantizeLinear" and n.input[0] in inits and inits[n.input[0]].data_type in _QUANTIZED_WEIGHTS
-    }
+    integers = _integer_weights(graph)
     return {
         node.name
         for node in graph.node
@@ -244,6 +239,17 @@ def _folded_into_quantized(graph: onnx.GraphProto) -> set[str]:
             _FOLDED_BN in _meta(node).get(_RULE, "")
             or _TORCHSCRIPT_FOLDED.fullmatch(integers[node.input[1]].removesuffix("_quantized"))
         )
+    }
+
+
+def _integer_weights(graph: onnx.GraphProto) -> dict[str, str]:
+    """{a DequantizeLinear's output: the integer initializer it reads}: the weights of a model
+    quantized after its export (quantize_static), as the layers read them."""
+    inits = {i.name: i for i in graph.initializer}
+    return {
+        n.output[0]: n.input[0]
+        for n in graph.node
+        if n.op_type == "DequantizeLinear" and n.input[0] in inits and inits[n.input[0]].data_type in _QUANTIZED_WEIGHTS
     }
 
 
@@ -459,10 +465,7 @@ def restore_removed_biases(proto: onnx.ModelProto) -> None:
     call read the bias parameter, the bias comes back as those zeros under its state_dict name."""
     graph = proto.graph
     inits = {i.name: i for i in graph.initializer}
-    # A model quantized after the export (quantize_static) reads its weight through a DequantizeLinear.
-    dequantized = {
-        n.output[0]: n.input[0] for n in graph.node if n.op_type == "DequantizeLinear" and n.input[0] in inits
-    }
+    dequantized = _integer_weights(graph)
     restored = 0
     for node in graph.node:
         if _REMOVED_BIAS not in _meta(node).get(_RULE, "") or len(node.input) != 2:
