@@ -6,6 +6,8 @@ from __future__ import annotations
 from bisect import bisect_left
 from dataclasses import dataclass
 
+import numpy as np
+
 ALIGN = 4  # floats (16 bytes), so vector loads of any tensor start aligned
 KINDS = ("activation", "gradient", "optimizer_state", "workspace")
 
@@ -57,44 +59,68 @@ _ORDERS = (
 _REPAIRS = 10  # placements per order, each with the tensors the last put above the bound first
 
 
+class _Placed:
+    """The segments placed so far, as columns: (first statement, last statement, lowest word, word
+    past the end). Columns, not tuples, because each placement asks which of them are live with it,
+    and a model of thousands of tensors asks that thousands of times for each order tried."""
+
+    def __init__(self, capacity: int):
+        self.columns = np.zeros((4, capacity), dtype=np.int64)
+        self.count = 0
+
+    def add(self, start: int, end: int, lo: int, hi: int) -> None:
+        self.columns[:, self.count] = (start, end, lo, hi)
+        self.count += 1
+
+    def live(self, first: int, last: int) -> tuple[np.ndarray, np.ndarray]:
+        """(lo, hi) of the segments live at some statement of [first, last], sorted as (lo, hi) pairs."""
+        start, end, lo, hi = self.columns[:, : self.count]
+        meets = (start <= last) & (first <= end)
+        lo, hi = lo[meets], hi[meets]
+        order = np.lexsort((hi, lo))
+        return lo[order], hi[order]
+
+
 def _best_fit(intervals: list[Interval]) -> tuple[dict[str, int], int]:
     """Each tensor goes into the smallest free gap among the already placed tensors it is live
     with, or past the last of them when no gap fits."""
-    placed: list[tuple[int, int, int, int]] = []  # (start, end, offset, offset + aligned size) of each segment
+    placed = _Placed(sum(1 + len(iv.shrinks) for iv in intervals))
     offsets: dict[str, int] = {}
     total = 0
     for iv in intervals:
         best = _fit_segments(placed, iv.segments()) if iv.shrinks else _fit(placed, iv)
         offsets[iv.name] = best
-        placed += [(start, end, best, best + _aligned(words)) for start, end, words in iv.segments()]
+        for start, end, words in iv.segments():
+            placed.add(start, end, best, best + _aligned(words))
         total = max(total, best + _aligned(iv.size))
     return offsets, total
 
 
-def _fit(placed: list[tuple[int, int, int, int]], iv: Interval) -> int:
-    """The start of the smallest gap that fits `iv` among the placed tensors live with it, or the
-    end of the last of them."""
-    size = _aligned(iv.size)
-    busy = sorted((lo, hi) for start, end, lo, hi in placed if start <= iv.end and iv.start <= end)
-    best, best_gap, cursor = None, None, 0
-    for lo, hi in busy:
-        gap = lo - cursor
-        if gap >= size and (best_gap is None or gap < best_gap):
-            best, best_gap = cursor, gap
-        cursor = max(cursor, hi)
-    return cursor if best is None else best
+def _fit(placed: _Placed, iv: Interval) -> int:
+    """The start of the smallest gap (the first of the smallest) that fits `iv` among the placed
+    tensors live with it, or the end of the last of them."""
+    lo, hi = placed.live(iv.start, iv.end)
+    if not len(lo):
+        return 0
+    # the gap before each busy range begins where every range before it has ended
+    cursor = np.maximum.accumulate(np.concatenate(([0], hi)))
+    gaps = lo - cursor[:-1]
+    fits = np.flatnonzero(gaps >= _aligned(iv.size))
+    if not len(fits):
+        return int(cursor[-1])
+    return int(cursor[fits[np.argmin(gaps[fits])]])
 
 
-def _fit_segments(placed: list[tuple[int, int, int, int]], segments: list[tuple[int, int, int]]) -> int:
+def _fit_segments(placed: _Placed, segments: list[tuple[int, int, int]]) -> int:
     """_best_fit's offset for a tensor that shrinks: the lowest offset of a stretch where every
     segment is clear of the placed ones live with it, in the smallest gap below what the first
     (largest) segment meets, else the lowest such offset above all it meets."""
-    meets = [
-        [(lo, hi) for start, end, lo, hi in placed if start <= last and first <= end] for first, last, _ in segments
-    ]
+    meets = [placed.live(first, last) for first, last, _ in segments]
     # offsets in [lo - words + 1, hi) would overlap a placed range
     taken = sorted(
-        (max(0, lo - _aligned(words) + 1), hi) for ranges, (_, _, words) in zip(meets, segments) for lo, hi in ranges
+        (max(0, int(lo) - _aligned(words) + 1), int(hi))
+        for (los, his), (_, _, words) in zip(meets, segments)
+        for lo, hi in zip(los, his)
     )
     clear, cursor = [], 0
     for lo, hi in taken:
@@ -102,7 +128,7 @@ def _fit_segments(placed: list[tuple[int, int, int, int]], segments: list[tuple[
             clear.append(cursor)
         cursor = max(cursor, hi)
     clear.append(cursor)
-    above = sorted(lo for lo, _ in meets[0])
+    above = sorted(int(lo) for lo in meets[0][0])
     gaps = [(above[i] - offset, offset) for offset in clear if (i := bisect_left(above, offset)) < len(above)]
     return min(gaps)[1] if gaps else clear[0]
 
