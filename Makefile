@@ -34,9 +34,10 @@ demo: $(VENV)/.demo
 	$(BIN)/edgetrain demo
 
 # One pytest worker per core (pytest-xdist), each taking whole test files, so a file's compiled
-# fixtures are built once.
+# fixtures are built once, in the order tests/conftest.py gives them (the longest tiers first):
+# xdist's own order, most tests first, left the sanitizer tier's file of two tests to run alone at the end.
 test: $(VENV)/.test
-	$(BIN)/python -m pytest -q -n auto --dist loadfile
+	$(BIN)/python -m pytest -q -n auto --dist loadfile --no-loadscope-reorder
 
 # ruff's rules and formatting over the whole repository and mypy over compiler/, as pyproject.toml
 # configures them (`ruff format .` formats).

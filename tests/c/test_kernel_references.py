@@ -9,12 +9,14 @@ scalar form of the microcontrollers, and that scalar form with the padded-plane 
 ET_PATH_ counts which paths ran, so that a path the shapes stop reaching fails the test.
 """
 
+import os
 import re
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from edgetrain.host.build import SANITIZE
 from edgetrain.runtime_c import headers
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,6 +24,9 @@ RUNTIME = ROOT / "runtime_c"
 DRIVER = Path(__file__).with_name("kernel_references.c")
 STRICT = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-Wdouble-promotion", "-O2"]
 CASES = 500  # per kernel and build: about 3 s of running each
+# In the sanitizer pass (tests/sanitize) the driver runs under ASan and UBSan too, at -O1, where its
+# cases take half the time they take at -O0.
+SANITIZED = [*SANITIZE, "-O1"] if os.environ.get("EDGETRAIN_SANITIZE") == "1" else []
 
 # The paths each build has (the names the headers give ET_PATH_).
 COMMON = {
@@ -106,7 +111,7 @@ def test_every_fast_path_matches_its_reference_bit_for_bit(tmp_path, build):
     if "-DET_NO_VECTORS" not in flags and not vectors_build():
         pytest.skip("no vector tiles on this host's gcc target")
     exe = tmp_path / "kernel_references"
-    subprocess.run(["gcc", *STRICT, *flags, f"-I{RUNTIME}", str(DRIVER), "-o", str(exe)], check=True)
+    subprocess.run(["gcc", *STRICT, *flags, *SANITIZED, f"-I{RUNTIME}", str(DRIVER), "-o", str(exe)], check=True)
     seed = list(BUILDS).index(build) + 1
     r = subprocess.run([str(exe), str(seed), str(CASES)], capture_output=True, text=True, timeout=120)
     mismatches = [line for line in r.stdout.splitlines() if line.startswith("mismatch ")]
