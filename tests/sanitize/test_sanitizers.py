@@ -25,10 +25,10 @@ def _gcc_file(name: str) -> str | None:
     return path if os.path.isabs(path) else None
 
 
-# The C tier's files that run sanitized, and what each brings. The others check numbers the same
-# kernels compute (gradients against torch over more shapes, whole models' accuracy, imports),
-# compile without running, or drive QEMU or Flower's processes; the whole tier ran sanitized until
-# it took 23 of the suite's 54 minutes on a 2-core machine.
+# The C tier's files that run sanitized: every kernel family and every C API call. The others run
+# whole models through kernels these reach (imports, accuracy, ONNX Runtime's API), compile without
+# running, or drive QEMU or Flower's processes; the whole tier ran sanitized until it took 23 of
+# the suite's 54 minutes on a 2-core machine.
 SANITIZED = [
     "tests/c/test_kernel_references.py",  # every fast path of the product and the convolutions, random shapes
     "tests/c/test_runtime_kernels.py",  # the other kernels on their own, over sweeps of sizes
@@ -43,7 +43,13 @@ SANITIZED = [
     "tests/c/test_nothing_to_train.py",
     "tests/c/test_export_federated.py",
     "tests/c/test_dynamic_batch.py",  # every batch from 1 to the compiled one: the arena's batch expressions
-    "tests/c/test_gradients.py",  # the elementwise, activation, reduction and product families
+    # every op family's gradient cases
+    "tests/c/test_gradients.py",  # elementwise, activations, reductions, products
+    "tests/c/test_gradients_conv.py",  # convolutions and pooling, 1-D to 3-D, every padding and stride
+    "tests/c/test_gradients_norm.py",  # normalizations, Pad, Resize
+    "tests/c/test_gradients_more.py",
+    "tests/c/test_gradients_extra_ops.py",
+    "tests/c/test_gradients_function_ops.py",
     "tests/c/test_gradients_indexing_ops.py",  # gather, scatter, slicing: indices read from tensors
     "tests/c/test_gradients_rnn.py",
     "tests/c/test_gradients_sequence.py",
