@@ -2,6 +2,7 @@
 `onnxruntime` module that would shadow the inference package the tests import, so tests run it as a
 separate interpreter."""
 
+import fcntl
 import os
 import subprocess
 from pathlib import Path
@@ -10,12 +11,19 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 ORT_PYTHON = ROOT / "bench" / ".venv-ort" / "bin" / "python"
+INSTALLED = ROOT / "bench" / ".venv-ort" / ".installed"  # make's stamp, touched once pip is done
+LOCK = ROOT / "bench" / ".venv-ort.lock"
 
 
 def ort_python() -> Path:
-    """The venv's interpreter: installed on CI, else the test skips, saying how to install it."""
-    if not ORT_PYTHON.exists():
+    """The venv's interpreter: installed on CI, else the test skips, saying how to install it. The
+    stamp, not the interpreter, says it is ready: the interpreter exists from the install's first
+    step, and a pytest-xdist worker that took it then found no onnxruntime in it."""
+    if not INSTALLED.exists():
         if not os.environ.get("CI"):
             pytest.skip("ONNX Runtime training 1.19.2 is not installed: make bench/.venv-ort/.installed")
-        subprocess.run(["make", "bench/.venv-ort/.installed"], cwd=ROOT, check=True, capture_output=True)
+        with LOCK.open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # one worker installs; the others wait for it
+            if not INSTALLED.exists():
+                subprocess.run(["make", "bench/.venv-ort/.installed"], cwd=ROOT, check=True, capture_output=True)
     return ORT_PYTHON
