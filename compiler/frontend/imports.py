@@ -827,39 +827,55 @@ def _own_copies(graph: onnx.GraphProto, readers_of: dict[str, list[tuple[onnx.No
 
 def bernoulli_patterns(proto: onnx.ModelProto) -> None:
     """dynamo writes torch's bernoulli(p) (its dropout and stochastic depth) as
-    Cast(Less(RandomUniformLike(t), p), to=float). As written, its eval form would draw at the
-    uniform's mean, and the mask divided by p would scale by 1/p; as a Bernoulli of p it trains the
-    same way and is exactly p in eval, so the layer is the identity there as in PyTorch."""
+    Cast(Less(RandomUniformLike(t), p), to=float), or (newer torch) as
+    CastLike(Less(U, CastLike(p, U)), like) with U = RandomUniformLike(t). As written, its eval form
+    would draw at the uniform's mean, and the mask divided by p would scale by 1/p; as a Bernoulli of
+    p it trains the same way and is exactly p in eval, so the layer is the identity there as in
+    PyTorch."""
     graph = proto.graph
     producer = {o: n for n in graph.node for o in n.output}
-    readers = collections.Counter(name for node in graph.node for name in node.input)
+    readers: dict[str, list[onnx.NodeProto]] = collections.defaultdict(list)
+    for node in graph.node:
+        for name in node.input:
+            readers[name].append(node)
     for less in [n for n in graph.node if n.op_type == "Less"]:
         uniform = producer.get(less.input[0])
-        cast = next((n for n in graph.node if n.op_type == "Cast" and list(n.input) == [less.output[0]]), None)
-        if (
-            uniform is None
-            or uniform.op_type != "RandomUniformLike"
-            or cast is None
-            or readers[uniform.output[0]] != 1
-            or readers[less.output[0]] != 1
-        ):
+        if uniform is None or uniform.op_type != "RandomUniformLike" or len(readers[less.output[0]]) != 1:
             continue
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in uniform.attribute}
-        to = {a.name: a.i for a in cast.attribute}.get("to")
-        if attrs.get("low", 0.0) != 0.0 or attrs.get("high", 1.0) != 1.0 or to != onnx.TensorProto.FLOAT:
+        mask = readers[less.output[0]][0]
+        like = [n for n in readers[uniform.output[0]] if n is not less]  # CastLike(p, U): U gives p its type
+        to = {a.name: a.i for a in mask.attribute}.get("to")
+        if (
+            attrs.get("low", 0.0) != 0.0
+            or attrs.get("high", 1.0) != 1.0
+            or attrs.get("dtype", onnx.TensorProto.FLOAT) != onnx.TensorProto.FLOAT
+            or not (mask.op_type == "CastLike" or (mask.op_type == "Cast" and to == onnx.TensorProto.FLOAT))
+            or any(n.op_type != "CastLike" or list(n.input[1:]) != [uniform.output[0]] for n in like)
+        ):
             continue
+        for node in like:  # U's type: t's, or float as its dtype says
+            if "dtype" in attrs:
+                node.op_type = "Cast"
+                del node.input[1:]
+                node.attribute.append(onnx.helper.make_attribute("to", onnx.TensorProto.FLOAT))
+            else:
+                node.input[1] = uniform.input[0]
         shape, probs = f"{less.output[0]}__shape", f"{less.output[0]}__p"
         seed = {"seed": attrs["seed"]} if "seed" in attrs else {}
+        drawn = mask.output[0] if mask.op_type == "Cast" else f"{less.output[0]}__drawn"
         replacement = [
             onnx.helper.make_node("Shape", [uniform.input[0]], [shape], name=f"{less.name}__shape"),
             onnx.helper.make_node("Expand", [less.input[1], shape], [probs], name=f"{less.name}__p"),
-            onnx.helper.make_node(
-                "Bernoulli", [probs], [cast.output[0]], name=less.name, dtype=onnx.TensorProto.FLOAT, **seed
-            ),
+            onnx.helper.make_node("Bernoulli", [probs], [drawn], name=less.name, dtype=onnx.TensorProto.FLOAT, **seed),
         ]
-        at = list(graph.node).index(less)
-        for node in (uniform, less, cast):
+        if mask.op_type == "CastLike":
+            replacement.append(
+                onnx.helper.make_node("CastLike", [drawn, mask.input[1]], [mask.output[0]], name=mask.name)
+            )
+        at = list(graph.node).index(mask)
+        for node in (uniform, less, mask):
             graph.node.remove(node)
-        at -= 1  # the uniform stood before the Less
+        at -= 2  # the uniform and the Less stood before the mask's cast
         for offset, node in enumerate(replacement):
             graph.node.insert(at + offset, node)

@@ -3,6 +3,8 @@ reported in one line before anything compiles, never trained silently."""
 
 from __future__ import annotations
 
+import copy
+import itertools
 import warnings
 
 import numpy as np
@@ -737,3 +739,48 @@ def test_an_average_pool_whose_divisor_override_the_export_dropped_is_refused(tm
         compile_(tmp_path / "d.onnx", tmp_path / "d", loss=artifacts.LossType.MSELoss)
     dynamo_export(DividedPool(None), x, tmp_path / "n.onnx", False)
     compile_(tmp_path / "n.onnx", tmp_path / "n", loss=artifacts.LossType.MSELoss)
+
+
+class DropPath(torch.nn.Module):
+    """A residual block with timm's drop_path (torchvision's stochastic depth is written alike): in
+    training each row keeps its branch with probability `keep`, scaled by 1 / keep; in eval the
+    branch is always there, unscaled."""
+
+    def __init__(self, keep: float):
+        super().__init__()
+        self.keep = keep
+        self.fc = torch.nn.Linear(6, 6)
+
+    def forward(self, x):
+        branch = torch.relu(self.fc(x))
+        if self.training:
+            branch = branch * x.new_empty(x.shape[0], 1).bernoulli_(self.keep).div_(self.keep)
+        return x + branch
+
+
+def test_a_dynamo_drop_path_draws_rows_in_training_and_is_the_whole_branch_in_eval(tmp_path):
+    """torch's exporter writes bernoulli_(keep) as CastLike(Less(U, CastLike(keep, U)), like) with
+    U = RandomUniformLike: read as written, eval would take the uniform's mean and scale the branch
+    by 1 / keep."""
+    torch.manual_seed(0)
+    model, x = DropPath(keep=0.6), torch.randn(B, 6)
+    labels = torch.tensor([1, 4])
+    dynamo_export(model.train(), x, tmp_path / "m.onnx", optimize=False)
+    module, state, _ = compile_(tmp_path / "m.onnx", tmp_path)
+    with torch.no_grad():
+        np.testing.assert_allclose(module.infer(x.numpy())[0], model.eval()(x).numpy(), rtol=1e-6, atol=1e-6)
+        # The training loss of each row kept or dropped: a step's loss is one of these.
+        x64, fc = x.double(), copy.deepcopy(model.fc).double()
+        branch = torch.relu(fc(x64)) / model.keep
+        losses = {
+            kept: torch.nn.functional.cross_entropy(x64 + branch * torch.tensor(kept).double()[:, None], labels).item()
+            for kept in itertools.product((0, 1), repeat=B)
+        }
+    module.train()
+    seen = set()
+    for _ in range(8):
+        loss = module(x.numpy(), labels.numpy())
+        kept = min(losses, key=lambda k: abs(losses[k] - loss))
+        assert abs(losses[kept] - loss) < 1e-5, (loss, losses)
+        seen.add(kept)
+    assert len(seen) > 1, f"8 steps drew the same rows: {seen}"
