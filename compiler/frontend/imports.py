@@ -826,34 +826,36 @@ def _own_copies(graph: onnx.GraphProto, readers_of: dict[str, list[tuple[onnx.No
 
 
 def bernoulli_patterns(proto: onnx.ModelProto) -> None:
-    """dynamo writes torch's bernoulli(p) (its dropout and stochastic depth) as
-    Cast(Less(RandomUniformLike(t), p), to=float), or (newer torch) as
-    CastLike(Less(U, CastLike(p, U)), like) with U = RandomUniformLike(t). As written, its eval form
-    would draw at the uniform's mean, and the mask divided by p would scale by 1/p; as a Bernoulli of
-    p it trains the same way and is exactly p in eval, so the layer is the identity there as in
-    PyTorch."""
+    """Exporters write torch's bernoulli(p) (dropout, stochastic depth, drop path) as a uniform draw
+    U = RandomUniformLike(t) on [0, 1) and a threshold: dynamo as Cast(Less(U, p), to=float) or
+    (newer torch) CastLike(Less(U, CastLike(p, U)), like); TorchScript, for HuggingFace's and older
+    timm's drop path, as Floor(U + p) with p a constant in [0, 1]. As written, the eval form would
+    draw at the uniform's mean, and the mask divided by p would scale by 1/p; as a Bernoulli of p it
+    trains the same way and is exactly p in eval, so the layer is the identity there as in PyTorch."""
     graph = proto.graph
     producer = {o: n for n in graph.node for o in n.output}
     readers: dict[str, list[onnx.NodeProto]] = collections.defaultdict(list)
     for node in graph.node:
         for name in node.input:
             readers[name].append(node)
-    for less in [n for n in graph.node if n.op_type == "Less"]:
-        uniform = producer.get(less.input[0])
-        if uniform is None or uniform.op_type != "RandomUniformLike" or len(readers[less.output[0]]) != 1:
-            continue
+    for uniform in [n for n in graph.node if n.op_type == "RandomUniformLike"]:
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in uniform.attribute}
-        mask = readers[less.output[0]][0]
-        like = [n for n in readers[uniform.output[0]] if n is not less]  # CastLike(p, U): U gives p its type
-        to = {a.name: a.i for a in mask.attribute}.get("to")
-        if (
-            attrs.get("low", 0.0) != 0.0
-            or attrs.get("high", 1.0) != 1.0
-            or attrs.get("dtype", onnx.TensorProto.FLOAT) != onnx.TensorProto.FLOAT
-            or not (mask.op_type == "CastLike" or (mask.op_type == "Cast" and to == onnx.TensorProto.FLOAT))
-            or any(n.op_type != "CastLike" or list(n.input[1:]) != [uniform.output[0]] for n in like)
+        if (attrs.get("low", 0.0), attrs.get("high", 1.0), attrs.get("dtype", onnx.TensorProto.FLOAT)) != (
+            0.0,
+            1.0,
+            onnx.TensorProto.FLOAT,
         ):
             continue
+        like = [
+            n
+            for n in readers[uniform.output[0]]
+            if n.op_type == "CastLike" and list(n.input[1:]) == [uniform.output[0]]
+        ]
+        threshold = [n for n in readers[uniform.output[0]] if n not in like]
+        found = len(threshold) == 1 and _bernoulli_of(threshold[0], uniform, readers, producer, graph)
+        if not found:
+            continue
+        probability, removed, cast_like = found
         for node in like:  # U's type: t's, or float as its dtype says
             if "dtype" in attrs:
                 node.op_type = "Cast"
@@ -861,21 +863,54 @@ def bernoulli_patterns(proto: onnx.ModelProto) -> None:
                 node.attribute.append(onnx.helper.make_attribute("to", onnx.TensorProto.FLOAT))
             else:
                 node.input[1] = uniform.input[0]
-        shape, probs = f"{less.output[0]}__shape", f"{less.output[0]}__p"
+        last = removed[-1]
+        shape, probs = f"{last.output[0]}__shape", f"{last.output[0]}__p"
         seed = {"seed": attrs["seed"]} if "seed" in attrs else {}
-        drawn = mask.output[0] if mask.op_type == "Cast" else f"{less.output[0]}__drawn"
+        drawn = f"{last.output[0]}__drawn" if cast_like else last.output[0]
         replacement = [
-            onnx.helper.make_node("Shape", [uniform.input[0]], [shape], name=f"{less.name}__shape"),
-            onnx.helper.make_node("Expand", [less.input[1], shape], [probs], name=f"{less.name}__p"),
-            onnx.helper.make_node("Bernoulli", [probs], [drawn], name=less.name, dtype=onnx.TensorProto.FLOAT, **seed),
+            onnx.helper.make_node("Shape", [uniform.input[0]], [shape], name=f"{last.name}__shape"),
+            onnx.helper.make_node("Expand", [probability, shape], [probs], name=f"{last.name}__p"),
+            onnx.helper.make_node("Bernoulli", [probs], [drawn], name=last.name, dtype=onnx.TensorProto.FLOAT, **seed),
         ]
-        if mask.op_type == "CastLike":
+        if cast_like:
             replacement.append(
-                onnx.helper.make_node("CastLike", [drawn, mask.input[1]], [mask.output[0]], name=mask.name)
+                onnx.helper.make_node("CastLike", [drawn, last.input[1]], [last.output[0]], name=last.name)
             )
-        at = list(graph.node).index(mask)
-        for node in (uniform, less, mask):
+        at = list(graph.node).index(last) - (len(removed) - 1)  # the nodes removed stand before the last
+        for node in removed:
             graph.node.remove(node)
-        at -= 2  # the uniform and the Less stood before the mask's cast
         for offset, node in enumerate(replacement):
             graph.node.insert(at + offset, node)
+
+
+def _bernoulli_of(first, uniform, readers, producer, graph) -> tuple[str, list, bool] | None:
+    """If the uniform's one reader `first` starts a threshold of bernoulli_patterns: (p's value name,
+    the nodes from the uniform to the 0/1 float mask, whether the last is a CastLike)."""
+    after = readers[first.output[0]]
+    if len(after) != 1:
+        return None
+    mask = after[0]
+    if first.op_type == "Less" and first.input[0] == uniform.output[0]:
+        to = {a.name: a.i for a in mask.attribute}.get("to")
+        if mask.op_type == "CastLike" or (mask.op_type == "Cast" and to == onnx.TensorProto.FLOAT):
+            return first.input[1], [uniform, first, mask], mask.op_type == "CastLike"
+    if first.op_type == "Add" and mask.op_type == "Floor":
+        p = next(name for name in first.input if name != uniform.output[0])
+        value = _constant(graph, producer, p)
+        if value is not None and value.size and np.all((value >= 0) & (value <= 1)):
+            return p, [uniform, first, mask], False
+    return None
+
+
+def _constant(graph: onnx.GraphProto, producer: dict, name: str) -> np.ndarray | None:
+    """The value of `name` if an initializer or a Constant node's tensor gives it."""
+    node = producer.get(name)
+    if node is not None and node.op_type == "Constant":
+        values = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        if "value" in values:
+            return numpy_helper.to_array(values["value"])
+        if "value_float" in values:
+            return np.array(values["value_float"], np.float32)
+        return None
+    init = next((i for i in graph.initializer if i.name == name), None) if node is None else None
+    return None if init is None else numpy_helper.to_array(init)

@@ -742,30 +742,49 @@ def test_an_average_pool_whose_divisor_override_the_export_dropped_is_refused(tm
 
 
 class DropPath(torch.nn.Module):
-    """A residual block with timm's drop_path (torchvision's stochastic depth is written alike): in
-    training each row keeps its branch with probability `keep`, scaled by 1 / keep; in eval the
-    branch is always there, unscaled."""
+    """A residual block with drop path: in training each row keeps its branch with probability
+    `keep`, scaled by 1 / keep; in eval the branch is always there, unscaled. timm draws the mask
+    with bernoulli_ (torchvision's stochastic depth alike), HuggingFace as floor(keep + rand)."""
 
-    def __init__(self, keep: float):
+    def __init__(self, keep: float, form: str):
         super().__init__()
-        self.keep = keep
+        self.keep, self.form = keep, form
         self.fc = torch.nn.Linear(6, 6)
 
     def forward(self, x):
         branch = torch.relu(self.fc(x))
         if self.training:
-            branch = branch * x.new_empty(x.shape[0], 1).bernoulli_(self.keep).div_(self.keep)
+            if self.form == "bernoulli":
+                mask = x.new_empty(x.shape[0], 1).bernoulli_(self.keep)
+            else:
+                mask = (self.keep + torch.rand(x.shape[0], 1, dtype=x.dtype)).floor_()
+            branch = branch.div(self.keep) * mask
         return x + branch
 
 
-def test_a_dynamo_drop_path_draws_rows_in_training_and_is_the_whole_branch_in_eval(tmp_path):
-    """torch's exporter writes bernoulli_(keep) as CastLike(Less(U, CastLike(keep, U)), like) with
-    U = RandomUniformLike: read as written, eval would take the uniform's mean and scale the branch
+@pytest.mark.parametrize("form", ["bernoulli", "floor"])
+@pytest.mark.parametrize("dynamo", [True, False], ids=["dynamo", "torchscript"])
+def test_a_drop_path_draws_rows_in_training_and_is_the_whole_branch_in_eval(form, dynamo, tmp_path):
+    """The exporters write the mask as a uniform draw and a threshold (frontend/imports.py's
+    bernoulli_patterns): read as written, eval would take the uniform's mean and scale the branch
     by 1 / keep."""
     torch.manual_seed(0)
-    model, x = DropPath(keep=0.6), torch.randn(B, 6)
+    model, x = DropPath(keep=0.6, form=form), torch.randn(B, 6)
     labels = torch.tensor([1, 4])
-    dynamo_export(model.train(), x, tmp_path / "m.onnx", optimize=False)
+    if dynamo:
+        dynamo_export(model.train(), x, tmp_path / "m.onnx", optimize=False)
+    else:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(
+                model.train(),
+                (x,),
+                tmp_path / "m.onnx",
+                dynamo=False,
+                training=torch.onnx.TrainingMode.TRAINING,
+                input_names=["x"],
+                dynamic_axes={"x": {0: "batch"}},
+            )
     module, state, _ = compile_(tmp_path / "m.onnx", tmp_path)
     with torch.no_grad():
         np.testing.assert_allclose(module.infer(x.numpy())[0], model.eval()(x).numpy(), rtol=1e-6, atol=1e-6)
