@@ -825,6 +825,10 @@ def _own_copies(graph: onnx.GraphProto, readers_of: dict[str, list[tuple[onnx.No
             node.input[slot] = copy
 
 
+# (low, high, dtype) of the uniform draw behind a Bernoulli mask
+_UNIT_FLOAT = (0.0, 1.0, onnx.TensorProto.FLOAT)
+
+
 def bernoulli_patterns(proto: onnx.ModelProto) -> None:
     """Exporters write torch's bernoulli(p) (dropout, stochastic depth, drop path) as a uniform draw
     U = RandomUniformLike(t) on [0, 1) and a threshold: dynamo as Cast(Less(U, p), to=float) or
@@ -840,11 +844,7 @@ def bernoulli_patterns(proto: onnx.ModelProto) -> None:
             readers[name].append(node)
     for uniform in [n for n in graph.node if n.op_type == "RandomUniformLike"]:
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in uniform.attribute}
-        if (attrs.get("low", 0.0), attrs.get("high", 1.0), attrs.get("dtype", onnx.TensorProto.FLOAT)) != (
-            0.0,
-            1.0,
-            onnx.TensorProto.FLOAT,
-        ):
+        if (attrs.get("low", 0.0), attrs.get("high", 1.0), attrs.get("dtype", onnx.TensorProto.FLOAT)) != _UNIT_FLOAT:
             continue
         like = [
             n
@@ -883,7 +883,13 @@ def bernoulli_patterns(proto: onnx.ModelProto) -> None:
             graph.node.insert(at + offset, node)
 
 
-def _bernoulli_of(first, uniform, readers, producer, graph) -> tuple[str, list, bool] | None:
+def _bernoulli_of(
+    first: onnx.NodeProto,
+    uniform: onnx.NodeProto,
+    readers: dict[str, list[onnx.NodeProto]],
+    producer: dict[str, onnx.NodeProto],
+    graph: onnx.GraphProto,
+) -> tuple[str, list[onnx.NodeProto], bool] | None:
     """If the uniform's one reader `first` starts a threshold of bernoulli_patterns: (p's value name,
     the nodes from the uniform to the 0/1 float mask, whether the last is a CastLike)."""
     after = readers[first.output[0]]
@@ -895,14 +901,14 @@ def _bernoulli_of(first, uniform, readers, producer, graph) -> tuple[str, list, 
         if mask.op_type == "CastLike" or (mask.op_type == "Cast" and to == onnx.TensorProto.FLOAT):
             return first.input[1], [uniform, first, mask], mask.op_type == "CastLike"
     if first.op_type == "Add" and mask.op_type == "Floor":
-        p = next(name for name in first.input if name != uniform.output[0])
-        value = _constant(graph, producer, p)
-        if value is not None and value.size and np.all((value >= 0) & (value <= 1)):
+        p = next((name for name in first.input if name != uniform.output[0]), None)
+        value = None if p is None else _constant(graph, producer, p)
+        if p is not None and value is not None and value.size and np.all((value >= 0) & (value <= 1)):
             return p, [uniform, first, mask], False
     return None
 
 
-def _constant(graph: onnx.GraphProto, producer: dict, name: str) -> np.ndarray | None:
+def _constant(graph: onnx.GraphProto, producer: dict[str, onnx.NodeProto], name: str) -> np.ndarray | None:
     """The value of `name` if an initializer or a Constant node's tensor gives it."""
     node = producer.get(name)
     if node is not None and node.op_type == "Constant":
