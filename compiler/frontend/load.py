@@ -53,6 +53,7 @@ def load_model(
     imports.restore_removed_biases(proto)
     imports.restore_expanded_parameters(proto)
     imports.bernoulli_patterns(proto)
+    imports.note_draws(proto)
     imports.quantized_parameters(proto)
     floats = {i.name for i in proto.graph.initializer if i.data_type == onnx.TensorProto.FLOAT}
     imports.tied_parameters(proto, floats - not_parameters, untie)

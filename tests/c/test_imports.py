@@ -785,7 +785,8 @@ def test_a_drop_path_draws_rows_in_training_and_is_the_whole_branch_in_eval(form
                 input_names=["x"],
                 dynamic_axes={"x": {0: "batch"}},
             )
-    module, state, _ = compile_(tmp_path / "m.onnx", tmp_path)
+    module, state, notes = compile_(tmp_path / "m.onnx", tmp_path)
+    assert not [n for n in notes if "random draw" in n], notes  # the mask is read as a Bernoulli
     with torch.no_grad():
         np.testing.assert_allclose(module.infer(x.numpy())[0], model.eval()(x).numpy(), rtol=1e-6, atol=1e-6)
         # The training loss of each row kept or dropped: a step's loss is one of these.
@@ -803,3 +804,22 @@ def test_a_drop_path_draws_rows_in_training_and_is_the_whole_branch_in_eval(form
         assert abs(losses[kept] - loss) < 1e-5, (loss, losses)
         seen.add(kept)
     assert len(seen) > 1, f"8 steps drew the same rows: {seen}"
+
+
+class NoisyMask(torch.nn.Module):
+    """A mask drawn as rand > drop, a form the import does not read as a Bernoulli."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(6, 6)
+
+    def forward(self, x):
+        return self.fc(x) * (torch.rand_like(x) > 0.3).float()
+
+
+def test_a_draw_left_random_is_said_with_its_eval_mean(tmp_path):
+    torch.manual_seed(0)
+    dynamo_export(NoisyMask().train(), torch.randn(B, 6), tmp_path / "m.onnx", optimize=False)
+    _, _, notes = compile_(tmp_path / "m.onnx", tmp_path)
+    said = [n for n in notes if "random draw" in n]
+    assert len(said) == 1 and "RandomUniformLike, mean 0.5" in said[0] and "eval and inference" in said[0], notes
