@@ -23,6 +23,7 @@ import onnx
 from onnx import numpy_helper
 
 from ..errors import EdgetrainError, ImportNote
+from ..ops.random import DRAWS, eval_mean
 
 # Inputs that hold a layer's weight, bias or scale (slots by op): what "a parameter" means by default.
 PARAMETER_SLOTS = {
@@ -883,32 +884,22 @@ def bernoulli_patterns(proto: onnx.ModelProto) -> None:
             graph.node.insert(at + offset, node)
 
 
-_DRAWS = {
-    "RandomUniform": ("low", "high"),
-    "RandomUniformLike": ("low", "high"),
-    "RandomNormal": ("mean",),
-    "RandomNormalLike": ("mean",),
-}
-
-
 def note_draws(proto: onnx.ModelProto) -> None:
     """Say which random draws are left once bernoulli_patterns has run: each takes its mean in eval
     and inference, which is what a noise layer means there, but a mask written in a form not read as
     a Bernoulli would then change the eval model."""
-    draws = [n for n in proto.graph.node if n.op_type in _DRAWS]
+    draws = [n for n in proto.graph.node if n.op_type in DRAWS]
     if not draws:
         return
-    shown = ", ".join(f"'{n.name or n.output[0]}' ({n.op_type}, mean {_draw_mean(n):g})" for n in draws[:4])
+    shown = ", ".join(f"'{n.name or n.output[0]}' ({n.op_type}, mean {_eval_mean(n):g})" for n in draws[:4])
     note(
         f"{len(draws)} random draw(s) take their mean in eval and inference: {shown}{'; ...' if len(draws) > 4 else ''}"
     )
 
 
-def _draw_mean(node: onnx.NodeProto) -> float:
+def _eval_mean(node: onnx.NodeProto) -> float:
     attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-    if _DRAWS[node.op_type] == ("mean",):
-        return float(attrs.get("mean", 0.0))
-    return (float(attrs.get("low", 0.0)) + float(attrs.get("high", 1.0))) / 2
+    return eval_mean(node.op_type, attrs.get)
 
 
 def _bernoulli_of(

@@ -107,32 +107,46 @@ def _counter(graph) -> str:
     return COUNTER
 
 
-def _fill_variant(kind, params):
-    """variant of RandomUniform(Like) / RandomNormal(Like), whose `params` are (low, high) or
-    (mean, scale), by default (0, 1): our seeded `kind` in training, else Expand of the mean."""
+# The draws as models write them -> (our seeded op that draws them in training, their two
+# parameters, by default 0 and 1).
+DRAWS = {
+    "RandomUniform": ("RandomUniformTraining", ("low", "high")),
+    "RandomUniformLike": ("RandomUniformTraining", ("low", "high")),
+    "RandomNormal": ("RandomNormalTraining", ("mean", "scale")),
+    "RandomNormalLike": ("RandomNormalTraining", ("mean", "scale")),
+}
 
-    def variant(graph, node, index, training):
-        _float32_only(graph, node)
-        y = node.outputs[0]
-        a, b = (float(node.attr(p, default)) for p, default in zip(params, (0.0, 1.0)))
-        if training:
-            attrs = {"shape": graph.shape(y), params[0]: a, params[1]: b, "seed": _seed(node, index)}
-            return Node(kind, (_counter(graph),), (y,), frozen_attrs(attrs), node.name, ET_DOMAIN)
-        mean = (a + b) / 2 if kind == "RandomUniformTraining" else a
-        shape = graph.add_constant(np.array(graph.shape(y), np.int64), "shape")
-        return Node("Expand", (graph.add_constant(np.array(mean, np.float32), "mean"), shape), (y,), name=node.name)
 
-    return staticmethod(variant)
+def draw_parameters(op_type: str, attr) -> tuple[float, float]:
+    """A draw's (low, high) or (mean, scale), `attr(name, default)` reading its attributes."""
+    first, second = DRAWS[op_type][1]
+    return float(attr(first, 0.0)), float(attr(second, 1.0))
+
+
+def eval_mean(op_type: str, attr) -> float:
+    """The value a draw takes in eval and inference: its distribution's mean."""
+    a, b = draw_parameters(op_type, attr)
+    return (a + b) / 2 if DRAWS[op_type][0] == "RandomUniformTraining" else a
+
+
+def _fill_variant(graph, node, index, training):
+    """variant of RandomUniform(Like) / RandomNormal(Like): our seeded op in training, else Expand
+    of the mean."""
+    _float32_only(graph, node)
+    y = node.outputs[0]
+    kind, params = DRAWS[node.op]
+    if training:
+        a, b = draw_parameters(node.op, node.attr)
+        attrs = {"shape": graph.shape(y), params[0]: a, params[1]: b, "seed": _seed(node, index)}
+        return Node(kind, (_counter(graph),), (y,), frozen_attrs(attrs), node.name, ET_DOMAIN)
+    shape = graph.add_constant(np.array(graph.shape(y), np.int64), "shape")
+    mean = graph.add_constant(np.array(eval_mean(node.op, node.attr), np.float32), "mean")
+    return Node("Expand", (mean, shape), (y,), name=node.name)
 
 
 # As the model writes them, these are never lowered: the variant replaces them in every graph.
-for _name, _kind, _params in (
-    ("RandomUniform", "RandomUniformTraining", ("low", "high")),
-    ("RandomUniformLike", "RandomUniformTraining", ("low", "high")),
-    ("RandomNormal", "RandomNormalTraining", ("mean", "scale")),
-    ("RandomNormalLike", "RandomNormalTraining", ("mean", "scale")),
-):
-    op(_name)(type(_name, (), {"kernel": None, "variant": _fill_variant(_kind, _params)}))
+for _name in DRAWS:
+    op(_name)(type(_name, (), {"kernel": None, "variant": staticmethod(_fill_variant)}))
 
 
 @op("Bernoulli")
