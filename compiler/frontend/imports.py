@@ -96,6 +96,15 @@ def names_in(graph: onnx.GraphProto) -> set[str]:
     )
 
 
+def _readers(graph: onnx.GraphProto) -> dict[str, list[onnx.NodeProto]]:
+    """value name -> the nodes that read it, once per input slot, in graph order."""
+    readers: dict[str, list[onnx.NodeProto]] = collections.defaultdict(list)
+    for node in graph.node:
+        for name in node.input:
+            readers[name].append(node)
+    return readers
+
+
 def note(message: str) -> None:
     warnings.warn(ImportNote(message), stacklevel=2)
 
@@ -671,10 +680,7 @@ def quantized_parameters(proto: onnx.ModelProto) -> None:
     graph = proto.graph
     _fold_quantization_casts(graph)
     inits = {i.name: i for i in graph.initializer}
-    readers = collections.defaultdict(list)
-    for node in graph.node:
-        for name in node.input:
-            readers[name].append(node)
+    readers = _readers(graph)
     taken = names_in(graph)
     masters = 0
     for dq in [n for n in graph.node if n.op_type == "DequantizeLinear"]:
@@ -839,10 +845,7 @@ def bernoulli_patterns(proto: onnx.ModelProto) -> None:
     trains the same way and is exactly p in eval, so the layer is the identity there as in PyTorch."""
     graph = proto.graph
     producer = {o: n for n in graph.node for o in n.output}
-    readers: dict[str, list[onnx.NodeProto]] = collections.defaultdict(list)
-    for node in graph.node:
-        for name in node.input:
-            readers[name].append(node)
+    readers = _readers(graph)
     for uniform in [n for n in graph.node if n.op_type == "RandomUniformLike"]:
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in uniform.attribute}
         if (attrs.get("low", 0.0), attrs.get("high", 1.0), attrs.get("dtype", onnx.TensorProto.FLOAT)) != _UNIT_FLOAT:
