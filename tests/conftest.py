@@ -1,13 +1,16 @@
-"""The suite's tiers, its build cache, and the figures a run prints.
+"""The suite's tiers, its build cache, the files the sanitizer pass runs in place of this one, and the
+figures a run prints.
 
 pyproject.toml puts the repository (for `examples.models`) and tests/ (for the shared helpers:
 gradcheck, models) on sys.path. Every test gets the marker of its tier from its directory, so
 `pytest -m unit` runs the tier that needs neither torch nor a cross compiler, and `-m "not slow"`
 leaves out the tests that take minutes."""
 
+import os
 from pathlib import Path
 
 import pytest
+from sanitize.sanitized import BOTH_PASSES, SANITIZED, gcc_file
 
 TESTS = Path(__file__).resolve().parent
 
@@ -80,6 +83,31 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker("slow")
     rank = {folder: i for i, folder in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(folders.get(item.nodeid, ""), len(rank)))
+
+
+SANITIZER_PASS = "tests/sanitize/test_sanitizers.py::test_c_tier_under_asan_and_ubsan"
+
+
+class _SanitizedOnce:
+    """A run that holds the sanitizer pass leaves out, from its own pass, the files that the
+    sanitizer pass runs (tests/sanitize/sanitized.py says which and why), and says how many in
+    pytest's "deselected" count. Last, so that it sees the tests that -m and -k left."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config, items):
+        if os.environ.get("EDGETRAIN_SANITIZE") == "1" or not any(item.nodeid == SANITIZER_PASS for item in items):
+            return
+        if gcc_file("libasan.so") is None:  # the sanitizer pass skips: these run here
+            return
+        there = set(SANITIZED) - set(BOTH_PASSES)
+        left = [item for item in items if item.nodeid.split("::")[0] in there]
+        if left:
+            config.hook.pytest_deselected(items=left)
+            items[:] = [item for item in items if item.nodeid.split("::")[0] not in there]
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(_SanitizedOnce(), "edgetrain-sanitized-once")
 
 
 @pytest.fixture(autouse=True, scope="session")
