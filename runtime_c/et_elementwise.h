@@ -15,7 +15,7 @@
 
 /* NaN passes through (x != x) so the trainer's non-finite check sees it,
  * as it would in PyTorch. */
-static inline void et_relu_f32(int n, const float *X, float *Y)
+static ET_NOINLINE void et_relu_f32(int n, const float *X, float *Y)
 {
     int i;
     for (i = 0; i < n; ++i) {
@@ -26,7 +26,7 @@ static inline void et_relu_f32(int n, const float *X, float *Y)
 
 /* What ReLU's gradient needs of Y, in 1/32 of its bytes: bit i % 32 of word i / 32 is
  * Y[i] > 0 (0 for NaN), and the bits past n in the last word are 0. */
-static inline void et_relu_mask_f32(int n, const float *Y, uint32_t *mask)
+static ET_NOINLINE void et_relu_mask_f32(int n, const float *Y, uint32_t *mask)
 {
     int i, b, words = n / 32;
     for (i = 0; i < words; ++i) {  /* whole words: loops of 32 without a bound test vectorize */
@@ -253,7 +253,7 @@ static inline void et_clip_f32(int n, float lo, float hi, const float *X, float 
     }
 }
 
-static inline void et_copy_f32(int n, const float *X, float *Y)
+static ET_NOINLINE void et_copy_f32(int n, const float *X, float *Y)
 {
     if (n > 0 && X != Y)
         memmove(Y, X, (size_t)n * sizeof(float));
@@ -276,7 +276,7 @@ static inline void et_fill_f32(int n, float v, float *Y)
 /* ---- gradients ---- */
 
 /* mask: et_relu_mask_f32's bits of the forward result, or et_clip_mask_f32's of the input. */
-static inline void et_relu_grad_f32(int n, const float *dY, const uint32_t *mask, float *dX)
+static ET_NOINLINE void et_relu_grad_f32(int n, const float *dY, const uint32_t *mask, float *dX)
 {
     int i, b, words = n / 32;
     for (i = 0; i < words; ++i) {  /* a word at a time, as et_relu_mask_f32 makes them */
@@ -545,7 +545,7 @@ static inline void et_expand_i32(int rank, const int *shape, const int32_t *X,
 
 /* reset lets the first micro-batch overwrite instead of needing a
  * separate zeroing pass. */
-static inline void et_accumulate_f32(int n, const float *G, float *Acc, int reset)
+static ET_NOINLINE void et_accumulate_f32(int n, const float *G, float *Acc, int reset)
 {
     int i;
     if (reset) {

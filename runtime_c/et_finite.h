@@ -16,7 +16,7 @@ static inline float et_larger_magnitude_f32_(float m, float x)
 /* Whether Acc + G, the sum et_accumulate_f32 stores, is finite everywhere.  Gradients that are
  * finite one by one can still overflow their running sum; checking before any accumulator changes
  * lets train_step refuse such a step whole. */
-static inline int et_sum_finite_f32(int n, const float *G, const float *Acc)
+static ET_NOINLINE int et_sum_finite_f32(int n, const float *G, const float *Acc)
 {
     int i;
     for (i = 0; i < n; ++i)

@@ -53,8 +53,8 @@ static inline void et_transpose_f32(int rank, const int *in_shape, const int *pe
     }
 }
 
-static inline void et_copy_block_f32(int outer, int inner, const float *X, int x_stride,
-                                     float *Y, int y_stride)
+static ET_NOINLINE void et_copy_block_f32(int outer, int inner, const float *X, int x_stride,
+                                          float *Y, int y_stride)
 {
     int o;
     if (inner <= 0)
