@@ -1,9 +1,10 @@
 """The generated C under dynamic checkers.
 
-1. The files of the C test tier that reach every kernel family and every C API call run a second
-   time with every trainer built under AddressSanitizer and UndefinedBehaviorSanitizer
+1. The files of the C test tier that reach every kernel family and every C API call (sanitized.py)
+   run with every trainer built under AddressSanitizer and UndefinedBehaviorSanitizer
    (EDGETRAIN_SANITIZE=1, compiler/host/build.py), libasan preloaded into Python; any report fails
-   the run.
+   the run. A run that holds this test runs them here only, but for the kernel files
+   (tests/conftest.py).
 2. One trainer, linked into a standalone program that calls its whole API, runs under valgrind's
    memcheck.
 """
