@@ -100,10 +100,12 @@ class _SanitizedOnce:
         if gcc_file("libasan.so") is None:  # the sanitizer pass skips: these run here
             return
         there = set(SANITIZED) - set(BOTH_PASSES)
-        left = [item for item in items if item.nodeid.split("::")[0] in there]
+        keep, left = [], []
+        for item in items:
+            (left if item.nodeid.split("::")[0] in there else keep).append(item)
         if left:
             config.hook.pytest_deselected(items=left)
-            items[:] = [item for item in items if item.nodeid.split("::")[0] not in there]
+            items[:] = keep
 
 
 def pytest_configure(config):

@@ -17,6 +17,7 @@ import ast
 import collections
 import re
 import warnings
+from typing import Any
 
 import numpy as np
 import onnx
@@ -103,6 +104,11 @@ def _readers(graph: onnx.GraphProto) -> dict[str, list[onnx.NodeProto]]:
         for name in node.input:
             readers[name].append(node)
     return readers
+
+
+def _attributes(node: onnx.NodeProto) -> dict[str, Any]:
+    """A node's attributes by name, as Python values."""
+    return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
 
 
 def note(message: str) -> None:
@@ -488,7 +494,7 @@ def restore_removed_biases(proto: onnx.ModelProto) -> None:
         bias = next((b for b in names if b not in inits and _reads_parameter(node, b)), None)
         if weight is None or bias is None:
             continue
-        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        attrs = _attributes(node)
         if node.op_type == "Conv":
             channels = weight.dims[0]
         elif node.op_type == "ConvTranspose":
@@ -847,7 +853,7 @@ def bernoulli_patterns(proto: onnx.ModelProto) -> None:
     producer = {o: n for n in graph.node for o in n.output}
     readers = _readers(graph)
     for uniform in [n for n in graph.node if n.op_type == "RandomUniformLike"]:
-        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in uniform.attribute}
+        attrs = _attributes(uniform)
         if (attrs.get("low", 0.0), attrs.get("high", 1.0), attrs.get("dtype", onnx.TensorProto.FLOAT)) != _UNIT_FLOAT:
             continue
         like = [
@@ -894,15 +900,12 @@ def note_draws(proto: onnx.ModelProto) -> None:
     draws = [n for n in proto.graph.node if n.op_type in DRAWS]
     if not draws:
         return
-    shown = ", ".join(f"'{n.name or n.output[0]}' ({n.op_type}, mean {_eval_mean(n):g})" for n in draws[:4])
+    shown = ", ".join(
+        f"'{n.name or n.output[0]}' ({n.op_type}, mean {eval_mean(n.op_type, _attributes(n).get):g})" for n in draws[:4]
+    )
     note(
         f"{len(draws)} random draw(s) take their mean in eval and inference: {shown}{'; ...' if len(draws) > 4 else ''}"
     )
-
-
-def _eval_mean(node: onnx.NodeProto) -> float:
-    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-    return eval_mean(node.op_type, attrs.get)
 
 
 def _bernoulli_of(
@@ -934,7 +937,7 @@ def _constant(graph: onnx.GraphProto, producer: dict[str, onnx.NodeProto], name:
     """The value of `name` if an initializer or a Constant node's tensor gives it."""
     node = producer.get(name)
     if node is not None and node.op_type == "Constant":
-        values = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        values = _attributes(node)
         if "value" in values:
             return numpy_helper.to_array(values["value"])
         if "value_float" in values:
