@@ -400,14 +400,14 @@ class _Stages:
             **options,
         )
 
-    def c(self, trainer: Trainer, consts: dict, policy: Plan) -> Any:
+    def c(self, trainer: Trainer, consts: dict, policy: Plan, packed: bool = True) -> Any:
         program = lower(trainer, self.prefix, self.federated, policy.fused_update, consts)
-        return emit(program, plan_memory(program))
+        return emit(program, plan_memory(program, packed))
 
     def compile(self, policy: Plan, dims: dict) -> Compiled:
         trainer, model_c, probe = compile_batched(
             lambda batch: self.trainer(self.graph(batch, dims), policy),
-            lambda t, consts: self.c(t, consts, policy),
+            lambda t, consts, packed=True: self.c(t, consts, policy, packed),
             self.max_batch,
         )
         self.probes[id(model_c)] = probe
@@ -585,9 +585,9 @@ def generate_inference(model, artifact_directory="out", batch_size=None, *, pref
     DEFAULT_MAX_BATCH), as generate_artifacts. Returns the artifact directory."""
     check_prefix(prefix)
 
-    def lower_plan_emit(trainer: Trainer, consts: dict):
+    def lower_plan_emit(trainer: Trainer, consts: dict, packed: bool = True):
         program = lower_inference(trainer, prefix, consts)
-        return emit(program, plan_memory(program))
+        return emit(program, plan_memory(program, packed))
 
     _, model_c, _ = compile_batched(
         lambda batch: inference_only(load_model(model, batch, dim_values)), lower_plan_emit, _max_batch(batch_size)

@@ -357,7 +357,8 @@ def compile_batched(trainer_at, lower, max_batch: int):
     the float nearest 1 / affine (a mean's scale). Anything else that changes (another constant read
     at run time, different calls) leaves the model fixed at its batch, and `fixed_batch` says why.
     A model whose inputs have no batch axis is fixed at the leading size of its first input. `probe`
-    is the trainer at another batch (None when the model compiles at no other), for the ONNX models."""
+    is the trainer at another batch (None when the model compiles at no other), for the ONNX models.
+    `lower` takes packed=False where the memory plan's offsets are not emitted (planner.place)."""
     trainer = trainer_at(max_batch)
     batches = [max_batch] + _probes(max_batch)
     try:
@@ -389,7 +390,8 @@ def compile_batched(trainer_at, lower, max_batch: int):
         except EdgetrainError as exc:
             raise _Fixed(f"it does not compile at batch {batches[2]}: {exc}") from None
         consts = _batch_consts(trainers, batches)
-        models = [lower(t, consts) for t in trainers]
+        # the probes' arena offsets are compared with nothing (_batched_arg): no tight packing for them
+        models = [lower(trainers[0], consts)] + [lower(t, consts, packed=False) for t in trainers[1:]]
         model = _batch_sizes(_batched(models, trainers, batches, consts), trainer, axes, max_batch)
     except _Fixed as why:
         return trainer, _fixed(lower(trainer, {}), max_batch, str(why)), probe

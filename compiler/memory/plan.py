@@ -120,7 +120,7 @@ def _interval(
     return Interval(members[0], first[members[0]], end, program.tensors[members[0]].words, tuple(shrinks)), runs
 
 
-def plan_function(program: Program, f: LoweredFunction) -> FunctionPlan:
+def plan_function(program: Program, f: LoweredFunction, packed: bool = True) -> FunctionPlan:
     first, last = _liveness(f)
     root = _in_place(program, f, last)
     groups: dict[str, list[str]] = {}
@@ -128,7 +128,7 @@ def plan_function(program: Program, f: LoweredFunction) -> FunctionPlan:
         groups.setdefault(root.get(name, name), []).append(name)
     segmented = {r: _interval(program, members, first, last) for r, members in groups.items()}
     intervals = [interval for interval, _ in segmented.values()]
-    offsets, total = place(intervals)
+    offsets, total = place(intervals, packed)
     kind = _kinds(f, groups)
     blocks = tuple(
         Block(
@@ -166,8 +166,9 @@ def _ram(program: Program, arena_floats: int) -> dict[str, int]:
     }
 
 
-def plan(program: Program) -> MemoryPlan:
-    functions = {name: plan_function(program, f) for name, f in program.functions().items()}
+def plan(program: Program, packed: bool = True) -> MemoryPlan:
+    """packed=False: offsets that are valid but not searched for the smallest arena (planner.place)."""
+    functions = {name: plan_function(program, f, packed) for name, f in program.functions().items()}
     arena = max(f.arena_floats for f in functions.values())
     ram = _ram(program, arena) if program.trainer else {"arena": arena * F32, "other": F32 * len(program.buffer_init)}
     return MemoryPlan(

@@ -133,9 +133,13 @@ def _fit_segments(placed: _Placed, segments: list[tuple[int, int, int]]) -> int:
     return min(gaps)[1] if gaps else clear[0]
 
 
-def place(intervals: list[Interval]) -> tuple[dict[str, int], int]:
+def place(intervals: list[Interval], packed: bool = True) -> tuple[dict[str, int], int]:
     """Best-fit placement by size and conflict, in the order (of a few, each repaired a few times)
-    that packs tightest. Returns (offsets, arena size), in floats."""
+    that packs tightest. Returns (offsets, arena size), in floats. Unpacked: one best-fit pass, in
+    the first order, for a build whose offsets are never emitted (codegen's compile_batched probes
+    the batch with them); the search for the tightest order is most of a large model's planning."""
+    if not packed:
+        return _best_fit(sorted(intervals, key=_ORDERS[0]))
     best, bound = None, liveness_lower_bound(intervals)
     for key in _ORDERS:
         order = sorted(intervals, key=key)

@@ -29,10 +29,11 @@ def random_intervals(seed, n=60):
     return out
 
 
-def test_live_tensors_never_overlap():
+@pytest.mark.parametrize("packed", [True, False])  # unpacked: the batch probes' one best-fit pass
+def test_live_tensors_never_overlap(packed):
     for seed in range(20):
         intervals = random_intervals(seed)
-        offsets, total = place(intervals)
+        offsets, total = place(intervals, packed)
         for a in intervals:
             assert offsets[a.name] % ALIGN == 0 and offsets[a.name] + a.size <= total
             for b in intervals:
@@ -55,7 +56,8 @@ def test_arena_close_to_lower_bound():
     assert np.mean(ratios) < 1.25
 
 
-def test_shrinking_tensors_never_overlap_in_any_segment():
+@pytest.mark.parametrize("packed", [True, False])
+def test_shrinking_tensors_never_overlap_in_any_segment(packed):
     """A tensor that holds fewer words from some statement on (an in-place output smaller than the
     input it took over) frees the rest for others from then; no two live segments share bytes."""
     for seed in range(20):
@@ -65,7 +67,7 @@ def test_shrinking_tensors_never_overlap_in_any_segment():
             cuts = sorted({int(c) for c in rng.integers(iv.start + 1, iv.end + 2, size=2)} - {iv.end + 1})
             sizes = sorted(rng.integers(1, iv.size + 1, size=len(cuts)), reverse=True)
             intervals.append(Interval(iv.name, iv.start, iv.end, iv.size, tuple(zip(cuts, map(int, sizes)))))
-        offsets, total = place(intervals)
+        offsets, total = place(intervals, packed)
         segments = [(iv.name, *segment) for iv in intervals for segment in iv.segments()]
         for i, (a, a_start, a_end, a_words) in enumerate(segments):
             assert offsets[a] % ALIGN == 0 and offsets[a] + a_words <= total
