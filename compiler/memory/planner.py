@@ -3,7 +3,6 @@ overlap share bytes."""
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from dataclasses import dataclass
 
 import numpy as np
@@ -117,20 +116,20 @@ def _fit_segments(placed: _Placed, segments: list[tuple[int, int, int]]) -> int:
     (largest) segment meets, else the lowest such offset above all it meets."""
     meets = [placed.live(first, last) for first, last, _ in segments]
     # offsets in [lo - words + 1, hi) would overlap a placed range
-    taken = sorted(
-        (max(0, int(lo) - _aligned(words) + 1), int(hi))
-        for (los, his), (_, _, words) in zip(meets, segments)
-        for lo, hi in zip(los, his)
-    )
-    clear, cursor = [], 0
-    for lo, hi in taken:
-        if lo > cursor:
-            clear.append(cursor)
-        cursor = max(cursor, hi)
-    clear.append(cursor)
-    above = sorted(int(lo) for lo in meets[0][0])
-    gaps = [(above[i] - offset, offset) for offset in clear if (i := bisect_left(above, offset)) < len(above)]
-    return min(gaps)[1] if gaps else clear[0]
+    lo = np.concatenate([np.maximum(0, los - _aligned(words) + 1) for (los, _), (_, _, words) in zip(meets, segments)])
+    hi = np.concatenate([his for _, his in meets])
+    order = np.lexsort((hi, lo))
+    lo, hi = lo[order], hi[order]
+    # a stretch is clear from where every taken range before it has ended, up to the next one's start
+    cursor = np.maximum.accumulate(np.concatenate(([0], hi)))
+    clear = np.append(cursor[:-1][lo > cursor[:-1]], cursor[-1])
+    above = meets[0][0]  # sorted
+    below = np.searchsorted(above, clear)
+    inside = below < len(above)
+    if not inside.any():
+        return int(clear[0])
+    gaps = above[below[inside]] - clear[inside]
+    return int(clear[inside][np.argmin(gaps)])  # the first smallest: clear rises
 
 
 def place(intervals: list[Interval], packed: bool = True) -> tuple[dict[str, int], int]:
