@@ -4,7 +4,7 @@
    run with every trainer built under AddressSanitizer and UndefinedBehaviorSanitizer
    (EDGETRAIN_SANITIZE=1, compiler/host/build.py), libasan preloaded into Python; any report fails
    the run. A run that holds this test runs them here only, but for the kernel files
-   (tests/conftest.py).
+   (tests/conftest.py). Two canaries show first that the setup stops at what it is there for.
 2. One trainer, linked into a standalone program that calls its whole API, runs under valgrind's
    memcheck.
 """
@@ -22,14 +22,13 @@ ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).parent
 
 
-@pytest.mark.skipif(os.environ.get("EDGETRAIN_SANITIZE") == "1", reason="already inside the sanitizer pass")
-def test_c_tier_under_asan_and_ubsan(tmp_path):
+def _sanitizer_env(logs: Path) -> dict[str, str]:
+    """The environment of the sanitizer pass, its reports written under `logs`."""
     libasan, libstdcxx = gcc_file("libasan.so"), gcc_file("libstdc++.so")
     if libasan is None:
         pytest.skip("gcc's AddressSanitizer runtime not found: install the Debian package libasan8 (gcc-12 brings it)")
-    logs = tmp_path / "logs"
     logs.mkdir()
-    env = dict(
+    return dict(
         os.environ,
         EDGETRAIN_SANITIZE="1",
         # ASan must be first in the process; libstdc++ too, or ASan cannot intercept C++ throws of
@@ -38,6 +37,38 @@ def test_c_tier_under_asan_and_ubsan(tmp_path):
         ASAN_OPTIONS=f"detect_leaks=0:log_path={logs}/asan",  # Python itself does not free at exit
         UBSAN_OPTIONS=f"print_stacktrace=1:log_path={logs}/ubsan",
     )
+
+
+# Libraries in the form of a trainer's that read past a static array, seen by each sanitizer: UBSan
+# checks an index into an array of known bounds, ASan every access through a pointer.
+CANARIES = {
+    "out of bounds": "int model_canary(int i) { return values[i]; }",
+    "global-buffer-overflow": "int model_canary(int i) { const int *p = values; return p[i]; }",
+}
+
+
+@pytest.mark.skipif(os.environ.get("EDGETRAIN_SANITIZE") == "1", reason="already inside the sanitizer pass")
+@pytest.mark.parametrize("report", CANARIES)
+def test_the_pass_stops_at_an_out_of_bounds_read(report, tmp_path):
+    """The pass's setup catches what it is there for: a library built by load_library in its
+    environment, read out of bounds, stops Python with the sanitizer's report."""
+    logs = tmp_path / "logs"
+    env = dict(_sanitizer_env(logs), EDGETRAIN_CACHE=str(tmp_path / "cache"))
+    canary = tmp_path / "canary"
+    canary.mkdir()
+    (canary / "model.h").write_text("/* declarations-begin */ int model_canary(int i); /* declarations-end */\n")
+    (canary / "model.c").write_text(f'#include "model.h"\nstatic int values[4];\n{CANARIES[report]}\n')
+    script = "import sys; from edgetrain.host.build import load_library; load_library(sys.argv[1])[1].model_canary(4)"
+    run = subprocess.run([sys.executable, "-c", script, str(canary)], cwd=ROOT, env=env, capture_output=True, text=True)
+    # ASan writes to its log; UBSan's report, in the same process, goes to stderr
+    reports = "\n".join(p.read_text() for p in sorted(logs.iterdir())) + run.stderr
+    assert run.returncode != 0 and report in reports, reports[-4000:]
+
+
+@pytest.mark.skipif(os.environ.get("EDGETRAIN_SANITIZE") == "1", reason="already inside the sanitizer pass")
+def test_c_tier_under_asan_and_ubsan(tmp_path):
+    logs = tmp_path / "logs"
+    env = _sanitizer_env(logs)
     workers = os.cpu_count() or 1
     command = [
         sys.executable,
