@@ -1,6 +1,14 @@
 import pytest
 
 
+@pytest.fixture(autouse=True)
+def quick_build(monkeypatch):
+    """The zoo's trainers build at -Og (EDGETRAIN_BUILD=quick, compiler/host/build.py): the same bits
+    as the default -O2 build, several times faster to compile for a model of many small nodes, for
+    the few steps each runs. The C tier and the targets test the optimized builds."""
+    monkeypatch.setenv("EDGETRAIN_BUILD", "quick")
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):
     """The zoo's result for a (model, exporter) travels in the test's report, so the table that

@@ -1,0 +1,30 @@
+"""EDGETRAIN_BUILD (compiler/host/build.py): the quick build (-Og) trains to the bits of the default
+one (-O2), as the zoo's tests, which build quick, rely on; an unknown mode is refused in one line."""
+
+import pytest
+
+from edgetrain import artifacts
+from edgetrain.errors import EdgetrainError
+from edgetrain.host.build import build_mode_flags
+from test_c_unchanged import CASES
+from test_used_kernels import _trained
+
+
+@pytest.mark.parametrize("name", ["kws", "mlp-bn-fused", "gru", "transformer"])
+def test_the_quick_build_trains_to_the_default_builds_bits(name, tmp_path, monkeypatch):
+    build, options = CASES[name]
+    out = tmp_path / "out"
+    artifacts.generate_artifacts(build(tmp_path), artifact_directory=out, **options)
+    trained = {}
+    for mode in ("reproducible", "quick"):
+        monkeypatch.setenv("EDGETRAIN_BUILD", mode)
+        trained[mode] = _trained(out)
+    assert trained["quick"] == trained["reproducible"]
+
+
+def test_an_unknown_build_mode_is_refused(monkeypatch):
+    monkeypatch.setenv("EDGETRAIN_BUILD", "turbo")
+    with pytest.raises(
+        EdgetrainError, match=r"EDGETRAIN_BUILD='turbo': known build modes are reproducible, fast, quick$"
+    ):
+        build_mode_flags()
