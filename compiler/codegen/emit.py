@@ -6,6 +6,7 @@ the batch as C expressions of it."""
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, replace
 from importlib import resources
@@ -622,6 +623,7 @@ def _batched_arg(args: list[Arg], batches, where: str) -> Arg:
     return first
 
 
+@functools.cache  # one environment, so each template compiles once per process
 def _environment() -> jinja2.Environment:
     templates = resources.files("edgetrain.templates")
     env = jinja2.Environment(
