@@ -61,7 +61,7 @@ SANITIZE = [
     "-fno-omit-frame-pointer",
     "-O0",
 ]  # instrumentation catches as much at -O0, and compiles faster than at -O2
-# No -g, which took a fifth of each build: the library Python loads is a private copy, deleted once
+# No -g, about a sixth of each build: the library Python loads is a private copy, deleted once
 # loaded (load_library), so no report reads its debug information. UBSan's carry their line anyway.
 
 # Every Python use of a trainer goes through load_library, which keeps frozen parameters in RAM so
@@ -174,7 +174,7 @@ def load_library(directory: str | os.PathLike, extra_flags: tuple[str, ...] = ()
     sanitize = os.environ.get("EDGETRAIN_SANITIZE") == "1"
     flags += SANITIZE if sanitize else []
     # The sanitizer pass preloads AddressSanitizer into Python (tests/sanitize), for the trainers it
-    # loads; the compiler it starts need not run under it too, which slowed each build by a third.
+    # loads; the compiler it starts need not run under it too, which slowed each build by about a fifth.
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"} if sanitize else None
     cache = cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
