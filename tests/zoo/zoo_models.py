@@ -374,5 +374,5 @@ ZOO: dict[str, ZooModel] = {
     # A video clip through 3-D convolutions, BatchNorm3d and pooling over frames: 4 frames of 32x32.
     # torchvision's R3D with one block per stage (r3d_18 has two): every stage's strided first block
     # and shortcut, at 14 M parameters where its 33 M made it the zoo's slowest pair by far.
-    "r3d_18": ZooModel(_r3d, "video", shape=(3, 4, 32, 32)),
+    "r3d": ZooModel(_r3d, "video", shape=(3, 4, 32, 32)),
 }
