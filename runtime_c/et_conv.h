@@ -1416,11 +1416,12 @@ static inline int et_conv_grad_w_depthwise_f32_(int N, int C, const int *in, con
     static const int ones[3] = {1, 1, 1};
     int lo[3], dim[3], kt[3], from[3], n, c0, cb, c, t, l, o, o0, i, j, r, rows, len;
     size_t plane = et_conv_margins_(in, out, k, s, d, p, 1, lo, dim), tap[ET_CONV_DEPTHWISE_TAPS];
-    float xp[ET_CONV_SCRATCH > 0 ? ET_CONV_SCRATCH : 1], *yp = xp + plane * V;
+    float xp[ET_CONV_SCRATCH > 0 ? ET_CONV_SCRATCH : 1], *yp;
     /* At ((t * ET_LANES + l) * V + c: a piece's lanes, and the plane's. */
     float lane[LANES], sum[LANES];
     if (!et_conv_fits_((plane + (size_t)out_size) * V) || k_size > ET_CONV_DEPTHWISE_TAPS)
         return 0;
+    yp = xp + plane * V;  /* only once it fits: a pointer beyond the array is undefined even unused */
     ET_PATH_("grad_depthwise");
     for (t = 0, kt[0] = kt[1] = kt[2] = 0; t < k_size; ++t, et_conv_next_tap_(kt, k))
         tap[t] = et_conv_tap_offset_(kt, d, p, lo, dim, 1, 0, plane);

@@ -2,7 +2,7 @@
 
 1. The files of the C test tier that reach every kernel family and every C API call (sanitized.py)
    run with every trainer built under AddressSanitizer and UndefinedBehaviorSanitizer
-   (EDGETRAIN_SANITIZE=1, compiler/host/build.py), libasan preloaded into Python; any report fails
+   (EDGETRAIN_SANITIZE=1, compiler/host/build.py) by clang, its ASan runtime preloaded into Python; any report fails
    the run. A run that holds this test runs them here only, but for the kernel files
    (tests/conftest.py). Two canaries show first that the setup stops at what it is there for.
 2. One trainer, linked into a standalone program that calls its whole API, runs under valgrind's
@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from sanitize.sanitized import DESELECT, SANITIZED, gcc_file
+from sanitize.sanitized import CC, DESELECT, SANITIZED, asan_runtime, compiler_file
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).parent
@@ -24,18 +24,22 @@ HERE = Path(__file__).parent
 
 def _sanitizer_env(logs: Path) -> dict[str, str]:
     """The environment of the sanitizer pass, its reports written under `logs`."""
-    libasan, libstdcxx = gcc_file("libasan.so"), gcc_file("libstdc++.so")
+    libasan, libstdcxx = asan_runtime(), compiler_file("libstdc++.so")
     if libasan is None:
-        pytest.skip("gcc's AddressSanitizer runtime not found: install the Debian package libasan8 (gcc-12 brings it)")
+        pytest.skip("clang's AddressSanitizer runtime not found: install the Debian packages clang and libclang-rt-dev")
     logs.mkdir()
     return dict(
         os.environ,
         EDGETRAIN_SANITIZE="1",
+        CC=CC,
         # ASan must be first in the process; libstdc++ too, or ASan cannot intercept C++ throws of
         # libraries loaded later (torch).
         LD_PRELOAD=" ".join(p for p in (libasan, libstdcxx) if p),
-        ASAN_OPTIONS=f"detect_leaks=0:log_path={logs}/asan",  # Python itself does not free at exit
-        UBSAN_OPTIONS=f"print_stacktrace=1:log_path={logs}/ubsan",
+        # Python itself does not free at exit. No symbolizer: the trainer's library is a deleted
+        # copy that it could not read, and the llvm-symbolizer it starts outlives a failed run,
+        # holding its output open.
+        ASAN_OPTIONS=f"detect_leaks=0:symbolize=0:log_path={logs}/asan",
+        UBSAN_OPTIONS=f"print_stacktrace=1:symbolize=0:log_path={logs}/ubsan",
     )
 
 
