@@ -1,8 +1,9 @@
 """Bad input gets one clear line naming every problem; the CLI prints it and exits 2."""
 
+import contextlib
+import io
 import re
 import subprocess
-import sys
 
 import numpy as np
 import onnx
@@ -10,6 +11,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from edgetrain import EdgetrainError, artifacts
+from edgetrain.cli import main
 from models import mlp
 
 
@@ -145,8 +147,16 @@ def test_generate_artifacts_error(tmp_path, case):
         assert fragment in message
 
 
-def cli(*args):
-    return subprocess.run([sys.executable, "-m", "edgetrain.cli", *map(str, args)], capture_output=True, text=True)
+def cli(*args) -> subprocess.CompletedProcess:
+    """The command line with `args`, run in this process: what it prints and its exit status.
+    (tests/unit/test_malformed_corpus.py runs it as its own process.)"""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            status = main([str(a) for a in args])
+        except SystemExit as exit:
+            status = exit.code
+    return subprocess.CompletedProcess(args, status, out.getvalue(), err.getvalue())
 
 
 @pytest.mark.parametrize("case", CASES)
