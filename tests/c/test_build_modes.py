@@ -1,5 +1,8 @@
 """EDGETRAIN_BUILD (compiler/host/build.py): the quick build (-Og) trains to the bits of the default
-one (-O2), as the zoo's tests, which build quick, rely on; an unknown mode is refused in one line."""
+one (-O2), as the zoo's tests, which build quick, rely on; an unknown mode is refused in one line.
+CC=clang (the sanitizer pass's compiler) trains to gcc's bits."""
+
+import shutil
 
 import pytest
 
@@ -20,6 +23,20 @@ def test_the_quick_build_trains_to_the_default_builds_bits(name, tmp_path, monke
         monkeypatch.setenv("EDGETRAIN_BUILD", mode)
         trained[mode] = _trained(out)
     assert trained["quick"] == trained["reproducible"]
+
+
+@pytest.mark.skipif(shutil.which("clang") is None, reason="clang not found: install the Debian package clang")
+@pytest.mark.parametrize("name", ["kws", "mlp-bn-fused", "gru", "transformer"])
+def test_clang_trains_to_gccs_bits(name, tmp_path, monkeypatch):
+    """clang's build, with its dialect of the flags and its own vector code, keeps every sum's order."""
+    build, options = CASES[name]
+    out = tmp_path / "out"
+    artifacts.generate_artifacts(build(tmp_path), artifact_directory=out, **options)
+    trained = {}
+    for cc in ("gcc", "clang"):
+        monkeypatch.setenv("CC", cc)
+        trained[cc] = _trained(out)
+    assert trained["clang"] == trained["gcc"]
 
 
 def test_an_unknown_build_mode_is_refused(monkeypatch):
