@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
-from sanitize.sanitized import BOTH_PASSES, SANITIZED, asan_runtime
+from sanitize.sanitized import BOTH_PASSES, SANITIZED, sanitizer_compiler
 
 TESTS = Path(__file__).resolve().parent
 
@@ -97,7 +97,7 @@ class _SanitizedOnce:
     def pytest_collection_modifyitems(self, config, items):
         if os.environ.get("EDGETRAIN_SANITIZE") == "1" or not any(item.nodeid == SANITIZER_PASS for item in items):
             return
-        if asan_runtime() is None:  # the sanitizer pass skips: these run here
+        if sanitizer_compiler() is None:  # the sanitizer pass skips: these run here
             return
         there = set(SANITIZED) - set(BOTH_PASSES)
         keep, left = [], []

@@ -8,12 +8,8 @@ import platform
 import shutil
 import subprocess
 
-# The pass builds its trainers with clang: instrumented at -O0, a conv gradient case's model.c takes
-# clang 1.3 s and gcc 2.5 s, and the pass builds some 700 of them.
-CC = "clang"
 
-
-def compiler_file(name: str, cc: str = CC) -> str | None:
+def compiler_file(name: str, cc: str) -> str | None:
     """The path of a file of the compiler's own (a runtime library), or None where it has none."""
     if shutil.which(cc) is None:
         return None
@@ -21,10 +17,16 @@ def compiler_file(name: str, cc: str = CC) -> str | None:
     return path if os.path.isabs(path) else None
 
 
-def asan_runtime() -> str | None:
-    """clang's AddressSanitizer runtime as a shared library (UBSan's handlers are in it too), which
-    the pass preloads into Python; None without clang or its runtimes (libclang-rt-dev)."""
-    return compiler_file(f"libclang_rt.asan-{platform.machine()}.so")
+def sanitizer_compiler() -> tuple[str, str] | None:
+    """(the compiler that builds the pass's trainers, its AddressSanitizer runtime as a shared library,
+    UBSan's handlers in it too, which the pass preloads into Python); None without one. clang where it
+    has its runtimes (libclang-rt-dev): instrumented at -O0, a conv gradient case's model.c takes it
+    1.3 s and gcc 2.5 s, and the pass builds some 700. Else gcc."""
+    for cc, runtime in (("clang", f"libclang_rt.asan-{platform.machine()}.so"), ("gcc", "libasan.so")):
+        path = compiler_file(runtime, cc)
+        if path is not None:
+            return cc, path
+    return None
 
 
 # The C tier's files that run sanitized: every kernel family and every C API call. The others run

@@ -2,8 +2,8 @@
 
 1. The files of the C test tier that reach every kernel family and every C API call (sanitized.py)
    run with every trainer built under AddressSanitizer and UndefinedBehaviorSanitizer
-   (EDGETRAIN_SANITIZE=1, compiler/host/build.py) by clang, its ASan runtime preloaded into Python; any report fails
-   the run. A run that holds this test runs them here only, but for the kernel files
+   (EDGETRAIN_SANITIZE=1, compiler/host/build.py) by clang (or gcc), its ASan runtime preloaded
+   into Python; any report fails the run. A run that holds this test runs them here only, but for the kernel files
    (tests/conftest.py). Two canaries show first that the setup stops at what it is there for.
 2. One trainer, linked into a standalone program that calls its whole API, runs under valgrind's
    memcheck.
@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from sanitize.sanitized import CC, DESELECT, SANITIZED, asan_runtime, compiler_file
+from sanitize.sanitized import DESELECT, SANITIZED, compiler_file, sanitizer_compiler
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).parent
@@ -24,14 +24,18 @@ HERE = Path(__file__).parent
 
 def _sanitizer_env(logs: Path) -> dict[str, str]:
     """The environment of the sanitizer pass, its reports written under `logs`."""
-    libasan, libstdcxx = asan_runtime(), compiler_file("libstdc++.so")
-    if libasan is None:
-        pytest.skip("clang's AddressSanitizer runtime not found: install the Debian packages clang and libclang-rt-dev")
+    found = sanitizer_compiler()
+    if found is None:
+        pytest.skip(
+            "no AddressSanitizer runtime: install the Debian packages clang and libclang-rt-dev (or gcc's libasan8)"
+        )
+    cc, libasan = found
+    libstdcxx = compiler_file("libstdc++.so", cc)
     logs.mkdir()
     return dict(
         os.environ,
         EDGETRAIN_SANITIZE="1",
-        CC=CC,
+        CC=cc,
         # ASan must be first in the process; libstdc++ too, or ASan cannot intercept C++ throws of
         # libraries loaded later (torch).
         LD_PRELOAD=" ".join(p for p in (libasan, libstdcxx) if p),
