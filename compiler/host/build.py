@@ -54,8 +54,8 @@ BUILD_MODES = {
     "quick": ["-Og"],
 }
 # EDGETRAIN_SANITIZE=1: every trainer is built under AddressSanitizer and UndefinedBehaviorSanitizer,
-# any report aborts (the C test tier's second pass, which builds with clang; the process must preload
-# the compiler's ASan runtime).
+# any report aborts (the C test tier's second pass, which builds with clang where it can; the process
+# must preload the compiler's ASan runtime).
 SANITIZE = [
     "-fsanitize=address,undefined",
     "-fno-sanitize-recover=all",
