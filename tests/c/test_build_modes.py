@@ -13,30 +13,33 @@ from test_c_unchanged import CASES
 from test_used_kernels import _trained
 
 
-@pytest.mark.parametrize("name", ["kws", "mlp-bn-fused", "gru", "transformer"])
-def test_the_quick_build_trains_to_the_default_builds_bits(name, tmp_path, monkeypatch):
+MODELS = ["kws", "mlp-bn-fused", "gru", "transformer"]
+
+
+def _trained_with(name, variable, values, tmp_path, monkeypatch) -> list[bytes]:
+    """The golden-C case `name` trained 3 steps in a build under each value of the environment variable."""
     build, options = CASES[name]
     out = tmp_path / "out"
     artifacts.generate_artifacts(build(tmp_path), artifact_directory=out, **options)
-    trained = {}
-    for mode in ("reproducible", "quick"):
-        monkeypatch.setenv("EDGETRAIN_BUILD", mode)
-        trained[mode] = _trained(out)
-    assert trained["quick"] == trained["reproducible"]
+    trained = []
+    for value in values:
+        monkeypatch.setenv(variable, value)
+        trained.append(_trained(out))
+    return trained
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_the_quick_build_trains_to_the_default_builds_bits(name, tmp_path, monkeypatch):
+    default, quick = _trained_with(name, "EDGETRAIN_BUILD", ["reproducible", "quick"], tmp_path, monkeypatch)
+    assert quick == default
 
 
 @pytest.mark.skipif(shutil.which("clang") is None, reason="clang not found: install the Debian package clang")
-@pytest.mark.parametrize("name", ["kws", "mlp-bn-fused", "gru", "transformer"])
+@pytest.mark.parametrize("name", MODELS)
 def test_clang_trains_to_gccs_bits(name, tmp_path, monkeypatch):
     """clang's build, with its dialect of the flags and its own vector code, keeps every sum's order."""
-    build, options = CASES[name]
-    out = tmp_path / "out"
-    artifacts.generate_artifacts(build(tmp_path), artifact_directory=out, **options)
-    trained = {}
-    for cc in ("gcc", "clang"):
-        monkeypatch.setenv("CC", cc)
-        trained[cc] = _trained(out)
-    assert trained["clang"] == trained["gcc"]
+    gcc, clang = _trained_with(name, "CC", ["gcc", "clang"], tmp_path, monkeypatch)
+    assert clang == gcc
 
 
 def test_an_unknown_build_mode_is_refused(monkeypatch):
