@@ -21,7 +21,7 @@ def sanitizer_compiler() -> tuple[str, str] | None:
     """(the compiler that builds the pass's trainers, its AddressSanitizer runtime as a shared library,
     UBSan's handlers in it too, which the pass preloads into Python); None without one. clang where it
     has its runtimes (libclang-rt-dev): instrumented at -O0, a conv gradient case's model.c takes it
-    1.3 s and gcc 2.5 s, and the pass builds some 700. Else gcc."""
+    1.3 s and gcc 2.5 s, and the pass builds one for each gradient case. Else gcc."""
     for cc, runtime in (("clang", f"libclang_rt.asan-{platform.machine()}.so"), ("gcc", "libasan.so")):
         path = compiler_file(runtime, cc)
         if path is not None:
