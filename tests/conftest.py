@@ -121,6 +121,18 @@ def _build_cache(tmp_path_factory):
     mp.undo()
 
 
+@pytest.fixture(scope="module")
+def quick_build():
+    """A module's trainers build at -Og (EDGETRAIN_BUILD=quick, compiler/host/build.py): the same bits
+    as the default -O2 build (tests/c/test_build_modes.py), several times faster to compile for a
+    model of many small nodes. For the files that compile many models to run a few steps of each
+    (`pytestmark = pytest.mark.usefixtures("quick_build")`): the zoo, imports, memory policies,
+    quantized models. The gradient files, the kernels and the targets test the optimized builds."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("EDGETRAIN_BUILD", "quick")
+        yield
+
+
 @pytest.fixture
 def figure(record_property):
     """figure(text): a measured figure the test prints at the end of the run, even under -q and from

@@ -14,6 +14,10 @@ from onnx import TensorProto, helper, numpy_helper
 
 from edgetrain import EdgetrainError, api, artifacts
 
+# Many models, a few steps of each: built at -Og, to the default build's bits (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("quick_build")
+
+
 BATCH = 4
 # Tensor names in the twin with plain names; every case maps each one to a hostile name.
 TENSORS = ["x", "fc0.weight", "fc0.bias", "h", "hr", "ratio", "hd", "gain", "hg", "fc1.weight", "fc1.bias", "logits"]

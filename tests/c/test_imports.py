@@ -16,6 +16,10 @@ from edgetrain import EdgetrainError, ImportNote, api, artifacts
 
 torch = pytest.importorskip("torch")
 
+# Many models, a few steps of each: built at -Og, to the default build's bits (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("quick_build")
+
+
 B = 2
 
 

@@ -18,6 +18,10 @@ from models import mlp, mlp_bn
 pytest.importorskip("torch")
 from examples.models.mlperf_tiny import ds_cnn, export_training
 
+# Many models, a few steps of each: built at -Og, to the default build's bits (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("quick_build")
+
+
 STEPS = 20
 BATCH = 2
 

@@ -26,6 +26,10 @@ import torch
 
 from examples.models.mlperf_tiny import MODELS, export_training
 
+# Many models, a few steps of each: built at -Og, to the default build's bits (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("quick_build")
+
+
 FLOOR = 1e-4
 TIMES_TORCH = 3
 # Batch 2 for the CNNs keeps them fast; the autoencoder's BatchNormalization over 4 samples is so

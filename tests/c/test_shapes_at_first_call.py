@@ -24,6 +24,10 @@ torch = pytest.importorskip("torch")
 onnxruntime = pytest.importorskip("onnxruntime")
 
 
+# Many models, a few steps of each: built at -Og, to the default build's bits (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("quick_build")
+
+
 def export_all_dynamic(model: torch.nn.Module, sample: torch.Tensor) -> onnx.ModelProto:
     """model exported with every input and output dimension named symbolic."""
     out = model(sample)

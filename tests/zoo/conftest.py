@@ -1,12 +1,9 @@
 import pytest
 
 
-@pytest.fixture(autouse=True)
-def quick_build(monkeypatch):
-    """The zoo's trainers build at -Og (EDGETRAIN_BUILD=quick, compiler/host/build.py): the same bits
-    as the default -O2 build, several times faster to compile for a model of many small nodes, for
-    the few steps each runs. The C tier and the targets test the optimized builds."""
-    monkeypatch.setenv("EDGETRAIN_BUILD", "quick")
+@pytest.fixture(autouse=True, scope="module")
+def _quick_build(quick_build):
+    """The zoo's trainers build quick (tests/conftest.py)."""
 
 
 @pytest.hookimpl(wrapper=True)
