@@ -126,8 +126,9 @@ def quick_build():
     """A module's trainers build at -Og (EDGETRAIN_BUILD=quick, compiler/host/build.py): the same bits
     as the default -O2 build (tests/c/test_build_modes.py), several times faster to compile for a
     model of many small nodes. For the files that compile many models to run a few steps of each
-    (`pytestmark = pytest.mark.usefixtures("quick_build")`): the zoo, imports, memory policies,
-    quantized models. The gradient files, the kernels and the targets test the optimized builds."""
+    (`pytestmark = pytest.mark.usefixtures("quick_build")`): the zoo, and the C tier's imports,
+    memory policies and quantized models among others. The gradient files, the kernels and the
+    targets test the optimized builds."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("EDGETRAIN_BUILD", "quick")
         yield
