@@ -94,14 +94,14 @@ CLANG_ONLY = ["-Wno-unused-function"]
 
 
 @functools.cache
-def is_clang(cc: str) -> bool:
+def _is_clang(cc: str) -> bool:
     version = subprocess.run([cc, "--version"], capture_output=True, text=True)
     return "clang" in version.stdout
 
 
-def compiler_flags(cc: str) -> list[str]:
+def _compiler_flags(cc: str) -> list[str]:
     """CFLAGS in the dialect of `cc`: gcc's, or clang's."""
-    return [f for f in CFLAGS if f not in GCC_ONLY] + CLANG_ONLY if is_clang(cc) else CFLAGS
+    return [f for f in CFLAGS if f not in GCC_ONLY] + CLANG_ONLY if _is_clang(cc) else CFLAGS
 
 
 def build_mode_flags() -> list[str]:
@@ -181,7 +181,7 @@ def load_library(directory: str | os.PathLike, extra_flags: tuple[str, ...] = ()
     cc = _compiler()
     native = _native_target(cc)
     flags = [
-        *compiler_flags(cc),
+        *_compiler_flags(cc),
         *FROZEN_WRITABLE,
         *(NATIVE if native else []),
         *build_mode_flags(),

@@ -4,7 +4,8 @@
    run with every trainer built under AddressSanitizer and UndefinedBehaviorSanitizer
    (EDGETRAIN_SANITIZE=1, compiler/host/build.py) by clang (or gcc), its ASan runtime preloaded
    into Python; any report fails the run. A run that holds this test runs them here only, but for
-   the kernel files (tests/conftest.py). Two canaries show first that the setup stops at what it is there for.
+   the kernel files (tests/conftest.py). Two canaries show first that the setup stops at what it
+   is there for.
 2. One trainer, linked into a standalone program that calls its whole API, runs under valgrind's
    memcheck.
 """
