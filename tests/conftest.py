@@ -7,9 +7,11 @@ gradcheck, models) on sys.path. Every test gets the marker of its tier from its 
 leaves out the tests that take minutes."""
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
+from ort_venv import install_in_background
 from sanitize.sanitized import BOTH_PASSES, SANITIZED, sanitizer_compiler
 
 TESTS = Path(__file__).resolve().parent
@@ -108,8 +110,21 @@ class _SanitizedOnce:
             items[:] = keep
 
 
+_ORT_INSTALL = pytest.StashKey[subprocess.Popen | None]()
+
+
 def pytest_configure(config):
     config.pluginmanager.register(_SanitizedOnce(), "edgetrain-sanitized-once")
+    # A whole run on CI installs ONNX Runtime training's venv beside its first tests: otherwise the
+    # two workers' first tests that need it both wait about a minute for it, the machine idle.
+    if not hasattr(config, "workerinput") and not config.option.markexpr:
+        config.stash[_ORT_INSTALL] = install_in_background()
+
+
+def pytest_unconfigure(config):
+    install = config.stash.get(_ORT_INSTALL, None)
+    if install is not None:
+        install.wait()
 
 
 @pytest.fixture(autouse=True, scope="session")
