@@ -54,7 +54,6 @@ SLOW = {
     "tests/zoo/test_zoo.py::test_zoo_model_trains_as_in_pytorch[googlenet-torchscript]",
     "tests/zoo/test_zoo.py::test_zoo_model_trains_as_in_pytorch[mobilenet_v2-dynamo]",
     "tests/zoo/test_zoo.py::test_zoo_model_trains_as_in_pytorch[mobilenet_v2-torchscript]",
-    "tests/zoo/test_zoo.py::test_zoo_model_trains_as_in_pytorch[mobilenet_v3_large-dynamo]",
     "tests/zoo/test_zoo.py::test_zoo_model_trains_as_in_pytorch[mobilenet_v3_small-dynamo]",
     "tests/zoo/test_zoo.py::test_zoo_model_trains_as_in_pytorch[mobilenet_v3_small-torchscript]",
     "tests/zoo/test_zoo.py::test_zoo_model_trains_as_in_pytorch[resnet18-dynamo]",

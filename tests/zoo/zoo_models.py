@@ -132,8 +132,9 @@ def _hf(config_name, model_name, kind, **config):
     return _hf_model(config_name, model_name, lambda model: _HF(model, kind), **config)
 
 
-class _Audio(torch.nn.Module):
-    """An audio classifier called with its input by keyword (`input_values`, `input_features`)."""
+class _ByKeyword(torch.nn.Module):
+    """A classifier called with its input by keyword (audio's `input_values` or `input_features`, an
+    image's `pixel_values`)."""
 
     def __init__(self, model, key):
         super().__init__()
@@ -143,8 +144,8 @@ class _Audio(torch.nn.Module):
         return self.m(**{self.key: x}).logits
 
 
-def _hf_audio(config_name, model_name, key, **config):
-    return _hf_model(config_name, model_name, lambda model: _Audio(model, key), **config)
+def _hf_by_keyword(config_name, model_name, key, **config):
+    return _hf_model(config_name, model_name, lambda model: _ByKeyword(model, key), **config)
 
 
 _NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
@@ -184,8 +185,24 @@ ZOO: dict[str, ZooModel] = {
     "regnet": ZooModel(_regnet, "image"),
     "convnext": ZooModel(_convnext, "image"),
     "vit": ZooModel(_vit, "image"),
-    "mobilenet_v3_large": ZooModel(
-        lambda: _tv().mobilenet_v3_large(num_classes=CLASSES, width_mult=0.25, dropout=0.0), "image"
+    # HuggingFace's Swin: attention within windows of 4x4 patches, shifted (a Roll) every other
+    # block, with a relative position bias gathered from a table, and patch merging between stages.
+    "swin": ZooModel(
+        _hf_by_keyword(
+            "SwinConfig",
+            "SwinForImageClassification",
+            "pixel_values",
+            num_labels=CLASSES,
+            image_size=32,
+            patch_size=4,
+            embed_dim=16,
+            depths=[2, 1],
+            num_heads=[1, 2],
+            window_size=4,
+            drop_path_rate=0.0,
+            **_NO_DROPOUT,
+        ),
+        "image",
     ),
     # Its BatchNorms over 2x2 and 1x1 planes amplify float32 rounding to 1e-4 near the output, where
     # one ReLU input (at 32x32) or one MaxPool near-tie (at 64x64) lies closer than that to its kink;
@@ -322,7 +339,7 @@ ZOO: dict[str, ZooModel] = {
     # A waveform through a strided Conv1d stack with GroupNorm, a grouped positional convolution
     # under weight_norm, and a transformer; SpecAugment's masking (mask_time_prob) off, as dropout is.
     "wav2vec2": ZooModel(
-        _hf_audio(
+        _hf_by_keyword(
             "Wav2Vec2Config",
             "Wav2Vec2ForSequenceClassification",
             "input_values",
@@ -351,7 +368,7 @@ ZOO: dict[str, ZooModel] = {
     # Mel features by frames; its encoder's sinusoidal position table is a parameter the model's
     # code freezes (requires_grad=False), which the ONNX file cannot say: frozen_params does.
     "whisper": ZooModel(
-        _hf_audio(
+        _hf_by_keyword(
             "WhisperConfig",
             "WhisperForAudioClassification",
             "input_features",
