@@ -19,11 +19,15 @@ def install_in_background() -> subprocess.Popen | None:
     """On CI, where the venv is missing, starts its install and returns the process: the install
     (about a minute, mostly pip) then overlaps the tests run before the first that needs it. The
     install holds the lock that ort_python waits on: it inherits the locked file, whose lock lasts
-    until the install and its children have exited."""
+    until the install and its children have exited. None where the venv is there, off CI, or where
+    another run holds the lock (the sanitizer pass's inner run, while its outer run installs)."""
     if INSTALLED.exists() or not os.environ.get("CI"):
         return None
     with LOCK.open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return None
         return subprocess.Popen(
             ["make", "bench/.venv-ort/.installed"],
             cwd=ROOT,
