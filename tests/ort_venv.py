@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ORT_PYTHON = ROOT / "bench" / ".venv-ort" / "bin" / "python"
 INSTALLED = ROOT / "bench" / ".venv-ort" / ".installed"  # make's stamp, touched once pip is done
 LOCK = ROOT / "bench" / ".venv-ort.lock"
+INSTALL = ["make", "bench/.venv-ort/.installed"]
 
 
 def install_in_background() -> subprocess.Popen | None:
@@ -29,7 +30,7 @@ def install_in_background() -> subprocess.Popen | None:
         except BlockingIOError:
             return None
         return subprocess.Popen(
-            ["make", "bench/.venv-ort/.installed"],
+            INSTALL,
             cwd=ROOT,
             pass_fds=(lock.fileno(),),
             stdout=subprocess.DEVNULL,
@@ -47,5 +48,5 @@ def ort_python() -> Path:
         with LOCK.open("w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # one worker installs (or the run, in the background); the others wait
             if not INSTALLED.exists():
-                subprocess.run(["make", "bench/.venv-ort/.installed"], cwd=ROOT, check=True, capture_output=True)
+                subprocess.run(INSTALL, cwd=ROOT, check=True, capture_output=True)
     return ORT_PYTHON
