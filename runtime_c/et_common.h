@@ -119,6 +119,17 @@ typedef int et_i8_ __attribute__((vector_size(32)));
 #define ET_VECTORS 0
 #endif
 
+/* Wide vectors: sixteen lanes, where AVX-512 holds them in one register.
+ * Only tiles use them, whose outputs are independent sums: a lane does
+ * what its scalar twin does, as on eight lanes. */
+#if ET_VECTORS && defined(__AVX512F__)
+#define ET_WIDE 1
+typedef float et_v16_ __attribute__((vector_size(64)));
+#define ET_IN_WIDE_REGISTER_(v) __asm__("" : "+v"(v))
+#else
+#define ET_WIDE 0
+#endif
+
 /* memcpy is the only type pun that is defined behaviour in C99. */
 static inline uint32_t et_f32_bits(float x)
 {

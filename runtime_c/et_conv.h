@@ -412,13 +412,28 @@ static inline void et_conv_direct_f32_(int N, int C, int M, int G, const int *in
                         const float *b;
                         et_conv_position_(o0, out, from);
                         b = xp + ((size_t)from[0] * (size_t)dim[1] + (size_t)from[1]) * (size_t)dim[2];
-                        pair = out[2] == 8 && from[1] + 1 < out[1];
+                        pair = (out[2] == 8 || (ET_WIDE && out[2] == 16)) && from[1] + 1 < out[1];
                         len = out[2] * (1 + pair);
                         for (m = 0; m < Mg; m += rows) {
                             float *y = Yg + (size_t)m * (size_t)out_size + (size_t)o0;
                             int started = q0 > 0;
                             rows = Mg - m < ET_TILE_ROWS ? Mg - m : ET_TILE_ROWS;
-                            if (pair) {
+#if ET_WIDE
+                            if (pair && len == 32) {  /* two rows of 16 outputs */
+                                int h;
+                                ET_PATH_("direct_row_pairs_wide");
+                                if (rows == ET_TILE_ROWS)
+                                    et_tile_wide_f32_(taps, Wg + (size_t)m * (size_t)w_m, (size_t)w_m, at, b, bt,
+                                                      (size_t)dim[2], y, (size_t)out_size, started);
+                                else
+                                    for (h = 0; h < 2; ++h)
+                                        et_tiles_f32_(rows, 16, taps, Wg + (size_t)m * (size_t)w_m, (size_t)w_m, at,
+                                                      b + (size_t)h * (size_t)dim[2], bt, y + 16 * h,
+                                                      (size_t)out_size, started);
+                                continue;
+                            }
+#endif
+                            if (pair && len == 16) {
                                 ET_PATH_("direct_row_pairs");
                                 et_tile_f32_(rows, len, taps, Wg + (size_t)m * (size_t)w_m, (size_t)w_m, at, b, bt,
                                              (size_t)dim[2], y, (size_t)out_size, started);

@@ -334,12 +334,50 @@ static inline void et_tile_f32_(int rows, int n, int K, const float *restrict a,
     }
 }
 
+#if ET_WIDE
+/* et_tile_f32_'s sums for ET_TILE_ROWS rows by 32 outputs, in two wide
+ * registers a row (outputs 16 to 31 read B at b + b_hop): the eight sums
+ * in flight of a 4 x 16 tile, on twice the outputs. */
+static inline void et_tile_wide_f32_(int K, const float *restrict a, size_t a_rs, const size_t *at,
+                                     const float *restrict b, const size_t *bt, size_t b_hop, float *restrict y,
+                                     size_t y_rs, int accumulate)
+{
+    int k;
+#define ET_SUMS_(r) et_v16_ c##r##0 = {0}, c##r##1 = {0};
+#define ET_LOAD_(r) memcpy(&c##r##0, y + r * y_rs, sizeof c##r##0); memcpy(&c##r##1, y + r * y_rs + 16, sizeof c##r##1);
+#define ET_ADD_(r) c##r##0 += a[r * a_rs + at[k]] * b0; c##r##1 += a[r * a_rs + at[k]] * b1;
+#define ET_STORE_(r) memcpy(y + r * y_rs, &c##r##0, sizeof c##r##0); memcpy(y + r * y_rs + 16, &c##r##1, sizeof c##r##1);
+    ET_EACH4_(ET_SUMS_)
+    ET_PATH_("tile_4x32_wide");
+    if (accumulate) {
+        ET_EACH4_(ET_LOAD_)
+    }
+    for (k = 0; k < K; ++k) {
+        et_v16_ b0, b1;
+        memcpy(&b0, b + bt[k], sizeof b0);
+        memcpy(&b1, b + bt[k] + b_hop, sizeof b1);
+        ET_IN_WIDE_REGISTER_(b0);
+        ET_IN_WIDE_REGISTER_(b1);
+        ET_EACH4_(ET_ADD_)
+    }
+    ET_EACH4_(ET_STORE_)
+#undef ET_SUMS_
+#undef ET_LOAD_
+#undef ET_ADD_
+#undef ET_STORE_
+}
+#endif
+
 /* et_tile_f32_ along a whole row block: n outputs per row, any n. */
 static inline void et_tiles_f32_(int rows, int n, int K, const float *a, size_t a_rs, const size_t *at,
                                  const float *b, const size_t *bt, float *y, size_t y_rs, int accumulate)
 {
 #if ET_VECTORS
     int j = 0, k;
+#if ET_WIDE
+    for (; rows == ET_TILE_ROWS && j + 32 <= n; j += 32)
+        et_tile_wide_f32_(K, a, a_rs, at, b + j, bt, 16, y + j, y_rs, accumulate);
+#endif
     /* One row: a row's sums over k are chains of dependent additions, and
      * eight vectors of them side by side (64 outputs) keep the adder busy
      * where a tile's two would wait on it. */

@@ -156,7 +156,7 @@ def use_every_kernel(source):
 
     Some warnings (e.g. -Wmaybe-uninitialized) only appear once a static
     inline function is instantiated, as the generated code does."""
-    vector_only = vector_spans(source)
+    conditional = guarded_spans(source)
     found = [(m.start(), *m.groups()) for m in SIGNATURE.finditer(source)]
     sigs = [(r.strip(), name, " ".join(params.split())) for _, r, name, params in found]
     binary = (
@@ -164,27 +164,28 @@ def use_every_kernel(source):
         "const float *B, const int *b_strides, float *Y"
     )
     sigs += [("void", name, binary) for name in re.findall(r"ET_DEFINE_BINARY_\((et_\w+),", source)]
-    guarded = {name for at, _, name, _ in found if any(a <= at < b for a, b in vector_only)}
+    guards = {name: guard for at, _, name, _ in found for a, b, guard in conditional if a <= at < b}
     out = []
     for ret, name, params in sigs:
         args = ", ".join(re.findall(r"(\w+)\s*(?:,|$)", params)) if params != "void" else ""
         call = f"{name}({args})"
         body = f"return {call};" if ret != "void" else f"{call};"
         caller = f"{ret} use_{name}({params});\n{ret} use_{name}({params}) {{ {body} }}"
-        out.append(f"#if ET_VECTORS\n{caller}\n#endif" if name in guarded else caller)
+        out.append(f"#if {guards[name]}\n{caller}\n#endif" if name in guards else caller)
     return sigs, "\n".join(out)
 
 
-def vector_spans(source):
-    """Where the source's `#if ET_VECTORS` blocks run: what they define exists only with vectors."""
-    spans, depth, start = [], 0, None
+def guarded_spans(source):
+    """Where the source's outermost `#if ET_VECTORS` and `#if ET_WIDE` blocks run, and which: what they
+    define exists only with vectors (wide ones)."""
+    spans, depth, start, guard = [], 0, None, ""
     for line in re.finditer(r"^\s*#\s*(if|ifdef|ifndef|endif)\b(.*)$", source, re.M):
-        if start is None and line.group(1) == "if" and line.group(2).strip() == "ET_VECTORS":
-            start = line.start()
+        if start is None and line.group(1) == "if" and line.group(2).strip() in ("ET_VECTORS", "ET_WIDE"):
+            start, guard = line.start(), line.group(2).strip()
         if start is not None:
             depth += -1 if line.group(1) == "endif" else 1
             if depth == 0:
-                spans.append((start, line.start()))
+                spans.append((start, line.start(), guard))
                 start = None
     return spans
 
