@@ -385,7 +385,7 @@ static inline int et_conv_direct_taps_(int q0, int q_end, int c0, const int *k, 
 /* et_conv_chunked_f32_ with unit strides where a block of the group's
  * input planes fits ET_CONV_SCRATCH padded: each tile reads its output
  * row's inputs in place, taps ET_CONV_DIRECT_TAPS at a time (in order),
- * two rows to a tile where rows hold 8 outputs. */
+ * two rows to a tile where rows hold 8 outputs (or 16, on wide vectors). */
 static inline void et_conv_direct_f32_(int N, int C, int M, int G, const int *in, const int *out, const int *k,
                                        const int *d, const int *p, int dir, const float *X, const float *W,
                                        int w_m, int w_c, const float *B, float *Y)
