@@ -20,7 +20,7 @@ from ..errors import DynamicShapeError, EdgetrainError
 from ..ir import QUANTIZED, Graph, Node, Value
 from ..ir.graph import frozen_attrs
 from ..ops import lookup, require
-from . import dims, imports
+from . import dims, imports, spectral
 from .validate import check_model, check_tensor_size, read_model
 
 # ONNX's version converter lifts older models (Upsample to Resize, attributes to inputs), back to
@@ -226,6 +226,8 @@ def _fold_constants(proto):
             folded = True
         if not folded:
             kept = _clip_by_tensors(kept, constants, params)
+            if kept is None:  # DFT becomes a product once folding has made its shapes static
+                kept = spectral.dft_as_products(list(proto.graph.node), shapes, constants, _opset(proto))
             if kept is None:
                 return proto, constants
         del proto.graph.node[:]

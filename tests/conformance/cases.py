@@ -1,6 +1,7 @@
 """Which ONNX backend node cases of each op edgetrain supports run against the generated C, and why
 the others do not. test_onnx_backend_nodes.py fails when a case of a supported op (an op in the
-registry's default domain, or one of FUNCTION_OPS, which compile as ONNX's function body for them)
+registry's default domain, or one of FUNCTION_OPS, which compile as ONNX's function body for them,
+or DFT, which compiles as a product with a constant matrix)
 is missing here, so adding an op means listing its cases.
 
 The cases are those onnx's generators make with a single node of the op; the `_expanded` variants
@@ -121,8 +122,25 @@ FUNCTION_OPS = {
     "AffineGrid",
 }
 
+# Ops that the frontend rewrites into others (frontend/spectral.py).
+REWRITTEN_OPS = {"DFT"}
+
 CASES: dict[str, OpCases] = {
     "Abs": OpCases(included=("test_abs",)),
+    "DFT": OpCases(
+        included=(
+            "test_dft_opset19",
+            "test_dft_axis_opset19",
+            "test_dft_inverse_opset19",
+            "test_dft_rfft_opset19",
+            "test_dft_irfft_opset19",
+            "test_dft",
+            "test_dft_axis",
+            "test_dft_inverse",
+            "test_dft_rfft",
+            "test_dft_irfft",
+        )
+    ),
     "Acos": OpCases(included=("test_acos_example", "test_acos")),
     "Acosh": OpCases(included=("test_acosh_example", "test_acosh")),
     "Add": OpCases(

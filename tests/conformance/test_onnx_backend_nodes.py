@@ -38,10 +38,10 @@ from edgetrain.errors import EdgetrainError
 from edgetrain.host import load_library
 from edgetrain.ops import REGISTRY
 
-from .cases import CASES, FUNCTION_OPS, TOLERANCE, Refused
+from .cases import CASES, FUNCTION_OPS, REWRITTEN_OPS, TOLERANCE, Refused
 
 RTOL, ATOL = 1e-5, 5e-7
-SUPPORTED = sorted({name for domain, name in REGISTRY if domain == ""} | FUNCTION_OPS)
+SUPPORTED = sorted({name for domain, name in REGISTRY if domain == ""} | FUNCTION_OPS | REWRITTEN_OPS)
 INCLUDED = [name for cases in CASES.values() for name in cases.run]
 AS_FLOAT32 = {name for cases in CASES.values() for name in cases.as_float32}
 REFUSED = [
@@ -78,7 +78,8 @@ def opset_of(case) -> int:
 
 def _const_inputs(case) -> frozenset[int]:
     """The input slots a case gives as initializers: the registry's const_inputs, and for an op
-    compiled through its function body, its integer inputs (axes, positions)."""
+    compiled through other ops (its function body, or DFT's product), its integer inputs (axes,
+    positions, lengths)."""
     node = case.model.graph.node[0]
     if ("", node.op_type) in REGISTRY:
         return REGISTRY[("", node.op_type)].const_inputs

@@ -1,0 +1,164 @@
+"""DFT, which edgetrain compiles as a product with a constant matrix of cosines and sines
+(frontend/spectral.py): forward and gradients of the generated C against torch.fft under autograd,
+at opset 17 (axis an attribute) and 20 (axis an input), real and complex signals, inverse,
+onesided (a real signal's half spectrum, and back) and dft_length's padding and truncation; the
+forward against onnxruntime's own DFT over a grid of those; and a token-mixing block as FNet has
+it, exported by dynamo, against PyTorch."""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from gradcheck import Cases, check_graph_gradients, run_case
+from edgetrain.frontend import spectral
+
+torch = pytest.importorskip("torch")
+ort = pytest.importorskip("onnxruntime")
+
+CASES = Cases()
+case = CASES.op
+
+
+def _complex(transform, dim, n=None):
+    """torch's transform of a signal stored as ONNX stores it: [..., 2] holds a complex value."""
+    return lambda x: torch.view_as_real(transform(torch.view_as_complex(x), n=n, dim=dim))
+
+
+def _real(transform, dim, n=None):
+    """The same for a real signal, [..., 1]."""
+    return lambda x: torch.view_as_real(transform(x[..., 0], n=n, dim=dim))
+
+
+fft, ifft, rfft = torch.fft.fft, torch.fft.ifft, torch.fft.rfft
+case("opset17-complex-axis1", "DFT", {"X": (2, 6, 2)}, _complex(fft, 1), opset=17)
+case("opset17-real-axis2", "DFT", {"X": (2, 3, 5, 1)}, _real(fft, 2), attrs={"axis": 2}, opset=17)
+case("opset17-inverse", "DFT", {"X": (3, 4, 2)}, _complex(ifft, 1), attrs={"inverse": 1}, opset=17)
+case(
+    "opset20-onesided-padded",
+    "DFT",
+    {"X": (2, 5, 1)},
+    _real(rfft, 1, n=8),
+    attrs={"onesided": 1},
+    consts={"dft_length": np.array(8), "axis": np.array(1)},
+    opset=20,
+)
+case(
+    "opset20-truncated-axis0",
+    "DFT",
+    {"X": (7, 3, 2)},
+    _complex(fft, 0, n=4),
+    consts={"dft_length": np.array(4), "axis": np.array(0)},
+    opset=20,
+)
+case(
+    "opset20-irfft",
+    "DFT",
+    {"X": (2, 4, 2)},
+    lambda x: torch.fft.irfft(torch.view_as_complex(x), n=6, dim=1).unsqueeze(-1),
+    attrs={"inverse": 1, "onesided": 1},
+    consts={"dft_length": np.array(6), "axis": np.array(1)},
+    opset=20,
+)
+case("opset20-default-axis", "DFT", {"X": (2, 3, 4, 2)}, _complex(fft, 2), consts={"dft_length": None}, opset=20)
+
+
+class _Mixing(torch.nn.Module):
+    """FNet's token mixing: the real part of a 2-D DFT over sequence and hidden, added back and
+    normalized, then a classifier."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Linear(4, 6)
+        self.norm = torch.nn.LayerNorm(6)
+        self.out = torch.nn.Linear(6, 3)
+
+    def forward(self, x):
+        h = self.embed(x)
+        return self.out(self.norm(h + torch.fft.fftn(h, dim=(1, 2)).real))
+
+
+def _fnet_block(tmp_path, rng) -> float:
+    torch.manual_seed(int(rng.integers(2**31)))
+    net, x = _Mixing(), torch.randn(2, 5, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(net, (x,), tmp_path / "fnet.onnx", dynamo=True, optimize=False, input_names=["x"])
+    model = onnx.load(tmp_path / "fnet.onnx")
+    assert [n.op_type for n in model.graph.node].count("DFT") == 2
+    params = {k: v.detach().numpy().copy() for k, v in net.named_parameters()}
+    return check_graph_gradients(
+        model,
+        params,
+        lambda x, **leaves: torch.func.functional_call(net, leaves, (x,)),
+        tmp_path,
+        rng,
+        {"x": x.numpy()},
+    )
+
+
+CASES.check("dynamo-fnet-token-mixing", _fnet_block)
+
+
+@pytest.mark.parametrize("spec", CASES)
+def test_dft_gradients(spec, tmp_path, request):
+    run_case(spec, tmp_path, request)
+
+
+def _dft_model(shape, opset: int, axis, length, inverse: int, onesided: int) -> onnx.ModelProto:
+    attrs, initializers = {"inverse": inverse, "onesided": onesided}, []
+    inputs = ["X", "length" if length is not None else ""] + (["axis"] if axis is not None and opset >= 20 else [])
+    while not inputs[-1]:  # an omitted optional input is "" unless it is the last
+        inputs.pop()
+    for name, value in (("length", length), ("axis", axis)):
+        if name in inputs:
+            initializers.append(numpy_helper.from_array(np.array(value, np.int64), name))
+    if axis is not None and opset < 20:
+        attrs["axis"] = axis
+    graph = helper.make_graph(
+        [helper.make_node("DFT", inputs, ["Y"], **attrs)],
+        "dft",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
+        initializers,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _as_products(model: onnx.ModelProto, opset: int) -> onnx.ModelProto:
+    """The single-DFT model with the node replaced as the frontend replaces it, and its constants."""
+    inferred = onnx.shape_inference.infer_shapes(model).graph
+    shapes = {v.name: tuple(d.dim_value for d in v.type.tensor_type.shape.dim) for v in inferred.input}
+    constants = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    nodes = spectral.dft_as_products(list(model.graph.node), shapes, constants, opset)
+    assert nodes is not None and "DFT" not in {n.op_type for n in nodes}
+    used = {name for n in nodes for name in n.input}
+    initializers = [numpy_helper.from_array(v, k) for k, v in constants.items() if k in used]
+    graph = helper.make_graph(nodes, "products", list(model.graph.input), list(model.graph.output), initializers)
+    return helper.make_model(graph, opset_imports=list(model.opset_import))
+
+
+def test_the_products_compute_what_onnxruntime_computes():
+    """Over opsets, shapes, axes (given and default), directions, sides and lengths: each product's
+    spectrum against onnxruntime's DFT on the same signal, both run by onnxruntime."""
+    rng, compared = np.random.default_rng(0), 0
+    options = ort.SessionOptions()
+    grid = itertools.product(
+        (17, 20), [(2, 5, 1), (2, 6, 2), (3, 4, 7, 2), (3, 4, 7, 1)], (None, 0, 1, -2), (0, 1), (0, 1), (None, 3, 9)
+    )
+    for opset, shape, axis, inverse, onesided, length in grid:
+        signal_axis = (1 if opset < 20 else -2) if axis is None else axis
+        if not -len(shape) <= signal_axis <= len(shape) - 2 or (onesided and (shape[-1] == 2 or inverse)):
+            continue
+        model, x = _dft_model(shape, opset, axis, length, inverse, onesided), rng.normal(size=shape).astype(np.float32)
+        want = ort.InferenceSession(model.SerializeToString(), options).run(None, {"X": x})[0]
+        got = ort.InferenceSession(_as_products(model, opset).SerializeToString(), options).run(None, {"X": x})[0]
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, atol=1e-5 * max(1.0, float(np.abs(want).max())), rtol=0)
+        compared += 1
+    assert compared > 100
