@@ -42,7 +42,8 @@ def _product(node, shapes: dict, constants: dict, opset: int) -> list[onnx.NodeP
     if not 0 <= axis <= rank - 2:
         raise EdgetrainError(f"{where}: axis {axis} is not a signal axis of an input of rank {rank}")
     n = dims[axis]
-    matrix, out_parts = _matrix(n, _scalar(node, 1, constants, where), parts, inverse, onesided)
+    length = _scalar(node, 1, constants, where)
+    matrix, out_parts = _matrix(n, length, parts, inverse, onesided)
     others = [i for i in range(rank - 1) if i != axis]
     layout = [*others, rank - 1, axis]  # the input's axes in the order the product leaves them
     keep = [0] * len(others)  # Reshape's 0 copies a dimension, batch included, whatever its size
@@ -50,13 +51,15 @@ def _product(node, shapes: dict, constants: dict, opset: int) -> list[onnx.NodeP
     def name(suffix: str) -> str:
         return f"{node.output[0]}__dft_{suffix}"
 
-    constants[name("matrix")] = matrix
+    # One matrix for every DFT of the same kind and size (FNet has two for each of its layers).
+    shared = f"__dft_matrix_{parts}x{n}_length{length}_inverse{inverse}_onesided{onesided}"
+    constants[shared] = matrix
     constants[name("rows")] = np.array([*keep, parts * n], np.int64)  # the real values, then the imaginary
     constants[name("parts")] = np.array([*keep, out_parts, matrix.shape[1] // out_parts], np.int64)
     return [
         helper.make_node("Transpose", [node.input[0]], [name("signal")], perm=layout),
         helper.make_node("Reshape", [name("signal"), name("rows")], [name("flat")]),
-        helper.make_node("MatMul", [name("flat"), name("matrix")], [name("spectrum")]),
+        helper.make_node("MatMul", [name("flat"), shared], [name("spectrum")]),
         helper.make_node("Reshape", [name("spectrum"), name("parts")], [name("split")]),
         helper.make_node(
             "Transpose", [name("split")], [node.output[0]], name=node.name, perm=[layout.index(i) for i in range(rank)]

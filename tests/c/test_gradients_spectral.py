@@ -162,3 +162,13 @@ def test_the_products_compute_what_onnxruntime_computes():
         np.testing.assert_allclose(got, want, atol=1e-5 * max(1.0, float(np.abs(want).max())), rtol=0)
         compared += 1
     assert compared > 100
+
+
+def test_transforms_of_one_kind_and_size_share_their_matrix():
+    """FNet's layers each transform alike: one matrix in flash serves them all."""
+    nodes = [helper.make_node("DFT", [f"X{i}"], [f"Y{i}"], axis=1) for i in range(3)]
+    nodes.append(helper.make_node("DFT", ["X3"], ["Y3"], axis=1, inverse=1))
+    shapes = {f"X{i}": (2, 6, 2) for i in range(4)}
+    constants: dict = {}
+    assert spectral.dft_as_products(nodes, shapes, constants, 18) is not None
+    assert len([name for name in constants if name.startswith("__dft_matrix")]) == 2
