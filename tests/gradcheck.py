@@ -54,6 +54,7 @@ __all__ = [
     "build_op_model",
     "check_graph_gradients",
     "check_loss_gradients",
+    "check_module_gradients",
     "check_op_gradients",
     "check_reference",
     "compile_module",
@@ -382,6 +383,18 @@ def check_graph_gradients(
     return max(errors + [check_reference(Path(tmp_path) / "artifacts", {**data, "R": r, **params}, loss, grads)])
 
 
+def check_module_gradients(net, x, model: onnx.ModelProto, tmp_path, rng) -> float:
+    """`model`, an export of torch module `net` called on x alone: the initializers named as net's
+    parameters train with net's gradients (check_graph_gradients)."""
+    names = {i.name for i in model.graph.initializer}
+    params = {k: v.detach().numpy().copy() for k, v in net.named_parameters() if k in names}
+
+    def functional(x, **leaves):  # net with the leaves as its parameters
+        return torch.func.functional_call(net, leaves, (x,))
+
+    return check_graph_gradients(model, params, functional, tmp_path, rng, data={"x": x.numpy()})
+
+
 def _export(net, x, opset: int, path: Path) -> onnx.ModelProto:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -428,18 +441,7 @@ class ExportCase:
         model = _export(net, x, self.opset, tmp_path / "net.onnx")
         exported = {n.op_type for n in model.graph.node}
         assert set(self.ops) <= exported, f"export has {sorted(exported)}"
-        params = {
-            k: v.detach().numpy().copy()
-            for k, v in net.named_parameters()
-            if k in {i.name for i in model.graph.initializer}
-        }
-
-        def functional(x, **leaves):  # net with the leaves as its parameters
-            return torch.func.functional_call(net, leaves, (x,))
-
-        return check_graph_gradients(
-            model, params, functional, tmp_path, np.random.default_rng(seed), data={"x": x.numpy()}
-        )
+        return check_module_gradients(net, x, model, tmp_path, np.random.default_rng(seed))
 
 
 # ---- the cases and the test ----

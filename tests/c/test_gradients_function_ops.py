@@ -16,7 +16,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from gradcheck import Cases, check_graph_gradients, i64, normal, outside0, positive, run_case
+from gradcheck import Cases, check_graph_gradients, check_module_gradients, i64, normal, outside0, positive, run_case
 
 torch = pytest.importorskip("torch")
 
@@ -220,16 +220,8 @@ def _exported_at_opset_23(tmp_path, rng) -> float:
         )
     model = onnx.load(tmp_path / "block.onnx")
     assert {"Attention", "RMSNormalization"} <= {n.op_type for n in model.graph.node}
-    params = {k: v.detach().numpy().copy() for k, v in net.named_parameters()}
-    assert set(params) <= {i.name for i in model.graph.initializer}
-    return check_graph_gradients(
-        model,
-        params,
-        lambda x, **leaves: torch.func.functional_call(net, leaves, (x,)),
-        tmp_path,
-        rng,
-        {"x": x.numpy()},
-    )
+    assert {k for k, _ in net.named_parameters()} <= {i.name for i in model.graph.initializer}
+    return check_module_gradients(net, x, model, tmp_path, rng)
 
 
 CASES.check("dynamo-opset-23-attention-rmsnorm", _exported_at_opset_23)
