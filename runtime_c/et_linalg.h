@@ -427,6 +427,17 @@ static inline void et_tiles_f32_(int rows, int n, int K, const float *a, size_t 
         }                                          \
         memcpy((dst), &s_, sizeof s_);             \
     } while (0)
+
+/* v = x[0], ..., x[rest - 1] and zeros: a tail's values in the lanes the
+ * scalar form gives them (i % ET_LANES), so that a tail's products join
+ * their lanes in registers.  The other lanes add 0 * 0 = +0, which changes
+ * no sum: a sum from +0 is never -0. */
+#define ET_TAIL_LOAD_(v, x, rest)                          \
+    do {                                                   \
+        float t_[ET_LANES] = {0.0f};                       \
+        memcpy(t_, (x), (size_t)(rest) * sizeof *t_);      \
+        memcpy(&(v), t_, sizeof(v));                       \
+    } while (0)
 #endif
 
 /* The end of et_dot_tile_f32_'s piece whose sums went to `part`: the
@@ -467,10 +478,11 @@ static inline void et_dot_tile_f32_(int rows, int taps, int segs, int piece, int
                                     const float *restrict y, size_t y_rs, size_t y_ss, const float *restrict x,
                                     const size_t *xt, size_t x_ss, float *restrict lane, size_t lane_rs)
 {
-    float part[ET_TILE_ROWS * ET_DOT_TAPS * ET_LANES];  /* a piece's sums with a tail: (r * taps + t) * ET_LANES + l */
     int g0, g1, g, i0 = 0, r, t;
 #if ET_VECTORS
     const int tail = n % ET_LANES != 0;
+#else
+    float part[ET_TILE_ROWS * ET_DOT_TAPS * ET_LANES];  /* a piece's sums with a tail: (r * taps + t) * ET_LANES + l */
 #endif
     for (g0 = 0; g0 < segs; g0 = g1, fresh = 0) {
         g1 = segs - g0 < piece ? segs : g0 + piece;
@@ -480,15 +492,15 @@ static inline void et_dot_tile_f32_(int rows, int taps, int segs, int piece, int
 #define ET_LOAD_(r) memcpy(&y##r, yg + r * y_rs + i0, sizeof y##r);
 #define ET_KEEP_(r) ET_IN_REGISTER_(y##r);
 #define ET_ADD_(r) c##r##0 += y##r * x0; c##r##1 += y##r * x1;
-#define ET_PART_(r) memcpy(part + 16 * r, &c##r##0, sizeof c##r##0); memcpy(part + 16 * r + 8, &c##r##1, sizeof c##r##1);
 #define ET_LANES_(r) ET_LANES_ADD_(lane + r * lane_rs, c##r##0, fresh); ET_LANES_ADD_(lane + r * lane_rs + 8, c##r##1, fresh);
+#define ET_TAIL_(r) ET_TAIL_LOAD_(y##r, yg + r * y_rs + i0, n - i0);
             ET_EACH4_(ET_SUMS_)
             ET_PATH_("dot_tile_4x2");
             for (g = g0; g < g1; ++g) {
                 const float *yg = y + (size_t)g * y_ss, *x0g = x + xt[0] + (size_t)g * x_ss;
                 const float *x1g = x + xt[1] + (size_t)g * x_ss;
+                et_v8_ x0, x1, y0, y1, y2, y3;
                 for (i0 = 0; i0 + ET_LANES <= n; i0 += ET_LANES) {
-                    et_v8_ x0, x1, y0, y1, y2, y3;
                     memcpy(&x0, x0g + i0, sizeof x0);
                     memcpy(&x1, x1g + i0, sizeof x1);
                     ET_EACH4_(ET_LOAD_)
@@ -497,63 +509,69 @@ static inline void et_dot_tile_f32_(int rows, int taps, int segs, int piece, int
                     ET_EACH4_(ET_KEEP_)
                     ET_EACH4_(ET_ADD_)
                 }
+                if (tail) {  /* then there is one segment */
+                    ET_PATH_("dot_tile_tail_in_lanes");
+                    ET_TAIL_LOAD_(x0, x0g + i0, n - i0);
+                    ET_TAIL_LOAD_(x1, x1g + i0, n - i0);
+                    ET_EACH4_(ET_TAIL_)
+                    ET_EACH4_(ET_ADD_)
+                }
             }
-            if (tail) {
-                ET_EACH4_(ET_PART_)
-            } else {
-                ET_EACH4_(ET_LANES_)
-            }
+            ET_EACH4_(ET_LANES_)
 #undef ET_SUMS_
 #undef ET_ADD_
-#undef ET_PART_
+#undef ET_TAIL_
 #undef ET_LANES_
         } else if (rows == ET_TILE_ROWS && taps == 1) {  /* four rows' sums side by side, not one chain: c<r> */
 #define ET_SUMS_(r) et_v8_ c##r = {0};
 #define ET_ADD_(r) c##r += y##r * xv;
-#define ET_PART_(r) memcpy(part + 8 * r, &c##r, sizeof c##r);
 #define ET_LANES_(r) ET_LANES_ADD_(lane + r * lane_rs, c##r, fresh);
+#define ET_TAIL_(r) ET_TAIL_LOAD_(y##r, yg + r * y_rs + i0, n - i0);
             ET_EACH4_(ET_SUMS_)
             ET_PATH_("dot_tile_4x1");
             for (g = g0; g < g1; ++g) {
                 const float *yg = y + (size_t)g * y_ss, *xg = x + xt[0] + (size_t)g * x_ss;
+                et_v8_ xv, y0, y1, y2, y3;
                 for (i0 = 0; i0 + ET_LANES <= n; i0 += ET_LANES) {
-                    et_v8_ xv, y0, y1, y2, y3;
                     memcpy(&xv, xg + i0, sizeof xv);
                     ET_EACH4_(ET_LOAD_)
                     ET_IN_REGISTER_(xv);
                     ET_EACH4_(ET_ADD_)
                 }
+                if (tail) {
+                    ET_TAIL_LOAD_(xv, xg + i0, n - i0);
+                    ET_EACH4_(ET_TAIL_)
+                    ET_EACH4_(ET_ADD_)
+                }
             }
-            if (tail) {
-                ET_EACH4_(ET_PART_)
-            } else {
-                ET_EACH4_(ET_LANES_)
-            }
+            ET_EACH4_(ET_LANES_)
 #undef ET_SUMS_
 #undef ET_LOAD_
 #undef ET_KEEP_
 #undef ET_ADD_
-#undef ET_PART_
+#undef ET_TAIL_
 #undef ET_LANES_
         } else
             for (r = 0; r < rows; ++r)
                 for (t = 0; t < taps; ++t) {
                     et_v8_ c = {0};
                     ET_PATH_("dot_tile_one");
-                    for (g = g0; g < g1; ++g)
+                    for (g = g0; g < g1; ++g) {
+                        const float *xg = x + xt[t] + (size_t)g * x_ss, *yg = y + r * y_rs + (size_t)g * y_ss;
+                        et_v8_ xv, yv;
                         for (i0 = 0; i0 + ET_LANES <= n; i0 += ET_LANES) {
-                            et_v8_ xv, yv;
-                            memcpy(&xv, x + xt[t] + (size_t)g * x_ss + i0, sizeof xv);
-                            memcpy(&yv, y + r * y_rs + (size_t)g * y_ss + i0, sizeof yv);
+                            memcpy(&xv, xg + i0, sizeof xv);
+                            memcpy(&yv, yg + i0, sizeof yv);
                             c += yv * xv;
                         }
-                    if (tail)
-                        memcpy(part + (r * taps + t) * ET_LANES, &c, sizeof c);
-                    else
-                        ET_LANES_ADD_(lane + r * lane_rs + t * ET_LANES, c, fresh);
+                        if (tail) {
+                            ET_TAIL_LOAD_(xv, xg + i0, n - i0);
+                            ET_TAIL_LOAD_(yv, yg + i0, n - i0);
+                            c += yv * xv;
+                        }
+                    }
+                    ET_LANES_ADD_(lane + r * lane_rs + t * ET_LANES, c, fresh);
                 }
-        if (tail)
-            et_dot_tail_f32_(rows, taps, i0, n, fresh, part, y, y_rs, x, xt, lane, lane_rs);
 #else
         /* A scalar FPU: the sums go through part.  A whole tile goes a lane at a time, its eight sums
            with that lane (row r's with tap t in p<r><t>) in registers, so that each value loaded

@@ -39,7 +39,6 @@ COMMON = {
     "dots_one",
     "rows_4x4",
     "rows_one",
-    "dot_tail",
     "conv_pointwise_gemm",
     "transpose_pointwise_gemm",
     "conv_rows",
@@ -86,11 +85,12 @@ VECTORS = {
     "dot_tile_4x2",
     "dot_tile_4x1",
     "dot_tile_one",
+    "dot_tile_tail_in_lanes",
     "grad_short_tiles_pointwise",
     "grad_short_tiles_padded",
     "grad_short_tiles_clipped",
 }
-SCALAR = {"dot_tile_scalar", "dot_tile_scalar_4x2", "grad_short_gathered"}
+SCALAR = {"dot_tile_scalar", "dot_tile_scalar_4x2", "dot_tail", "grad_short_gathered"}
 WIDE = {"tile_4x32_wide", "direct_row_pairs_wide"}  # where the vectors have sixteen lanes (AVX-512)
 
 BUILDS = {
