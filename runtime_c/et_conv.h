@@ -919,6 +919,7 @@ static inline int et_conv_narrow_f32_(int N, int C, int M, int G, const int *in,
  * per group) that run side by side, interleaved in the scratch. */
 #define ET_CONV_DEPTHWISE_CHANNELS 8
 #define ET_CONV_DEPTHWISE_TAPS 64  /* the largest kernel they take: 8 x 8, say */
+#define ET_CONV_DEPTHWISE_RUN 4    /* outputs of a row at a time */
 
 /* Channel c of ET_CONV_DEPTHWISE_CHANNELS interleaved padded planes (dims
  * `dim`, margins `lo`): xp[position * channels + c] = Xc's input i, at i *
@@ -952,7 +953,7 @@ static inline int et_conv_depthwise_f32_(int N, int C, const int *in, const int 
     static const int ones[3] = {1, 1, 1};
     const int *put = dir > 0 ? ones : s, *step = dir > 0 ? s : ones;  /* input i at i * put; output o reads o * step */
     int in_size = et_conv_volume_(in), out_size = et_conv_volume_(out), k_size = et_conv_volume_(k);
-    int span[3], lo[3], dim[3], kt[3], a, n, c0, cb, c, t, o, oz, oy, ox;
+    int span[3], lo[3], dim[3], kt[3], a, n, c0, cb, c, t, o, oz, oy, ox, j, run;
     size_t plane, tap[ET_CONV_DEPTHWISE_TAPS];
     float xp[ET_CONV_SCRATCH > 0 ? ET_CONV_SCRATCH : 1], wv[ET_CONV_SCRATCH > 0 ? ET_CONV_DEPTHWISE_TAPS * V : 1];
     for (a = 0; a < 3; ++a)
@@ -977,27 +978,49 @@ static inline int et_conv_depthwise_f32_(int N, int C, const int *in, const int 
             }
             for (oz = 0, o = 0; oz < out[0]; ++oz)
                 for (oy = 0; oy < out[1]; ++oy)
-                    for (ox = 0; ox < out[2]; ++ox, ++o) {
+                    for (ox = 0; ox < out[2]; ox += run, o += run) {  /* up to ET_CONV_DEPTHWISE_RUN outputs */
                         const float *x = xp + (((size_t)oz * (size_t)step[0] * (size_t)dim[1] +
                                                 (size_t)oy * (size_t)step[1]) * (size_t)dim[2] +
                                                (size_t)ox * (size_t)step[2]) * V;
-                        float acc[V] = {0.0f};
-#if ET_VECTORS  /* the sums stay in one register */
-                        et_v8_ sum = {0.0f}, w, xv;
-                        for (t = 0; t < k_size; ++t) {
-                            memcpy(&w, wv + t * V, sizeof w);
-                            memcpy(&xv, x + tap[t], sizeof xv);
-                            sum += w * xv;
-                        }
-                        memcpy(acc, &sum, sizeof acc);
+                        size_t hop = (size_t)step[2] * V;  /* from one output's inputs to the next's */
+                        float acc[ET_CONV_DEPTHWISE_RUN][V] = {{0.0f}};
+                        run = out[2] - ox < ET_CONV_DEPTHWISE_RUN ? out[2] - ox : ET_CONV_DEPTHWISE_RUN;
+#if ET_VECTORS  /* each output's sums in one register, four outputs' chains of additions side by side */
+                        if (run == ET_CONV_DEPTHWISE_RUN) {
+                            et_v8_ s0 = {0.0f}, s1 = {0.0f}, s2 = {0.0f}, s3 = {0.0f}, w, x0, x1, x2, x3;
+#define ET_LOAD_(j) memcpy(&x##j, x + tap[t] + j * hop, sizeof x##j);
+#define ET_ADD_(j) s##j += w * x##j;
+#define ET_STORE_(j) memcpy(acc[j], &s##j, sizeof acc[j]);
+                            ET_PATH_("depthwise_runs_of_4");
+                            for (t = 0; t < k_size; ++t) {
+                                memcpy(&w, wv + t * V, sizeof w);
+                                ET_EACH4_(ET_LOAD_)
+                                ET_EACH4_(ET_ADD_)
+                            }
+                            ET_EACH4_(ET_STORE_)
+#undef ET_LOAD_
+#undef ET_ADD_
+#undef ET_STORE_
+                        } else
+                            for (j = 0; j < run; ++j) {
+                                et_v8_ sum = {0.0f}, w, xv;
+                                for (t = 0; t < k_size; ++t) {
+                                    memcpy(&w, wv + t * V, sizeof w);
+                                    memcpy(&xv, x + tap[t] + (size_t)j * hop, sizeof xv);
+                                    sum += w * xv;
+                                }
+                                memcpy(acc[j], &sum, sizeof acc[j]);
+                            }
 #else
-                        for (t = 0; t < k_size; ++t)
-                            for (c = 0; c < V; ++c)
-                                acc[c] += wv[t * V + c] * x[tap[t] + (size_t)c];
+                        for (j = 0; j < run; ++j)
+                            for (t = 0; t < k_size; ++t)
+                                for (c = 0; c < V; ++c)
+                                    acc[j][c] += wv[t * V + c] * x[tap[t] + (size_t)j * hop + (size_t)c];
 #endif
                         for (c = 0; c < cb; ++c)
-                            Y[((size_t)n * (size_t)C + (size_t)(c0 + c)) * (size_t)out_size + (size_t)o] =
-                                acc[c] + (B ? B[c0 + c] : 0.0f);
+                            for (j = 0; j < run; ++j)
+                                Y[((size_t)n * (size_t)C + (size_t)(c0 + c)) * (size_t)out_size + (size_t)(o + j)] =
+                                    acc[j][c] + (B ? B[c0 + c] : 0.0f);
                     }
         }
     return 1;

@@ -86,6 +86,7 @@ VECTORS = {
     "dot_tile_4x1",
     "dot_tile_one",
     "dot_tile_tail_in_lanes",
+    "depthwise_runs_of_4",
     "grad_short_tiles_pointwise",
     "grad_short_tiles_padded",
     "grad_short_tiles_clipped",
