@@ -58,6 +58,7 @@ __all__ = [
     "check_op_gradients",
     "check_reference",
     "compile_module",
+    "exported_by_dynamo",
     "fixed",
     "float_library",
     "i64",
@@ -393,6 +394,17 @@ def check_module_gradients(net, x, model: onnx.ModelProto, tmp_path, rng) -> flo
         return torch.func.functional_call(net, leaves, (x,))
 
     return check_graph_gradients(model, params, functional, tmp_path, rng, data={"x": x.numpy()})
+
+
+def exported_by_dynamo(net, x, path: Path, **options) -> onnx.ModelProto:
+    """torch module `net` called on x alone, exported by the dynamo exporter without its graph
+    optimizer (README's recommended call); every parameter is an initializer of its own name."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(net, (x,), path, dynamo=True, optimize=False, input_names=["x"], **options)
+    model = onnx.load(path)
+    assert {k for k, _ in net.named_parameters()} <= {i.name for i in model.graph.initializer}
+    return model
 
 
 def _export(net, x, opset: int, path: Path) -> onnx.ModelProto:
