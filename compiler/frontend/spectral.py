@@ -36,8 +36,8 @@ def _product(node, shapes: dict, constants: dict, opset: int) -> list[onnx.NodeP
     rank, parts = len(dims), dims[-1]
     attrs = {a.name: a.i for a in node.attribute}
     inverse, onesided = attrs.get("inverse", 0), attrs.get("onesided", 0)
-    axis = attrs.get("axis", 1) if opset < 20 else _scalar(node, 2, constants, where, default=-2)
-    assert axis is not None
+    given = attrs.get("axis") if opset < 20 else _scalar(node, 2, constants, where)  # an input from opset 20
+    axis = given if given is not None else (1 if opset < 20 else -2)
     axis = axis + rank if axis < 0 else axis
     if not 0 <= axis <= rank - 2:
         raise EdgetrainError(f"{where}: axis {axis} is not a signal axis of an input of rank {rank}")
@@ -67,9 +67,10 @@ def _product(node, shapes: dict, constants: dict, opset: int) -> list[onnx.NodeP
     ]
 
 
-def _scalar(node, slot: int, constants: dict, where: str, default: int | None = None) -> int | None:
+def _scalar(node, slot: int, constants: dict, where: str) -> int | None:
+    """The node's constant scalar input `slot`, or None where it is left out."""
     if len(node.input) <= slot or not node.input[slot]:
-        return default
+        return None
     value = constants.get(node.input[slot])
     if value is None or np.size(value) != 1:
         raise EdgetrainError(f"{where}: its {('dft_length', 'axis')[slot - 1]} must be a constant scalar")
