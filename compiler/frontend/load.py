@@ -226,8 +226,10 @@ def _fold_constants(proto):
             folded = True
         if not folded:
             kept = _clip_by_tensors(kept, constants, params)
-            if kept is None:  # DFT becomes a product once folding has made its shapes static
-                kept = spectral.dft_as_products(list(proto.graph.node), shapes, constants, _opset(proto))
+            if kept is None:  # DFT and STFT become products once folding has made their shapes static
+                kept = spectral.dft_as_products(proto.graph, shapes, constants, _opset(proto))
+                for value in proto.graph.output if kept is not None else ():  # inferred from the ops replaced
+                    value.type.tensor_type.ClearField("shape")  # (onnx's STFT's, wrongly)
             if kept is None:
                 return proto, constants
         del proto.graph.node[:]

@@ -1,31 +1,42 @@
 """ONNX's DFT as a product with a constant matrix: each DFT node over a signal axis of static length
 becomes Transpose -> Reshape -> MatMul -> Reshape -> Transpose, whose gradients the trainer already
-has. The matrix holds the transform's cosines and sines (computed in float64, stored as float32),
-with inverse's 1/n, onesided's half spectrum (or, inverse, the real signal of one) and
-dft_length's zero padding or truncation in it.
-A product takes n multiply-adds per output where an FFT takes about log2(n): a price paid only by
-models that use the op (FNet mixes its tokens with two of them per layer)."""
+has; STFT, each frame's DFT, becomes a convolution strided by the frame step. The matrix holds the
+transform's cosines and sines (computed in float64, stored as float32), with inverse's 1/n,
+onesided's half spectrum (or, inverse, the real signal of one) and dft_length's zero padding or
+truncation in it. A product takes n multiply-adds per output where an FFT takes about log2(n): a
+price paid only by models that use the op (FNet mixes its tokens with two of them per layer)."""
 
 from __future__ import annotations
 
 import numpy as np
 import onnx
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from ..errors import EdgetrainError
 
 
-def dft_as_products(nodes: list[onnx.NodeProto], shapes: dict, constants: dict, opset: int) -> list | None:
-    """`nodes` with each DFT node replaced by its product, or None when there is none. `shapes`
-    gives static shapes (a tuple, or None), `constants` the values known at compile time, to which
-    the products' matrices and shapes are added."""
-    if not any(_is_dft(node) for node in nodes):
+def dft_as_products(graph: onnx.GraphProto, shapes: dict, constants: dict, opset: int) -> list | None:
+    """The graph's nodes with each DFT and STFT node replaced by its product, or None when there is
+    none. `shapes` gives static shapes (a tuple, or None), `constants` the values known at compile
+    time, to which the products' matrices and shapes are added, and an STFT's window where it is an
+    initializer: a window is part of the transform, never a parameter."""
+    nodes = list(graph.node)
+    if not any(_spectral(node) for node in nodes):
         return None
-    return [made for node in nodes for made in (_product(node, shapes, constants, opset) if _is_dft(node) else [node])]
+    initializers = {i.name: i for i in graph.initializer}
+    for node in nodes:
+        if node.op_type == "STFT" and len(node.input) > 2 and node.input[2] in initializers:
+            constants.setdefault(node.input[2], numpy_helper.to_array(initializers[node.input[2]]))
+    rewrite = {"DFT": _product, "STFT": _framed_product}
+    return [
+        made
+        for node in nodes
+        for made in (rewrite[node.op_type](node, shapes, constants, opset) if _spectral(node) else [node])
+    ]
 
 
-def _is_dft(node: onnx.NodeProto) -> bool:
-    return node.op_type == "DFT" and node.domain in ("", "ai.onnx")
+def _spectral(node: onnx.NodeProto) -> bool:
+    return node.op_type in ("DFT", "STFT") and node.domain in ("", "ai.onnx")
 
 
 def _product(node, shapes: dict, constants: dict, opset: int) -> list[onnx.NodeProto]:
@@ -36,13 +47,13 @@ def _product(node, shapes: dict, constants: dict, opset: int) -> list[onnx.NodeP
     rank, parts = len(dims), dims[-1]
     attrs = {a.name: a.i for a in node.attribute}
     inverse, onesided = attrs.get("inverse", 0), attrs.get("onesided", 0)
-    given = attrs.get("axis") if opset < 20 else _scalar(node, 2, constants, where)  # an input from opset 20
+    given = attrs.get("axis") if opset < 20 else _scalar(node, 2, constants, where, "axis")  # an input from opset 20
     axis = given if given is not None else (1 if opset < 20 else -2)
     axis = axis + rank if axis < 0 else axis
     if not 0 <= axis <= rank - 2:
         raise EdgetrainError(f"{where}: axis {axis} is not a signal axis of an input of rank {rank}")
     n = dims[axis]
-    length = _scalar(node, 1, constants, where)
+    length = _scalar(node, 1, constants, where, "dft_length")
     matrix, out_parts = _matrix(n, length, parts, inverse, onesided)
     others = [i for i in range(rank - 1) if i != axis]
     layout = [*others, rank - 1, axis]  # the input's axes in the order the product leaves them
@@ -67,13 +78,44 @@ def _product(node, shapes: dict, constants: dict, opset: int) -> list[onnx.NodeP
     ]
 
 
-def _scalar(node, slot: int, constants: dict, where: str) -> int | None:
+def _framed_product(node, shapes: dict, constants: dict, opset: int) -> list[onnx.NodeProto]:
+    """STFT: each frame's DFT, as a convolution strided by the frame step whose filters are the
+    DFT's matrix times the window: [batch, length, parts] -> [batch, frames, frequencies, 2]."""
+    where = f"STFT '{node.name or node.output[0]}'"
+    dims = shapes.get(node.input[0])
+    if not dims or len(dims) != 3 or dims[-1] not in (1, 2):
+        raise EdgetrainError(f"{where}: needs a signal of static shape [batch, length, 1 or 2]")
+    parts, name = dims[-1], node.output[0]
+    window = node.input[2] if len(node.input) > 2 and node.input[2] else None
+    step = _scalar(node, 1, constants, where, "frame_step")
+    length = _scalar(node, 3, constants, where, "frame_length")
+    if length is None and window is not None and shapes.get(window):
+        length = shapes[window][0]
+    if step is None or step < 1 or length is None or not 1 <= length <= dims[1]:
+        raise EdgetrainError(f"{where}: needs a positive frame step and a frame length within the signal")
+    onesided = next((a.i for a in node.attribute if a.name == "onesided"), 1)
+    matrix, _ = _matrix(length, None, parts, 0, onesided)  # [parts * length, 2 * frequencies]
+    constants[f"{name}__stft_filters"] = np.ascontiguousarray(matrix.T.reshape(-1, parts, length))
+    constants[f"{name}__stft_parts"] = np.array([0, 2, matrix.shape[1] // 2, -1], np.int64)
+    nodes = [helper.make_node("Transpose", [node.input[0]], [f"{name}__stft_signal"], perm=[0, 2, 1])]
+    filters = f"{name}__stft_filters"
+    if window is not None:  # folds into the filters where it is a constant
+        nodes.append(helper.make_node("Mul", [filters, window], [f"{name}__stft_windowed"]))
+        filters = f"{name}__stft_windowed"
+    return nodes + [
+        helper.make_node("Conv", [f"{name}__stft_signal", filters], [f"{name}__stft_frames"], strides=[step]),
+        helper.make_node("Reshape", [f"{name}__stft_frames", f"{name}__stft_parts"], [f"{name}__stft_split"]),
+        helper.make_node("Transpose", [f"{name}__stft_split"], [name], name=node.name, perm=[0, 3, 2, 1]),
+    ]
+
+
+def _scalar(node, slot: int, constants: dict, where: str, what: str) -> int | None:
     """The node's constant scalar input `slot`, or None where it is left out."""
     if len(node.input) <= slot or not node.input[slot]:
         return None
     value = constants.get(node.input[slot])
     if value is None or np.size(value) != 1:
-        raise EdgetrainError(f"{where}: its {('dft_length', 'axis')[slot - 1]} must be a constant scalar")
+        raise EdgetrainError(f"{where}: its {what} must be a constant scalar")
     return int(np.reshape(value, -1)[0])
 
 

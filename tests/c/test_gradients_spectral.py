@@ -1,4 +1,5 @@
-"""DFT, which edgetrain compiles as a product with a constant matrix of cosines and sines
+"""DFT, which edgetrain compiles as a product with a constant matrix of cosines and sines, and
+STFT, a convolution with that matrix times the window, strided by the frame step
 (frontend/spectral.py): forward and gradients of the generated C against torch.fft under autograd,
 at opset 17 (axis an attribute) and 20 (axis an input), real and complex signals, inverse,
 onesided (a real signal's half spectrum, and back) and dft_length's padding and truncation; the
@@ -67,6 +68,38 @@ case(
 case("opset20-default-axis", "DFT", {"X": (2, 3, 4, 2)}, _complex(fft, 2), consts={"dft_length": None}, opset=20)
 
 
+def _stft(n_fft, hop, window=None, onesided=True):
+    """torch's STFT of a real signal [batch, length, 1], laid out as ONNX's [batch, frames, bins, 2]."""
+    w = None if window is None else torch.from_numpy(window)
+
+    def transform(x):
+        spectrum = torch.stft(x[..., 0], n_fft, hop, window=w, center=False, onesided=onesided, return_complex=True)
+        return torch.view_as_real(spectrum).transpose(1, 2)
+
+    return transform
+
+
+_HANN = np.hanning(12).astype(np.float32)
+case(
+    "STFT-hann-window",
+    "STFT",
+    {"X": (2, 40, 1)},
+    _stft(12, 5, _HANN),
+    attrs={"onesided": 1},  # the default, said: onnx's shape inference takes an absent one for 0
+    consts={"frame_step": np.array(5), "window": _HANN},
+    opset=17,
+)
+case(
+    "STFT-length-twosided",
+    "STFT",
+    {"X": (2, 30, 1)},
+    _stft(8, 3, onesided=False),
+    attrs={"onesided": 0},
+    consts={"frame_step": np.array(3), "window": None, "frame_length": np.array(8)},
+    opset=17,
+)
+
+
 class _Mixing(torch.nn.Module):
     """FNet's token mixing: the real part of a 2-D DFT over sequence and hidden, added back and
     normalized, then a classifier."""
@@ -91,6 +124,29 @@ def _fnet_block(tmp_path, rng) -> float:
 
 
 CASES.check("dynamo-fnet-token-mixing", _fnet_block)
+
+
+class _Spectrogram(torch.nn.Module):
+    """A classifier of raw audio: the magnitudes of a Hann-windowed STFT, averaged over time."""
+
+    def __init__(self):
+        super().__init__()
+        self.out = torch.nn.Linear(9, 3)
+
+    def forward(self, x):
+        spectrum = torch.stft(x, 16, 8, window=torch.hann_window(16), center=False, return_complex=True)
+        return self.out(spectrum.abs().mean(-1))
+
+
+def _spectrogram_block(tmp_path, rng) -> float:
+    torch.manual_seed(int(rng.integers(2**31)))
+    net, x = _Spectrogram(), torch.randn(2, 64)
+    model = exported_by_dynamo(net, x, tmp_path / "spectrogram.onnx")
+    assert {"STFT", "HannWindow"} <= {n.op_type for n in model.graph.node}
+    return check_module_gradients(net, x, model, tmp_path, rng)
+
+
+CASES.check("dynamo-stft-spectrogram", _spectrogram_block)
 
 
 @pytest.mark.parametrize("spec", CASES)
@@ -123,7 +179,7 @@ def _as_products(model: onnx.ModelProto, opset: int) -> onnx.ModelProto:
     inferred = onnx.shape_inference.infer_shapes(model).graph
     shapes = {v.name: tuple(d.dim_value for d in v.type.tensor_type.shape.dim) for v in inferred.input}
     constants = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
-    nodes = spectral.dft_as_products(list(model.graph.node), shapes, constants, opset)
+    nodes = spectral.dft_as_products(model.graph, shapes, constants, opset)
     assert nodes is not None and "DFT" not in {n.op_type for n in nodes}
     used = {name for n in nodes for name in n.input}
     initializers = [numpy_helper.from_array(v, k) for k, v in constants.items() if k in used]
@@ -158,5 +214,6 @@ def test_transforms_of_one_kind_and_size_share_their_matrix():
     nodes.append(helper.make_node("DFT", ["X3"], ["Y3"], axis=1, inverse=1))
     shapes = {f"X{i}": (2, 6, 2) for i in range(4)}
     constants: dict = {}
-    assert spectral.dft_as_products(nodes, shapes, constants, 18) is not None
+    graph = helper.make_graph(nodes, "dfts", [], [])
+    assert spectral.dft_as_products(graph, shapes, constants, 18) is not None
     assert len([name for name in constants if name.startswith("__dft_matrix")]) == 2

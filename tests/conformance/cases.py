@@ -1,7 +1,7 @@
 """Which ONNX backend node cases of each op edgetrain supports run against the generated C, and why
 the others do not. test_onnx_backend_nodes.py fails when a case of a supported op (an op in the
 registry's default domain, or one of FUNCTION_OPS, which compile as ONNX's function body for them,
-or DFT, which compiles as a product with a constant matrix)
+or DFT and STFT, which compile as products with a constant matrix)
 is missing here, so adding an op means listing its cases.
 
 The cases are those onnx's generators make with a single node of the op; the `_expanded` variants
@@ -123,10 +123,11 @@ FUNCTION_OPS = {
 }
 
 # Ops that the frontend rewrites into others (frontend/spectral.py).
-REWRITTEN_OPS = {"DFT"}
+REWRITTEN_OPS = {"DFT", "STFT"}
 
 CASES: dict[str, OpCases] = {
     "Abs": OpCases(included=("test_abs",)),
+    "STFT": OpCases(included=("test_stft", "test_stft_with_window")),
     "DFT": OpCases(
         included=(
             "test_dft_opset19",
