@@ -175,12 +175,13 @@ def _dft_model(shape, opset: int, axis, length, inverse: int, onesided: int) -> 
 
 
 def _as_products(model: onnx.ModelProto, opset: int) -> onnx.ModelProto:
-    """The single-DFT model with the node replaced as the frontend replaces it, and its constants."""
+    """The single-node model with its DFT or STFT replaced as the frontend replaces it."""
     inferred = onnx.shape_inference.infer_shapes(model).graph
     shapes = {v.name: tuple(d.dim_value for d in v.type.tensor_type.shape.dim) for v in inferred.input}
+    shapes |= {i.name: tuple(i.dims) for i in model.graph.initializer}
     constants = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
     nodes = spectral.dft_as_products(model.graph, shapes, constants, opset)
-    assert nodes is not None and "DFT" not in {n.op_type for n in nodes}
+    assert nodes is not None and not {"DFT", "STFT"} & {n.op_type for n in nodes}
     used = {name for n in nodes for name in n.input}
     initializers = [numpy_helper.from_array(v, k) for k, v in constants.items() if k in used]
     graph = helper.make_graph(nodes, "products", list(model.graph.input), list(model.graph.output), initializers)
@@ -206,6 +207,39 @@ def test_the_products_compute_what_onnxruntime_computes():
         np.testing.assert_allclose(got, want, atol=1e-5 * max(1.0, float(np.abs(want).max())), rtol=0)
         compared += 1
     assert compared > 100
+
+
+def _stft_model(shape, step: int, window, length, onesided: int) -> onnx.ModelProto:
+    inputs = ["X", "step", "window" if window is not None else "", "length" if length is not None else ""]
+    while not inputs[-1]:
+        inputs.pop()
+    given = {"step": np.array(step), "window": window, "length": None if length is None else np.array(length)}
+    graph = helper.make_graph(
+        [helper.make_node("STFT", inputs, ["Y"], onesided=onesided)],
+        "stft",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in given.items() if k in inputs],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_stft_products_compute_what_onnxruntime_computes():
+    """Over real and complex signals, frame steps, frame lengths given, taken from the window or
+    both, and sides: each convolution's spectra against onnxruntime's STFT, both run by onnxruntime."""
+    rng, compared = np.random.default_rng(1), 0
+    for parts, step, frame, framing, onesided in itertools.product((1, 2), (1, 3, 8), (5, 16), range(3), (0, 1)):
+        if onesided and parts == 2:
+            continue
+        window = np.hanning(frame).astype(np.float32) if framing else None
+        model = _stft_model((2, 40, parts), step, window, frame if framing != 1 else None, onesided)
+        x = rng.normal(size=(2, 40, parts)).astype(np.float32)
+        want = ort.InferenceSession(model.SerializeToString()).run(None, {"X": x})[0]
+        got = ort.InferenceSession(_as_products(model, 17).SerializeToString()).run(None, {"X": x})[0]
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, atol=1e-5 * max(1.0, float(np.abs(want).max())), rtol=0)
+        compared += 1
+    assert compared == 54
 
 
 def test_transforms_of_one_kind_and_size_share_their_matrix():
