@@ -171,7 +171,11 @@ def _fix_batch(proto, batch_size):
                 dynamic.append((value.name, axis, dim.dim_param))
     if dynamic:
         raise DynamicShapeError(dynamic, batch_size is None)
-    # Shapes recorded by the exporter may still be symbolic; inference recomputes them.
+    _forget_shapes(proto)  # those the exporter recorded may still be symbolic
+
+
+def _forget_shapes(proto) -> None:
+    """Drop the shapes recorded for intermediate values and outputs, for inference to recompute."""
     del proto.graph.value_info[:]
     for value in proto.graph.output:
         value.type.tensor_type.ClearField("shape")
@@ -199,8 +203,9 @@ def _fold_constants(proto):
     params = {i.name for i in graph.initializer if i.data_type == onnx.TensorProto.FLOAT}
     constants = {i.name: numpy_helper.to_array(i) for i in graph.initializer if i.name not in params}
     while True:
-        # Shapes inferred before a fold may be symbolic where they are static now: infer them afresh.
-        del proto.graph.value_info[:]
+        # Shapes inferred before a fold may be symbolic where they are static now, and those of ops
+        # rewritten (onnx infers STFT's wrongly) stale: infer them afresh.
+        _forget_shapes(proto)
         proto = _infer(proto)
         infos = list(proto.graph.input) + list(proto.graph.value_info) + list(proto.graph.output)
         shapes = {v.name: _static_shape(v.type) for v in infos} | {
@@ -227,9 +232,7 @@ def _fold_constants(proto):
         if not folded:
             kept = _clip_by_tensors(kept, constants, params)
             if kept is None:  # DFT and STFT become products once folding has made their shapes static
-                kept = spectral.dft_as_products(proto.graph, shapes, constants, _opset(proto))
-                for value in proto.graph.output if kept is not None else ():  # inferred from the ops replaced
-                    value.type.tensor_type.ClearField("shape")  # (onnx's STFT's, wrongly)
+                kept = spectral.as_products(proto.graph, shapes, constants, _opset(proto))
             if kept is None:
                 return proto, constants
         del proto.graph.node[:]

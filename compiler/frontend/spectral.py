@@ -15,7 +15,7 @@ from onnx import helper, numpy_helper
 from ..errors import EdgetrainError
 
 
-def dft_as_products(graph: onnx.GraphProto, shapes: dict, constants: dict, opset: int) -> list | None:
+def as_products(graph: onnx.GraphProto, shapes: dict, constants: dict, opset: int) -> list | None:
     """The graph's nodes with each DFT and STFT node replaced by its product, or None when there is
     none. `shapes` gives static shapes (a tuple, or None), `constants` the values known at compile
     time, to which the products' matrices and shapes are added, and an STFT's window where it is an
@@ -58,9 +58,7 @@ def _product(node, shapes: dict, constants: dict, opset: int) -> list[onnx.NodeP
     others = [i for i in range(rank - 1) if i != axis]
     layout = [*others, rank - 1, axis]  # the input's axes in the order the product leaves them
     keep = [0] * len(others)  # Reshape's 0 copies a dimension, batch included, whatever its size
-
-    def name(suffix: str) -> str:
-        return f"{node.output[0]}__dft_{suffix}"
+    name = _names(node, "dft")
 
     # One matrix for every DFT of the same kind and size (FNet has two for each of its layers).
     shared = f"__dft_matrix_{parts}x{n}_length{length}_inverse{inverse}_onesided{onesided}"
@@ -85,7 +83,7 @@ def _framed_product(node, shapes: dict, constants: dict, opset: int) -> list[onn
     dims = shapes.get(node.input[0])
     if not dims or len(dims) != 3 or dims[-1] not in (1, 2):
         raise EdgetrainError(f"{where}: needs a signal of static shape [batch, length, 1 or 2]")
-    parts, name = dims[-1], node.output[0]
+    parts, name = dims[-1], _names(node, "stft")
     window = node.input[2] if len(node.input) > 2 and node.input[2] else None
     step = _scalar(node, 1, constants, where, "frame_step")
     length = _scalar(node, 3, constants, where, "frame_length")
@@ -95,18 +93,23 @@ def _framed_product(node, shapes: dict, constants: dict, opset: int) -> list[onn
         raise EdgetrainError(f"{where}: needs a positive frame step and a frame length within the signal")
     onesided = next((a.i for a in node.attribute if a.name == "onesided"), 1)
     matrix, _ = _matrix(length, None, parts, 0, onesided)  # [parts * length, 2 * frequencies]
-    constants[f"{name}__stft_filters"] = np.ascontiguousarray(matrix.T.reshape(-1, parts, length))
-    constants[f"{name}__stft_parts"] = np.array([0, 2, matrix.shape[1] // 2, -1], np.int64)
-    nodes = [helper.make_node("Transpose", [node.input[0]], [f"{name}__stft_signal"], perm=[0, 2, 1])]
-    filters = f"{name}__stft_filters"
+    constants[name("filters")] = np.ascontiguousarray(matrix.T.reshape(-1, parts, length))
+    constants[name("parts")] = np.array([0, 2, matrix.shape[1] // 2, -1], np.int64)
+    nodes = [helper.make_node("Transpose", [node.input[0]], [name("signal")], perm=[0, 2, 1])]
+    filters = name("filters")
     if window is not None:  # folds into the filters where it is a constant
-        nodes.append(helper.make_node("Mul", [filters, window], [f"{name}__stft_windowed"]))
-        filters = f"{name}__stft_windowed"
+        nodes.append(helper.make_node("Mul", [filters, window], [name("windowed")]))
+        filters = name("windowed")
     return nodes + [
-        helper.make_node("Conv", [f"{name}__stft_signal", filters], [f"{name}__stft_frames"], strides=[step]),
-        helper.make_node("Reshape", [f"{name}__stft_frames", f"{name}__stft_parts"], [f"{name}__stft_split"]),
-        helper.make_node("Transpose", [f"{name}__stft_split"], [name], name=node.name, perm=[0, 3, 2, 1]),
+        helper.make_node("Conv", [name("signal"), filters], [name("frames")], strides=[step]),
+        helper.make_node("Reshape", [name("frames"), name("parts")], [name("split")]),
+        helper.make_node("Transpose", [name("split")], [node.output[0]], name=node.name, perm=[0, 3, 2, 1]),
     ]
+
+
+def _names(node, kind: str):
+    """Names for the values a rewrite of `node` makes, after its output."""
+    return lambda suffix: f"{node.output[0]}__{kind}_{suffix}"
 
 
 def _scalar(node, slot: int, constants: dict, where: str, what: str) -> int | None:
