@@ -154,24 +154,26 @@ def test_dft_gradients(spec, tmp_path, request):
     run_case(spec, tmp_path, request)
 
 
-def _dft_model(shape, opset: int, axis, length, inverse: int, onesided: int) -> onnx.ModelProto:
-    attrs, initializers = {"inverse": inverse, "onesided": onesided}, []
-    inputs = ["X", "length" if length is not None else ""] + (["axis"] if axis is not None and opset >= 20 else [])
+def _one_node_model(op: str, shape, opset: int, operands: dict, **attrs) -> onnx.ModelProto:
+    """`op` on a float input X of `shape`, its other inputs the constants `operands` in order (None:
+    left out)."""
+    inputs = ["X"] + [name if value is not None else "" for name, value in operands.items()]
     while not inputs[-1]:  # an omitted optional input is "" unless it is the last
         inputs.pop()
-    for name, value in (("length", length), ("axis", axis)):
-        if name in inputs:
-            initializers.append(numpy_helper.from_array(np.array(value, np.int64), name))
-    if axis is not None and opset < 20:
-        attrs["axis"] = axis
     graph = helper.make_graph(
-        [helper.make_node("DFT", inputs, ["Y"], **attrs)],
-        "dft",
+        [helper.make_node(op, inputs, ["Y"], **attrs)],
+        op.lower(),
         [helper.make_tensor_value_info("X", TensorProto.FLOAT, shape)],
         [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
-        initializers,
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in operands.items() if v is not None],
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _dft_model(shape, opset: int, axis, length, inverse: int, onesided: int) -> onnx.ModelProto:
+    attrs = {"inverse": inverse, "onesided": onesided} | ({"axis": axis} if axis is not None and opset < 20 else {})
+    operands = {"length": length} | ({"axis": axis} if opset >= 20 else {})
+    return _one_node_model("DFT", shape, opset, operands, **attrs)
 
 
 def _as_products(model: onnx.ModelProto, opset: int) -> onnx.ModelProto:
@@ -180,7 +182,7 @@ def _as_products(model: onnx.ModelProto, opset: int) -> onnx.ModelProto:
     shapes = {v.name: tuple(d.dim_value for d in v.type.tensor_type.shape.dim) for v in inferred.input}
     shapes |= {i.name: tuple(i.dims) for i in model.graph.initializer}
     constants = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
-    nodes = spectral.dft_as_products(model.graph, shapes, constants, opset)
+    nodes = spectral.as_products(model.graph, shapes, constants, opset)
     assert nodes is not None and not {"DFT", "STFT"} & {n.op_type for n in nodes}
     used = {name for n in nodes for name in n.input}
     initializers = [numpy_helper.from_array(v, k) for k, v in constants.items() if k in used]
@@ -192,7 +194,6 @@ def test_the_products_compute_what_onnxruntime_computes():
     """Over opsets, shapes, axes (given and default), directions, sides and lengths: each product's
     spectrum against onnxruntime's DFT on the same signal, both run by onnxruntime."""
     rng, compared = np.random.default_rng(0), 0
-    options = ort.SessionOptions()
     grid = itertools.product(
         (17, 20), [(2, 5, 1), (2, 6, 2), (3, 4, 7, 2), (3, 4, 7, 1)], (None, 0, 1, -2), (0, 1), (0, 1), (None, 3, 9)
     )
@@ -200,28 +201,19 @@ def test_the_products_compute_what_onnxruntime_computes():
         signal_axis = (1 if opset < 20 else -2) if axis is None else axis
         if not -len(shape) <= signal_axis <= len(shape) - 2 or (onesided and (shape[-1] == 2 or inverse)):
             continue
-        model, x = _dft_model(shape, opset, axis, length, inverse, onesided), rng.normal(size=shape).astype(np.float32)
-        want = ort.InferenceSession(model.SerializeToString(), options).run(None, {"X": x})[0]
-        got = ort.InferenceSession(_as_products(model, opset).SerializeToString(), options).run(None, {"X": x})[0]
-        assert got.shape == want.shape
-        np.testing.assert_allclose(got, want, atol=1e-5 * max(1.0, float(np.abs(want).max())), rtol=0)
+        _assert_products_as_onnxruntime(_dft_model(shape, opset, axis, length, inverse, onesided), opset, rng)
         compared += 1
     assert compared > 100
 
 
-def _stft_model(shape, step: int, window, length, onesided: int) -> onnx.ModelProto:
-    inputs = ["X", "step", "window" if window is not None else "", "length" if length is not None else ""]
-    while not inputs[-1]:
-        inputs.pop()
-    given = {"step": np.array(step), "window": window, "length": None if length is None else np.array(length)}
-    graph = helper.make_graph(
-        [helper.make_node("STFT", inputs, ["Y"], onesided=onesided)],
-        "stft",
-        [helper.make_tensor_value_info("X", TensorProto.FLOAT, shape)],
-        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
-        [numpy_helper.from_array(np.asarray(v), k) for k, v in given.items() if k in inputs],
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+def _assert_products_as_onnxruntime(model: onnx.ModelProto, opset: int, rng) -> None:
+    """onnxruntime runs the model and its rewrite on one random signal, to the same values."""
+    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    x = rng.normal(size=shape).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"X": x})[0]
+    got = ort.InferenceSession(_as_products(model, opset).SerializeToString()).run(None, {"X": x})[0]
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, atol=1e-5 * max(1.0, float(np.abs(want).max())), rtol=0)
 
 
 def test_stft_products_compute_what_onnxruntime_computes():
@@ -232,12 +224,9 @@ def test_stft_products_compute_what_onnxruntime_computes():
         if onesided and parts == 2:
             continue
         window = np.hanning(frame).astype(np.float32) if framing else None
-        model = _stft_model((2, 40, parts), step, window, frame if framing != 1 else None, onesided)
-        x = rng.normal(size=(2, 40, parts)).astype(np.float32)
-        want = ort.InferenceSession(model.SerializeToString()).run(None, {"X": x})[0]
-        got = ort.InferenceSession(_as_products(model, 17).SerializeToString()).run(None, {"X": x})[0]
-        assert got.shape == want.shape
-        np.testing.assert_allclose(got, want, atol=1e-5 * max(1.0, float(np.abs(want).max())), rtol=0)
+        operands = {"step": step, "window": window, "length": frame if framing != 1 else None}
+        model = _one_node_model("STFT", (2, 40, parts), 17, operands, onesided=onesided)
+        _assert_products_as_onnxruntime(model, 17, rng)
         compared += 1
     assert compared == 54
 
@@ -249,5 +238,5 @@ def test_transforms_of_one_kind_and_size_share_their_matrix():
     shapes = {f"X{i}": (2, 6, 2) for i in range(4)}
     constants: dict = {}
     graph = helper.make_graph(nodes, "dfts", [], [])
-    assert spectral.dft_as_products(graph, shapes, constants, 18) is not None
+    assert spectral.as_products(graph, shapes, constants, 18) is not None
     assert len([name for name in constants if name.startswith("__dft_matrix")]) == 2
