@@ -440,9 +440,10 @@ static inline void et_tiles_f32_(int rows, int n, int K, const float *a, size_t 
     } while (0)
 #endif
 
-/* The end of et_dot_tile_f32_'s piece whose sums went to `part`: the
- * products from i0 on of a single segment join their lanes, then the
- * piece's lane sums go to `lane`. */
+/* The end of et_dot_tile_f32_'s piece whose sums went to `part`, on a
+ * scalar FPU (vectors take a tail into their lanes): the products from i0
+ * on of a single segment join their lanes, then the piece's lane sums go
+ * to `lane`. */
 static inline void et_dot_tail_f32_(int rows, int taps, int i0, int n, int fresh, float *restrict part,
                                     const float *restrict y, size_t y_rs, const float *restrict x, const size_t *xt,
                                     float *restrict lane, size_t lane_rs)
