@@ -127,9 +127,10 @@ static inline void et_gather_i32(int outer, int axis_dim, int inner, int n_indic
 
 /* Scatter-add of dY back to the gathered rows.  A repeated index sums its
  * rows in index order, so the result is the same on every target; an index
- * out of range adds nothing. */
+ * out of range adds nothing, and so does the index `skip` (an embedding's
+ * padding row, whose gradient PyTorch leaves at zero; -1 for none). */
 static inline void et_gather_grad_f32(int outer, int axis_dim, int inner, int n_indices,
-                                      const int *const_indices, const int32_t *indices,
+                                      const int *const_indices, const int32_t *indices, int skip,
                                       const float *dY, float *dX)
 {
     int o, j, k, i;
@@ -140,7 +141,7 @@ static inline void et_gather_grad_f32(int outer, int axis_dim, int inner, int n_
     for (o = 0; o < outer; ++o)
         for (j = 0; j < n_indices; ++j) {
             k = et_gather_index_(const_indices, indices, j, axis_dim);
-            if (k < 0 || k >= axis_dim)
+            if (k < 0 || k >= axis_dim || k == skip)
                 continue;
             dst = dX + ((size_t)o * (size_t)axis_dim + (size_t)k) * (size_t)inner;
             src = dY + ((size_t)o * (size_t)n_indices + (size_t)j) * (size_t)inner;

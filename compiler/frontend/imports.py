@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import collections
+import itertools
 import re
 import warnings
 from typing import Any
@@ -563,6 +564,72 @@ def restore_expanded_parameters(proto: onnx.ModelProto) -> None:
         )
 
 
+def restore_folded_copies(proto: onnx.ModelProto) -> None:
+    """dynamo's optimizer folds a parameter's transpose, reshape or expansion (`x @ w.T` beside another
+    use of w, `scale.view(1, -1, 1, 1)`) into a constant of its own while the parameter stays for its
+    other readers: PyTorch's gradient flows through that copy into the parameter, a frozen constant
+    would stop it. Where the copy's values are the parameter's rearranged in exactly one way (its
+    elements' places decide where each gradient goes), it is computed from the parameter again by
+    that Transpose, Reshape or Expand. A copy that is not, or not in one way (a fresh bias of zeros
+    expanded is zeros however placed), stays frozen, and one note says so."""
+    graph = proto.graph
+    inits = {i.name: i for i in graph.initializer}
+    parameters = {
+        value.name
+        for value in graph.value_info
+        if any(p.key == _SIGNATURE_KIND and p.value == "PARAMETER" for p in value.metadata_props)
+    }
+    frozen = []
+    for value in graph.value_info:
+        sources = [name for name in _folded_from(value) if name in parameters]  # beside shapes and axes
+        copy, source = inits.get(value.name), inits.get(sources[0]) if len(sources) == 1 else None
+        if copy is None or source is None:
+            continue
+        node = _rearranged(value.name, numpy_helper.to_array(source), numpy_helper.to_array(copy), source.name)
+        if node is None:
+            frozen.append(f"{value.name} (from {source.name})")
+            continue
+        graph.initializer.remove(copy)
+        graph.initializer.extend(node[1:])
+        graph.node.insert(0, node[0])
+    if frozen:
+        note(
+            f"{len(frozen)} constant(s) that torch's exporter computed from a parameter that also trains "
+            f"({', '.join(frozen[:3])}{', ...' if len(frozen) > 3 else ''}) stay frozen, where PyTorch's gradient "
+            "flows through them into the parameter: export with optimize=False to train them as PyTorch does"
+        )
+
+
+def _rearranged(name: str, source: np.ndarray, copy: np.ndarray, parameter: str) -> list | None:
+    """[the node, its constant inputs] that computes `copy` (named `name`) from `source` by one
+    Transpose, Reshape or Expand, when exactly one placing of the parameter's elements gives its
+    values; None otherwise."""
+    places = np.arange(source.size).reshape(source.shape)
+    ways: dict[bytes, tuple[str, Any]] = {}  # each placing of the elements -> the first way to it
+    if source.ndim == copy.ndim and source.ndim <= 5:
+        for perm in itertools.permutations(range(source.ndim)):
+            ways.setdefault(places.transpose(perm).tobytes(), ("Transpose", list(perm)))
+    if source.size == copy.size:
+        ways.setdefault(places.reshape(copy.shape).tobytes(), ("Reshape", copy.shape))
+    try:
+        ways.setdefault(np.broadcast_to(places, copy.shape).tobytes(), ("Expand", copy.shape))
+    except ValueError:
+        pass
+    fits = [
+        way
+        for key, way in ways.items()
+        if len(key) == copy.size * places.itemsize
+        and np.array_equal(source.reshape(-1)[np.frombuffer(key, places.dtype)], copy.reshape(-1))
+    ]
+    if len(fits) != 1:
+        return None
+    op, arg = fits[0]
+    if op == "Transpose":
+        return [onnx.helper.make_node(op, [parameter], [name], perm=arg, name=f"{name}__restored")]
+    shape = numpy_helper.from_array(np.array(arg, np.int64), f"{name}__shape")
+    return [onnx.helper.make_node(op, [parameter, shape.name], [name], name=f"{name}__restored"), shape]
+
+
 def check_recorded_parameters(proto: onnx.ModelProto, folded: frozenset[str]) -> frozenset[str]:
     """Every parameter a dynamo-exported node's record says its PyTorch call read (%p_<name>) should be
     an initializer by now, and so should every module's tensor (a dotted name) that the exporter's
@@ -671,6 +738,31 @@ def detached_values(proto: onnx.ModelProto) -> frozenset[str]:
         if re.search(r"target=torch\.ops\.aten\.detach\.default\b", _meta(node).get(_FX_NODE, ""))
         for name in node.output
     )
+
+
+# An embedding's recorded call: aten.embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, ...).
+_EMBEDDING = re.compile(r"aten\.embedding\.default\]\(args = \([^,]+, [^,)]+(?:, (-?\d+))?(?:, (True|False))?")
+
+
+def padding_rows(proto: onnx.ModelProto) -> dict[str, int]:
+    """The output of each Gather that torch's dynamo exporter records as an embedding with a
+    padding_idx -> that row, whose weight PyTorch's gradient leaves untouched: the index it reads
+    gathers its row in the forward pass but adds nothing to the gradient. Refuses an embedding that
+    scales its gradient by the indices' frequencies (scale_grad_by_freq), which no ONNX op says. The
+    TorchScript exporter keeps no record of either."""
+    rows = {}
+    for node in proto.graph.node:
+        found = _EMBEDDING.search(_meta(node).get(_FX_NODE, "")) if node.op_type == "Gather" else None
+        if not found:
+            continue
+        if found.group(2) == "True":
+            raise EdgetrainError(
+                f"node '{node.name}' (Gather): PyTorch's embedding scales its gradient by how often each index "
+                "occurs (scale_grad_by_freq=True), which ONNX cannot say; export it without"
+            )
+        if found.group(1) is not None and int(found.group(1)) >= 0:
+            rows[node.output[0]] = int(found.group(1))
+    return rows
 
 
 def quantized_parameters(proto: onnx.ModelProto) -> None:

@@ -52,6 +52,7 @@ def load_model(
     imports.check_computed_constants(proto)
     imports.restore_removed_biases(proto)
     imports.restore_expanded_parameters(proto)
+    imports.restore_folded_copies(proto)
     imports.bernoulli_patterns(proto)
     imports.note_draws(proto)
     imports.quantized_parameters(proto)
@@ -69,6 +70,7 @@ def load_model(
     graph.not_parameters = not_parameters & set(graph.params)
     graph.folded = folded - graph.values.keys()
     graph.detached = imports.detached_values(proto) & graph.values.keys()
+    graph.padding_rows = {v: row for v, row in imports.padding_rows(proto).items() if v in graph.values}
     for value in graph.values.values():
         check_tensor_size(value.name, value.shape)
     return graph

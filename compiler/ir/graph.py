@@ -77,6 +77,8 @@ class Graph:
     folded: frozenset[str] = frozenset()
     # values PyTorch's forward detached (x.detach(), recorded by the exporter): no gradient flows into them
     detached: frozenset[str] = frozenset()
+    # a Gather's output -> the row of its data that its gradient skips (an embedding's padding_idx)
+    padding_rows: dict[str, int] = field(default_factory=dict)
     opset: int = 18
     _counter: int = 0
 

@@ -163,10 +163,13 @@ def checked_indices(k, node, dims, name=None) -> tuple[list, tuple | None, str |
 
 def index_grad(grad_op: str, attr: str):
     """The gradient rule of an op that reads its data (input 0) at indices (input 1): `grad_op`(dY,
-    indices) in our domain, with the node's `attr` and the data's shape; the indices get none."""
+    indices) in our domain, with the node's `attr`, the data's shape and, for an embedding's Gather,
+    the padding row its gradient skips; the indices get none."""
 
     def grad(g, node, dy):
         attrs = {attr: int(node.attr(attr, 0)), "shape": list(g.shape(node.inputs[0]))}
+        if node.outputs[0] in g.graph.padding_rows:  # a Gather that is an embedding with a padding_idx
+            attrs["skip"] = g.graph.padding_rows[node.outputs[0]]
         return [g.emit(grad_op, [dy[0], node.inputs[1]], attrs, domain=ET_DOMAIN), None]
 
     return staticmethod(grad)
@@ -194,27 +197,28 @@ class Gather:
 
 @op("GatherGrad", domain=ET_DOMAIN)
 class GatherGrad:
-    """(dY, indices) -> dX of the data's `shape`: zeros plus dY's slices added at their indices.
-    The indices stay an input so the same op serves indices known only at run time."""
+    """(dY, indices) -> dX of the data's `shape`: zeros plus dY's slices added at their indices,
+    but for the index `skip` (an embedding's padding row), if given. The indices stay an input so
+    the same op serves indices known only at run time."""
 
     @staticmethod
     def kernel(k, node):
         dy, dx = node.inputs[0], node.outputs[0]
-        return _gather_calls(k, node, k.shape(dx), "et_gather_grad_f32", dy, dx)
+        return _gather_calls(k, node, k.shape(dx), "et_gather_grad_f32", int(node.attr("skip", -1)), dy, dx)
 
     @staticmethod
     def shape(graph, node):
         return [tuple(node.attr("shape"))]
 
     @staticmethod
-    def reference(dy, indices, axis, shape):
+    def reference(dy, indices, axis, shape, skip=-1):
         shape = tuple(shape)
         dx = np.zeros(shape, np.float32)
         axis = axis % len(shape)
         idx = np.where(indices < 0, indices + shape[axis], indices).ravel()
         moved = np.moveaxis(dx, axis, 0)  # a view: adding into it fills dx
         rows = np.moveaxis(dy.reshape(shape[:axis] + (idx.size,) + tuple(shape[axis + 1 :])), axis, 0)
-        np.add.at(moved, idx, rows)
+        np.add.at(moved, idx[idx != skip], rows[idx != skip])
         return (dx,)
 
 

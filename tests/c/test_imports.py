@@ -745,6 +745,85 @@ def test_an_average_pool_whose_divisor_override_the_export_dropped_is_refused(tm
     compile_(tmp_path / "n.onnx", tmp_path / "n", loss=artifacts.LossType.MSELoss)
 
 
+class TiedEmbedding(torch.nn.Module):
+    """Token embeddings with a padding row, tied to the output projection as a language model's are
+    (BART's and Pegasus's): the row's gradient is the projection's part alone."""
+
+    def __init__(self, padding_idx, scale_grad_by_freq=False, vocab=7, dim=5):
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, dim, padding_idx=padding_idx, scale_grad_by_freq=scale_grad_by_freq)
+        with torch.no_grad():
+            self.embed.weight[self.embed.padding_idx or 0].normal_()  # the padding row is zeros when made
+
+    def forward(self, ids):
+        return torch.tanh(self.embed(ids)).mean(1) @ self.embed.weight.T
+
+
+@pytest.mark.parametrize("optimize", [False, True], ids=["as_traced", "optimized"])
+@pytest.mark.parametrize("padding_idx", [0, -2, None])
+def test_an_embeddings_padding_row_the_dynamo_exporter_recorded_gets_no_gradient_from_its_lookups(
+    padding_idx, optimize, tmp_path
+):
+    """Its optimizer also folds the transposed weight into a constant of its own, restored as a
+    Transpose of the parameter."""
+    torch.manual_seed(0)
+    model = TiedEmbedding(padding_idx).train()
+    ids = torch.tensor([[0, 5, 5, 2, 0, 1], [3, 5, 0, 6, 4, 0]][:B])  # the padding rows (0 and 5) fed unmasked
+    labels = torch.tensor([0, 5])[:B]
+    dynamo_export(model, ids, tmp_path / "m.onnx", optimize=optimize)
+    module, state, _ = compile_(tmp_path / "m.onnx", tmp_path, loss=artifacts.LossType.CrossEntropyLoss)
+    module.train()
+    loss = module(ids.numpy(), labels.numpy())
+    want = torch.nn.functional.cross_entropy(model(ids), labels)
+    want.backward()
+    assert np.isclose(loss, want.item(), rtol=1e-5)
+    np.testing.assert_allclose(state.parameters["embed.weight"].grad, model.embed.weight.grad, rtol=1e-5, atol=1e-6)
+
+
+class FoldedCopies(torch.nn.Module):
+    """Parameters read directly and through a transpose, a view or an expansion, which dynamo's
+    optimizer folds into constants of their own, and one through a product, which is no
+    rearrangement."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(4, 6))
+        self.scale = torch.nn.Parameter(torch.randn(4))
+        self.shift = torch.nn.Parameter(torch.randn(1, 6))
+        self.doubled = torch.nn.Parameter(torch.randn(6))
+
+    def forward(self, x):
+        h = (x @ self.w.T) * self.scale.view(1, -1) + self.scale + (x[:, None, :] * self.w).sum(-1)
+        g = torch.cat([x, self.shift.expand(B, -1)]) + self.shift + x.repeat(2, 1) * (self.doubled * 2.0)
+        return torch.cat([h, g[:B] + g[B:] + self.doubled], 1)
+
+
+@pytest.mark.parametrize("optimize", [False, True], ids=["as_traced", "optimized"])
+def test_a_parameters_copies_the_dynamo_optimizer_folded_train_it_as_in_pytorch(optimize, tmp_path):
+    torch.manual_seed(0)
+    model, x, y = FoldedCopies().train(), torch.randn(B, 6), torch.randn(B, 10)
+    dynamo_export(model, x, tmp_path / "m.onnx", optimize=optimize)
+    module, state, notes = compile_(tmp_path / "m.onnx", tmp_path, loss=artifacts.LossType.MSELoss)
+    module.train()
+    loss = module(x.numpy(), y.numpy())
+    want = torch.nn.functional.mse_loss(model(x), y)
+    want.backward()
+    assert np.isclose(loss, want.item(), rtol=1e-5)
+    products = [n for n in notes if "computed from a parameter that also trains" in n]
+    assert len(products) == optimize and all("(mul_" in n and "from doubled)" in n for n in products), notes
+    for name, p in model.named_parameters():
+        if name != "doubled" or not optimize:  # its product's copy stays frozen, as the note says
+            np.testing.assert_allclose(state.parameters[name].grad, p.grad.numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_an_embedding_that_scales_its_gradient_by_frequency_is_refused(tmp_path):
+    ids = torch.tensor([[0, 5, 5, 2], [3, 5, 0, 6]])[:B]
+    dynamo_export(TiedEmbedding(None, scale_grad_by_freq=True), ids, tmp_path / "m.onnx", optimize=False)
+    with pytest.raises(EdgetrainError, match=r"'node_embedding' \(Gather\): .*scale_grad_by_freq=True") as refusal:
+        compile_(tmp_path / "m.onnx", tmp_path, loss=artifacts.LossType.CrossEntropyLoss)
+    assert "\n" not in str(refusal.value)
+
+
 class DropPath(torch.nn.Module):
     """A residual block with drop path: in training each row keeps its branch with probability
     `keep`, scaled by 1 / keep; in eval the branch is always there, unscaled. timm draws the mask

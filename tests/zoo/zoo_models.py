@@ -37,8 +37,8 @@ class ZooModel:
         if self.kind in ("audio", "video"):
             x = torch.randn(BATCH, *self.shape, generator=g)
             return (x,), torch.randint(0, CLASSES, (BATCH,), generator=g)
-        # Id 0 is the padding token, whose embedding row PyTorch never trains (padding_idx); ONNX's
-        # Gather cannot say so, so the batch leaves it out (README: Exporting your model).
+        # Id 0 is the padding token, whose lookups PyTorch's gradient skips (padding_idx); the
+        # TorchScript export cannot say so, so the batch leaves it out (README: Exporting your model).
         ids = torch.randint(1, VOCAB, (BATCH, SEQ), generator=g)
         mask = torch.ones(BATCH, SEQ, dtype=torch.long)
         mask[1, -3:] = 0  # a padded sequence: the attention mask matters
