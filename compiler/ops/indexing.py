@@ -280,17 +280,20 @@ class Where:
 # ---- Max / Min: variadic, broadcasting; ties share the gradient equally ----
 
 
-def _extremum(fn):
+def _extremum(stem):
     class Extremum:
+        integer = True  # T5's relative positions bucketed with an int64 Min
+
         @staticmethod
         def kernel(k, node):
             y = node.outputs[0]
             shape = at_least_1d(k.shape(y))
             first = node.inputs[0]
             if len(node.inputs) == 1:
-                return [k.call("et_expand_f32", len(shape), shape, first, broadcast_strides(k.shape(first), shape), y)]
+                expand = typed(k, "et_expand", first)
+                return [k.call(expand, len(shape), shape, first, broadcast_strides(k.shape(first), shape), y)]
             # Fold the inputs into Y: after the first call Y holds the running result.
-            calls, a, a_strides = [], first, broadcast_strides(k.shape(first), shape)
+            calls, a, a_strides, fn = [], first, broadcast_strides(k.shape(first), shape), typed(k, stem, first)
             for b in node.inputs[1:]:
                 calls.append(k.call(fn, len(shape), shape, a, a_strides, b, broadcast_strides(k.shape(b), shape), y))
                 a, a_strides = y, contiguous_strides(shape)
@@ -310,8 +313,8 @@ def _extremum(fn):
     return Extremum
 
 
-op("Max")(_extremum("et_max_f32"))
-op("Min")(_extremum("et_min_f32"))
+op("Max")(_extremum("et_max"))
+op("Min")(_extremum("et_min"))
 
 
 @op("MinMaxGrad", domain=ET_DOMAIN)

@@ -184,6 +184,12 @@ OPS = {
         {"X": ints((2, 3), dtype=np.int32), "lo": np.array(4, np.int32), "hi": np.array(-2, np.int32)},
         consts=("lo", "hi"),
     ),
+    # T5's relative position buckets: Min of int64 positions and the last bucket
+    "Min-int64-bcast": OpCase("Min", {"A": ints((2, 3)), "B": ints((3,))}),
+    "Max-int32-three": OpCase(
+        "Max", {"A": ints((2, 3), dtype=np.int32), "B": ints((1, 3), dtype=np.int32), "C": ints((2, 1), dtype=np.int32)}
+    ),
+    "Min-int64-one": OpCase("Min", {"A": ints((2, 3))}),
     "CumSum-int64": OpCase("CumSum", {"X": ints((2, 5)), "axis": i64(1)}, consts=("axis",)),
     "CumSum-int64-exclusive": OpCase("CumSum", {"X": ints((2, 5)), "axis": i64(-1)}, {"exclusive": 1}, ("axis",)),
     "CumSum-int32-reverse": OpCase(
