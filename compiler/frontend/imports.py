@@ -564,32 +564,43 @@ def restore_expanded_parameters(proto: onnx.ModelProto) -> None:
         )
 
 
+_TRANSPOSED_COPY = re.compile(r"(permute|t|transpose)(_\d+)?")  # torch.export's names for a transpose's result
+
+
 def restore_folded_copies(proto: onnx.ModelProto) -> None:
-    """dynamo's optimizer folds a parameter's transpose, reshape or expansion (`x @ w.T` beside another
-    use of w, `scale.view(1, -1, 1, 1)`) into a constant of its own while the parameter stays for its
-    other readers: PyTorch's gradient flows through that copy into the parameter, a frozen constant
-    would stop it. Where the copy's values are the parameter's rearranged in exactly one way (its
-    elements' places decide where each gradient goes), it is computed from the parameter again by
-    that Transpose, Reshape or Expand. A copy that is not, or not in one way (a fresh bias of zeros
-    expanded is zeros however placed), stays frozen, and one note says so."""
+    """dynamo's optimizer folds a parameter's transpose, reshape or expansion (`x @ w.T`,
+    `scale.view(1, -1, 1, 1)`) into a constant of its own: PyTorch's gradient flows through that copy
+    into the parameter, a frozen constant would stop it. A parameter read only through copies is
+    gone from the graph: one whose copy is a matrix that torch.export names as a transpose's result
+    comes back as that copy transposed, read through a Transpose. Where the parameter is there, a
+    copy whose values are the parameter's rearranged in exactly one way (its elements' places decide
+    where each gradient goes) is computed from it again by that Transpose, Reshape or Expand. A copy
+    that is not, or not in one way (a fresh bias of zeros expanded is zeros however placed), stays
+    frozen, and one note says so."""
     graph = proto.graph
     inits = {i.name: i for i in graph.initializer}
-    parameters = {
-        value.name
-        for value in graph.value_info
-        if any(p.key == _SIGNATURE_KIND and p.value == "PARAMETER" for p in value.metadata_props)
-    }
-    frozen = []
+    parameters = set(_SIGNATURE_PARAMETER.findall(_signature(proto)))
+    copies = []  # (copy, the parameter it was folded from), beside shapes and axes
     for value in graph.value_info:
-        sources = [name for name in _folded_from(value) if name in parameters]  # beside shapes and axes
-        copy, source = inits.get(value.name), inits.get(sources[0]) if len(sources) == 1 else None
-        if copy is None or source is None:
-            continue
-        node = _rearranged(value.name, numpy_helper.to_array(source), numpy_helper.to_array(copy), source.name)
+        sources = [name for name in _folded_from(value) if name in parameters]
+        if value.name in inits and len(sources) == 1:
+            copies.append((value.name, sources[0]))
+    frozen: list[str] = []
+    for name, parameter in copies:
+        copy = numpy_helper.to_array(inits[name])
+        node: list | None
+        if parameter not in inits and _TRANSPOSED_COPY.fullmatch(name) and copy.ndim == 2:
+            graph.initializer.append(numpy_helper.from_array(np.ascontiguousarray(copy.T), parameter))
+            inits[parameter] = graph.initializer[-1]
+            node = [onnx.helper.make_node("Transpose", [parameter], [name], perm=[1, 0], name=f"{name}__restored")]
+        elif parameter in inits:
+            node = _rearranged(name, numpy_helper.to_array(inits[parameter]), copy, parameter)
+        else:
+            continue  # said with the other parameters folded away (check_recorded_parameters)
         if node is None:
-            frozen.append(f"{value.name} (from {source.name})")
+            frozen.append(f"{name} (from {parameter})")
             continue
-        graph.initializer.remove(copy)
+        graph.initializer.remove(inits.pop(name))
         graph.initializer.extend(node[1:])
         graph.node.insert(0, node[0])
     if frozen:

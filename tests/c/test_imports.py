@@ -782,18 +782,20 @@ def test_an_embeddings_padding_row_the_dynamo_exporter_recorded_gets_no_gradient
 
 class FoldedCopies(torch.nn.Module):
     """Parameters read directly and through a transpose, a view or an expansion, which dynamo's
-    optimizer folds into constants of their own, and one through a product, which is no
-    rearrangement."""
+    optimizer folds into constants of their own, one through a product, which is no rearrangement,
+    and one through a transpose alone, which leaves it no initializer of its own."""
 
     def __init__(self):
         super().__init__()
         self.w = torch.nn.Parameter(torch.randn(4, 6))
+        self.only_transposed = torch.nn.Parameter(torch.randn(4, 6))
         self.scale = torch.nn.Parameter(torch.randn(4))
         self.shift = torch.nn.Parameter(torch.randn(1, 6))
         self.doubled = torch.nn.Parameter(torch.randn(6))
 
     def forward(self, x):
         h = (x @ self.w.T) * self.scale.view(1, -1) + self.scale + (x[:, None, :] * self.w).sum(-1)
+        h = h + torch.tanh(x @ self.only_transposed.T)
         g = torch.cat([x, self.shift.expand(B, -1)]) + self.shift + x.repeat(2, 1) * (self.doubled * 2.0)
         return torch.cat([h, g[:B] + g[B:] + self.doubled], 1)
 
