@@ -745,6 +745,22 @@ def test_an_average_pool_whose_divisor_override_the_export_dropped_is_refused(tm
     compile_(tmp_path / "n.onnx", tmp_path / "n", loss=artifacts.LossType.MSELoss)
 
 
+def step_beside_pytorch(model, x, target, optimize, tmp_path):
+    """Exported by dynamo, compiled, and one training step through the C and through PyTorch (whose
+    gradients stay on the model), the losses checked to agree: (the C's state, the import notes).
+    Integer targets are class labels (CrossEntropyLoss), float ones MSELoss's."""
+    dynamo_export(model, x, tmp_path / "m.onnx", optimize=optimize)
+    labels = not target.is_floating_point()
+    kind = artifacts.LossType.CrossEntropyLoss if labels else artifacts.LossType.MSELoss
+    module, state, notes = compile_(tmp_path / "m.onnx", tmp_path, loss=kind)
+    module.train()
+    loss = module(x.numpy(), target.numpy())
+    want = (torch.nn.functional.cross_entropy if labels else torch.nn.functional.mse_loss)(model(x), target)
+    want.backward()
+    assert np.isclose(loss, want.item(), rtol=1e-5)
+    return state, notes
+
+
 class TiedEmbedding(torch.nn.Module):
     """Token embeddings with a padding row, tied to the output projection as a language model's are
     (BART's and Pegasus's): the row's gradient is the projection's part alone."""
@@ -769,14 +785,7 @@ def test_an_embeddings_padding_row_the_dynamo_exporter_recorded_gets_no_gradient
     torch.manual_seed(0)
     model = TiedEmbedding(padding_idx).train()
     ids = torch.tensor([[0, 5, 5, 2, 0, 1], [3, 5, 0, 6, 4, 0]][:B])  # the padding rows (0 and 5) fed unmasked
-    labels = torch.tensor([0, 5])[:B]
-    dynamo_export(model, ids, tmp_path / "m.onnx", optimize=optimize)
-    module, state, _ = compile_(tmp_path / "m.onnx", tmp_path, loss=artifacts.LossType.CrossEntropyLoss)
-    module.train()
-    loss = module(ids.numpy(), labels.numpy())
-    want = torch.nn.functional.cross_entropy(model(ids), labels)
-    want.backward()
-    assert np.isclose(loss, want.item(), rtol=1e-5)
+    state, _ = step_beside_pytorch(model, ids, torch.tensor([0, 5])[:B], optimize, tmp_path)
     np.testing.assert_allclose(state.parameters["embed.weight"].grad, model.embed.weight.grad, rtol=1e-5, atol=1e-6)
 
 
@@ -803,14 +812,8 @@ class FoldedCopies(torch.nn.Module):
 @pytest.mark.parametrize("optimize", [False, True], ids=["as_traced", "optimized"])
 def test_a_parameters_copies_the_dynamo_optimizer_folded_train_it_as_in_pytorch(optimize, tmp_path):
     torch.manual_seed(0)
-    model, x, y = FoldedCopies().train(), torch.randn(B, 6), torch.randn(B, 10)
-    dynamo_export(model, x, tmp_path / "m.onnx", optimize=optimize)
-    module, state, notes = compile_(tmp_path / "m.onnx", tmp_path, loss=artifacts.LossType.MSELoss)
-    module.train()
-    loss = module(x.numpy(), y.numpy())
-    want = torch.nn.functional.mse_loss(model(x), y)
-    want.backward()
-    assert np.isclose(loss, want.item(), rtol=1e-5)
+    model = FoldedCopies().train()
+    state, notes = step_beside_pytorch(model, torch.randn(B, 6), torch.randn(B, 10), optimize, tmp_path)
     products = [n for n in notes if "computed from a parameter that also trains" in n]
     assert len(products) == optimize and all("(mul_" in n and "from doubled)" in n for n in products), notes
     for name, p in model.named_parameters():
