@@ -579,7 +579,7 @@ def restore_folded_copies(proto: onnx.ModelProto) -> None:
     frozen, and one note says so."""
     graph = proto.graph
     inits = {i.name: i for i in graph.initializer}
-    parameters = set(_SIGNATURE_PARAMETER.findall(_signature(proto)))
+    parameters = recorded_parameters(proto)
     copies = []  # (copy, the parameter it was folded from), beside shapes and axes
     for value in graph.value_info:
         sources = [name for name in _folded_from(value) if name in parameters]
@@ -658,12 +658,51 @@ def check_recorded_parameters(proto: onnx.ModelProto, folded: frozenset[str]) ->
     gone |= _ran(proto, unseen) - _tied_away(proto, unseen, names)
     missing = sorted(gone) + sorted(recorded - present - {_placeholder(name) for name in gone})
     if missing:
-        shown = ", ".join(missing[:4]) + (", ..." if len(missing) > 4 else "")
         note(
             f"{len(missing)} PyTorch parameter(s) that torch's exporter folded into constants or optimized away "
-            f"({shown}) stay as exported and do not train: export with optimize=False to train them"
+            f"({_shown(missing)}) stay as exported and do not train: export with optimize=False to train them"
+        )
+    # A module the optimizer ran over that left no node: tied to another (T5's `shared`), or a layer
+    # it merged into an equal one of the same input (GPT-NeoX's two fresh LayerNorms of one x), whose
+    # survivor then takes both gradients. The export cannot tell the two apart; both are said.
+    nodeless = sorted(unseen - _ran(proto, unseen)) if _optimized(proto) else []
+    if nodeless:
+        note(
+            f"{len(nodeless)} PyTorch parameter(s) have no node left in the export ({_shown(nodeless)}): each is "
+            "tied to another and trains as that one, or torch's exporter's optimizer merged its layer into an "
+            "equal layer of the same input, which then trains for both: export with optimize=False to keep each"
         )
     return frozenset(gone)
+
+
+def _shown(names: list[str]) -> str:
+    return ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
+
+
+def _optimized(proto: onnx.ModelProto) -> bool:
+    """Whether dynamo's optimizer ran over the export: it records what it folded and rewrote, and a
+    node whose call it found equal to another's is gone while the calls recorded as reading its value
+    (`%layer_norm_1`) now read the other's."""
+    graph = proto.graph
+    if any(p.key == _FOLDED_FROM for v in graph.value_info for p in v.metadata_props):
+        return True
+    values = names_in(graph)
+    for node in graph.node:
+        meta = _meta(node)
+        if _RULE in meta:
+            return True
+        if node.op_type in ("Constant", "Identity"):
+            continue  # the exporter itself writes sizes as constants and elides clones
+        call = meta.get(_FX_NODE, "").split("](", 1)[-1]  # the arguments, after the call's target
+        if any(v not in values for v in re.findall(r"%(?![pbc]_)(\w+)", call)):
+            return True
+    return False
+
+
+def recorded_parameters(proto: onnx.ModelProto) -> frozenset[str]:
+    """Every parameter the dynamo export's graph signature lists, whether the graph still has it or
+    not (its optimizer merges equal ones and folds others away); empty for other exports."""
+    return frozenset(_SIGNATURE_PARAMETER.findall(_signature(proto)))
 
 
 def check_dropped_statistics(proto: onnx.ModelProto) -> None:

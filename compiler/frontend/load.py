@@ -69,6 +69,7 @@ def load_model(
     graph = _to_ir(proto, constants)
     graph.not_parameters = not_parameters & set(graph.params)
     graph.folded = folded - graph.values.keys()
+    graph.recorded = imports.recorded_parameters(proto)
     graph.detached = imports.detached_values(proto) & graph.values.keys()
     graph.padding_rows = {v: row for v, row in imports.padding_rows(proto).items() if v in graph.values}
     for value in graph.values.values():

@@ -75,6 +75,8 @@ class Graph:
     not_parameters: frozenset[str] = frozenset()
     # tensors the exporter's optimizer folded into constants and the graph no longer has: frozen
     folded: frozenset[str] = frozenset()
+    # every parameter the dynamo export's graph signature lists, those the graph no longer has too
+    recorded: frozenset[str] = frozenset()
     # values PyTorch's forward detached (x.detach(), recorded by the exporter): no gradient flows into them
     detached: frozenset[str] = frozenset()
     # a Gather's output -> the row of its data that its gradient skips (an embedding's padding_idx)

@@ -93,6 +93,13 @@ def _resolve_params(graph: Graph, requires_grad, frozen_params) -> tuple[list[st
     so does a parameter the exporter's optimizer folded into a constant."""
     initializers = set(graph.params) | set(graph.buffers) | set(graph.constants) | graph.folded
     unknown = [n for n in list(requires_grad or []) + list(frozen_params or []) if n not in initializers]
+    gone = [n for n in unknown if n in graph.recorded]
+    if gone:
+        raise EdgetrainError(
+            f"requires_grad/frozen_params name PyTorch parameter(s) that the export no longer has: "
+            f"{', '.join(repr(n) for n in gone)}; torch's exporter merged them into equal ones, folded them away or "
+            "tied them to another name: export with optimize=False to keep each, or leave them out"
+        )
     if unknown:
         raise EdgetrainError(
             "unknown initializer name(s) in requires_grad/frozen_params: "

@@ -821,6 +821,35 @@ def test_a_parameters_copies_the_dynamo_optimizer_folded_train_it_as_in_pytorch(
             np.testing.assert_allclose(state.parameters[name].grad, p.grad.numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
 
 
+class ParallelNorms(torch.nn.Module):
+    """Two fresh LayerNorms of one input (GPT-NeoX's parallel residual): dynamo's optimizer merges
+    their equal parameters and then the two equal calls, leaving the second layer no node."""
+
+    def __init__(self):
+        super().__init__()
+        self.ln1, self.ln2 = torch.nn.LayerNorm(6), torch.nn.LayerNorm(6)
+        self.fc1, self.fc2 = torch.nn.Linear(6, 3), torch.nn.Linear(6, 3)
+
+    def forward(self, x):
+        return self.fc1(self.ln1(x)) + self.fc2(self.ln2(x))
+
+
+@pytest.mark.parametrize("optimize", [False, True], ids=["as_traced", "optimized"])
+def test_a_layer_the_dynamo_optimizer_merged_into_an_equal_one_is_said(optimize, tmp_path):
+    torch.manual_seed(0)
+    model = ParallelNorms().train()
+    state, notes = step_beside_pytorch(model, torch.randn(B, 6), torch.randn(B, 3), optimize, tmp_path)
+    said = [n for n in notes if "no node left in the export (ln2.bias, ln2.weight)" in n]
+    assert len(said) == optimize, notes
+    if optimize:  # frozen_params as README's recipe writes it names the parameter the export lost
+        gone = r"name PyTorch parameter\(s\) that the export no longer has: 'ln2.weight'; .* optimize=False"
+        with pytest.raises(EdgetrainError, match=gone):
+            compile_(tmp_path / "m.onnx", tmp_path / "f", loss=artifacts.LossType.MSELoss, frozen_params=["ln2.weight"])
+        return
+    for name, p in model.named_parameters():
+        np.testing.assert_allclose(state.parameters[name].grad, p.grad.numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
+
+
 def test_an_embedding_that_scales_its_gradient_by_frequency_is_refused(tmp_path):
     ids = torch.tensor([[0, 5, 5, 2], [3, 5, 0, 6]])[:B]
     dynamo_export(TiedEmbedding(None, scale_grad_by_freq=True), ids, tmp_path / "m.onnx", optimize=False)
