@@ -417,12 +417,19 @@ def restore_names(proto: onnx.ModelProto) -> None:
     inits = {i.name: i for i in graph.initializer}
     readers = collections.Counter(name for node in graph.node for name in node.input)
     taken = names_in(graph)
-    for index, node in reversed(list(enumerate(graph.node))):
-        if node.op_type not in ("MatMul", "Gemm") or len(node.input) < 2:
-            continue
-        name = node.input[1]
-        init, public = inits.get(name), _linear_weight(node, inits)
-        if init is None or public is None or readers[name] != 1 or len(init.dims) != 2:
+    # Each transposed weight, read where first: a layer called more than once (ALBERT's shared
+    # layers) reads one, restored once if every call is that layer's.
+    layers: dict[str, set[str | None]] = collections.defaultdict(set)
+    calls: collections.Counter[str] = collections.Counter()
+    first: dict[str, tuple[int, onnx.NodeProto]] = {}
+    for index, node in enumerate(graph.node):
+        if node.op_type in ("MatMul", "Gemm") and len(node.input) >= 2:
+            layers[node.input[1]].add(_linear_weight(node, inits))
+            calls[node.input[1]] += 1
+            first.setdefault(node.input[1], (index, node))
+    for name, (index, node) in sorted(first.items(), key=lambda item: -item[1][0]):  # from the last
+        init, public = inits.get(name), next(iter(layers[name])) if len(layers[name]) == 1 else None
+        if init is None or public is None or readers[name] != calls[name] or len(init.dims) != 2:
             continue
         weight = numpy_helper.to_array(init).T
         tied = inits.get(public)
@@ -969,15 +976,19 @@ def _own_copies(graph: onnx.GraphProto, readers_of: dict[str, list[tuple[onnx.No
     taken = set(inits) | {o for n in graph.node for o in n.output}
     for name, readers in readers_of.items():
         value = numpy_helper.to_array(inits[name])
+        made: dict[str, str] = {}  # a module called more than once (ALBERT's shared layers) reads one copy
         for node, slot in readers:
             module = _module_path(node)
             leaf = name.rsplit(".", 1)[-1] if "." in name else "weight"
-            copy = f"{module}.{leaf}" if module else f"{name}@{node.name}"
-            while copy in taken:
-                copy += "_"
-            taken.add(copy)
-            graph.initializer.append(numpy_helper.from_array(value.copy(), copy))
-            node.input[slot] = copy
+            wanted = f"{module}.{leaf}" if module else f"{name}@{node.name}"
+            if wanted not in made:
+                copy = wanted
+                while copy in taken:
+                    copy += "_"
+                taken.add(copy)
+                graph.initializer.append(numpy_helper.from_array(value.copy(), copy))
+                made[wanted] = copy
+            node.input[slot] = made[wanted]
 
 
 # (low, high, dtype) of the uniform draw behind a Bernoulli mask

@@ -850,6 +850,35 @@ def test_a_layer_the_dynamo_optimizer_merged_into_an_equal_one_is_said(optimize,
         np.testing.assert_allclose(state.parameters[name].grad, p.grad.numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
 
 
+class SharedLayer(torch.nn.Module):
+    """One layer called twice, as ALBERT's are, beside a fresh LayerNorm equal to its own: dynamo's
+    optimizer folds the layer's transposed weight into one constant both calls read and merges the
+    LayerNorms' parameters."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm_in = torch.nn.LayerNorm(6)
+        self.fc, self.norm = torch.nn.Linear(6, 6), torch.nn.LayerNorm(6)
+
+    def forward(self, x):
+        h = self.norm_in(x)
+        for _ in range(2):
+            h = self.norm(torch.tanh(self.fc(h)) + h)
+        return h
+
+
+@pytest.mark.parametrize("optimize", [False, True], ids=["as_traced", "optimized"])
+def test_a_layer_called_twice_trains_its_parameters_once_as_in_pytorch(optimize, tmp_path):
+    torch.manual_seed(0)
+    model = SharedLayer().train()
+    state, _ = step_beside_pytorch(model, torch.randn(B, 6), torch.randn(B, 6), optimize, tmp_path)
+    assert sorted(n for n, p in state.parameters.items() if p.requires_grad) == sorted(
+        n for n, _ in model.named_parameters()
+    )
+    for name, p in model.named_parameters():
+        np.testing.assert_allclose(state.parameters[name].grad, p.grad.numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
+
+
 def test_an_embedding_that_scales_its_gradient_by_frequency_is_refused(tmp_path):
     ids = torch.tensor([[0, 5, 5, 2], [3, 5, 0, 6]])[:B]
     dynamo_export(TiedEmbedding(None, scale_grad_by_freq=True), ids, tmp_path / "m.onnx", optimize=False)
