@@ -761,6 +761,13 @@ def step_beside_pytorch(model, x, target, optimize, tmp_path):
     return state, notes
 
 
+def assert_gradients_as_in_pytorch(state, model, but=()):
+    """Every parameter's gradient from the C's step against PyTorch's on the model, but those named."""
+    for name, p in model.named_parameters():
+        if name not in but:
+            np.testing.assert_allclose(state.parameters[name].grad, p.grad.numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
+
+
 class TiedEmbedding(torch.nn.Module):
     """Token embeddings with a padding row, tied to the output projection as a language model's are
     (BART's and Pegasus's): the row's gradient is the projection's part alone."""
@@ -816,9 +823,7 @@ def test_a_parameters_copies_the_dynamo_optimizer_folded_train_it_as_in_pytorch(
     state, notes = step_beside_pytorch(model, torch.randn(B, 6), torch.randn(B, 10), optimize, tmp_path)
     products = [n for n in notes if "computed from a parameter that also trains" in n]
     assert len(products) == optimize and all("(mul_" in n and "from doubled)" in n for n in products), notes
-    for name, p in model.named_parameters():
-        if name != "doubled" or not optimize:  # its product's copy stays frozen, as the note says
-            np.testing.assert_allclose(state.parameters[name].grad, p.grad.numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
+    assert_gradients_as_in_pytorch(state, model, but=["doubled"] if optimize else [])  # its product's copy: frozen
 
 
 class ParallelNorms(torch.nn.Module):
@@ -846,8 +851,7 @@ def test_a_layer_the_dynamo_optimizer_merged_into_an_equal_one_is_said(optimize,
         with pytest.raises(EdgetrainError, match=gone):
             compile_(tmp_path / "m.onnx", tmp_path / "f", loss=artifacts.LossType.MSELoss, frozen_params=["ln2.weight"])
         return
-    for name, p in model.named_parameters():
-        np.testing.assert_allclose(state.parameters[name].grad, p.grad.numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
+    assert_gradients_as_in_pytorch(state, model)
 
 
 class SharedLayer(torch.nn.Module):
@@ -875,8 +879,7 @@ def test_a_layer_called_twice_trains_its_parameters_once_as_in_pytorch(optimize,
     assert sorted(n for n, p in state.parameters.items() if p.requires_grad) == sorted(
         n for n, _ in model.named_parameters()
     )
-    for name, p in model.named_parameters():
-        np.testing.assert_allclose(state.parameters[name].grad, p.grad.numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
+    assert_gradients_as_in_pytorch(state, model)
 
 
 def test_an_embedding_that_scales_its_gradient_by_frequency_is_refused(tmp_path):
