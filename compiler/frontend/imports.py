@@ -595,21 +595,21 @@ def restore_folded_copies(proto: onnx.ModelProto) -> None:
     frozen: list[str] = []
     for name, parameter in copies:
         copy = numpy_helper.to_array(inits[name])
-        node: list | None
+        rebuilt: list | None  # [the node that computes the copy, its constant inputs]
         if parameter not in inits and _TRANSPOSED_COPY.fullmatch(name) and copy.ndim == 2:
             graph.initializer.append(numpy_helper.from_array(np.ascontiguousarray(copy.T), parameter))
             inits[parameter] = graph.initializer[-1]
-            node = [onnx.helper.make_node("Transpose", [parameter], [name], perm=[1, 0], name=f"{name}__restored")]
+            rebuilt = [onnx.helper.make_node("Transpose", [parameter], [name], perm=[1, 0], name=f"{name}__restored")]
         elif parameter in inits:
-            node = _rearranged(name, numpy_helper.to_array(inits[parameter]), copy, parameter)
+            rebuilt = _rearranged(name, numpy_helper.to_array(inits[parameter]), copy, parameter)
         else:
             continue  # said with the other parameters folded away (check_recorded_parameters)
-        if node is None:
+        if rebuilt is None:
             frozen.append(f"{name} (from {parameter})")
             continue
         graph.initializer.remove(inits.pop(name))
-        graph.initializer.extend(node[1:])
-        graph.node.insert(0, node[0])
+        graph.initializer.extend(rebuilt[1:])
+        graph.node.insert(0, rebuilt[0])
     if frozen:
         note(
             f"{len(frozen)} constant(s) that torch's exporter computed from a parameter that also trains "
@@ -660,8 +660,7 @@ def check_recorded_parameters(proto: onnx.ModelProto, folded: frozenset[str]) ->
     present = {_placeholder(name) for name in names}
     recorded = {p for node in proto.graph.node for p in re.findall(r"%(p_\w+)", _meta(node).get(_FX_NODE, ""))}
     gone = {name for name in folded if "." in name and name not in names and _looks_like_parameter(name)}
-    signature = _signature(proto)
-    unseen = set(_SIGNATURE_PARAMETER.findall(signature)) - names
+    unseen = set(recorded_parameters(proto)) - names
     gone |= _ran(proto, unseen) - _tied_away(proto, unseen, names)
     missing = sorted(gone) + sorted(recorded - present - {_placeholder(name) for name in gone})
     if missing:

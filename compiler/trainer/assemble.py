@@ -96,7 +96,7 @@ def _resolve_params(graph: Graph, requires_grad, frozen_params) -> tuple[list[st
     gone = [n for n in unknown if n in graph.recorded]
     if gone:
         raise EdgetrainError(
-            f"requires_grad/frozen_params name PyTorch parameter(s) that the export no longer has: "
+            "requires_grad/frozen_params name PyTorch parameter(s) that the export no longer has: "
             f"{', '.join(repr(n) for n in gone)}; torch's exporter merged them into equal ones, folded them away or "
             "tied them to another name: export with optimize=False to keep each, or leave them out"
         )
