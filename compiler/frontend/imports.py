@@ -87,6 +87,9 @@ _FOLDED_READERS = {"Conv": 1, "ConvTranspose": 1, "QuantizeLinear": 0}
 _TORCHSCRIPT_TRANSPOSED = re.compile(r"onnx::(MatMul|Gemm)_\d+")
 # Its name for any other constant it computed, after the op that reads it (onnx::Mul_301).
 _TORCHSCRIPT_COMPUTED = re.compile(r"onnx::\w+_\d+")
+# Set on the weights' QuantizeLinear nodes that quantize="int8" inserts (frontend.quantize): what they
+# read is the float weight as the export has it, which edgetrain, not the model, chose to quantize.
+QUANTIZED_HERE = "edgetrain.quantize"
 _TRAINING_BN = ("_native_batch_norm_legit_functional", "batch_norm_with_update", "_native_batch_norm_legit.")
 
 
@@ -184,7 +187,10 @@ def check_batchnorm(proto: onnx.ModelProto, frozen_bn: bool) -> None:
     graph = proto.graph
     quantized = _folded_into_quantized(graph)
     folded = [n.name for n in graph.node if _FOLDED_BN in _meta(n).get(_RULE, "") and n.name not in quantized]
-    computed = [node for node, _ in _torchscript_weights(proto, _FOLDED_READERS, _TORCHSCRIPT_FOLDED)]
+    # quantize="int8" reads the folded weights too: its own QuantizeLinear nodes are no fake quantization
+    ours = {q.name for q in _quantized_here(graph).values()}
+    weights = _torchscript_weights(proto, _FOLDED_READERS, _TORCHSCRIPT_FOLDED)
+    computed = [node for node, _ in weights if node not in ours]
     if quantized:
         note(
             f"BatchNormalization folded into {len(quantized)} convolution(s) of the quantized model, whose int8 "
@@ -240,22 +246,29 @@ def check_batchnorm(proto: onnx.ModelProto, frozen_bn: bool) -> None:
 
 
 def _folded_into_quantized(graph: onnx.GraphProto) -> set[str]:
-    """The convolutions of a quantized model (its weight an integer initializer that a
-    DequantizeLinear reads) into which an export folded BatchNorm before quantize_static quantized
-    the result: dynamo's record says so, and the TorchScript exporter's name for the folded weight
-    (onnx::Conv_<n>) survives in the integers' (onnx::Conv_<n>_quantized). BatchNorm cannot come
-    back from those integers; the deployed model is the folded one."""
-    integers = _integer_weights(graph)
+    """The convolutions of a quantized model into which an export folded BatchNorm before the model
+    was quantized: dynamo's record says so, and the TorchScript exporter's name for the folded weight
+    (onnx::Conv_<n>) survives in quantize_static's integers (onnx::Conv_<n>_quantized) or is the
+    float weight that quantize="int8" quantized. BatchNorm cannot come back from those weights; the
+    deployed model is the folded one."""
+    weights = {dq: name.removesuffix("_quantized") for dq, name in _integer_weights(graph).items()}
+    weights |= {dq: q.input[0] for dq, q in _quantized_here(graph).items()}
     return {
         node.name
         for node in graph.node
         if _FOLDED_READERS.get(node.op_type) == 1
         and len(node.input) > 1
-        and node.input[1] in integers
-        and (
-            _FOLDED_BN in _meta(node).get(_RULE, "")
-            or _TORCHSCRIPT_FOLDED.fullmatch(integers[node.input[1]].removesuffix("_quantized"))
-        )
+        and node.input[1] in weights
+        and (_FOLDED_BN in _meta(node).get(_RULE, "") or _TORCHSCRIPT_FOLDED.fullmatch(weights[node.input[1]]))
+    }
+
+
+def _quantized_here(graph: onnx.GraphProto) -> dict[str, onnx.NodeProto]:
+    """{a DequantizeLinear's output: the QuantizeLinear before it} for the weights quantize="int8"
+    quantized."""
+    tagged = {n.output[0]: n for n in graph.node if n.op_type == "QuantizeLinear" and QUANTIZED_HERE in _meta(n)}
+    return {
+        n.output[0]: tagged[n.input[0]] for n in graph.node if n.op_type == "DequantizeLinear" and n.input[0] in tagged
     }
 
 

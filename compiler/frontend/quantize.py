@@ -26,7 +26,7 @@ from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from ..errors import EdgetrainError
-from .imports import names_in
+from .imports import QUANTIZED_HERE, names_in
 from .load import _normalize_opset, _read
 from .validate import check_model, one_line
 
@@ -190,6 +190,8 @@ def _insert(graph, taken: set[str], name: str, scale: np.ndarray, zero_point: np
         helper.make_node("QuantizeLinear", [name, s, z], [q], name=q, **extra),
         helper.make_node("DequantizeLinear", [q, s, z], [dq], name=dq, **extra),
     ]
+    if axis is not None:  # a weight: what edgetrain quantized, not a fake quantization of the model's
+        helper.set_metadata_props(nodes[0], {QUANTIZED_HERE: "int8"})
     producers = [i for i, node in enumerate(graph.node) if name in node.output]
     readers = [i for i, node in enumerate(graph.node) if dq in node.input]
     at = producers[0] + 1 if producers else min(readers, default=0)  # a weight's: before its layer

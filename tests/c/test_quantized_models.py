@@ -440,3 +440,47 @@ def test_batchnorm_folded_into_a_quantized_model_trains_as_deployed(dynamo, tmp_
         module.lazy_reset_grad()
         last = float(module(x, y.astype(np.int32)))
     assert last < first
+
+
+@pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
+def test_batchnorm_folded_by_the_export_trains_as_deployed_under_quantize_int8(dynamo, tmp_path):
+    """torch.onnx.export's defaults in eval mode fold BatchNorm into the convolution (the TorchScript
+    exporter's onnx::Conv_* weights, dynamo's optimizer): the model as deployed. quantize="int8"
+    folds BatchNorm itself, as int8 deployments do, so it takes that export too, with one note (it
+    was refused as the float model's folded BatchNorm is), and computes what onnxruntime computes on
+    the QDQ model it exports."""
+    torch.manual_seed(0)
+    net = _ConvBn().eval()
+    with torch.no_grad():
+        net.norm.running_mean.uniform_(-0.5, 0.5)
+        net.norm.running_var.uniform_(0.5, 2.0)
+    _export_eval(net, tmp_path / "float.onnx", dynamo=dynamo)
+    assert "BatchNormalization" not in {n.op_type for n in onnx.load(tmp_path / "float.onnx").graph.node}
+    rng = np.random.default_rng(9)
+    calibration = [_data(rng, BATCH)[0] for _ in range(4)]
+    out = tmp_path / "out"
+    folded = r"BatchNormalization folded into 1 convolution\(s\) of the quantized"
+    with pytest.warns(artifacts.ImportNote, match=folded):
+        artifacts.generate_artifacts(
+            str(tmp_path / "float.onnx"),
+            artifact_directory=out,
+            loss=artifacts.LossType.CrossEntropyLoss,
+            batch_size=BATCH,
+            quantize="int8",
+            calibration_data=calibration,
+        )
+    state = api.CheckpointState.load_checkpoint(str(out / "checkpoint"))
+    module = api.Module(str(out / "training_model.onnx"), state, str(out / "eval_model.onnx"))
+    x, y = _data(np.random.default_rng(10), BATCH)
+    module.train()
+    optimizer = api.Optimizer(str(out / "optimizer_model.onnx"), module)
+    first = float(module(x, y.astype(np.int32)))
+    for _ in range(5):
+        optimizer.step()
+        module.lazy_reset_grad()
+        last = float(module(x, y.astype(np.int32)))
+    assert last < first
+    module.eval()
+    module.export_model_for_inferencing(str(tmp_path / "inference.onnx"), ["logits"])
+    expected = sessions(tmp_path / "inference.onnx")[0].run(None, {"x": x})[0]
+    np.testing.assert_allclose(module.infer(x)[0], expected, rtol=0, atol=1e-5)
