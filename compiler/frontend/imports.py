@@ -251,8 +251,7 @@ def _folded_into_quantized(graph: onnx.GraphProto) -> set[str]:
     (onnx::Conv_<n>) survives in quantize_static's integers (onnx::Conv_<n>_quantized) or is the
     float weight that quantize="int8" quantized. BatchNorm cannot come back from those weights; the
     deployed model is the folded one."""
-    weights = {dq: name.removesuffix("_quantized") for dq, name in _integer_weights(graph).items()}
-    weights |= {dq: q.input[0] for dq, q in _quantized_here(graph).items()}
+    weights = {dq: name.removesuffix("_quantized") for dq, name in _stored_weights(graph).items()}
     return {
         node.name
         for node in graph.node
@@ -261,6 +260,12 @@ def _folded_into_quantized(graph: onnx.GraphProto) -> set[str]:
         and node.input[1] in weights
         and (_FOLDED_BN in _meta(node).get(_RULE, "") or _TORCHSCRIPT_FOLDED.fullmatch(weights[node.input[1]]))
     }
+
+
+def _stored_weights(graph: onnx.GraphProto) -> dict[str, str]:
+    """{a DequantizeLinear's output: the initializer its weight is stored in}: quantize_static's
+    integers and the float weights that quantize="int8" quantizes."""
+    return _integer_weights(graph) | {dq: q.input[0] for dq, q in _quantized_here(graph).items()}
 
 
 def _quantized_here(graph: onnx.GraphProto) -> dict[str, onnx.NodeProto]:
@@ -502,7 +507,7 @@ def restore_removed_biases(proto: onnx.ModelProto) -> None:
     call read the bias parameter, the bias comes back as those zeros under its state_dict name."""
     graph = proto.graph
     inits = {i.name: i for i in graph.initializer}
-    dequantized = _integer_weights(graph)
+    dequantized = _stored_weights(graph)
     restored = 0
     for node in graph.node:
         if _REMOVED_BIAS not in _meta(node).get(_RULE, "") or len(node.input) != 2:

@@ -15,6 +15,8 @@ import onnx.inliner
 import onnx.version_converter
 from onnx import numpy_helper, shape_inference
 from onnx.reference import ReferenceEvaluator
+from onnx.reference.op_run import OpRun
+from onnx.reference.ops import op_max_pool
 
 from ..errors import DynamicShapeError, EdgetrainError
 from ..ir import QUANTIZED, Graph, Node, Value
@@ -527,28 +529,41 @@ def _evaluate(node, constants, shapes) -> dict[str, np.ndarray] | None:
         return None
     feeds = {name: constants[name] for name in inputs}
     try:
-        if node.op_type in _FOLDERS:
-            attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-            return dict(zip(node.output, _FOLDERS[node.op_type](*(constants.get(n) for n in node.input), **attrs)))
         return dict(zip(node.output, run_node(node, feeds)))
     except Exception as exc:
         message = f"cannot fold constant node '{node.name}' ({node.op_type}): {exc}"
         raise EdgetrainError(message.splitlines()[0]) from None
 
 
-def _gather_elements(data, indices, axis=0):
-    axis %= data.ndim
-    indices = np.where(indices < 0, indices + data.shape[axis], indices)
-    if np.any((indices < 0) | (indices >= data.shape[axis])):
-        raise ValueError("index out of range")
-    # Indices may be shorter than the data along the other axes: those read the data's leading part.
-    window = tuple(slice(None) if a == axis else slice(0, n) for a, n in enumerate(indices.shape))
-    return (np.take_along_axis(data[window], indices, axis),)
+class GatherElements(OpRun):
+    """onnx.reference's GatherElements wants indices as long as the data along the other axes; ONNX
+    lets them be shorter (BERT's token_type_ids buffer, DeBERTa's relative positions), and those read
+    the data's leading part."""
+
+    op_domain = ""
+
+    def _run(self, data, indices, axis=None):
+        axis = (axis or 0) % data.ndim
+        indices = np.where(indices < 0, indices + data.shape[axis], indices)
+        if np.any((indices < 0) | (indices >= data.shape[axis])):
+            raise ValueError("index out of range")
+        window = tuple(slice(None) if a == axis else slice(0, n) for a, n in enumerate(indices.shape))
+        return (np.take_along_axis(data[window], indices, axis),)
 
 
-# Folding evaluators for ops where onnx.reference gets a case wrong (GatherElements with indices
-# shorter than the data: BERT's token_type_ids buffer).
-_FOLDERS = {"GatherElements": _gather_elements}
+class MaxPool(op_max_pool.MaxPool):
+    """onnx.reference's MaxPool pads twice a window of stride 1 under ceil_mode (6 x 6 in, 3 x 3
+    window, pads of 1: 8 x 8 out; GoogLeNet's pooling branches), where ceil_mode changes nothing, as
+    every division by the stride is exact: it runs without."""
+
+    def _run(self, x, auto_pad=None, ceil_mode=None, dilations=None, kernel_shape=None, pads=None, **rest):
+        if all(s == 1 for s in rest.get("strides") or [1]):
+            ceil_mode = 0
+        return super()._run(x, auto_pad, ceil_mode, dilations, kernel_shape, pads, **rest)
+
+
+# onnx.reference with the ops above in place of its own, for folding constants and calibrating.
+REFERENCE_FIXES: list[type[OpRun]] = [GatherElements, MaxPool]
 
 
 def run_node(node: onnx.NodeProto, feeds: dict, opset: int = IR_OPSET) -> list[Any]:
@@ -562,7 +577,7 @@ def run_node(node: onnx.NodeProto, feeds: dict, opset: int = IR_OPSET) -> list[A
     outputs = [onnx.helper.make_empty_tensor_value_info(name) for name in node.output if name]
     graph = onnx.helper.make_graph([node], "fold", inputs, outputs)
     model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)])
-    return list(ReferenceEvaluator(model).run(None, feeds))
+    return list(ReferenceEvaluator(model, new_ops=REFERENCE_FIXES).run(None, feeds))
 
 
 def _values(g, params: dict, constants: dict) -> tuple[dict[str, Value], list[str]]:

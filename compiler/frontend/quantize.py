@@ -27,7 +27,7 @@ from onnx.reference import ReferenceEvaluator
 
 from ..errors import EdgetrainError
 from .imports import QUANTIZED_HERE, names_in
-from .load import _normalize_opset, _read
+from .load import REFERENCE_FIXES, _normalize_opset, _read
 from .validate import check_model, one_line
 
 # Layers whose weights and activations are quantized: op -> its weight's input slot.
@@ -162,7 +162,7 @@ def _ranges(proto: onnx.ModelProto, names: list[str], calibration_data) -> dict[
     """The lowest and highest value of each of `names` over the calibration batches."""
     inits = {i.name for i in proto.graph.initializer}
     inputs = [i.name for i in proto.graph.input if i.name not in inits]
-    evaluator = ReferenceEvaluator(proto)
+    evaluator = ReferenceEvaluator(proto, new_ops=REFERENCE_FIXES)
     ranges = {name: (np.inf, -np.inf) for name in names}
     seen = 0
     for batch in _batches(calibration_data, inputs):

@@ -448,12 +448,13 @@ def test_batchnorm_folded_by_the_export_trains_as_deployed_under_quantize_int8(d
     exporter's onnx::Conv_* weights, dynamo's optimizer): the model as deployed. quantize="int8"
     folds BatchNorm itself, as int8 deployments do, so it takes that export too, with one note (it
     was refused as the float model's folded BatchNorm is), and computes what onnxruntime computes on
-    the QDQ model it exports."""
+    the QDQ model it exports. A zero bias that dynamo's optimizer dropped comes back and trains."""
     torch.manual_seed(0)
     net = _ConvBn().eval()
     with torch.no_grad():
         net.norm.running_mean.uniform_(-0.5, 0.5)
         net.norm.running_var.uniform_(0.5, 2.0)
+        net.fc.bias.zero_()
     _export_eval(net, tmp_path / "float.onnx", dynamo=dynamo)
     assert "BatchNormalization" not in {n.op_type for n in onnx.load(tmp_path / "float.onnx").graph.node}
     rng = np.random.default_rng(9)
@@ -480,6 +481,7 @@ def test_batchnorm_folded_by_the_export_trains_as_deployed_under_quantize_int8(d
         module.lazy_reset_grad()
         last = float(module(x, y.astype(np.int32)))
     assert last < first
+    assert np.any(state.parameters["fc.bias"].data != 0)  # trained from the zeros it was exported with
     module.eval()
     module.export_model_for_inferencing(str(tmp_path / "inference.onnx"), ["logits"])
     expected = sessions(tmp_path / "inference.onnx")[0].run(None, {"x": x})[0]

@@ -170,3 +170,48 @@ def test_batchnorm_is_left_where_folding_would_change_another_layer():
     training.attribute.append(helper.make_attribute("training_mode", 1))
     fold_batchnorm(model.graph)
     assert sum(n.op_type == "BatchNormalization" for n in model.graph.node) == 3
+
+
+def _layer_before_gemm(node: onnx.NodeProto, x_shape: list[int], extra, logits: list[int]) -> onnx.ModelProto:
+    """x -> node -> Flatten -> Gemm: the Gemm's input, the node's output, is calibrated."""
+    graph = helper.make_graph(
+        [node, helper.make_node("Flatten", ["y"], ["f"]), helper.make_node("Gemm", ["f", "w"], ["logits"], transB=1)],
+        "net",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, logits)],
+        list(extra),
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def _calibrated_scale(model: onnx.ModelProto, batches) -> float:
+    """The scale quantize="int8" gives the Gemm's input."""
+    quantized = quantize_int8(model, batches)
+    inits = {i.name: numpy_helper.to_array(i) for i in quantized.graph.initializer}
+    return float(inits[_quantizers(quantized)["f"].input[1]])
+
+
+def test_calibration_runs_the_ops_onnx_reference_gets_wrong():
+    """onnx.reference pads a stride-1 MaxPool twice under ceil_mode (GoogLeNet's pooling branches)
+    and wants GatherElements' indices as long as the data (DeBERTa's relative positions): the
+    calibration runs them as PyTorch computes them."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(3)
+    batches = [rng.normal(size=(2, 1, 6, 6)).astype(np.float32) for _ in range(2)]
+    pool = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], ceil_mode=1)
+    w = numpy_helper.from_array(rng.normal(size=(3, 36)).astype(np.float32), "w")
+    pooled = [torch.nn.functional.max_pool2d(torch.from_numpy(b), 3, 1, 1, ceil_mode=True).numpy() for b in batches]
+    assert pooled[0].shape == (2, 1, 6, 6)
+    expected = (max(p.max() for p in pooled) - min(0, min(p.min() for p in pooled))) / 255
+    model = _layer_before_gemm(pool, [2, 1, 6, 6], [w], [2, 3])
+    assert _calibrated_scale(model, batches) == pytest.approx(expected, rel=1e-6)
+
+    indices = rng.integers(-4, 4, size=(1, 3))  # one row of three from data of 2 x 4
+    gather = helper.make_node("GatherElements", ["x", "i"], ["y"], axis=1)
+    w = numpy_helper.from_array(rng.normal(size=(3, 3)).astype(np.float32), "w")
+    batches = [rng.normal(size=(2, 4)).astype(np.float32) for _ in range(2)]
+    model = _layer_before_gemm(gather, [2, 4], [w, numpy_helper.from_array(indices, "i")], [1, 3])
+    positive = torch.from_numpy(indices % 4)
+    gathered = [torch.gather(torch.from_numpy(b), 1, positive).numpy() for b in batches]
+    expected = (max(0, max(g.max() for g in gathered)) - min(0, min(g.min() for g in gathered))) / 255
+    assert _calibrated_scale(model, batches) == pytest.approx(expected, rel=1e-6)
