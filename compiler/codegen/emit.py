@@ -363,7 +363,7 @@ def compile_batched(trainer_at, lower, max_batch: int):
     trainer = trainer_at(max_batch)
     batches = [max_batch] + _probes(max_batch)
     try:
-        trainers = [trainer, trainer_at(batches[1])]
+        trainers = [trainer, _in_order_of(trainer_at(batches[1]), trainer)]
     except EdgetrainError as exc:
         return trainer, _fixed(lower(trainer, {}), max_batch, f"it does not compile at batch {batches[1]}: {exc}"), None
     probe = trainers[1]
@@ -387,7 +387,7 @@ def compile_batched(trainer_at, lower, max_batch: int):
         return trainer, _batch_sizes(lower(trainer, {}), trainer, axes, 1), probe
     try:
         try:
-            trainers.append(trainer_at(batches[2]))
+            trainers.append(_in_order_of(trainer_at(batches[2]), trainer))
         except EdgetrainError as exc:
             raise _Fixed(f"it does not compile at batch {batches[2]}: {exc}") from None
         consts = _batch_consts(trainers, batches)
@@ -402,6 +402,41 @@ def compile_batched(trainer_at, lower, max_batch: int):
         except EdgetrainError as exc:
             model = replace(model, small_batch=f"a batch of 1 does not train: {exc}")
     return trainer, model, probe
+
+
+def _in_order_of(trainer, reference):
+    """`trainer`, compiled at a probe's batch, with each function's nodes in the order `reference`'s
+    (the largest batch's) has them, where both have the same nodes: an order chosen by weighing
+    bytes (where a recomputation runs, trainer/recompute.py) can fall otherwise at another batch,
+    when the bytes of weight gradients, which the batch leaves as they are, are weighed against
+    those of activations. The two differ in shapes alone, so the one's order is the other's too;
+    where it is not (each node still after what it reads), the trainer is left as it was."""
+    ordered = {}
+    for function in ("train_nodes", "eval_nodes", "infer_nodes"):
+        nodes = getattr(trainer, function)
+        rank = {key: i for i, key in enumerate(_named(getattr(reference, function)))}
+        keys = _named(nodes)
+        if set(keys) != set(rank):
+            return trainer
+        ordered[function] = [node for _, node in sorted(zip(keys, nodes), key=lambda pair: rank[pair[0]])]
+        made = {name for node in nodes for name in node.outputs}
+        seen: set[str] = set()
+        for node in ordered[function]:
+            if any(name in made and name not in seen for name in node.inputs):
+                return trainer
+            seen.update(node.outputs)
+    return replace(trainer, **ordered, backward_start=reference.backward_start)
+
+
+def _named(nodes) -> list[tuple[str, int]]:
+    """Each node's name, and how many nodes of that name came before it (a recomputed node keeps
+    its original's name)."""
+    seen: dict[str, int] = {}
+    keys = []
+    for node in nodes:
+        keys.append((node.name, seen.get(node.name, 0)))
+        seen[node.name] = keys[-1][1] + 1
+    return keys
 
 
 def _fixed(model, max_batch: int, why: str):

@@ -83,6 +83,25 @@ class CNN(nn.Module):
         return self.fc(h.reshape(h.shape[0], -1))
 
 
+class Pointwise(nn.Module):
+    """Conv -> ReLU, then two pointwise Convs, each with a ReLU, a mean over the plane, Linear: in
+    int8, whose pointwise input gradients read the dequantized weights again, which the backward
+    pass places by weighing weight-gradient bytes against activation-gradient bytes."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem, self.squeeze, self.expand = (
+            nn.Conv2d(1, 32, 3, padding=1),
+            nn.Conv2d(32, 32, 1),
+            nn.Conv2d(32, 64, 1),
+        )
+        self.fc = nn.Linear(64, 3)
+
+    def forward(self, x):
+        h = torch.relu(self.expand(torch.relu(self.squeeze(torch.relu(self.stem(x))))))
+        return self.fc(h.mean((2, 3)))
+
+
 class Sequence(nn.Module):
     """LayerNorm, Softmax over the sequence and a mean over it (ReduceMean)."""
 
@@ -132,7 +151,8 @@ def classes(rng, n):
     return rng.integers(0, 3, n)
 
 
-# name -> (model, loss, data maker: (rng, n) -> the step's arrays, inputs then labels)
+# name -> (model, loss, data maker: (rng, n) -> the step's arrays, inputs then labels[, more
+# generate_artifacts options])
 CASES = {
     "mlp-dropout": (
         lambda: mlp(dropout=0.25),
@@ -163,6 +183,17 @@ CASES = {
         lambda: export(randomized(TokenTypes(), 5), [(5, 4)], ["x"], ["logits"]),
         "CrossEntropyLoss",
         lambda r, n: [r.normal(size=(n, 5, 4)).astype(np.float32), classes(r, n)],
+    ),
+    "int8-pointwise": (
+        lambda: export(randomized(Pointwise(), 6), [(1, 2, 2)], ["x"], ["logits"]),
+        "CrossEntropyLoss",
+        lambda r, n: [r.normal(size=(n, 1, 2, 2)).astype(np.float32), classes(r, n)],
+        {
+            "quantize": "int8",
+            "calibration_data": [
+                np.random.default_rng(i).normal(size=(MAX, 1, 2, 2)).astype(np.float32) for i in (0, 1)
+            ],
+        },
     ),
     "loss-none": (
         lambda: export(randomized(OwnLoss(), 4), [(4,), (2,)], ["x", "t"], ["loss"]),
@@ -205,7 +236,7 @@ def compiled(tmp_path_factory):
 
     def get(name: str, batch: int):
         if batch not in built.setdefault(name, {}):
-            make, loss, _ = CASES[name]
+            make, loss, _, *options = CASES[name]
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # the import's notes (the RNN exports' tied weights)
                 built[name][batch] = artifacts.generate_artifacts(
@@ -216,6 +247,7 @@ def compiled(tmp_path_factory):
                     momentum=0.9,
                     batch_size=batch,
                     artifact_directory=tmp_path_factory.mktemp(f"{name}-{batch}"),
+                    **(options[0] if options else {}),
                 )
         return built[name][batch]
 
@@ -225,7 +257,7 @@ def compiled(tmp_path_factory):
 @pytest.mark.parametrize("n", [1, 3, MAX])
 @pytest.mark.parametrize("name", list(CASES))
 def test_a_smaller_batch_is_the_batch_compiled_alone(compiled, name, n):
-    _, loss, data = CASES[name]
+    _, loss, data, *_ = CASES[name]
     arrays = data(np.random.default_rng(n), n)
     inputs = len(arrays) - (loss is not None)
     big, small = one_step(compiled(name, MAX), arrays, inputs), one_step(compiled(name, n), arrays, inputs)
