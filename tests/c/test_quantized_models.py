@@ -412,6 +412,18 @@ class _ConvBn(torch.nn.Module):
         return self.fc(torch.relu(self.norm(self.conv(x))).flatten(1))
 
 
+def _loss_falls(module, out, x, y) -> bool:
+    """Whether five SGD steps on batch (x, y) lower the loss of `module` (its artifacts in `out`)."""
+    module.train()
+    optimizer = api.Optimizer(str(out / "optimizer_model.onnx"), module)
+    first = last = float(module(x, y.astype(np.int32)))
+    for _ in range(5):
+        optimizer.step()
+        module.lazy_reset_grad()
+        last = float(module(x, y.astype(np.int32)))
+    return last < first
+
+
 @pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
 def test_batchnorm_folded_into_a_quantized_model_trains_as_deployed(dynamo, tmp_path):
     """An eval-mode export folds BatchNorm into the convolution, and quantize_static quantizes the
@@ -432,14 +444,7 @@ def test_batchnorm_folded_into_a_quantized_model_trains_as_deployed(dynamo, tmp_
     module.eval()
     expected = sessions(tmp_path / "qdq.onnx")[0].run(None, {"x": x})[0]
     np.testing.assert_allclose(module.infer(x)[0], expected, rtol=0, atol=1e-5)
-    module.train()
-    optimizer = api.Optimizer(str(tmp_path / "out" / "optimizer_model.onnx"), module)
-    first = float(module(x, y.astype(np.int32)))
-    for _ in range(5):
-        optimizer.step()
-        module.lazy_reset_grad()
-        last = float(module(x, y.astype(np.int32)))
-    assert last < first
+    assert _loss_falls(module, tmp_path / "out", x, y)
 
 
 @pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
@@ -473,14 +478,7 @@ def test_batchnorm_folded_by_the_export_trains_as_deployed_under_quantize_int8(d
     state = api.CheckpointState.load_checkpoint(str(out / "checkpoint"))
     module = api.Module(str(out / "training_model.onnx"), state, str(out / "eval_model.onnx"))
     x, y = _data(np.random.default_rng(10), BATCH)
-    module.train()
-    optimizer = api.Optimizer(str(out / "optimizer_model.onnx"), module)
-    first = float(module(x, y.astype(np.int32)))
-    for _ in range(5):
-        optimizer.step()
-        module.lazy_reset_grad()
-        last = float(module(x, y.astype(np.int32)))
-    assert last < first
+    assert _loss_falls(module, out, x, y)
     assert np.any(state.parameters["fc.bias"].data != 0)  # trained from the zeros it was exported with
     module.eval()
     module.export_model_for_inferencing(str(tmp_path / "inference.onnx"), ["logits"])
