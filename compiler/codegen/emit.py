@@ -404,7 +404,7 @@ def compile_batched(trainer_at, lower, max_batch: int):
     return trainer, model, probe
 
 
-def _in_order_of(trainer, reference):
+def _in_order_of(trainer: Any, reference: Any) -> Any:
     """`trainer`, compiled at a probe's batch, with each function's nodes in the order `reference`'s
     (the largest batch's) has them, where both have the same nodes: an order chosen by weighing
     bytes (where a recomputation runs, trainer/recompute.py) can fall otherwise at another batch,
@@ -428,7 +428,7 @@ def _in_order_of(trainer, reference):
     return replace(trainer, **ordered, backward_start=reference.backward_start)
 
 
-def _named(nodes) -> list[tuple[str, int]]:
+def _named(nodes: list[Any]) -> list[tuple[str, int]]:
     """Each node's name, and how many nodes of that name came before it (a recomputed node keeps
     its original's name)."""
     seen: dict[str, int] = {}
