@@ -97,13 +97,14 @@ def _export_eval(net, path, dynamo: bool = False) -> None:
         )
 
 
-def _quantize_static(directory, rng, batches: int, per_channel: bool) -> None:
+def _quantize_static(directory, rng, batches: int, per_channel: bool, data=_data) -> None:
     """directory/qdq.onnx from directory/float.onnx by quantize_static, calibrated on `batches`
-    batches: int8 activations with per-channel weights, uint8 ones with per-tensor weights."""
+    batches of `data`'s: int8 activations with per-channel weights, uint8 ones with per-tensor
+    weights."""
     quantization.quantize_static(
         str(directory / "float.onnx"),
         str(directory / "qdq.onnx"),
-        _Calibration([{"x": _data(rng, BATCH)[0]} for _ in range(batches)]),
+        _Calibration([{"x": data(rng, BATCH)[0]} for _ in range(batches)]),
         quant_format=quantization.QuantFormat.QDQ,
         per_channel=per_channel,
         activation_type=quantization.QuantType.QInt8 if per_channel else quantization.QuantType.QUInt8,
@@ -484,3 +485,65 @@ def test_batchnorm_folded_by_the_export_trains_as_deployed_under_quantize_int8(d
     module.export_model_for_inferencing(str(tmp_path / "inference.onnx"), ["logits"])
     expected = sessions(tmp_path / "inference.onnx")[0].run(None, {"x": x})[0]
     np.testing.assert_allclose(module.infer(x)[0], expected, rtol=0, atol=1e-5)
+
+
+class _Attention(torch.nn.Module):
+    """One head of self-attention over 6 tokens of 8 features, then a mean over the tokens and a
+    classifier: MatMul of two activations (the scores, their mix of the values) beside the Linear
+    layers' MatMul of an activation and a weight."""
+
+    def __init__(self):
+        super().__init__()
+        self.q, self.k, self.v = (torch.nn.Linear(8, 8) for _ in range(3))
+        self.fc = torch.nn.Linear(8, 10)
+
+    def forward(self, x):
+        scores = torch.softmax(self.q(x) @ self.k(x).transpose(1, 2) / 8**0.5, dim=-1)
+        return self.fc((scores @ self.v(x)).mean(1))
+
+
+def _tokens(rng, n):
+    """_data's images as 6 tokens of 8 features, and their labels."""
+    x, y = _data(rng, n)
+    return x[:, 0, :6, :], y
+
+
+@pytest.mark.parametrize("how", ["quantize_static-per-channel", "quantize_static-uint8", "quantize-int8"])
+def test_attention_quantized_computes_what_onnxruntime_computes_and_trains(how, tmp_path):
+    """Transformers' layers quantized either way (quantize_static's QDQ MatMul, and quantize="int8"
+    on the float export): the C computes what onnxruntime computes on the QDQ model (quantize_static's,
+    or the one the trainer exports), and training lowers the loss."""
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            _Attention().eval(),
+            (torch.randn(BATCH, 6, 8),),
+            tmp_path / "float.onnx",
+            input_names=["x"],
+            output_names=["logits"],
+            dynamo=False,
+        )
+    rng = np.random.default_rng(4)
+    out = tmp_path / "out"
+    options = dict(artifact_directory=out, loss=artifacts.LossType.CrossEntropyLoss, batch_size=BATCH)
+    if how == "quantize-int8":
+        calibration = [_tokens(rng, BATCH)[0] for _ in range(4)]
+        artifacts.generate_artifacts(
+            str(tmp_path / "float.onnx"), quantize="int8", calibration_data=calibration, **options
+        )
+    else:
+        _quantize_static(tmp_path, rng, 4, per_channel=how.endswith("per-channel"), data=_tokens)
+        assert "MatMul" in {n.op_type for n in onnx.load(tmp_path / "qdq.onnx").graph.node}
+        artifacts.generate_artifacts(str(tmp_path / "qdq.onnx"), **options)
+    state = api.CheckpointState.load_checkpoint(str(out / "checkpoint"))
+    module = api.Module(str(out / "training_model.onnx"), state, str(out / "eval_model.onnx"))
+    x, y = _tokens(np.random.default_rng(5), BATCH)
+    module.eval()
+    module.export_model_for_inferencing(str(tmp_path / "inference.onnx"), ["logits"])
+    exported = onnx.load(tmp_path / "inference.onnx")
+    assert {"QuantizeLinear", "DequantizeLinear", "MatMul"} <= {n.op_type for n in exported.graph.node}
+    model = tmp_path / ("inference.onnx" if how == "quantize-int8" else "qdq.onnx")
+    expected = sessions(model)[0].run(None, {"x": x})[0]
+    np.testing.assert_allclose(module.infer(x)[0], expected, rtol=0, atol=1e-5)
+    assert _loss_falls(module, out, x, y)
