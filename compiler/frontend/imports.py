@@ -18,6 +18,7 @@ import collections
 import itertools
 import re
 import warnings
+from collections.abc import Container
 from typing import Any
 
 import numpy as np
@@ -91,6 +92,13 @@ _TORCHSCRIPT_COMPUTED = re.compile(r"onnx::\w+_\d+")
 # read is the float weight as the export has it, which edgetrain, not the model, chose to quantize.
 QUANTIZED_HERE = "edgetrain.quantize"
 _TRAINING_BN = ("_native_batch_norm_legit_functional", "batch_norm_with_update", "_native_batch_norm_legit.")
+
+
+def unused_name(name: str, taken: Container[str]) -> str:
+    """`name`, with underscores appended until no name in `taken` is it."""
+    while name in taken:
+        name += "_"
+    return name
 
 
 def names_in(graph: onnx.GraphProto) -> set[str]:
@@ -1008,9 +1016,7 @@ def _own_copies(graph: onnx.GraphProto, readers_of: dict[str, list[tuple[onnx.No
             leaf = name.rsplit(".", 1)[-1] if "." in name else "weight"
             wanted = f"{module}.{leaf}" if module else f"{name}@{node.name}"
             if wanted not in made:
-                copy = wanted
-                while copy in taken:
-                    copy += "_"
+                copy = unused_name(wanted, taken)
                 taken.add(copy)
                 graph.initializer.append(numpy_helper.from_array(value.copy(), copy))
                 made[wanted] = copy

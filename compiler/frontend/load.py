@@ -757,9 +757,7 @@ def _untie(nodes: list[Node], params: dict, values: dict) -> None:
             name = inputs[slot] if slot < len(inputs) else ""
             if uses[name] > 1:
                 uses[name] -= 1
-                copy = f"{name}@{node.name}"
-                while copy in values:
-                    copy += "_"
+                copy = imports.unused_name(f"{name}@{node.name}", values)
                 params[copy] = params[name].copy()
                 values[copy] = Value(copy, values[name].shape, values[name].dtype)
                 inputs[slot] = copy

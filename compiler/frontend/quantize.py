@@ -26,7 +26,7 @@ from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from ..errors import EdgetrainError
-from .imports import QUANTIZED_HERE, names_in
+from .imports import QUANTIZED_HERE, names_in, unused_name
 from .load import REFERENCE_FIXES, _normalize_opset, _read
 from .validate import check_model, one_line
 
@@ -200,7 +200,6 @@ def _insert(graph, taken: set[str], name: str, scale: np.ndarray, zero_point: np
 
 
 def _fresh(taken: set[str], name: str) -> str:
-    while name in taken:
-        name += "_"
+    name = unused_name(name, taken)
     taken.add(name)
     return name
