@@ -243,8 +243,10 @@ conv_case("2d-depthwise-nobias", (1, 4, 5, 5), (4, 1, 3, 3), {"group": 4, "pads"
 conv_case("2d-1x1", (2, 5, 4, 3), (3, 5, 1, 1), {})
 conv_case("2d-1x1-group2", (2, 4, 3, 3), (6, 2, 1, 1), {"group": 2})
 # Input gradients that may take over dY's bytes (ConvGradXInPlace): no more input than output channels
-# without groups, and depthwise at its size.
-conv_case("2d-1x1-expand", (2, 3, 4, 5), (6, 3, 1, 1), {})
+# without groups, on a plane whose dX outweighs the kernel's scratch (160 positions of dY here), and
+# depthwise at its size.
+conv_case("2d-1x1-expand", (2, 3, 18, 18), (6, 3, 1, 1), {})
+conv_case("2d-1x1-expand-small-plane", (2, 3, 4, 5), (6, 3, 1, 1), {})
 conv_case("2d-depthwise-dil2-same", (2, 5, 6, 7), (5, 1, 3, 3), {"group": 5, "dilations": [2, 2], "pads": [2, 2, 2, 2]})
 conv_case("2d-1x1-stride2-pad-end", (1, 3, 5, 5), (2, 3, 1, 1), {"strides": [2, 2], "pads": [0, 0, 1, 0]})
 conv_case("2d-same-lower-stride2-k4", (1, 2, 7, 6), (3, 2, 4, 4), {"strides": [2, 2], "auto_pad": "SAME_LOWER"})
@@ -419,13 +421,13 @@ class SeparableCNN(torch.nn.Module):
         return self.fc(torch.relu(self.pointwise(x)).mean((2, 3)))
 
 
-def _trains_like_torch(net, tmp_path, batch: int) -> None:
+def _trains_like_torch(net, tmp_path, batch: int, size: int = 8) -> None:
     """Exported by torch.onnx.export (TorchScript, training mode) to tmp_path / "cnn.onnx" and
-    trained by SGD: loss and gradients match torch over several steps."""
+    trained by SGD on size x size images: loss and gradients match torch over several steps."""
     torch.manual_seed(0)
     torch.onnx.export(
         net,
-        (torch.randn(batch, 2, 8, 8),),
+        (torch.randn(batch, 2, size, size),),
         tmp_path / "cnn.onnx",
         dynamo=False,
         training=torch.onnx.TrainingMode.TRAINING,
@@ -448,7 +450,7 @@ def _trains_like_torch(net, tmp_path, batch: int) -> None:
     torch_opt = torch.optim.SGD(net.parameters(), lr=lr)
     module.train()
     for step in range(3):
-        x = torch.randn(batch, 2, 8, 8)
+        x = torch.randn(batch, 2, size, size)
         y = torch.randint(0, 5, (batch,))
         loss = module(x.numpy(), y.numpy().astype(np.int64))
         torch_opt.zero_grad()
@@ -471,8 +473,9 @@ def test_exported_cnn_trains_like_torch(tmp_path):
 @pytest.mark.filterwarnings("ignore")
 def test_separable_block_trains_like_torch_with_input_gradients_in_place(tmp_path):
     """The depthwise and the expanding pointwise Conv make their input gradient in the bytes of their
-    output gradient, and train as torch does, at a batch the kernel's pieces split."""
-    _trains_like_torch(SeparableCNN(), tmp_path, batch=3)
+    output gradient, and train as torch does, at a batch the kernel's pieces split. At 24 x 24, where
+    the pointwise kernel's scratch (128 positions of dY) is smaller than a sample's dX."""
+    _trains_like_torch(SeparableCNN(), tmp_path, batch=3, size=24)
     trainer = build_trainer(
         load_model(tmp_path / "cnn.onnx", 3), loss=LossType.CrossEntropyLoss, optimizer=OptimizerSpec(OptimType.SGD)
     )

@@ -230,6 +230,42 @@ def test_elementwise_ops_run_in_place():
     assert any(b.name == "h -> r -> s -> a" for b in m.infer.blocks)
 
 
+def expanding_pointwise(size: int) -> onnx.ModelProto:
+    """X (1, 16, size, size) -> Conv 3x3 -> Relu -> Conv 1x1 to 64 channels -> GlobalAveragePool ->
+    Flatten: the pointwise layer's input gradient is needed, for the first layer's weights."""
+    rng = np.random.default_rng(0)
+    inits = [
+        helper.make_tensor("wa", TensorProto.FLOAT, [16, 16, 3, 3], rng.normal(size=16 * 16 * 9)),
+        helper.make_tensor("wb", TensorProto.FLOAT, [64, 16, 1, 1], rng.normal(size=64 * 16)),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "wa"], ["a"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["a"], ["r"]),
+        helper.make_node("Conv", ["r", "wb"], ["b"]),
+        helper.make_node("GlobalAveragePool", ["b"], ["p"]),
+        helper.make_node("Flatten", ["p"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "expanding_pointwise",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, size, size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+@pytest.mark.parametrize(("size", "in_place"), [(4, False), (32, True)])
+def test_input_gradient_takes_over_dy_only_where_its_scratch_costs_less(size, in_place):
+    """In place, the pointwise layer's dX takes over dY's bytes and its kernel needs a scratch of 64
+    positions of dY's 64 channels, or of the whole plane when that is smaller: on a 4 x 4 plane that
+    is a whole dY (1,024 floats) against a dX of its own of 256, so dX gets its own bytes; on 32 x 32,
+    4,096 floats against 16,384, so it runs in place."""
+    trainer, _ = compile_c(expanding_pointwise(size))
+    backward = [n.op for n in trainer.train_nodes[trainer.backward_start :]]
+    assert ("ConvGradXInPlace" in backward) == in_place and ("ConvGradX" in backward) != in_place
+
+
 def test_named_update_policies(kws):
     graph = load_model(kws, None)
     biases = policy_parameters(graph, "bias")
