@@ -690,8 +690,15 @@ def check_recorded_parameters(proto: onnx.ModelProto, folded: frozenset[str]) ->
     names = {i.name for i in proto.graph.initializer}
     present = {_placeholder(name) for name in names}
     recorded = {p for node in proto.graph.node for p in _recorded_in(node)}
-    gone = {name for name in folded if "." in name and name not in names and _looks_like_parameter(name)}
-    unseen = set(recorded_parameters(proto)) - names
+    # A folded constant's sources include the buffers it read (Swin's relative position index, which
+    # gathered its bias table): the graph signature, where there is one, says which were parameters.
+    signed = recorded_parameters(proto)
+    gone = {
+        name
+        for name in folded
+        if "." in name and name not in names and (name in signed if signed else _looks_like_parameter(name))
+    }
+    unseen = set(signed) - names
     gone |= _ran(proto, unseen) - _tied_away(proto, unseen, names)
     # BatchNorm's, which dynamo's optimizer folded into a convolution, whose record names them:
     # check_batchnorm has refused that or said it, so they are no surprise here

@@ -232,6 +232,48 @@ def test_dynamo_optimized_export_trains_every_pytorch_parameter_under_its_name(t
         np.testing.assert_allclose(state.parameters[name].grad, param.grad.numpy(), atol=1e-5, err_msg=name)
 
 
+class RelativeBias(torch.nn.Module):
+    """A bias table gathered by a buffer of indices, as Swin's relative position bias is."""
+
+    def __init__(self):
+        super().__init__()
+        self.table = torch.nn.Parameter(torch.randn(7, 2))
+        self.register_buffer("index", torch.randint(0, 7, (16,)), persistent=False)
+
+    def forward(self):
+        return self.table[self.index].view(4, 4, 2).permute(2, 0, 1)
+
+
+class PositionBias(torch.nn.Module):
+    """x plus a RelativeBias, whose gathered table dynamo's optimizer folds into one constant, through
+    a Linear layer."""
+
+    def __init__(self):
+        super().__init__()
+        self.relative, self.lin = RelativeBias(), torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.lin(x + self.relative()).mean((1, 2))
+
+
+def test_a_parameter_the_dynamo_optimizer_folded_is_said_and_frozen_and_the_rest_trains(tmp_path):
+    """The note names the folded table, not the buffer of indices it was gathered with (no parameter
+    of PyTorch's, so nothing lost), and the Linear layer trains as in PyTorch."""
+    torch.manual_seed(0)
+    model, x, labels = PositionBias().train(), torch.randn(B, 2, 4, 4), torch.tensor([1, 2])
+    dynamo_export(model, x, tmp_path / "m.onnx", optimize=True)
+    module, state, notes = compile_(tmp_path / "m.onnx", tmp_path, loss=artifacts.LossType.CrossEntropyLoss)
+    folded = [n for n in notes if "folded into constants or optimized away" in n]
+    assert len(folded) == 1 and "1 PyTorch parameter(s)" in folded[0] and "(relative.table)" in folded[0], notes
+    assert {n for n, p in state.parameters.items() if p.requires_grad} == {"lin.weight", "lin.bias"}
+    loss = module(x.numpy(), labels.numpy())
+    want = torch.nn.functional.cross_entropy(model(x), labels)
+    want.backward()
+    assert abs(loss - want.item()) <= 1e-5
+    for name in ("lin.weight", "lin.bias"):
+        np.testing.assert_allclose(state.parameters[name].grad, model.get_parameter(name).grad.numpy(), atol=1e-5)
+
+
 def test_a_real_tie_stays_tied_through_the_dynamo_optimizer(tmp_path):
     """One Linear applied twice: PyTorch's record names the same parameter at both calls, so it is a
     tie, not a merge."""
