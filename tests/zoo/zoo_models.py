@@ -388,6 +388,101 @@ ZOO: dict[str, ZooModel] = {
         "audio",
         shape=(8, 32),
     ),
+    # ALBERT runs one shared layer for every layer (a tie the export names once), from factorized
+    # embeddings (a smaller embedding projected up).
+    "albert": ZooModel(
+        _hf(
+            "AlbertConfig",
+            "AlbertForSequenceClassification",
+            "text",
+            embedding_size=16,
+            max_position_embeddings=32,
+            **_ENCODER,
+        ),
+        "text",
+    ),
+    # MobileBERT: bottleneck projections around each block, and NoNorm (an elementwise scale and shift
+    # in place of LayerNorm).
+    "mobilebert": ZooModel(
+        _hf(
+            "MobileBertConfig",
+            "MobileBertForSequenceClassification",
+            "text",
+            vocab_size=VOCAB,
+            hidden_size=32,
+            embedding_size=16,
+            intermediate_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intra_bottleneck_size=16,
+            true_hidden_size=16,
+            max_position_embeddings=32,
+            num_labels=3,
+            **_NO_DROPOUT,
+        ),
+        "text",
+    ),
+    # Mistral: grouped-query attention within a sliding window of 4 of the 8 positions.
+    "mistral": ZooModel(_hf("MistralConfig", "MistralForCausalLM", "lm", sliding_window=4, **_DECODER), "lm"),
+    # SegFormer's encoder: attention over keys and values reduced by a strided convolution, and a
+    # feed-forward with a depthwise convolution between its layers, on overlapping patches.
+    "segformer": ZooModel(
+        _hf_by_keyword(
+            "SegformerConfig",
+            "SegformerForImageClassification",
+            "pixel_values",
+            num_encoder_blocks=2,
+            depths=[1, 1],
+            sr_ratios=[2, 1],
+            hidden_sizes=[16, 32],
+            patch_sizes=[7, 3],
+            strides=[4, 2],
+            num_attention_heads=[1, 2],
+            mlp_ratios=[2, 2],
+            num_labels=CLASSES,
+            drop_path_rate=0.0,
+            classifier_dropout_prob=0.0,
+            **_NO_DROPOUT,
+        ),
+        "image",
+    ),
+    # ConvNeXt V2: global response normalization (each channel's L2 norm over the plane, divided by
+    # the channels' mean of it).
+    "convnextv2": ZooModel(
+        _hf_by_keyword(
+            "ConvNextV2Config",
+            "ConvNextV2ForImageClassification",
+            "pixel_values",
+            num_stages=2,
+            hidden_sizes=[16, 32],
+            depths=[1, 1],
+            num_labels=CLASSES,
+            drop_path_rate=0.0,
+        ),
+        "image",
+    ),
+    # BEiT: a relative position bias per layer gathered from its table, and layer scale.
+    "beit": ZooModel(
+        _hf_by_keyword(
+            "BeitConfig",
+            "BeitForImageClassification",
+            "pixel_values",
+            image_size=32,
+            patch_size=8,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=64,
+            num_labels=CLASSES,
+            use_relative_position_bias=True,
+            drop_path_rate=0.0,
+            **_NO_DROPOUT,
+        ),
+        "image",
+    ),
+    # timm's EdgeNeXt: depthwise convolutions with channels-last LayerNorm, and attention across
+    # channels (transposed: a channels x channels map) over split depthwise features.
+    "timm_edgenext": ZooModel(_timm("edgenext_xx_small"), "image", image_size=64),
     # A video clip through 3-D convolutions, BatchNorm3d and pooling over frames: 4 frames of 32x32.
     # torchvision's R3D with one block per stage (r3d_18 has two): every stage's strided first block
     # and shortcut, at 14 M parameters where its 33 M made it the zoo's slowest pair by far.
