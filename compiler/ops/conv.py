@@ -176,8 +176,8 @@ IN_PLACE_COLUMNS, TILE_COLUMNS, IN_PLACE_PLANES = 64, 16, 8
 def _in_place_grad_x(x_shape, dy_shape, attrs) -> bool:
     """Whether dX can take over dY's bytes (et_conv_grad_x_f32): a pointwise convolution without
     groups whose input has no more channels than its output, or a depthwise one (a channel per group)
-    keeping its spatial size at unit strides; and its kernel's scratch is smaller than a sample's dX,
-    the most that dX of its own could cost (on small planes the scratch is a whole sample's dY, which
+    keeping its spatial size at unit strides; and its kernel's scratch is at most a sample's dX, the
+    least that a dX of its own would cost (on small planes the scratch is a whole sample's dY, which
     outweighs a dX of fewer channels). Per sample, so that every batch makes the same choice."""
     c, m = x_shape[1], dy_shape[1]
     unit = all(v == 1 for v in attrs["strides"])
