@@ -26,6 +26,7 @@ import onnx
 from onnx import numpy_helper
 
 from ..errors import EdgetrainError, ImportNote
+from ..ops import REGISTRY
 from ..ops.random import DRAWS, eval_mean
 
 # Inputs that hold a layer's weight, bias or scale (slots by op): what "a parameter" means by default.
@@ -919,6 +920,39 @@ def quantized_parameters(proto: onnx.ModelProto) -> None:
             "integers (QAS) where symmetric, the others as float master copies (report.json's "
             "int8_trained_weights says which)"
         )
+
+
+def fake_quantized_constants(graph: onnx.GraphProto) -> frozenset[str]:
+    """The float initializers of a constant's QuantizeLinear and DequantizeLinear (their scales, and
+    the constant itself if it is one) where the DequantizeLinear's value reaches only inputs that ops
+    read as compile-time constants (Pad's padding value), as quantize_static quantizes a constant
+    there: constants to fold, never parameters to train. A parameter's own are not among them."""
+    readers = _readers(graph)
+    made = {name for node in graph.node for name in node.output if node.op_type == "Constant"}
+    inits = {i.name for i in graph.initializer}
+
+    def only(name: str, reads) -> list[onnx.NodeProto]:
+        """The nodes reading `name` if there are some and each `reads(node, its slots of name)`."""
+        nodes = readers.get(name, [])
+        slots = [{slot for slot, read in enumerate(node.input) if read == name} for node in nodes]
+        return nodes if nodes and all(map(reads, nodes, slots)) else []
+
+    def as_constant(node, slots) -> bool:
+        spec = REGISTRY.get((node.domain, node.op_type))
+        return spec is not None and spec.state is None and slots <= spec.const_inputs
+
+    found: set[str] = set()
+    for quantize in [n for n in graph.node if n.op_type == "QuantizeLinear" and n.input[0] in made | inits]:
+        dequantizers = only(quantize.output[0], lambda node, slots: node.op_type == "DequantizeLinear" and slots == {0})
+        chain = [quantize, *dequantizers]
+        held = [name for node in chain for name in node.input if name in inits]
+        if (
+            dequantizers
+            and all(only(d.output[0], as_constant) for d in dequantizers)
+            and all(only(name, lambda node, _: node in chain) for name in held)
+        ):
+            found.update(held)
+    return frozenset(found)
 
 
 _QUANTIZED_WEIGHTS = (onnx.TensorProto.INT8, onnx.TensorProto.UINT8, onnx.TensorProto.INT16, onnx.TensorProto.UINT16)

@@ -206,6 +206,7 @@ def _fold_constants(proto):
     chains exporters emit), replacing it with a constant, until nothing more folds."""
     graph = proto.graph
     params = {i.name for i in graph.initializer if i.data_type == onnx.TensorProto.FLOAT}
+    params -= imports.fake_quantized_constants(graph)
     constants = {i.name: numpy_helper.to_array(i) for i in graph.initializer if i.name not in params}
     while True:
         # Shapes inferred before a fold may be symbolic where they are static now, and those of ops
@@ -528,8 +529,9 @@ def _evaluate(node, constants, shapes) -> dict[str, np.ndarray] | None:
     if node.domain not in ("", "ai.onnx") or not inputs or not all(name in constants for name in inputs):
         return None
     feeds = {name: constants[name] for name in inputs}
+    opset = QDQ_OPSET if node.op_type in QUANTIZED_OPS else IR_OPSET  # a constant quantize_static quantized
     try:
-        return dict(zip(node.output, run_node(node, feeds)))
+        return dict(zip(node.output, run_node(node, feeds, opset)))
     except Exception as exc:
         message = f"cannot fold constant node '{node.name}' ({node.op_type}): {exc}"
         raise EdgetrainError(message.splitlines()[0]) from None

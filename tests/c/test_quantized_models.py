@@ -311,6 +311,43 @@ def test_merged_initializers_of_a_quantized_model_stay_tensors_of_their_own(tmp_
     )
 
 
+class _Padded(torch.nn.Module):
+    """A convolution, a padding by a constant value other than zero, a convolution."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(1, 4, 3)
+        self.conv2 = torch.nn.Conv2d(4, 6, 3)
+        self.fc = torch.nn.Linear(6 * 8 * 8, 10)
+
+    def forward(self, x):
+        padded = torch.nn.functional.pad(torch.relu(self.conv(x)), (2, 2, 2, 2), value=0.5)
+        return self.fc(torch.relu(self.conv2(padded)).flatten(1))
+
+
+def test_a_quantized_padding_value_is_the_constant_it_stands_for(tmp_path):
+    """quantize_static quantizes Pad's padding value like a weight (MobileBERT's embeddings pad
+    so): it is the constant its DequantizeLinear gives, not a weight to train, and the forward is
+    onnxruntime's."""
+    torch.manual_seed(0)
+    _export_eval(_Padded(), tmp_path / "float.onnx")
+    rng = np.random.default_rng(5)
+    _quantize_static(tmp_path, rng, 4, per_channel=True)
+    graph = onnx.load(tmp_path / "qdq.onnx").graph
+    made = {o: n.op_type for n in graph.node for o in n.output}
+    pad = next(n for n in graph.node if n.op_type == "Pad")
+    assert made[pad.input[2]] == "DequantizeLinear"  # the condition under test
+    state, module = _trainer(tmp_path / "qdq.onnx", tmp_path / "out")
+    assert {n for n, p in state.parameters.items() if p.requires_grad} == {
+        f"{layer}.{kind}" for layer in ("conv", "conv2", "fc") for kind in ("weight", "bias")
+    }
+    as_written, _ = sessions(tmp_path / "qdq.onnx")
+    module.eval()
+    x, y = _data(rng, BATCH)
+    np.testing.assert_allclose(module.infer(x)[0], as_written.run(None, {"x": x})[0], rtol=0, atol=1e-5)
+    assert _loss_falls(module, tmp_path / "out", x, y)
+
+
 def _exported(module, tmp_path):
     module.export_model_for_inferencing(str(tmp_path / "inference.onnx"), ["logits"])
     return tmp_path / "inference.onnx"
