@@ -949,7 +949,7 @@ def fake_quantized_constants(graph: onnx.GraphProto) -> frozenset[str]:
         if (
             dequantizers
             and all(only(d.output[0], as_constant) for d in dequantizers)
-            and all(only(name, lambda node, _: node in chain) for name in held)
+            and all(node in chain for name in held for node in readers[name])
         ):
             found.update(held)
     return frozenset(found)
