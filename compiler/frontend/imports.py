@@ -928,8 +928,8 @@ def fake_quantized_constants(graph: onnx.GraphProto) -> frozenset[str]:
     read as compile-time constants (Pad's padding value), as quantize_static quantizes a constant
     there: constants to fold, never parameters to train. A parameter's own are not among them."""
     readers = _readers(graph)
-    made = {name for node in graph.node for name in node.output if node.op_type == "Constant"}
     inits = {i.name for i in graph.initializer}
+    constants = inits | {name for node in graph.node for name in node.output if node.op_type == "Constant"}
 
     def only(name: str, reads) -> list[onnx.NodeProto]:
         """The nodes reading `name` if there are some and each `reads(node, its slots of name)`."""
@@ -942,7 +942,7 @@ def fake_quantized_constants(graph: onnx.GraphProto) -> frozenset[str]:
         return spec is not None and spec.state is None and slots <= spec.const_inputs
 
     found: set[str] = set()
-    for quantize in [n for n in graph.node if n.op_type == "QuantizeLinear" and n.input[0] in made | inits]:
+    for quantize in [n for n in graph.node if n.op_type == "QuantizeLinear" and n.input[0] in constants]:
         dequantizers = only(quantize.output[0], lambda node, slots: node.op_type == "DequantizeLinear" and slots == {0})
         chain = [quantize, *dequantizers]
         held = [name for node in chain for name in node.input if name in inits]

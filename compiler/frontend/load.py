@@ -529,7 +529,8 @@ def _evaluate(node, constants, shapes) -> dict[str, np.ndarray] | None:
     if node.domain not in ("", "ai.onnx") or not inputs or not all(name in constants for name in inputs):
         return None
     feeds = {name: constants[name] for name in inputs}
-    opset = QDQ_OPSET if node.op_type in QUANTIZED_OPS else IR_OPSET  # a constant quantize_static quantized
+    # QuantizeLinear and DequantizeLinear of a constant that quantize_static quantized, at their opset
+    opset = QDQ_OPSET if node.op_type in QUANTIZED_OPS else IR_OPSET
     try:
         return dict(zip(node.output, run_node(node, feeds, opset)))
     except Exception as exc:
