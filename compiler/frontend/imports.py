@@ -713,8 +713,9 @@ def check_recorded_parameters(proto: onnx.ModelProto, folded: frozenset[str]) ->
         )
     # A module the optimizer ran over that left no node: tied to another (T5's `shared`), or a layer
     # it merged into an equal one of the same input (GPT-NeoX's two fresh LayerNorms of one x), whose
-    # survivor then takes both gradients. The export cannot tell the two apart; both are said.
-    nodeless = sorted(unseen - _ran(proto, unseen)) if _optimized(proto) else []
+    # survivor then takes both gradients. The export cannot tell the two apart; both are said. One the
+    # note above named as folded into a constant is neither.
+    nodeless = sorted(unseen - _ran(proto, unseen) - gone) if _optimized(proto) else []
     if nodeless:
         note(
             f"{len(nodeless)} PyTorch parameter(s) have no node left in the export ({_shown(nodeless)}): each is "

@@ -265,6 +265,7 @@ def test_a_parameter_the_dynamo_optimizer_folded_is_said_and_frozen_and_the_rest
     module, state, notes = compile_(tmp_path / "m.onnx", tmp_path, loss=artifacts.LossType.CrossEntropyLoss)
     folded = [n for n in notes if "folded into constants or optimized away" in n]
     assert len(folded) == 1 and "1 PyTorch parameter(s)" in folded[0] and "(relative.table)" in folded[0], notes
+    assert not [n for n in notes if "relative.table" in n and n not in folded], notes  # said once, as folded
     assert {n for n, p in state.parameters.items() if p.requires_grad} == {"lin.weight", "lin.bias"}
     loss = module(x.numpy(), labels.numpy())
     want = torch.nn.functional.cross_entropy(model(x), labels)
