@@ -73,6 +73,7 @@ def generate_artifacts(
     fused_update=False,
     update_policy=None,
     ram_budget=None,
+    row_bands=False,
     quantize=None,
     calibration_data=None,
     qas=True,
@@ -120,7 +121,11 @@ def generate_artifacts(
     sparse-update policy ("bias", "bias:K", "last:K", "bias+last:K", "bias:K+last:J"; see
     edgetrain.memory.policy), instead of requires_grad. ram_budget: bytes of RAM the trainer must
     fit in; cheaper plans (fused update, recomputation) are tried in turn, and the compile fails
-    naming the smallest one reached.
+    naming the smallest one reached. row_bands: the layers in front of the first one that trains (in
+    eval_step and infer, every convolution up to the pooling) run a band of output rows at a time
+    where that lowers the arena's peak, so their widest activations never exist whole; the rows two
+    bands' windows share are computed in both (time for RAM; the results are the same bits). A
+    ram_budget tries row bands after the fused update.
     memory_plot: also draw memory.png, the arena occupancy over train_step's schedule (needs
     matplotlib; off by default because drawing costs more than compiling a small model).
 
@@ -162,6 +167,7 @@ def generate_artifacts(
         federated=federated,
         fused_update=fused_update,
         ram_budget=ram_budget,
+        row_bands=bool(row_bands),
         qas=bool(qas),
         untie=untie,
         frozen_bn=frozen_bn,
@@ -336,6 +342,7 @@ class _Stages:
     federated: bool
     fused_update: bool
     ram_budget: int | None
+    row_bands: bool
     qas: bool
     notes: list[str] = field(default_factory=list)  # what the import found, each said once
     probes: dict[int, Any] = field(default_factory=dict)  # id(ModelC) -> the trainer at another batch
@@ -369,6 +376,7 @@ class _Stages:
             federated=options["federated"],
             fused_update=bool(options["fused_update"]),
             ram_budget=options["ram_budget"],
+            row_bands=bool(options.get("row_bands", False)),
             qas=options.get("qas", True),
         )
 
@@ -401,7 +409,7 @@ class _Stages:
         )
 
     def c(self, trainer: Trainer, consts: dict, policy: Plan, packed: bool = True) -> Any:
-        program = lower(trainer, self.prefix, self.federated, policy.fused_update, consts)
+        program = lower(trainer, self.prefix, self.federated, policy.fused_update, consts, policy.row_bands)
         return emit(program, plan_memory(program, packed))
 
     def compile(self, policy: Plan, dims: dict) -> Compiled:
@@ -416,7 +424,10 @@ class _Stages:
     def within_budget(self, dims: dict) -> Compiled:
         can_fuse = self.spec.max_grad_norm is None
         return meet_budget(
-            lambda policy: self.compile(policy, dims), Plan(self.fused_update), self.ram_budget, can_fuse=can_fuse
+            lambda policy: self.compile(policy, dims),
+            Plan(self.fused_update, row_bands=self.row_bands),
+            self.ram_budget,
+            can_fuse=can_fuse,
         )
 
 

@@ -77,4 +77,42 @@ static inline void et_adamw_q8_f32(int n, const float *scale, int inner, uint32_
     }
 }
 
+/* Elements [at, at + len) of the outer product of A (m) and B (n), into g:
+ * et_optim.h's pieces of it, a chunk of a weight's elements crossing rows. */
+static inline void et_outer_span_(int m, const float *A, int n, const float *B, size_t at, int len, float *g)
+{
+    int done = 0, piece;
+    while (done < len && (piece = et_outer_piece_(m, A, n, B, at + (size_t)done, g + done)) > 0)
+        done += piece < len - done ? piece : len - done;
+}
+
+/* The "_q8" updates for a gradient that is the outer product of A (m) and B
+ * (n), as et_optim.h's "_outer" ones make it: a chunk at a time beside the
+ * weights', never stored whole. */
+static inline void et_sgd_q8_outer_f32(int m, const float *A, int n, const float *B, const float *scale, int inner,
+                                       uint32_t at, uint32_t counter, float lr, float momentum, float dampening,
+                                       int nesterov, float weight_decay, int first_step, int8_t *Q, float *Buf)
+{
+    float w[ET_QAS_CHUNK], g[ET_OUTER_CHUNK + ET_QAS_CHUNK];
+    int from, len;
+    for (from = 0; (len = et_qas_load_(m * n, from, Q, scale, inner, w)) > 0; from += len) {
+        et_outer_span_(m, A, n, B, (size_t)from, len, g);
+        et_sgd_f32(len, lr, momentum, dampening, nesterov, weight_decay, first_step, w, g, Buf ? Buf + from : NULL);
+        et_qas_store_(len, from, w, scale, inner, at, counter, Q);
+    }
+}
+
+static inline void et_adamw_q8_outer_f32(int m, const float *A, int n, const float *B, const float *scale, int inner,
+                                         uint32_t at, uint32_t counter, float step_size, float lr, float beta1,
+                                         float beta2, float eps, float weight_decay, int8_t *Q, float *M, float *V)
+{
+    float w[ET_QAS_CHUNK], g[ET_OUTER_CHUNK + ET_QAS_CHUNK];
+    int from, len;
+    for (from = 0; (len = et_qas_load_(m * n, from, Q, scale, inner, w)) > 0; from += len) {
+        et_outer_span_(m, A, n, B, (size_t)from, len, g);
+        et_adamw_f32(len, step_size, lr, beta1, beta2, eps, weight_decay, w, g, M + from, V + from);
+        et_qas_store_(len, from, w, scale, inner, at, counter, Q);
+    }
+}
+
 #endif /* ET_QAS_H */

@@ -162,13 +162,14 @@ static inline void et_quantize_grad_f32(int outer, int channels, int inner, cons
                 dX[j] = (mask[j / 32u] >> (j % 32u)) & 1u ? dY[j] / scale[c] : 0.0f;
 }
 
-/* Rows [first, first + count) of each of N samples' dY [N][C][plane], where dY is what
+/* Rows [first, first + count) of each of N samples' dY [N][C][plane], at the
+ * positions [from, from + len) of each row, where dY is what
  * et_average_pool_grad_f32 over the whole plane (0 + g / plane), et_dequantize_grad_f32 (* dq_scale),
  * et_quantize_grad_f32 (/ q_scale where the mask's bit is set) and et_relu_grad_f32 (where
  * relu_mask's bit is set; NULL: no activation) make of the pooled gradient G [N][C]: the same
- * operations, so the same bits, without the whole dY. */
-static inline void et_pooled_grad_rows_f32(int N, int C, int plane, int first, int count, const float *G,
-                                           float dq_scale, float q_scale, const uint32_t *mask,
+ * operations, so the same bits, without the whole dY.  Y is [N][count][len]. */
+static inline void et_pooled_grad_rows_f32(int N, int C, int plane, int first, int count, int from, int len,
+                                           const float *G, float dq_scale, float q_scale, const uint32_t *mask,
                                            const uint32_t *relu_mask, float *Y)
 {
     int n, r, i;
@@ -176,9 +177,9 @@ static inline void et_pooled_grad_rows_f32(int N, int C, int plane, int first, i
         for (r = 0; r < count; ++r) {
             const float value = ((0.0f + G[(size_t)n * (size_t)C + (size_t)(first + r)] / (float)plane) * dq_scale)
                                 / q_scale;
-            size_t j = ((size_t)n * (size_t)C + (size_t)(first + r)) * (size_t)plane;
-            float *y = Y + ((size_t)n * (size_t)count + (size_t)r) * (size_t)plane;
-            for (i = 0; i < plane; ++i, ++j) {
+            size_t j = ((size_t)n * (size_t)C + (size_t)(first + r)) * (size_t)plane + (size_t)from;
+            float *y = Y + ((size_t)n * (size_t)count + (size_t)r) * (size_t)len;
+            for (i = 0; i < len; ++i, ++j) {
                 int passes = (mask[j / 32u] >> (j % 32u)) & 1u;
                 if (relu_mask != NULL)
                     passes = passes && ((relu_mask[j / 32u] >> (j % 32u)) & 1u);

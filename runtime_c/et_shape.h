@@ -64,6 +64,22 @@ static ET_NOINLINE void et_copy_block_f32(int outer, int inner, const float *X, 
                (size_t)inner * sizeof(float));
 }
 
+/* et_copy_block_f32 for elements of any type, `size` bytes each (strides and
+ * widths in elements): a row band's rows out of a tensor's planes, or back. */
+static ET_NOINLINE void et_copy_rows(int outer, int inner, int size, const void *X, int x_stride, void *Y,
+                                     int y_stride)
+{
+    const unsigned char *x = (const unsigned char *)X;
+    unsigned char *y = (unsigned char *)Y;
+    size_t row = (size_t)inner * (size_t)size;
+    int o;
+    if (inner <= 0)
+        return;
+    for (o = 0; o < outer; ++o)
+        memcpy(y + (size_t)o * (size_t)y_stride * (size_t)size, x + (size_t)o * (size_t)x_stride * (size_t)size,
+               row);
+}
+
 /* Whether X, read in memory order, is [outer][Y's elements][inner] with the
  * outer and inner axes summed (a bias gradient: N and the spatial axes of
  * NCHW), and the sizes of the three. */

@@ -10,11 +10,12 @@ from typing import Any
 import numpy as np
 
 from ..trainer import Trainer
-from ..trainer.integer import weight_gradient_blocks
+from ..trainer.integer import pooled_gradient_blocks, weight_gradient_blocks
 from ..checkpoint import HEADER, table_bytes
 from ..errors import EdgetrainError
 from ..ir import PER_WORD, Graph, Node, int32_in_c
 from ..ops import Call, KernelCtx, OpDef, Tensor, Update, Var, lookup
+from . import bands
 from .program import Affine, Arg, Floats, GradRef, LoweredFunction, NodeInfo, ParamInfo, Program, StateRef, TensorType
 
 
@@ -124,6 +125,7 @@ def _function(
     results: list[str],
     after: dict[int, list[Call]] | None = None,
     backward_from: int | None = None,
+    row_bands: tuple[int, int] = (0, 0),
 ) -> LoweredFunction:
     """Kernel calls for `nodes`, and the `after[i]` calls right after node i's."""
     ctx = KernelCtx(trainer.graph)
@@ -148,7 +150,15 @@ def _function(
     arena = tuple(name for name in used if storage.locate(name) is None)
     infos = tuple(NodeInfo(n.op, n.name, tuple(n.inputs), tuple(n.outputs), tuple(_op(n).inplace)) for n in nodes)
     return LoweredFunction(
-        tuple(calls), tuple(owner), infos, tuple(span), arena, tuple(results), backward_from, tuple(after_calls)
+        tuple(calls),
+        tuple(owner),
+        infos,
+        tuple(span),
+        arena,
+        tuple(results),
+        backward_from,
+        tuple(after_calls),
+        row_bands,
     )
 
 
@@ -201,7 +211,7 @@ def _fused_updates(
             return opt.binding.update(update, opt.attrs())
         channel = first // stored.inner if g.values[stored.scale].size > 1 else 0
         weights, scale = Tensor(stored.values, first), Tensor(stored.scale, channel)
-        return _integer_update(trainer, storage, param, operand, grad, first, weights, scale)
+        return _integer_update(trainer, storage, param, operand, grad, first, weights, scale, suffix)
 
     for param, param_blocks in blocks.items():
         for part, first in param_blocks:
@@ -247,15 +257,16 @@ def _integer_update(
     first: int,
     weights: object,
     scale: object,
+    suffix: str = "",
 ) -> Call:
     """The "_q8" update (runtime_c/et_qas.h) of int8 weight `param` stored as integers, from its
     element `first` on (`weights` and `scale` from there, as the caller's arguments): its rounding
     draws from the step count and each element's index among every trainable element, so a fused
-    update and optimizer_step round alike."""
+    update and optimizer_step round alike. suffix "_outer": from the factors of its gradient."""
     opt, stored = trainer.optimizer, trainer.integer_weights[param]
     at = storage.elements[param] + first
     operand = (*operand, scale, stored.inner, at, Var("et_step"))
-    update = Update(operand, grad, weights, _state(trainer, storage, at), Var("et_lr"), "_q8")
+    update = Update(operand, grad, weights, _state(trainer, storage, at), Var("et_lr"), "_q8" + suffix)
     return opt.binding.update(update, opt.attrs())
 
 
@@ -300,8 +311,7 @@ def _outer_products(trainer: Trainer) -> dict[str, Node]:
     read = {name for node in trainer.train_nodes for name in node.inputs}
     made = {node.outputs[0]: node for node in trainer.train_nodes[trainer.backward_start :] if node.op == "Gemm"}
     products: dict[str, Node] = {}
-    # an int8 weight's update (QAS) has no variant that makes its gradient from factors
-    for grad in (grad for param, grad in trainer.grads.items() if param not in trainer.integer_weights):
+    for grad in trainer.grads.values():
         node = made.get(grad) if grad else None
         if grad is None or node is None or grad in read or len(node.inputs) > 2:
             continue
@@ -342,9 +352,12 @@ def lower(
     federated: bool = False,
     fused_update: bool = False,
     batch_consts: dict[str, Affine | np.ndarray] | None = None,
+    row_bands: bool = False,
 ) -> Program:
     """fused_update: train_step applies the optimizer itself (see _fused_updates), and there are no
-    gradient buffers; otherwise gradients accumulate into them for optimizer_step (ORT's semantics)."""
+    gradient buffers; otherwise gradients accumulate into them for optimizer_step (ORT's semantics).
+    row_bands: each function's leading layers that no gradient reads run in row bands where that
+    lowers its peak of live bytes (bands.py)."""
     g = trainer.graph
     storage = _Storage(trainer, batch_consts)
     # A fused update writes gradients and buffers inside the step; otherwise they are results.
@@ -362,17 +375,29 @@ def lower(
     blocks: dict[str, list[tuple[str, int]]] = {}
     if fused_update:
         train_nodes, blocks = weight_gradient_blocks(g, train_nodes, trainer.grads, trainer.read_as)
+        train_nodes, bias_blocks = pooled_gradient_blocks(g, train_nodes, trainer.grads)
+        blocks.update(bias_blocks)
     extra = list(trainer.extra_outputs)
+    results = [trainer.loss] + extra + kept
+    eval_nodes, infer_nodes, backward_start = trainer.eval_nodes, trainer.infer_nodes, trainer.backward_start
+    banded = {"train": (0, 0), "eval": (0, 0), "infer": (0, 0)}
+    if row_bands:
+        forward = len(train_nodes)
+        train_nodes, banded["train"] = bands.row_bands(g, train_nodes, backward_start, set(results))
+        backward_start += len(train_nodes) - forward
+        eval_nodes, banded["eval"] = bands.row_bands(g, eval_nodes, len(eval_nodes), {trainer.loss, *extra})
+        infer_nodes, banded["infer"] = bands.row_bands(g, infer_nodes, len(infer_nodes), set(g.outputs))
     train = _function(
         trainer,
         storage,
         train_nodes,
-        [trainer.loss] + extra + kept,
+        results,
         _fused_updates(trainer, storage, train_nodes, outer, blocks) if fused_update else None,
-        trainer.backward_start,
+        backward_start,
+        banded["train"],
     )
-    evaluate = _function(trainer, storage, trainer.eval_nodes, [trainer.loss] + extra)
-    infer = _function(trainer, storage, trainer.infer_nodes, list(g.outputs))
+    evaluate = _function(trainer, storage, eval_nodes, [trainer.loss] + extra, row_bands=banded["eval"])
+    infer = _function(trainer, storage, infer_nodes, list(g.outputs), row_bands=banded["infer"])
     entries = trainer.checkpoint_entries
     # before the constants are taken: an int8 weight's scale may be first read here
     params = tuple(_param_info(trainer, storage, name, kind) for name, kind in entries)

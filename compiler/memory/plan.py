@@ -19,6 +19,7 @@ class FunctionPlan:
     arena_floats: int
     lower_bound: int  # the liveness lower bound of its arena
     blocks: tuple[Block, ...]  # the arena's allocations, for the memory report
+    row_bands: tuple[int, int] = (0, 0)  # the LoweredFunction's
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,11 @@ class MemoryPlan:
     @property
     def flash_constants_bytes(self) -> int:
         return sum(self.flash_constants_by_type.values())
+
+    @property
+    def row_bands(self) -> bool:
+        """Whether any function runs layers in row bands."""
+        return any(f.row_bands[0] for f in self.functions.values())
 
     @property
     def arena_floats(self) -> int:
@@ -144,7 +150,7 @@ def plan_function(program: Program, f: LoweredFunction, packed: bool = True) -> 
         for members, (start, end, words) in zip(segmented[iv.name][1], iv.segments())
     )
     where = {name: offsets[root.get(name, name)] for name in f.arena}
-    return FunctionPlan(where, total, liveness_lower_bound(intervals), blocks)
+    return FunctionPlan(where, total, liveness_lower_bound(intervals), blocks, f.row_bands)
 
 
 def _ram(program: Program, arena_floats: int) -> dict[str, int]:

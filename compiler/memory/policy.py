@@ -4,7 +4,7 @@ optimizer runs inside the training step (fused update), and meeting a RAM budget
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..errors import EdgetrainError
 from ..ir import Graph
@@ -86,15 +86,19 @@ NOTHING_KEPT = 1 << 30  # keep_every beyond any model's activations: recompute f
 
 @dataclass(frozen=True)
 class Plan:
-    """How a trainer trades RAM: fused update, then recomputation of cheap forward ops, then of
-    every op but every keep_every-th activation the backward pass reads (0: keep them all)."""
+    """How a trainer trades RAM: fused update, then the leading layers no gradient reads in row
+    bands (lower/bands.py), then recomputation of cheap forward ops, then of every op but every
+    keep_every-th activation the backward pass reads (0: keep them all)."""
 
     fused_update: bool = False
     recompute: bool = False
     keep_every: int = 0
+    row_bands: bool = False
 
     def describe(self) -> str:
         parts = ["fused update" if self.fused_update else "accumulated gradients"]
+        if self.row_bands:
+            parts.append("row bands")
         if self.keep_every >= NOTHING_KEPT:
             parts.append("recomputation of every activation from the inputs")
         elif self.keep_every:
@@ -116,15 +120,18 @@ def meet_budget(compile_, plan: Plan, budget: int | None, *, can_fuse: bool):
     if budget is None:
         return compile_(plan)
     fused = plan.fused_update or can_fuse
-    candidates = [plan, Plan(fused), Plan(fused, True)] + [Plan(fused, True, k) for k in (2, 4, NOTHING_KEPT)]
+    candidates = [plan, Plan(fused, row_bands=plan.row_bands)] + [
+        Plan(fused, recompute, keep, row_bands=True)
+        for recompute, keep in ((False, 0), (True, 0), (True, 2), (True, 4), (True, NOTHING_KEPT))
+    ]
     best: tuple[int, Plan] | None = None
     for candidate in dict.fromkeys(candidates):
         result = compile_(candidate)
         size = result.memory.ram_bytes
         if size <= budget:
             return result
-        if best is None or size < best[0]:
-            best = (size, candidate)
+        if best is None or size < best[0]:  # said as it ran: row bands only where a layer took them
+            best = (size, replace(candidate, row_bands=result.memory.row_bands))
     assert best is not None
     size, smallest = best
     raise EdgetrainError(

@@ -327,39 +327,46 @@ class ConvGradWQuantized:
 
 @op("PooledGradRows", domain=ET_DOMAIN)
 class PooledGradRows:
-    """(G, mask, dq_scale, q_scale[, relu_mask]) -> rows [first, first + count) of each sample's dY,
-    where dY is what AveragePoolGrad of one window over the whole plane, DequantizeLinearGrad,
-    QuantizeLinearGrad (mask) and ReluGrad (relu_mask) make of the pooled gradient G [N, C]: each
-    element the same float operations on the same values, so the same bits. A weight gradient reads
-    it a block of output channels at a time (trainer/integer.py weight_gradient_blocks), so the
-    whole dY need not exist while the layer's input does. shape: the whole dY's."""
+    """(G, mask, dq_scale, q_scale[, relu_mask]) -> rows [first, first + count) of each sample's dY
+    (attribute channels), of its rows [top, top + height) along its first spatial axis (attribute
+    rows; default all), where dY is what AveragePoolGrad of one window over the whole plane,
+    DequantizeLinearGrad, QuantizeLinearGrad (mask) and ReluGrad (relu_mask) make of the pooled
+    gradient G [N, C]: each element the same float operations on the same values, so the same bits.
+    A weight gradient reads it a block of output channels at a time (trainer/integer.py
+    weight_gradient_blocks), a bias gradient and a pointwise input gradient a block of channels or
+    of rows (pooled_gradient_blocks), so the whole dY need not exist. shape: the whole dY's."""
 
     @staticmethod
     def kernel(k, node):
         g, mask, dq_scale, q_scale, relu_mask = (tuple(node.inputs) + ("",))[:5]
         n, channels, *plane = node.attr("shape")
         first, count = node.attr("channels")
-        size = int(np.prod(plane, dtype=np.int64))
+        top, height = node.attr("rows", (0, plane[0]))
+        size, row = int(np.prod(plane, dtype=np.int64)), int(np.prod(plane[1:], dtype=np.int64))
         scales = (_scalar(k, dq_scale), _scalar(k, q_scale))
         masks = (mask, relu_mask or None)
-        return [k.call("et_pooled_grad_rows_f32", n, channels, size, first, count, g, *scales, *masks, node.outputs[0])]
+        positions = (top * row, height * row)
+        call = ("et_pooled_grad_rows_f32", n, channels, size, first, count, *positions, g, *scales, *masks)
+        return [k.call(*call, node.outputs[0])]
 
     @staticmethod
     def shape(graph, node):
         n, _, *plane = node.attr("shape")
-        return [(n, node.attr("channels")[1], *plane)]
+        height = node.attr("rows", (0, plane[0]))[1]
+        return [(n, node.attr("channels")[1], height, *plane[1:])]
 
     @staticmethod
-    def reference(g, mask, dq_scale, q_scale, relu_mask=None, shape=(), channels=(0, 0)):
+    def reference(g, mask, dq_scale, q_scale, relu_mask=None, shape=(), channels=(0, 0), rows=None):
         n, c, *plane = shape
         size, one = int(np.prod(plane, dtype=np.int64)), np.float32
         value = ((one(0) + g.reshape(n, c, 1).astype(one) / one(size)) * one(dq_scale.flat[0])) / one(q_scale.flat[0])
         passes = unpack_bits(mask, (n, c, size))
         if relu_mask is not None:
             passes &= unpack_bits(relu_mask, (n, c, size))
-        rows = np.where(passes, np.broadcast_to(value, (n, c, size)), one(0))
+        dy = np.where(passes, np.broadcast_to(value, (n, c, size)), one(0)).reshape(n, c, *plane)
         first, count = channels
-        return (rows[:, first : first + count].reshape(n, count, *plane).astype(one),)
+        top, height = rows or (0, plane[0])
+        return (dy[:, first : first + count, top : top + height].astype(one),)
 
 
 @op("QuantizedGlobalAveragePool", domain=ET_DOMAIN)

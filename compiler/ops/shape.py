@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from ..ir import ET_DOMAIN, PER_WORD
 from .integer import typed
 from .registry import Tensor, at_least_1d, broadcast_strides, op, split_axis
 
@@ -72,6 +73,64 @@ class Concat:
         sizes = [g.shape(x)[axis] for x in node.inputs]
         parts = g.emit("Split", [dy[0], g.ints(sizes)], {"axis": axis}, outputs=len(sizes))
         return list(parts) if len(sizes) > 1 else [parts]
+
+
+def _element_bytes(k, name: str) -> int:
+    return 4 // PER_WORD[k.graph.c_type(name)]
+
+
+@op("Rows", domain=ET_DOMAIN)
+class Rows:
+    """(X) -> rows [first, first + count) of every plane of an NCHW X (its axis 2), of any element
+    type: the part of a tensor one row band reads (lower/bands.py)."""
+
+    integer = True
+
+    @staticmethod
+    def kernel(k, node):
+        x, y = node.inputs[0], node.outputs[0]
+        n, c, h, w = k.shape(x)
+        first, count = node.attr("first"), node.attr("count")
+        rows = count * w
+        return [k.call("et_copy_rows", n * c, rows, _element_bytes(k, y), Tensor(x, first * w), h * w, y, rows)]
+
+    @staticmethod
+    def shape(graph, node):
+        n, c, _, w = graph.shape(node.inputs[0])
+        return [(n, c, node.attr("count"), w)]
+
+    @staticmethod
+    def reference(x, first, count):
+        return (x[:, :, first : first + count].copy(),)
+
+
+@op("JoinRows", domain=ET_DOMAIN)
+class JoinRows:
+    """(band, ...) -> the bands' rows one after another along axis 2 (Concat's, of any element
+    type): a whole NCHW tensor from the row bands that made it (lower/bands.py)."""
+
+    integer = True
+
+    @staticmethod
+    def kernel(k, node):
+        y = node.outputs[0]
+        n, c, h, w = k.shape(y)
+        calls, row = [], 0
+        size = _element_bytes(k, y)
+        for band in node.inputs:
+            width = k.shape(band)[2] * w
+            calls.append(k.call("et_copy_rows", n * c, width, size, band, width, Tensor(y, row * w), h * w))
+            row += k.shape(band)[2]
+        return calls
+
+    @staticmethod
+    def shape(graph, node):
+        n, c, _, w = graph.shape(node.inputs[0])
+        return [(n, c, sum(graph.shape(band)[2] for band in node.inputs), w)]
+
+    @staticmethod
+    def reference(*bands):
+        return (np.concatenate(bands, axis=2),)
 
 
 @op("Split", const_inputs=(1,))

@@ -19,7 +19,7 @@ import onnx
 
 from ..frontend.load import QDQ_OPSET, run_node
 from ..ir import ET_DOMAIN, Graph, Node
-from ..ops import KernelCtx
+from ..ops import KernelCtx, require
 from ..ops.conv import window
 from ..ops.elementwise import Clip
 from ..ops.quantize import GRAD_X_PIECE, zero_point_of
@@ -188,6 +188,115 @@ def weight_gradient_blocks(
     return out_nodes, blocks
 
 
+# The input gradients of a pointwise layer that pooled_gradient_blocks makes a block of rows at a time.
+_POINTWISE_GRAD_X = ("ConvGradX", "ConvGradXInPlace", "ConvGradXQuantized")
+
+
+def pooled_gradient_blocks(
+    graph: Graph, nodes: list[Node], grads: dict[str, str | None]
+) -> tuple[list[Node], dict[str, list[tuple[str, int]]]]:
+    """For a fused update: a dY that an average pool of the whole plane makes of a pooled gradient
+    (_pooled_dy: an int8 layer before a global average pool), read by nothing but its layer's bias
+    gradient (a ReduceSum over every axis but the channels') and a pointwise input gradient, is
+    never made whole. PooledGradRows makes its bias gradient a block of channels at a time, each
+    block updated as it is made, and its input gradient a block of rows at a time (each a whole sum
+    over the channels), which JoinRows puts together: the same bits as from the whole dY. Returns
+    the nodes and, per bias, (each block's gradient, the element it starts at)."""
+    producer = {out: (i, node) for i, node in enumerate(nodes) for out in node.outputs}
+    readers: dict[str, list[Node]] = {}
+    for node in nodes:
+        for name in node.inputs:
+            readers.setdefault(name, []).append(node)
+    trained = {grad: param for param, grad in grads.items() if grad}
+    position = {id(node): i for i, node in enumerate(nodes)}
+    cut: dict[int, list[Node]] = {}
+    gone: set[int] = set()
+    blocks: dict[str, list[tuple[str, int]]] = {}
+    for dy, users in readers.items():
+        pooled = _pooled_dy(graph, producer, dy)
+        if pooled is None or not all(_bias_sum(graph, u, trained, readers) or _pointwise_grad_x(u) for u in users):
+            continue
+        start, inputs, shape = pooled
+        chain = [node for _, node in (producer[name] for name in _chain_values(producer, dy, start))]
+        if any(len(readers.get(node.outputs[0], [])) != 1 for node in chain[:-1]):
+            continue
+        for user in users:  # each where it was, after its other inputs
+            made: list[Node] = []
+            if user.op == "ReduceSum":
+                param = trained[user.outputs[0]]
+                blocks[param] = []
+                for first in range(0, shape[1], -(-shape[1] // _BLOCKS)):
+                    count = min(-(-shape[1] // _BLOCKS), shape[1] - first)
+                    rows = _pooled_rows(graph, inputs, shape, f"{user.name}_{first}", channels=(first, count))
+                    block = graph.add_value(graph.fresh("bias_grad_block"), (count,))
+                    inputs_of_block = (rows.outputs[0], *user.inputs[1:])
+                    made += [rows, replace(user, inputs=inputs_of_block, outputs=(block,), name=f"{user.name}_{first}")]
+                    blocks[param].append((block, first))
+            else:
+                made += _grad_x_rows(graph, user, inputs, shape)
+            cut[position[id(user)]] = made
+        gone.update(id(node) for node in (*chain, *users))
+    out: list[Node] = []
+    for i, node in enumerate(nodes):
+        out += cut.get(i, []) + ([] if id(node) in gone else [node])
+    return out, blocks
+
+
+def _chain_values(producer: dict, dy: str, start: int) -> list[str]:
+    """The values from the pool's gradient to dY, which _pooled_dy found made one from the other."""
+    values = [dy]
+    while producer[values[0]][0] != start:
+        values.insert(0, producer[values[0]][1].inputs[0])
+    return values
+
+
+def _bias_sum(graph: Graph, node: Node, trained: dict[str, str], readers: dict[str, list[Node]]) -> bool:
+    """Whether `node` sums dY over every axis but the channels' into a trained parameter's gradient
+    that nothing else reads (a fused update reads it by blocks)."""
+    if node.op != "ReduceSum" or node.outputs[0] not in trained or readers.get(node.outputs[0]):
+        return False
+    rank = len(graph.shape(node.inputs[0]))
+    axes = graph.constants.get(node.inputs[1]) if len(node.inputs) > 1 else None
+    every_but_channels = axes is not None and sorted(int(a) % rank for a in axes) == [0, *range(2, rank)]
+    return every_but_channels and not node.attr("keepdims", 1) and node.attr("noop_with_empty_axes", 0) == 0
+
+
+def _pointwise_grad_x(node: Node) -> bool:
+    if node.op not in _POINTWISE_GRAD_X or node.domain != ET_DOMAIN:
+        return False
+    if node.op == "ConvGradXQuantized":
+        return True
+    one = set(node.attr("kernel_shape")) | set(node.attr("strides")) | set(node.attr("dilations"))
+    return one == {1} and not any(node.attr("pads")) and int(node.attr("group")) == 1
+
+
+def _pooled_rows(graph: Graph, inputs: tuple[str, ...], shape, name: str, channels, rows=None) -> Node:
+    """PooledGradRows of dY's `channels` (first, count) and `rows` (first, count; default all)."""
+    height = rows[1] if rows else shape[2]
+    value = graph.add_value(graph.fresh("pooled_grad_rows"), (shape[0], channels[1], height, *shape[3:]))
+    attrs = {"shape": list(shape), "channels": list(channels), **({"rows": list(rows)} if rows else {})}
+    return Node("PooledGradRows", inputs, (value,), attrs, name, ET_DOMAIN)
+
+
+def _grad_x_rows(graph: Graph, node: Node, inputs: tuple[str, ...], shape) -> list[Node]:
+    """Pointwise input gradient `node` a block of dY's rows at a time, from PooledGradRows, joined."""
+    height = shape[2]
+    step = -(-height // _BLOCKS)
+    made, parts = [], []
+    for top in range(0, height, step):
+        rows = (top, min(step, height - top))
+        block = _pooled_rows(graph, inputs, shape, f"{node.name}_rows_{top}", channels=(0, shape[1]), rows=rows)
+        dx_shape = [*node.attr("shape")[:2], rows[1], *node.attr("shape")[3:]]
+        attrs = {**node.attrs, "shape": dx_shape}
+        part = Node(node.op, (block.outputs[0], *node.inputs[1:]), (), attrs, "", node.domain)
+        shape_of = require(part).shape
+        assert shape_of is not None  # our own op's
+        outputs = tuple(graph.add_value(graph.fresh("grad_x_rows"), s) for s in shape_of(graph, part))
+        made += [block, replace(part, outputs=outputs, name=f"{node.name}_rows_{top}")]
+        parts.append(outputs[0])
+    return made + [Node("JoinRows", tuple(parts), node.outputs[:1], {}, f"{node.name}_join", ET_DOMAIN)]
+
+
 def _weight_block(graph: Graph, made: Node, chain: list[Node], first: int, count: int, pooled) -> list[Node]:
     """The nodes of one block of output channels of weight gradient `made`, its chain after it: from
     dY's rows [first, first + count) where `pooled` (_pooled) makes them, else from the whole dY."""
@@ -209,15 +318,19 @@ def _weight_block(graph: Graph, made: Node, chain: list[Node], first: int, count
 
 
 def _pooled(graph: Graph, producer: dict, made: Node) -> tuple[int, tuple[str, ...], tuple[int, ...]] | None:
-    """Where weight gradient `made` (of one group) reads a dY that AveragePoolGrad of one window over
-    the whole plane, per-tensor DequantizeLinearGrad and QuantizeLinearGrad and an optional ReluGrad
-    make of a pooled gradient (an int8 layer before a global average pool):
-    (the AveragePoolGrad's index, PooledGradRows' inputs, dY's shape); else None."""
+    """Where weight gradient `made` (of one group) reads a dY that _pooled_dy makes: that."""
+    return _pooled_dy(graph, producer, made.inputs[0]) if int(made.attr("group")) == 1 else None
+
+
+def _pooled_dy(graph: Graph, producer: dict, dy: str) -> tuple[int, tuple[str, ...], tuple[int, ...]] | None:
+    """Where AveragePoolGrad of one window over the whole plane, per-tensor DequantizeLinearGrad and
+    QuantizeLinearGrad and an optional ReluGrad make `dy` of a pooled gradient (an int8 layer before
+    a global average pool): (the AveragePoolGrad's index, PooledGradRows' inputs, dY's shape); else
+    None."""
 
     def made_by(name: str) -> Node | None:
         return producer[name][1] if name in producer else None
 
-    dy = made.inputs[0]
     node, chain = made_by(dy), []
     relu = node if node is not None and node.op == "ReluGrad" else None
     if relu is not None:
@@ -232,7 +345,7 @@ def _pooled(graph: Graph, producer: dict, made: Node) -> tuple[int, tuple[str, .
     whole = tuple(pool.attr("kernel_shape")) == tuple(shape[2:]) and not any(pool.attr("pads", [0]))
     per_tensor = all(graph.values[n.inputs[-1]].size == 1 for n in (quantize, dequantize))
     pooled_size = graph.values[pool.inputs[0]].size == shape[0] * shape[1]
-    if int(made.attr("group")) != 1 or not (whole and per_tensor and pooled_size):
+    if not (whole and per_tensor and pooled_size):
         return None
     masks = (quantize.inputs[1], *(relu.inputs[1:] if relu else ()))
     inputs = (pool.inputs[0], masks[0], dequantize.inputs[1], quantize.inputs[2], *masks[1:])

@@ -33,9 +33,9 @@ void t_adamw_q8(int n, const float *scale, int inner, uint32_t at, uint32_t coun
 { et_adamw_q8_f32(n, scale, inner, at, counter, step_size, lr, 0.9f, 0.999f, 1e-6f, 0.01f, Q, G, M, V); }
 void t_adamw(int n, float step_size, float lr, float *W, const float *G, float *M, float *V)
 { et_adamw_f32(n, step_size, lr, 0.9f, 0.999f, 1e-6f, 0.01f, W, G, M, V); }
-void t_rows(int N, int C, int plane, int first, int count, const float *G, float dq, float q, const uint32_t *mask,
-            const uint32_t *relu_mask, float *Y)
-{ et_pooled_grad_rows_f32(N, C, plane, first, count, G, dq, q, mask, relu_mask, Y); }
+void t_rows(int N, int C, int plane, int first, int count, int from, int len, const float *G, float dq, float q,
+            const uint32_t *mask, const uint32_t *relu_mask, float *Y)
+{ et_pooled_grad_rows_f32(N, C, plane, first, count, from, len, G, dq, q, mask, relu_mask, Y); }
 void t_chain(int N, int C, int plane, const float *G, float dq, float q, const uint32_t *mask,
              const uint32_t *relu_mask, float *Y)
 {
@@ -60,8 +60,8 @@ def kernels(tmp_path_factory):
         "void t_adamw_q8(int, const float *, int, uint32_t, uint32_t, float, float, int8_t *, const float *,"
         " float *, float *);"
         "void t_adamw(int, float, float, float *, const float *, float *, float *);"
-        "void t_rows(int, int, int, int, int, const float *, float, float, const uint32_t *, const uint32_t *,"
-        " float *);"
+        "void t_rows(int, int, int, int, int, int, int, const float *, float, float, const uint32_t *,"
+        " const uint32_t *, float *);"
         "void t_chain(int, int, int, const float *, float, float, const uint32_t *, const uint32_t *, float *);",
     )
 
@@ -147,13 +147,23 @@ def test_every_registered_optimizer_has_an_integer_update():
 
 
 @pytest.mark.parametrize("relu", [True, False])
-@pytest.mark.parametrize("n, channels, plane, first, count", [(1, 64, 125, 8, 8), (3, 10, 7, 3, 5), (2, 6, 9, 0, 6)])
+@pytest.mark.parametrize(
+    "n, channels, plane, first, count, start, length",
+    [
+        (1, 64, 125, 8, 8, 0, 125),
+        (3, 10, 7, 3, 5, 0, 7),
+        (2, 6, 9, 0, 6, 0, 9),
+        (2, 12, 16, 0, 12, 4, 8),
+        (3, 5, 9, 1, 3, 7, 2),
+    ],
+)
 def test_pooled_rows_are_the_pool_and_quantization_gradients_bit_for_bit(
-    kernels, n, channels, plane, first, count, relu
+    kernels, n, channels, plane, first, count, start, length, relu
 ):
-    """Rows [first, first + count) of each sample, made from the pooled gradient alone, are those of
-    the whole dY that et_average_pool_grad_f32, et_dequantize_grad_f32, et_quantize_grad_f32 and
-    et_relu_grad_f32 make, bit for bit, at any bit offset of the masks."""
+    """Rows [first, first + count) of each sample, at positions [start, start + length) of each,
+    made from the pooled gradient alone, are those of the whole dY that et_average_pool_grad_f32,
+    et_dequantize_grad_f32, et_quantize_grad_f32 and et_relu_grad_f32 make, bit for bit, at any bit
+    offset of the masks."""
     ffi, lib = kernels
     rng = np.random.default_rng(n * 100 + plane)
     g = rng.normal(size=n * channels).astype(np.float32)
@@ -163,9 +173,10 @@ def test_pooled_rows_are_the_pool_and_quantization_gradients_bit_for_bit(
     masks = (_ptr(ffi, mask, "uint32_t"), _ptr(ffi, relu_mask, "uint32_t") if relu else ffi.NULL)
     whole = np.empty(n * channels * plane, np.float32)
     lib.t_chain(n, channels, plane, _ptr(ffi, g, "float"), 0.037, 0.041, *masks, _ptr(ffi, whole, "float"))
-    rows = np.full(n * count * plane, np.nan, np.float32)
-    lib.t_rows(n, channels, plane, first, count, _ptr(ffi, g, "float"), 0.037, 0.041, *masks, _ptr(ffi, rows, "float"))
-    want = whole.reshape(n, channels, plane)[:, first : first + count]
+    rows = np.full(n * count * length, np.nan, np.float32)
+    part = (first, count, start, length)
+    lib.t_rows(n, channels, plane, *part, _ptr(ffi, g, "float"), 0.037, 0.041, *masks, _ptr(ffi, rows, "float"))
+    want = whole.reshape(n, channels, plane)[:, first : first + count, start : start + length]
     np.testing.assert_array_equal(rows.view(np.uint32), want.ravel().view(np.uint32))
 
 
@@ -279,9 +290,10 @@ def test_trained_int8_weights_are_stored_and_trained_as_integers(builds, figure)
 
 
 def test_pooled_rows_give_the_same_weights_as_the_whole_gradient(builds):
-    """The pointwise layer's weight gradient made from the pooled gradient's rows, before the whole
-    dY exists: the same weights after 15 steps, bit for bit, as the build that makes the whole dY
-    first; no block of rows is live with the whole dY."""
+    """The pointwise layer's gradients made from the pooled gradient's rows: its weight gradient a
+    block of output channels at a time, its bias gradient likewise, its input gradient a block of
+    rows at a time (each row's sums over every channel whole). The same weights after 15 steps, bit
+    for bit, as the build that makes the whole dY first; the whole dY is never made."""
     assert "et_pooled_grad_rows_f32(" not in (builds["QAS, whole dY"] / "model.c").read_text()
     trained = {}
     for kind in ("QAS", "QAS, whole dY"):
@@ -291,9 +303,9 @@ def test_pooled_rows_give_the_same_weights_as_the_whole_gradient(builds):
     np.testing.assert_array_equal(trained["QAS"], trained["QAS, whole dY"])
     blocks = json.loads((builds["QAS"] / "report.json").read_text())["functions"]["train_step"]["blocks"]
     rows = [b for b in blocks if "pooled_grad_rows" in b["name"]]
-    whole = [b for b in blocks if "averagepoolgrad" in b["name"]]
-    assert len(rows) == 4 and len(whole) == 1  # 16 channels in blocks of 4
-    assert max(b["end"] for b in rows) < whole[0]["start"]
+    assert not [b for b in blocks if "averagepoolgrad" in b["name"]]
+    # weight: 16 channels in blocks of 4; input gradient: 8 rows one at a time; bias: blocks of 2 channels
+    assert sorted(b["size"] for b in rows) == [2 * 2 * 64 * 4] * 8 + [2 * 16 * 8 * 4] * 8 + [2 * 4 * 64 * 4] * 4
 
 
 def test_integer_weights_through_checkpoint_and_api(builds, tmp_path):
