@@ -28,6 +28,15 @@ WRAPPER = r"""
 void t_sgd_q8(int n, const float *scale, int inner, uint32_t at, uint32_t counter, float lr, float weight_decay,
               int8_t *Q, const float *G)
 { et_sgd_q8_f32(n, scale, inner, at, counter, lr, 0.0f, 0.0f, 0, weight_decay, 1, Q, G, NULL); }
+void t_sgd_q8_outer(int m, const float *A, int n, const float *B, const float *scale, int inner, uint32_t at,
+                    uint32_t counter, float lr, int8_t *Q)
+{ et_sgd_q8_outer_f32(m, A, n, B, scale, inner, at, counter, lr, 0.0f, 0.0f, 0, 0.01f, 1, Q, NULL); }
+void t_adamw_q8_outer(int m, const float *A, int n, const float *B, const float *scale, int inner, uint32_t at,
+                      uint32_t counter, int8_t *Q, float *M, float *V)
+{ et_adamw_q8_outer_f32(m, A, n, B, scale, inner, at, counter, 0.01f, 0.01f, 0.9f, 0.999f, 1e-6f, 0.01f, Q, M, V); }
+void t_sgd_q8_decay(int n, const float *scale, int inner, uint32_t at, uint32_t counter, float lr, int8_t *Q,
+                    const float *G)
+{ et_sgd_q8_f32(n, scale, inner, at, counter, lr, 0.0f, 0.0f, 0, 0.01f, 1, Q, G, NULL); }
 void t_adamw_q8(int n, const float *scale, int inner, uint32_t at, uint32_t counter, float step_size, float lr,
                 int8_t *Q, const float *G, float *M, float *V)
 { et_adamw_q8_f32(n, scale, inner, at, counter, step_size, lr, 0.9f, 0.999f, 1e-6f, 0.01f, Q, G, M, V); }
@@ -60,6 +69,11 @@ def kernels(tmp_path_factory):
         "void t_adamw_q8(int, const float *, int, uint32_t, uint32_t, float, float, int8_t *, const float *,"
         " float *, float *);"
         "void t_adamw(int, float, float, float *, const float *, float *, float *);"
+        "void t_sgd_q8_outer(int, const float *, int, const float *, const float *, int, uint32_t, uint32_t, float,"
+        " int8_t *);"
+        "void t_adamw_q8_outer(int, const float *, int, const float *, const float *, int, uint32_t, uint32_t,"
+        " int8_t *, float *, float *);"
+        "void t_sgd_q8_decay(int, const float *, int, uint32_t, uint32_t, float, int8_t *, const float *);"
         "void t_rows(int, int, int, int, int, int, int, const float *, float, float, const uint32_t *,"
         " const uint32_t *, float *);"
         "void t_chain(int, int, int, const float *, float, float, const uint32_t *, const uint32_t *, float *);",
@@ -134,16 +148,54 @@ def test_adamw_q8_is_the_float_adamw_step_rounded_stochastically(kernels):
         np.testing.assert_array_equal(v, v_ref)
 
 
+@pytest.mark.parametrize("rows, cols", [(3, 50), (7, 5), (1, 97)])
+def test_q8_updates_from_an_outer_products_factors_are_those_from_the_product(kernels, rows, cols):
+    """A weight whose gradient is the outer product of A and B (a batch of 1): "_q8_outer" makes it a
+    chunk at a time, crossing rows, as each element 0 + A[i] * B[j] in float32; the weights and
+    AdamW's moments are those the "_q8" update gives from the whole product, bit for bit."""
+    ffi, lib = kernels
+    rng = np.random.default_rng(rows * cols)
+    a, b = (rng.normal(size=k).astype(np.float32) for k in (rows, cols))
+    g = (np.float32(0) + np.outer(a, b)).astype(np.float32).ravel()
+    q = rng.integers(-128, 128, rows * cols).astype(np.int8)
+    scale = rng.uniform(0.005, 0.05, rows).astype(np.float32)
+    factors = (rows, _ptr(ffi, a, "float"), cols, _ptr(ffi, b, "float"), _ptr(ffi, scale, "float"), cols, 9, 3)
+    weights = (_ptr(ffi, scale, "float"), cols, 9, 3)
+    whole, outer = q.copy(), q.copy()
+    lib.t_sgd_q8_decay(q.size, *weights, 0.05, _ptr(ffi, whole, "int8_t"), _ptr(ffi, g, "float"))
+    lib.t_sgd_q8_outer(*factors, 0.05, _ptr(ffi, outer, "int8_t"))
+    np.testing.assert_array_equal(outer, whole)
+    assert not np.array_equal(outer, q)
+    moments = {kind: (np.full(q.size, 0.1, np.float32), np.full(q.size, 0.2, np.float32)) for kind in ("w", "o")}
+    whole, outer = q.copy(), q.copy()
+    lib.t_adamw_q8(
+        q.size,
+        *weights,
+        0.01,
+        0.01,
+        _ptr(ffi, whole, "int8_t"),
+        _ptr(ffi, g, "float"),
+        *(_ptr(ffi, m, "float") for m in moments["w"]),
+    )
+    lib.t_adamw_q8_outer(*factors, _ptr(ffi, outer, "int8_t"), *(_ptr(ffi, m, "float") for m in moments["o"]))
+    np.testing.assert_array_equal(outer, whole)
+    for mine, theirs in zip(moments["o"], moments["w"]):
+        np.testing.assert_array_equal(mine.view(np.uint32), theirs.view(np.uint32))
+
+
 def test_every_registered_optimizer_has_an_integer_update():
-    """A fused update of int8 weights stored as integers calls each optimizer's "_q8" kernel."""
+    """A fused update of int8 weights stored as integers calls each optimizer's "_q8" kernel, or its
+    "_q8_outer" one where it makes the gradient from its factors."""
     from edgetrain.ops import Update, optimizers
 
     text = (RUNTIME / "et_qas.h").read_text()
     assert {"AdamW", "SGD"} <= set(optimizers())
     for name, binding in optimizers().items():
         hyper = dict(binding.hyper)
-        call = binding.update(Update((1,), (None,), None, (None,) * len(binding.slots(hyper)), 0.1, "_q8"), hyper)
-        assert f"static inline void {call.fn}(" in text, name
+        for suffix in ("_q8", "_q8_outer"):  # from the gradient, or from its factors (a batch of 1)
+            state = (None,) * len(binding.slots(hyper))
+            call = binding.update(Update((1,), (None,), None, state, 0.1, suffix), hyper)
+            assert f"static inline void {call.fn}(" in text, name
 
 
 @pytest.mark.parametrize("relu", [True, False])

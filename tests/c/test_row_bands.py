@@ -1,0 +1,209 @@
+"""Row bands (compiler/lower/bands.py): the layers a function starts with that no gradient reads run a
+band of output rows at a time. The bands must give the bits the whole tensors give, in every
+function and at every batch, and lower the arena; the reference for the numbers is the build
+without bands (whose forward pass the other tiers check against onnxruntime and PyTorch), and
+onnxruntime for the banded forward pass itself."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+from edgetrain import api, artifacts
+
+torch = pytest.importorskip("torch")
+ort = pytest.importorskip("onnxruntime")
+
+# Many models, a few steps of each: built at -Og, to the default build's bits (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("quick_build")
+
+
+class _Windows(torch.nn.Module):
+    """Every window a band splits, over planes whose heights no band count divides: a padded 5 x 5
+    convolution, a padded strided max pool, a dilated depthwise convolution with a residual, a
+    padded average pool that counts its padding, a strided convolution, then a global pool and the
+    classifier, the one layer that trains."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 16, 5, padding=2)
+        self.pool = torch.nn.MaxPool2d(3, stride=2, padding=1)
+        self.depthwise = torch.nn.Conv2d(16, 16, 3, padding=2, dilation=2, groups=16)
+        self.average = torch.nn.AvgPool2d(3, stride=1, padding=1, count_include_pad=True)
+        self.down = torch.nn.Conv2d(16, 24, 3, stride=2, padding=1)
+        self.fc = torch.nn.Linear(24, 5)
+
+    def forward(self, x):
+        x = self.pool(torch.relu(self.stem(x)))
+        x = torch.nn.functional.relu6(self.depthwise(x) + x)
+        x = torch.nn.functional.hardswish(self.down(self.average(x)))
+        return self.fc(x.mean((2, 3)))
+
+
+class _InvertedResiduals(torch.nn.Module):
+    """MobileNetV2 in small: a strided stem, an inverted residual block with its skip, a strided
+    one, a pointwise convolution and a global pool before the classifier."""
+
+    def __init__(self):
+        super().__init__()
+
+        def block(c_in, expand, c_out, stride):
+            return torch.nn.Sequential(
+                torch.nn.Conv2d(c_in, expand, 1),
+                torch.nn.ReLU6(),
+                torch.nn.Conv2d(expand, expand, 3, stride=stride, padding=1, groups=expand),
+                torch.nn.ReLU6(),
+                torch.nn.Conv2d(expand, c_out, 1),
+            )
+
+        self.stem = torch.nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.same = block(8, 24, 8, 1)
+        self.down = block(8, 24, 16, 2)
+        self.head = torch.nn.Conv2d(16, 32, 1)
+        self.fc = torch.nn.Linear(32, 4)
+
+    def forward(self, x):
+        x = torch.relu(self.stem(x))
+        x = x + self.same(x)
+        x = torch.relu(self.head(self.down(x)))
+        return self.fc(torch.nn.functional.adaptive_avg_pool2d(x, 1).flatten(1))
+
+
+def _export(model: torch.nn.Module, shape, path) -> str:
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            model.eval(),
+            (torch.randn(2, *shape),),
+            path,
+            dynamo=False,
+            input_names=["x"],
+            dynamic_axes={"x": {0: "batch"}},
+        )
+    return str(path)
+
+
+def _build(model_path, directory, **options):
+    out = artifacts.generate_artifacts(model_path, artifact_directory=directory, optimizer="SGD", **options)
+    state = api.CheckpointState.load_checkpoint(str(out / "checkpoint"))
+    module = api.Module(str(out / "training_model.onnx"), state, str(out / "eval_model.onnx"))
+    return module, json.loads((out / "report.json").read_text())
+
+
+def _batches(rng, shape, classes, batch, steps):
+    return [
+        (rng.normal(size=(batch, *shape)).astype(np.float32), rng.integers(0, classes, batch).astype(np.int64))
+        for _ in range(steps)
+    ]
+
+
+def _run(module, batches, probe):
+    """Trains on `batches` (an SGD step each), then evaluates and infers on `probe`: (parameters,
+    each step's loss, the evaluation loss, the outputs)."""
+    optimizer = api.Optimizer(None, module)
+    module.train()
+    losses = []
+    for x, y in batches:
+        losses.append(np.asarray(module(x, y)).copy())
+        optimizer.step()
+        module.lazy_reset_grad()
+    module.eval()
+    evaluation = np.asarray(module(*probe)).copy()
+    return module.get_contiguous_parameters().numpy(), np.array(losses), evaluation, module.infer(probe[0])[0]
+
+
+def _same_bits(a, b):
+    np.testing.assert_array_equal(np.asarray(a).view(np.uint32), np.asarray(b).view(np.uint32))
+
+
+@pytest.fixture(scope="module")
+def windows(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("windows")
+    return _export(_Windows(), (3, 45, 38), directory / "model.onnx"), directory
+
+
+def test_float_bands_give_the_whole_tensors_bits_in_less_arena(windows, figure):
+    """The classifier trains; everything before it runs in bands in train_step, eval_step and infer:
+    the same losses and parameters over 4 steps at batch 3, the same evaluation and outputs at batch
+    1, bit for bit, in a smaller arena."""
+    path, directory = windows
+    rng = np.random.default_rng(0)
+    batches = _batches(rng, (3, 45, 38), 5, 3, 4)
+    probe = _batches(rng, (3, 45, 38), 5, 1, 1)[0]
+    runs, reports = {}, {}
+    for bands in (False, True):
+        module, reports[bands] = _build(path, directory / str(bands), update_policy="last:1", row_bands=bands)
+        runs[bands] = _run(module, batches, probe)
+    for whole, banded in zip(runs[False], runs[True]):
+        _same_bits(whole, banded)
+    for name in ("train_step", "eval_step", "infer"):
+        assert "row_bands" not in reports[False]["functions"][name]
+        assert reports[True]["functions"][name]["row_bands"]["bands"] > 1
+    arena = {bands: reports[bands]["arena_by_function_bytes"]["train_step"] for bands in (False, True)}
+    figure(
+        f"row bands, float: train_step arena {arena[False]:,} B whole, {arena[True]:,} B in bands "
+        f"({reports[True]['functions']['train_step']['row_bands']})"
+    )
+    assert arena[True] < 0.6 * arena[False]
+
+
+def test_banded_inference_is_what_onnxruntime_computes(windows, tmp_path):
+    path, _ = windows
+    out = artifacts.generate_artifacts(
+        path, artifact_directory=tmp_path, optimizer="SGD", update_policy="last:1", row_bands=True
+    )
+    module = api.Module(
+        str(out / "training_model.onnx"),
+        api.CheckpointState.load_checkpoint(str(out / "checkpoint")),
+        str(out / "eval_model.onnx"),
+    )
+    x = np.random.default_rng(1).normal(size=(2, 3, 45, 38)).astype(np.float32)
+    module.eval()
+    (want,) = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.testing.assert_allclose(module.infer(x)[0], want, rtol=1e-4, atol=1e-5)
+
+
+def test_a_ram_budget_takes_row_bands_when_the_fused_update_is_not_enough(windows, figure):
+    path, directory = windows
+    whole = _build(path, directory / "whole", update_policy="last:1", fused_update=True)[1]["ram_bytes"]
+    banded = _build(path, directory / "banded", update_policy="last:1", fused_update=True, row_bands=True)[1]
+    budget = (whole + banded["ram_bytes"]) // 2
+    _, report = _build(path, directory / "budget", update_policy="last:1", ram_budget=budget)
+    figure(f"row bands under a budget of {budget:,} B: {report['ram_bytes']:,} B (without them {whole:,} B)")
+    assert report["ram_bytes"] <= budget and "row_bands" in report["functions"]["train_step"]
+
+
+def test_int8_bands_and_pooled_gradient_blocks_give_the_same_bits(tmp_path, figure):
+    """MobileNetV2 in small, quantized to int8, the last three layers' biases and the classifier
+    trained with a fused update at batch 1 (its QAS update from the outer product's factors): the
+    layers before run in bands, and the pointwise layer before the pool makes its bias and input
+    gradients from the pooled gradient's blocks. The same bits with and without bands."""
+    path = _export(_InvertedResiduals(), (3, 96, 96), tmp_path / "model.onnx")
+    rng = np.random.default_rng(2)
+    calibration = [rng.normal(size=(1, 3, 96, 96)).astype(np.float32) for _ in range(4)]
+    options = dict(
+        quantize="int8",
+        calibration_data=calibration,
+        update_policy="bias:3+last:1",
+        fused_update=True,
+        batch_size=1,
+        learning_rate=0.05,
+    )
+    batches = _batches(rng, (3, 96, 96), 4, 1, 5)
+    runs, reports = {}, {}
+    for bands in (False, True):
+        module, reports[bands] = _build(path, tmp_path / str(bands), row_bands=bands, **options)
+        runs[bands] = _run(module, batches, batches[0])
+    for whole, banded in zip(runs[False], runs[True]):
+        _same_bits(whole, banded)
+    assert not np.array_equal(runs[True][1][0], runs[True][1][-1])  # it trains
+    ram = {bands: reports[bands]["ram_bytes"] for bands in (False, True)}
+    figure(f"row bands, int8: ram_bytes {ram[False]:,} B whole, {ram[True]:,} B in bands")
+    assert ram[True] < ram[False]
+    blocks = reports[True]["functions"]["train_step"]["blocks"]
+    assert [b for b in blocks if "pooled_grad_rows" in b["name"]]
+    assert not [b for b in blocks if "averagepoolgrad" in b["name"]]
