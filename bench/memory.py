@@ -62,7 +62,11 @@ FOLDED_BN = (FUSED_BN_SUFFIX, SPARSE_SUFFIX)
 VARIANT_POLICIES = {
     FROZEN_BN_SUFFIX: ("bias + last {k}", {"update_policy": "bias+last:{k}"}),
     FUSED_BN_SUFFIX: ("bias + last {k}, fused SGD", {"update_policy": "bias+last:{k}", "fused_update": True}),
-    SPARSE_SUFFIX: ("bias of last {k} + last 1, fused SGD", {"update_policy": "bias:{k}+last:1", "fused_update": True}),
+    # the frozen layers in front of the first trained one in row bands (compiler/lower/bands.py)
+    SPARSE_SUFFIX: (
+        "bias of last {k} + last 1, fused SGD, row bands",
+        {"update_policy": "bias:{k}+last:1", "fused_update": True, "row_bands": True},
+    ),
 }
 # The autoencoder (MLPerf Tiny AD) is left out: at batch 1 its BatchNorm1d layers see a single
 # value per channel, which training mode cannot normalize (torch refuses to export it).
@@ -92,7 +96,7 @@ TARGETS = (
 QUANTIZED_TARGETS = (
     ("kws-fused", "bias + last 3, fused SGD", 64),
     ("vww-fused", "bias + last 1, fused SGD", 96),
-    ("mbv2-sparse", "bias of last 22 + last 1, fused SGD", 128),
+    ("mbv2-sparse", "bias of last 22 + last 1, fused SGD, row bands", 128),
 )
 CALIBRATION_BATCHES = 4
 

@@ -218,7 +218,7 @@ def pooled_gradient_blocks(
             continue
         start, inputs, shape = pooled
         chain = [node for _, node in (producer[name] for name in _chain_values(producer, dy, start))]
-        if any(len(readers.get(node.outputs[0], [])) != 1 for node in chain[:-1]):
+        if any(len(readers.get(node.outputs[0], [])) != 1 for node in chain[:-1]) or not _smaller(graph, dy, users):
             continue
         for user in users:  # each where it was, after its other inputs
             made: list[Node] = []
@@ -240,6 +240,20 @@ def pooled_gradient_blocks(
     for i, node in enumerate(nodes):
         out += cut.get(i, []) + ([] if id(node) in gone else [node])
     return out, blocks
+
+
+def _smaller(graph: Graph, dy: str, users: list[Node]) -> bool:
+    """Whether the blocks take fewer bytes at once than the whole dY does: a block of its rows, the
+    input gradient's blocks and the whole input gradient they are joined into, against dY and the
+    input gradient, unless that takes over dY's bytes (ConvGradXQuantized's, ConvGradXInPlace's)."""
+    grad_x = [u for u in users if u.op != "ReduceSum"]
+    if not grad_x:
+        return True
+    dy_size = graph.values[dy].size
+    dx_size = sum(graph.values[u.outputs[0]].size for u in grad_x)
+    in_place = all(u.op != "ConvGradX" for u in grad_x) and dx_size <= dy_size
+    pieces = len(range(0, graph.shape(dy)[2], -(-graph.shape(dy)[2] // _BLOCKS)))
+    return 2 * dx_size + (dy_size + dx_size) / pieces < dy_size + (0 if in_place else dx_size)
 
 
 def _chain_values(producer: dict, dy: str, start: int) -> list[str]:

@@ -44,8 +44,9 @@ class _Windows(torch.nn.Module):
 
 
 class _InvertedResiduals(torch.nn.Module):
-    """MobileNetV2 in small: a strided stem, an inverted residual block with its skip, a strided
-    one, a pointwise convolution and a global pool before the classifier."""
+    """MobileNetV2 in small: a strided stem, an inverted residual block with its skip, two strided
+    ones, a wide pointwise convolution on the small plane they leave, and a global pool before the
+    classifier."""
 
     def __init__(self):
         super().__init__()
@@ -61,9 +62,9 @@ class _InvertedResiduals(torch.nn.Module):
 
         self.stem = torch.nn.Conv2d(3, 8, 3, stride=2, padding=1)
         self.same = block(8, 24, 8, 1)
-        self.down = block(8, 24, 16, 2)
-        self.head = torch.nn.Conv2d(16, 32, 1)
-        self.fc = torch.nn.Linear(32, 4)
+        self.down = torch.nn.Sequential(block(8, 24, 16, 2), block(16, 48, 16, 2))
+        self.head = torch.nn.Conv2d(16, 128, 1)
+        self.fc = torch.nn.Linear(128, 4)
 
     def forward(self, x):
         x = torch.relu(self.stem(x))
