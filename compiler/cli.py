@@ -125,7 +125,13 @@ def _add_build_options(compile_) -> None:
         "--ram-budget",
         type=int,
         metavar="BYTES",
-        help="fit the trainer's RAM in BYTES, with fused update and recomputation if needed",
+        help="fit the trainer's RAM in BYTES, with fused update, row bands and recomputation if needed",
+    )
+    compile_.add_argument(
+        "--row-bands",
+        action="store_true",
+        help="run the frozen layers in front of the first trained one a band of output rows at a time where "
+        "that lowers the peak RAM (the rows the bands' windows share are computed twice; the same results)",
     )
     compile_.add_argument(
         "--quantize",
@@ -271,6 +277,7 @@ def _run(args) -> None:
             fused_update=args.fused_update,
             update_policy=args.update_policy,
             ram_budget=args.ram_budget,
+            row_bands=args.row_bands,
             quantize=args.quantize,
             calibration_data=_calibration(args.calibration),
             qas=not args.float_masters,

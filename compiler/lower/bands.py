@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..ir import ET_DOMAIN, PER_WORD, Graph, Node
 from ..ops import require
@@ -267,15 +267,19 @@ def _profile(
     return live
 
 
-def row_bands(graph: Graph, nodes: list[Node], end: int, keep: set[str]) -> tuple[list[Node], tuple[int, int]]:
+class Banding(NamedTuple):
+    nodes: list[Node]
+    layers: int  # how many of the nodes the function starts with run in bands
+    bands: int
+    peak: float  # the most bytes per sample live at once, as estimated
+
+
+def row_bands(graph: Graph, nodes: list[Node], end: int, keep: set[str], floor: float = 0.0) -> Banding:
     """`nodes` with the region the forward pass (nodes[:end]) starts with run in row bands, where
-    that lowers the most bytes live at once, and (how many of its nodes do, in how many bands);
+    that lowers the most bytes live at once, to `floor` at least (what another function sharing
+    the arena needs): of the splits that reach the lowest peak, the one that computes least.
     keep: the values the function returns."""
-    region, slots = _region(graph, nodes, end)
-    if not region:
-        return nodes, (0, 0)
-    batch = graph.shape(nodes[region[0]].outputs[0])[0]
-    tag = graph.fresh("band")  # the functions share the graph, and each its own bands
+    batch = graph.shape(graph.inputs[0])[0] if graph.inputs and graph.shape(graph.inputs[0]) else 1
     made: dict[str, tuple[tuple[int, ...], str]] = {}  # a band's value -> its shape, the value it is part of
 
     def c_type(name: str) -> str:
@@ -287,16 +291,20 @@ def row_bands(graph: Graph, nodes: list[Node], end: int, keep: set[str]) -> tupl
         return math.prod(shape) * 4 / PER_WORD[c_type(name)] / per_sample
 
     whole = _profile(nodes, size, c_type, keep)
+    region, slots = _region(graph, nodes, end)
+    if not region:
+        return Banding(nodes, 0, 0, max(whole, default=0.0))
+    tag = graph.fresh("band")  # the functions share the graph, and each its own bands
     firsts = {nodes[i].outputs[0] for i in region}
-    best: tuple[float, float, int, int] = (max(whole), 0.0, 0, 0)
+    best: tuple[float, float, int, int] = (max(max(whole), floor), 0.0, 0, 0)
     for j, results in enumerate(_results(region, nodes, keep), start=1):
         last = region[j - 1]
         heights = {graph.shape(name)[2] for name in results}
         # every result a layer's own (not a workspace), of the C type of its bands (not an output)
         if len(heights) != 1 or not set(results) <= firsts - set(graph.outputs):
             continue
-        after = max(whole[last + 1 :], default=0.0)
-        if after >= best[0]:
+        after = max(max(whole[last + 1 :], default=0.0), floor)
+        if after > best[0]:
             continue
         banded = set(region[:j])
         before = [n for i, n in enumerate(nodes[:last]) if i not in banded]
@@ -314,13 +322,15 @@ def row_bands(graph: Graph, nodes: list[Node], end: int, keep: set[str]) -> tupl
             work = sum(size(name) for step in steps for name in step.outputs[:1])
             if (peak, work) < best[:2]:
                 best = (peak, work, j, height)
-    _, _, j, height = best
+    peak, _, j, height = best
     if not j:
-        return nodes, (0, 0)
+        return Banding(nodes, 0, 0, peak)
     last, banded = region[j - 1], set(region[:j])
     results = _results(region, nodes, keep)[j - 1]
     steps, made = _Bands(graph, [nodes[i] for i in region[:j]], slots[:j], results, tag).split(height)
     for name, (shape, whole_value) in made.items():
         graph.add_value(name, shape, graph.values[whole_value].dtype)
     count = -(-graph.shape(results[0])[2] // height)
-    return [n for i, n in enumerate(nodes[:last]) if i not in banded] + steps + nodes[last + 1 :], (j, count)
+    return Banding(
+        [n for i, n in enumerate(nodes[:last]) if i not in banded] + steps + nodes[last + 1 :], j, count, peak
+    )

@@ -383,10 +383,13 @@ def lower(
     banded = {"train": (0, 0), "eval": (0, 0), "infer": (0, 0)}
     if row_bands:
         forward = len(train_nodes)
-        train_nodes, banded["train"] = bands.row_bands(g, train_nodes, backward_start, set(results))
-        backward_start += len(train_nodes) - forward
-        eval_nodes, banded["eval"] = bands.row_bands(g, eval_nodes, len(eval_nodes), {trainer.loss, *extra})
-        infer_nodes, banded["infer"] = bands.row_bands(g, infer_nodes, len(infer_nodes), set(g.outputs))
+        split = bands.row_bands(g, train_nodes, backward_start, set(results))
+        backward_start += len(split.nodes) - forward
+        # eval_step and infer share train_step's arena: they need band no lower than its peak
+        evaluated = bands.row_bands(g, eval_nodes, len(eval_nodes), {trainer.loss, *extra}, floor=split.peak)
+        inferred = bands.row_bands(g, infer_nodes, len(infer_nodes), set(g.outputs), floor=split.peak)
+        train_nodes, eval_nodes, infer_nodes = split.nodes, evaluated.nodes, inferred.nodes
+        banded = {k: (b.layers, b.bands) for k, b in (("train", split), ("eval", evaluated), ("infer", inferred))}
     train = _function(
         trainer,
         storage,

@@ -208,3 +208,15 @@ def test_int8_bands_and_pooled_gradient_blocks_give_the_same_bits(tmp_path, figu
     blocks = reports[True]["functions"]["train_step"]["blocks"]
     assert [b for b in blocks if "pooled_grad_rows" in b["name"]]
     assert not [b for b in blocks if "averagepoolgrad" in b["name"]]
+
+
+def test_compile_command_takes_row_bands_and_the_report_says_where(windows, tmp_path, capsys):
+    from edgetrain.cli import main
+
+    path, _ = windows
+    main(["compile", path, "-o", str(tmp_path / "out"), "--update-policy", "last:1", "--row-bands"])
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    bands = report["functions"]["train_step"]["row_bands"]
+    assert bands["layers"] >= 3 and bands["bands"] > 1
+    said = f"train_step runs its first {bands['layers']} ops in {bands['bands']} row bands"
+    assert said in capsys.readouterr().out and said in (tmp_path / "out" / "report.txt").read_text()
