@@ -221,7 +221,9 @@ def _trained(directory: Path) -> list[str]:
     return [o.name[: -len("_grad")] for o in outputs if o.name.endswith("_grad")]
 
 
-def measure(models: list[str], work: Path, with_ort: bool, start_tree: Path | None = None) -> list[dict]:
+def measure(
+    models: list[str], work: Path, with_ort: bool, start_tree: Path | None = None, count: bool = False
+) -> list[dict]:
     import onnx
     from edgetrain import artifacts
     from edgetrain.errors import EdgetrainError
@@ -288,7 +290,8 @@ def measure(models: list[str], work: Path, with_ort: bool, start_tree: Path | No
             if start_tree is not None:
                 row["start"] = _at_start(start_tree, graph, options, directory.with_name(directory.name + "-start"))
             if any((name, label) == (model, policy) for model, policy, _ in QUANTIZED_TARGETS):
-                row["int8"] = _quantized(graph, options, sample, directory.with_name(directory.name + "-int8"))
+                int8 = directory.with_name(directory.name + "-int8")
+                row["int8"] = _quantized(graph, options, sample, int8, work / name if count else None)
             if with_ort and variant not in FOLDED_BN:  # ORT trains the unfused graph's parameters
                 ort_params = [p for p in trained if p in ort_trainable]
                 row["ort"] = _ort(work, name, ort_params, ort_trainable + ort_frozen, ort_cache) if ort_params else None
@@ -297,21 +300,34 @@ def measure(models: list[str], work: Path, with_ort: bool, start_tree: Path | No
     return rows
 
 
-def _quantized(graph, options: dict, sample, out: Path) -> dict:
-    """The same compile with quantize="int8": its ram_bytes, or why it failed."""
+def _quantized(graph, options: dict, sample, out: Path, data: Path | None = None) -> dict:
+    """The same compile with quantize="int8": its ram_bytes, or why it failed. With `data` (the
+    row's x.npy and y.npy), a build with row bands also counts the instructions of a step on
+    cortex-m4 (instructions.py), beside the same build's without them: what the bands cost."""
     from edgetrain import artifacts
     from edgetrain.errors import EdgetrainError
+    from instructions import count
 
     rng = np.random.default_rng(1)
     calibration = [rng.normal(size=(1, *sample)).astype(np.float32) for _ in range(CALIBRATION_BATCHES)]
     try:
-        out = artifacts.generate_artifacts(
+        built = artifacts.generate_artifacts(
             graph, artifact_directory=out, quantize="int8", calibration_data=calibration, **options
         )
     except EdgetrainError as exc:
         return {"error": _table_cell(str(exc).splitlines()[0])}
-    report = json.loads((out / "report.json").read_text())
-    return {"ram_bytes": report["ram_bytes"], "arena_bytes": report["arena_bytes"]}
+    report = json.loads((built / "report.json").read_text())
+    row = {"ram_bytes": report["ram_bytes"], "arena_bytes": report["arena_bytes"]}
+    if data is not None and options.get("row_bands"):
+        whole = artifacts.generate_artifacts(
+            graph,
+            artifact_directory=out.with_name(out.name + "-whole"),
+            quantize="int8",
+            calibration_data=calibration,
+            **{**options, "row_bands": False},
+        )
+        row["instructions"] = {"row bands": count(data, built), "whole": count(data, whole)}
+    return row
 
 
 def quantized_table(rows: list[dict]) -> str:
@@ -335,6 +351,15 @@ def quantized_table(rows: list[dict]) -> str:
             f"| {model} | {policy} | {r['ram_bytes'] / KB:,.1f} KB | {q['ram_bytes'] / KB:,.1f} KB "
             f"| {q['ram_bytes'] / r['ram_bytes']:.2f} | ≤ {kb} KB ({met}) |"
         )
+    for model, policy, _ in QUANTIZED_TARGETS:
+        r = next((r for r in rows if (r["model"], r["policy"]) == (model, policy) and "int8" in r), None)
+        counted = r["int8"].get("instructions") if r else None
+        if counted:
+            banded, whole = counted["row bands"], counted["whole"]
+            lines.append(
+                f"\n{model}, int8, instructions per step on {TARGET}: {banded:,} with row bands, {whole:,} "
+                f"without ({banded / whole:.2f}x)"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -513,6 +538,11 @@ def main(argv=None) -> None:
     parser.add_argument("--no-ort", action="store_true", help="leave ONNX Runtime training out")
     parser.add_argument("--json", help="also write the rows to this file")
     parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="also count, on QEMU, the instructions of an int8 step with row bands and without them",
+    )
+    parser.add_argument(
         "--start",
         metavar="REV",
         help="also compile every row with git revision REV's edgetrain and compare RAM and flash",
@@ -534,7 +564,7 @@ def main(argv=None) -> None:
     sys.path[:0] = [str(BENCH), str(BENCH.parent / "examples" / "models")]
     with tempfile.TemporaryDirectory() as tmp:
         start_tree = source_tree(args.start, Path(tmp) / "start") if args.start else None
-        rows = measure(models, Path(tmp), not args.no_ort, start_tree)
+        rows = measure(models, Path(tmp), not args.no_ort, start_tree, args.instructions)
         same = same_numbers(Path(tmp)) if SAME_NUMBERS_MODEL in models else []
     if args.json:
         Path(args.json).write_text(json.dumps({"ram": rows, "same_numbers": same}, indent=2) + "\n")
