@@ -590,14 +590,18 @@ def _with_loss_block(model, block, loss_input_names) -> onnx.ModelProto:
     return onnxblock.with_loss(block, proto, names)
 
 
-def generate_inference(model, artifact_directory="out", batch_size=None, *, prefix="model", dim_values=None) -> Path:
+def generate_inference(
+    model, artifact_directory="out", batch_size=None, *, prefix="model", dim_values=None, row_bands=False
+) -> Path:
     """Compile a model with nothing to train into model.c / model.h whose one function is `infer`
     (initializers compiled in as constants), for batches of 1 to batch_size (default
-    DEFAULT_MAX_BATCH), as generate_artifacts. Returns the artifact directory."""
+    DEFAULT_MAX_BATCH), as generate_artifacts. row_bands: its layers up to the first that cannot
+    (a global pool, a reshape) run a band of output rows at a time where that lowers its peak, as
+    generate_artifacts' option. Returns the artifact directory."""
     check_prefix(prefix)
 
     def lower_plan_emit(trainer: Trainer, consts: dict, packed: bool = True):
-        program = lower_inference(trainer, prefix, consts)
+        program = lower_inference(trainer, prefix, consts, row_bands)
         return emit(program, plan_memory(program, packed))
 
     _, model_c, _ = compile_batched(

@@ -469,12 +469,18 @@ def _interface(trainer: Trainer) -> dict[str, Any]:
 
 
 def lower_inference(
-    trainer: Trainer, prefix: str, batch_consts: dict[str, Affine | np.ndarray] | None = None
+    trainer: Trainer,
+    prefix: str,
+    batch_consts: dict[str, Affine | np.ndarray] | None = None,
+    row_bands: bool = False,
 ) -> Program:
-    """A model with nothing to train: `infer` alone, every initializer compiled in."""
+    """A model with nothing to train: `infer` alone, every initializer compiled in; row_bands as
+    lower's."""
     g = trainer.graph
     storage = _Storage(trainer, batch_consts, frozen_array=False)
-    infer = _function(trainer, storage, trainer.infer_nodes, list(g.outputs))
+    split = bands.row_bands(g, trainer.infer_nodes, len(trainer.infer_nodes), set(g.outputs)) if row_bands else None
+    nodes, banded = (split.nodes, (split.layers, split.bands)) if split else (trainer.infer_nodes, (0, 0))
+    infer = _function(trainer, storage, nodes, list(g.outputs), row_bands=banded)
     return Program(
         prefix=prefix,
         **_interface(trainer),

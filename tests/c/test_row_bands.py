@@ -7,12 +7,14 @@ onnxruntime for the banded forward pass itself."""
 from __future__ import annotations
 
 import json
+import re
 import warnings
 
 import numpy as np
 import pytest
 
 from edgetrain import api, artifacts
+from edgetrain.host import load_library
 
 torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
@@ -220,3 +222,21 @@ def test_compile_command_takes_row_bands_and_the_report_says_where(windows, tmp_
     assert bands["layers"] >= 3 and bands["bands"] > 1
     said = f"train_step runs its first {bands['layers']} ops in {bands['bands']} row bands"
     assert said in capsys.readouterr().out and said in (tmp_path / "out" / "report.txt").read_text()
+
+
+def test_inference_only_builds_take_row_bands(windows, tmp_path):
+    """generate_inference's infer in bands: onnxruntime's outputs, the whole build's bits, in a
+    smaller arena."""
+    path, _ = windows
+    x = np.random.default_rng(3).normal(size=(2, 3, 45, 38)).astype(np.float32)
+    outputs, arena = {}, {}
+    for bands in (False, True):
+        out = artifacts.generate_inference(path, tmp_path / str(bands), row_bands=bands)
+        ffi, lib = load_library(out)
+        outputs[bands] = np.zeros((2, 5), np.float32)
+        assert lib.model_infer(2, ffi.from_buffer("float[]", x), ffi.from_buffer("float[]", outputs[bands])) == 0
+        arena[bands] = int(re.search(r"static union \{ float f\[(\d+)\]", (out / "model.c").read_text())[1])
+    _same_bits(outputs[False], outputs[True])
+    (want,) = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.testing.assert_allclose(outputs[True], want, rtol=1e-4, atol=1e-5)
+    assert arena[True] < 0.6 * arena[False]
