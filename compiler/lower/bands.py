@@ -143,8 +143,9 @@ def _banded(graph: Graph, node: Node, rows: Rows) -> dict[str, Any]:
 
 
 class _Bands:
-    """The nodes of a region, split into bands of its results' rows: bands() gives each band's
-    nodes, the shapes of the values they make, and the band's part of each result."""
+    """The nodes of a region, split into bands of its results' rows: band() gives one band's
+    nodes, the shapes of the values they make, and the band's part of each result; split() every
+    band and the joins."""
 
     def __init__(self, graph: Graph, nodes: list[Node], slots: list[list[int]], results: list[str], tag: str):
         """tag: what the names of the values the bands make start with, after their whole value's."""

@@ -200,8 +200,9 @@ def pooled_gradient_blocks(
     gradient (a ReduceSum over every axis but the channels') and a pointwise input gradient, is
     never made whole. PooledGradRows makes its bias gradient a block of channels at a time, each
     block updated as it is made, and its input gradient a block of rows at a time (each a whole sum
-    over the channels), which JoinRows puts together: the same bits as from the whole dY. Returns
-    the nodes and, per bias, (each block's gradient, the element it starts at)."""
+    over the channels), which JoinRows puts together: the same bits as from the whole dY; where
+    that takes fewer bytes (_smaller) and nothing reads the bias after its gradient. Returns the
+    nodes and, per bias, (each block's gradient, the element it starts at)."""
     producer = {out: (i, node) for i, node in enumerate(nodes) for out in node.outputs}
     readers: dict[str, list[Node]] = {}
     for node in nodes:
@@ -209,12 +210,17 @@ def pooled_gradient_blocks(
             readers.setdefault(name, []).append(node)
     trained = {grad: param for param, grad in grads.items() if grad}
     position = {id(node): i for i, node in enumerate(nodes)}
+    last_read = {name: i for i, node in enumerate(nodes) for name in node.inputs}
     cut: dict[int, list[Node]] = {}
     gone: set[int] = set()
     blocks: dict[str, list[tuple[str, int]]] = {}
     for dy, users in readers.items():
         pooled = _pooled_dy(graph, producer, dy)
         if pooled is None or not all(_bias_sum(graph, u, trained, readers) or _pointwise_grad_x(u) for u in users):
+            continue
+        # a block's update comes before its sum's place: nothing may read the bias after it (a
+        # forward op recomputed there)
+        if any(last_read.get(trained[u.outputs[0]], -1) > position[id(u)] for u in users if u.op == "ReduceSum"):
             continue
         start, inputs, shape = pooled
         chain = [node for _, node in (producer[name] for name in _chain_values(producer, dy, start))]
