@@ -408,14 +408,16 @@ class _Stages:
             **options,
         )
 
-    def c(self, trainer: Trainer, consts: dict, policy: Plan, packed: bool = True) -> Any:
-        program = lower(trainer, self.prefix, self.federated, policy.fused_update, consts, policy.row_bands)
+    def c(self, trainer: Trainer, consts: dict, policy: Plan, packed: bool = True, bands: dict | None = None) -> Any:
+        """bands: the row bands this compile's largest batch chose (lower's row_bands), if any."""
+        program = lower(trainer, self.prefix, self.federated, policy.fused_update, consts, bands)
         return emit(program, plan_memory(program, packed))
 
     def compile(self, policy: Plan, dims: dict) -> Compiled:
+        bands: dict | None = {} if policy.row_bands else None
         trainer, model_c, probe = compile_batched(
             lambda batch: self.trainer(self.graph(batch, dims), policy),
-            lambda t, consts, packed=True: self.c(t, consts, policy, packed),
+            lambda t, consts, packed=True: self.c(t, consts, policy, packed, bands),
             self.max_batch,
         )
         self.probes[id(model_c)] = probe
@@ -600,8 +602,10 @@ def generate_inference(
     generate_artifacts' option. Returns the artifact directory."""
     check_prefix(prefix)
 
+    bands: dict | None = {} if row_bands else None  # as the largest batch chooses them
+
     def lower_plan_emit(trainer: Trainer, consts: dict, packed: bool = True):
-        program = lower_inference(trainer, prefix, consts, row_bands)
+        program = lower_inference(trainer, prefix, consts, bands)
         return emit(program, plan_memory(program, packed))
 
     _, model_c, _ = compile_batched(

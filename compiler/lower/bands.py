@@ -271,15 +271,25 @@ def _profile(
 class Banding(NamedTuple):
     nodes: list[Node]
     layers: int  # how many of the nodes the function starts with run in bands
+    height: int  # rows of their last results per band
     bands: int
     peak: float  # the most bytes per sample live at once, as estimated
 
 
-def row_bands(graph: Graph, nodes: list[Node], end: int, keep: set[str], floor: float = 0.0) -> Banding:
+def row_bands(
+    graph: Graph,
+    nodes: list[Node],
+    end: int,
+    keep: set[str],
+    floor: float = 0.0,
+    chosen: tuple[int, int] | None = None,
+) -> Banding:
     """`nodes` with the region the forward pass (nodes[:end]) starts with run in row bands, where
     that lowers the most bytes live at once, to `floor` at least (what another function sharing
     the arena needs): of the splits that reach the lowest peak, the one that computes least.
-    keep: the values the function returns."""
+    keep: the values the function returns. chosen: (layers, height) to split at, as another
+    batch's compile of the same function chose (the estimate, per sample, still weighs a batch's
+    masks and workspaces a little differently)."""
     batch = graph.shape(graph.inputs[0])[0] if graph.inputs and graph.shape(graph.inputs[0]) else 1
     made: dict[str, tuple[tuple[int, ...], str]] = {}  # a band's value -> its shape, the value it is part of
 
@@ -293,12 +303,12 @@ def row_bands(graph: Graph, nodes: list[Node], end: int, keep: set[str], floor: 
 
     whole = _profile(nodes, size, c_type, keep)
     region, slots = _region(graph, nodes, end)
-    if not region:
-        return Banding(nodes, 0, 0, max(whole, default=0.0))
+    if not region or chosen == (0, 0):
+        return Banding(nodes, 0, 0, 0, max(whole, default=0.0))
     tag = graph.fresh("band")  # the functions share the graph, and each its own bands
     firsts = {nodes[i].outputs[0] for i in region}
-    best: tuple[float, float, int, int] = (max(max(whole), floor), 0.0, 0, 0)
-    for j, results in enumerate(_results(region, nodes, keep), start=1):
+    best: tuple[float, float, int, int] = (max(max(whole), floor), 0.0, *(chosen or (0, 0)))
+    for j, results in enumerate(_results(region, nodes, keep) if chosen is None else [], start=1):
         last = region[j - 1]
         heights = {graph.shape(name)[2] for name in results}
         # every result a layer's own (not a workspace), of the C type of its bands (not an output)
@@ -325,13 +335,12 @@ def row_bands(graph: Graph, nodes: list[Node], end: int, keep: set[str], floor: 
                 best = (peak, work, j, height)
     peak, _, j, height = best
     if not j:
-        return Banding(nodes, 0, 0, peak)
+        return Banding(nodes, 0, 0, 0, peak)
     last, banded = region[j - 1], set(region[:j])
     results = _results(region, nodes, keep)[j - 1]
     steps, made = _Bands(graph, [nodes[i] for i in region[:j]], slots[:j], results, tag).split(height)
     for name, (shape, whole_value) in made.items():
         graph.add_value(name, shape, graph.values[whole_value].dtype)
     count = -(-graph.shape(results[0])[2] // height)
-    return Banding(
-        [n for i, n in enumerate(nodes[:last]) if i not in banded] + steps + nodes[last + 1 :], j, count, peak
-    )
+    kept = [n for i, n in enumerate(nodes[:last]) if i not in banded]
+    return Banding(kept + steps + nodes[last + 1 :], j, height, count, peak)

@@ -352,12 +352,14 @@ def lower(
     federated: bool = False,
     fused_update: bool = False,
     batch_consts: dict[str, Affine | np.ndarray] | None = None,
-    row_bands: bool = False,
+    row_bands: dict[str, tuple[int, int]] | None = None,
 ) -> Program:
     """fused_update: train_step applies the optimizer itself (see _fused_updates), and there are no
     gradient buffers; otherwise gradients accumulate into them for optimizer_step (ORT's semantics).
-    row_bands: each function's leading layers that no gradient reads run in row bands where that
-    lowers its peak of live bytes (bands.py)."""
+    row_bands: None, or each function's leading layers that no gradient reads run in row bands
+    where that lowers its peak of live bytes (bands.py), as the dict's choices say: the first
+    lowering of a compile (the largest batch's) chooses and records them, the other batches' follow
+    them, so that a batched C's calls agree."""
     g = trainer.graph
     storage = _Storage(trainer, batch_consts)
     # A fused update writes gradients and buffers inside the step; otherwise they are results.
@@ -381,13 +383,14 @@ def lower(
     results = [trainer.loss] + extra + kept
     eval_nodes, infer_nodes, backward_start = trainer.eval_nodes, trainer.infer_nodes, trainer.backward_start
     banded = {"train": (0, 0), "eval": (0, 0), "infer": (0, 0)}
-    if row_bands:
+    if row_bands is not None:
         forward = len(train_nodes)
-        split = bands.row_bands(g, train_nodes, backward_start, set(results))
+        split = _row_bands(row_bands, "train", g, train_nodes, backward_start, set(results))
         backward_start += len(split.nodes) - forward
         # eval_step and infer share train_step's arena: they need band no lower than its peak
-        evaluated = bands.row_bands(g, eval_nodes, len(eval_nodes), {trainer.loss, *extra}, floor=split.peak)
-        inferred = bands.row_bands(g, infer_nodes, len(infer_nodes), set(g.outputs), floor=split.peak)
+        keep = {trainer.loss, *extra}
+        evaluated = _row_bands(row_bands, "eval", g, eval_nodes, len(eval_nodes), keep, split.peak)
+        inferred = _row_bands(row_bands, "infer", g, infer_nodes, len(infer_nodes), set(g.outputs), split.peak)
         train_nodes, eval_nodes, infer_nodes = split.nodes, evaluated.nodes, inferred.nodes
         banded = {k: (b.layers, b.bands) for k, b in (("train", split), ("eval", evaluated), ("infer", inferred))}
     train = _function(
@@ -451,6 +454,21 @@ def lower(
     )
 
 
+def _row_bands(
+    choices: dict[str, tuple[int, int]],
+    name: str,
+    g: Graph,
+    nodes: list[Node],
+    end: int,
+    keep: set[str],
+    floor: float = 0.0,
+) -> bands.Banding:
+    """bands.row_bands of function `name`, as `choices` has it, or chosen now and recorded there."""
+    split = bands.row_bands(g, nodes, end, keep, floor, choices.get(name))
+    choices.setdefault(name, (split.layers, split.height))
+    return split
+
+
 def _param_info(trainer: Trainer, storage: _Storage, name: str, kind: int) -> ParamInfo:
     size, compiled = trainer.graph.values[name].size, name in trainer.compiled_weights
     stored = trainer.integer_weights.get(name)
@@ -472,14 +490,16 @@ def lower_inference(
     trainer: Trainer,
     prefix: str,
     batch_consts: dict[str, Affine | np.ndarray] | None = None,
-    row_bands: bool = False,
+    row_bands: dict[str, tuple[int, int]] | None = None,
 ) -> Program:
     """A model with nothing to train: `infer` alone, every initializer compiled in; row_bands as
     lower's."""
     g = trainer.graph
     storage = _Storage(trainer, batch_consts, frozen_array=False)
-    split = bands.row_bands(g, trainer.infer_nodes, len(trainer.infer_nodes), set(g.outputs)) if row_bands else None
-    nodes, banded = (split.nodes, (split.layers, split.bands)) if split else (trainer.infer_nodes, (0, 0))
+    nodes, banded = trainer.infer_nodes, (0, 0)
+    if row_bands is not None:
+        split = _row_bands(row_bands, "infer", g, nodes, len(nodes), set(g.outputs))
+        nodes, banded = split.nodes, (split.layers, split.bands)
     infer = _function(trainer, storage, nodes, list(g.outputs), row_bands=banded)
     return Program(
         prefix=prefix,

@@ -180,11 +180,13 @@ def test_a_ram_budget_takes_row_bands_when_the_fused_update_is_not_enough(window
     assert report["ram_bytes"] <= budget and "row_bands" in report["functions"]["train_step"]
 
 
-def test_int8_bands_and_pooled_gradient_blocks_give_the_same_bits(tmp_path, figure):
+@pytest.mark.parametrize("max_batch, batch", [(1, 1), (None, 3)], ids=["batch-1", "any-batch"])
+def test_int8_bands_and_pooled_gradient_blocks_give_the_same_bits(tmp_path, figure, max_batch, batch):
     """MobileNetV2 in small, quantized to int8, the last three layers' biases and the classifier
-    trained with a fused update at batch 1 (its QAS update from the outer product's factors): the
-    layers before run in bands, and the pointwise layer before the pool makes its bias and input
-    gradients from the pooled gradient's blocks. The same bits with and without bands."""
+    trained with a fused update: the layers before run in bands, and the pointwise layer before the
+    pool makes its bias and input gradients from the pooled gradient's blocks. The same bits with
+    and without bands, at batch 1 (the classifier's QAS update from the outer product's factors)
+    and in a C for any batch (every batch's compile splits where the largest batch's does)."""
     path = _export(_InvertedResiduals(), (3, 96, 96), tmp_path / "model.onnx")
     rng = np.random.default_rng(2)
     calibration = [rng.normal(size=(1, 3, 96, 96)).astype(np.float32) for _ in range(4)]
@@ -193,10 +195,10 @@ def test_int8_bands_and_pooled_gradient_blocks_give_the_same_bits(tmp_path, figu
         calibration_data=calibration,
         update_policy="bias:3+last:1",
         fused_update=True,
-        batch_size=1,
+        batch_size=max_batch,
         learning_rate=0.05,
     )
-    batches = _batches(rng, (3, 96, 96), 4, 1, 5)
+    batches = _batches(rng, (3, 96, 96), 4, batch, 5)
     runs, reports = {}, {}
     for bands in (False, True):
         module, reports[bands] = _build(path, tmp_path / str(bands), row_bands=bands, **options)
@@ -205,7 +207,7 @@ def test_int8_bands_and_pooled_gradient_blocks_give_the_same_bits(tmp_path, figu
         _same_bits(whole, banded)
     assert not np.array_equal(runs[True][1][0], runs[True][1][-1])  # it trains
     ram = {bands: reports[bands]["ram_bytes"] for bands in (False, True)}
-    figure(f"row bands, int8: ram_bytes {ram[False]:,} B whole, {ram[True]:,} B in bands")
+    figure(f"row bands, int8, batch {batch}: ram_bytes {ram[False]:,} B whole, {ram[True]:,} B in bands")
     assert ram[True] < ram[False]
     blocks = reports[True]["functions"]["train_step"]["blocks"]
     assert [b for b in blocks if "pooled_grad_rows" in b["name"]]
