@@ -8,9 +8,9 @@ both), and JoinRows puts the last results together whole.
 The bands give the same bits as the whole tensors: an output element's sum does not depend on the
 rows around it, exactly for the integer layers, and for the float kernels because each keeps one
 order of sums whatever its input's size (runtime_c's references). Where the split goes and how many
-rows a band has is chosen by the bytes live at once, estimated per sample so that every batch
-chooses alike (the batched C compares the calls of several batches); no split is made where none
-lowers that peak."""
+rows a band has is chosen by the bytes live at once, estimated per sample, at the largest batch a C
+is compiled for; its other batches' compiles follow that choice (chosen), so their calls agree. No
+split is made where none lowers that peak."""
 
 from __future__ import annotations
 
