@@ -270,7 +270,7 @@ def _profile(
 
 class Banding(NamedTuple):
     nodes: list[Node]
-    layers: int  # how many of the nodes the function starts with run in bands
+    ops: int  # how many of the nodes the function starts with run in bands
     height: int  # rows of their last results per band
     bands: int
     peak: float  # the most bytes per sample live at once, as estimated
@@ -287,7 +287,7 @@ def row_bands(
     """`nodes` with the region the forward pass (nodes[:end]) starts with run in row bands, where
     that lowers the most bytes live at once, to `floor` at least (what another function sharing
     the arena needs): of the splits that reach the lowest peak, the one that computes least.
-    keep: the values the function returns. chosen: (layers, height) to split at, as another
+    keep: the values the function returns. chosen: (ops, height) to split at, as another
     batch's compile of the same function chose (the estimate, per sample, still weighs a batch's
     masks and workspaces a little differently)."""
     batch = graph.shape(graph.inputs[0])[0] if graph.inputs and graph.shape(graph.inputs[0]) else 1

@@ -392,7 +392,7 @@ def lower(
         evaluated = _row_bands(row_bands, "eval", g, eval_nodes, len(eval_nodes), keep, split.peak)
         inferred = _row_bands(row_bands, "infer", g, infer_nodes, len(infer_nodes), set(g.outputs), split.peak)
         train_nodes, eval_nodes, infer_nodes = split.nodes, evaluated.nodes, inferred.nodes
-        banded = {k: (b.layers, b.bands) for k, b in (("train", split), ("eval", evaluated), ("infer", inferred))}
+        banded = {k: (b.ops, b.bands) for k, b in (("train", split), ("eval", evaluated), ("infer", inferred))}
     train = _function(
         trainer,
         storage,
@@ -465,7 +465,7 @@ def _row_bands(
 ) -> bands.Banding:
     """bands.row_bands of function `name`, as `choices` has it, or chosen now and recorded there."""
     split = bands.row_bands(g, nodes, end, keep, floor, choices.get(name))
-    choices.setdefault(name, (split.layers, split.height))
+    choices.setdefault(name, (split.ops, split.height))
     return split
 
 
@@ -499,7 +499,7 @@ def lower_inference(
     nodes, banded = trainer.infer_nodes, (0, 0)
     if row_bands is not None:
         split = _row_bands(row_bands, "infer", g, nodes, len(nodes), set(g.outputs))
-        nodes, banded = split.nodes, (split.layers, split.bands)
+        nodes, banded = split.nodes, (split.ops, split.bands)
     infer = _function(trainer, storage, nodes, list(g.outputs), row_bands=banded)
     return Program(
         prefix=prefix,

@@ -113,8 +113,8 @@ def _function(f) -> dict:
             for k in KINDS
         },
         "blocks": blocks,
-        # the layers the function starts with that run a band of output rows at a time
-        **({"row_bands": dict(zip(("layers", "bands"), f.row_bands))} if f.row_bands[0] else {}),
+        # the ops the function starts with that run a band of output rows at a time, in how many bands
+        **({"row_bands": dict(zip(("ops", "bands"), f.row_bands))} if f.row_bands[0] else {}),
     }
 
 
@@ -158,7 +158,7 @@ def format_report(report: dict) -> str:
     for name, f in report["functions"].items():
         if "row_bands" in f:
             bands = f["row_bands"]
-            lines.append(f"{name} runs its first {bands['layers']} ops in {bands['bands']} row bands")
+            lines.append(f"{name} runs its first {bands['ops']} ops in {bands['bands']} row bands")
     lines += format_sizes(report, width)
     lines += [
         "",

@@ -221,8 +221,8 @@ def test_compile_command_takes_row_bands_and_the_report_says_where(windows, tmp_
     main(["compile", path, "-o", str(tmp_path / "out"), "--update-policy", "last:1", "--row-bands"])
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     bands = report["functions"]["train_step"]["row_bands"]
-    assert bands["layers"] >= 3 and bands["bands"] > 1
-    said = f"train_step runs its first {bands['layers']} ops in {bands['bands']} row bands"
+    assert bands["ops"] >= 3 and bands["bands"] > 1
+    said = f"train_step runs its first {bands['ops']} ops in {bands['bands']} row bands"
     assert said in capsys.readouterr().out and said in (tmp_path / "out" / "report.txt").read_text()
 
 
