@@ -53,6 +53,8 @@ _ROWWISE = frozenset(
     }
 )
 _POOLS = ("MaxPool", "AveragePool")
+# Row-wise ops whose inputs after the first are per channel (axis 1), not broadcast as numpy's are.
+_PER_CHANNEL = ("QuantizeLinear", "DequantizeLinear", "BatchNormalization")
 
 Rows = tuple[int, int]  # [first, end)
 
@@ -75,26 +77,30 @@ def _window(graph: Graph, node: Node) -> Window:
 
 def _row_inputs(graph: Graph, node: Node) -> list[int] | None:
     """The input slots whose rows the node reads (a window's input, or those of an elementwise op
-    as tall as its output); None where it cannot run a band of rows at a time."""
+    as tall as its output); None where it cannot run a band of rows at a time. Rows are the first
+    spatial axis of an output of one or two (N, C, H[, W])."""
     y = graph.shape(node.outputs[0])
-    if len(y) != 4 or y[2] < 2:
+    if len(y) not in (3, 4) or y[2] < 2:
         return None
     if _windowed(node):
         one_result = len(node.outputs) == (2 if node.op == "QuantizedConv" else 1)  # and its workspace
-        if not one_result or node.attr("ceil_mode", 0) or len(graph.shape(node.inputs[0])) != 4:
+        if not one_result or node.attr("ceil_mode", 0) or len(graph.shape(node.inputs[0])) != len(y):
             return None
         return [0]
     if node.op not in _ROWWISE or node.domain or len(node.outputs) != 1 or node.attr("training_mode", 0):
         return None
     per_axis = node.op in ("QuantizeLinear", "DequantizeLinear") and graph.values[node.inputs[1]].size > 1
-    if per_axis and node.attr("axis", 1) % 4 != 1:
+    if per_axis and node.attr("axis", 1) % len(y) != 1:
         return None
+    if node.op in _PER_CHANNEL:
+        return [0]
     slots = []
     for slot, name in enumerate(node.inputs):
         shape = graph.shape(name) if name else ()
-        if len(shape) == 4 and shape[2] == y[2]:
+        rows = 2 - (len(y) - len(shape))  # the rows axis, where the input broadcasts against Y
+        if len(shape) == len(y) and shape[2] == y[2]:
             slots.append(slot)
-        elif len(shape) >= 2 and shape[-2] != 1:
+        elif rows >= 0 and shape[rows] != 1:
             return None
     return slots
 
@@ -142,6 +148,10 @@ def _banded(graph: Graph, node: Node, rows: Rows) -> dict[str, Any]:
     return attrs
 
 
+def _with_rows(shape: tuple[int, ...], rows: Rows) -> tuple[int, ...]:
+    return (*shape[:2], rows[1] - rows[0], *shape[3:])
+
+
 class _Bands:
     """The nodes of a region, split into bands of its results' rows: band() gives one band's
     nodes, the shapes of the values they make, and the band's part of each result; split() every
@@ -176,8 +186,7 @@ class _Bands:
                 return source
             part_name = f"{name}:{tag}:{want[0]}-{want[1]}"
             if part_name not in shapes:
-                n, c, _, w = graph.shape(name)
-                shapes[part_name] = ((n, c, want[1] - want[0], w), name)
+                shapes[part_name] = (_with_rows(graph.shape(name), want), name)
                 attrs = {"first": first, "count": want[1] - want[0]}
                 steps.append(Node("Rows", (source,), (part_name,), attrs, part_name, ET_DOMAIN))
             return part_name
@@ -190,8 +199,7 @@ class _Bands:
             for slot in self.slots[k]:
                 inputs[slot] = part(node.inputs[slot], reads[k, slot])
             outputs = tuple(f"{name}:{tag}" for name in node.outputs)
-            n, c, _, w = graph.shape(node.outputs[0])
-            shapes[outputs[0]] = ((n, c, made[1] - made[0], w), node.outputs[0])
+            shapes[outputs[0]] = (_with_rows(graph.shape(node.outputs[0]), made), node.outputs[0])
             shapes.update((o, (graph.shape(name), name)) for o, name in zip(outputs[1:], node.outputs[1:]))
             attrs = _banded(graph, node, made) if _windowed(node) else dict(node.attrs)
             steps.append(Node(node.op, tuple(inputs), outputs, attrs, f"{node.name}:{tag}", node.domain))

@@ -79,9 +79,14 @@ def _element_bytes(k, name: str) -> int:
     return 4 // PER_WORD[k.graph.c_type(name)]
 
 
+def _row_size(shape) -> int:
+    """Elements of a row of an NCH[W] tensor's planes."""
+    return int(np.prod(shape[3:], dtype=np.int64))
+
+
 @op("Rows", domain=ET_DOMAIN)
 class Rows:
-    """(X) -> rows [first, first + count) of every plane of an NCHW X (its axis 2), of any element
+    """(X) -> rows [first, first + count) of every plane of an NCH[W] X (its axis 2), of any element
     type: the part of a tensor one row band reads (lower/bands.py)."""
 
     integer = True
@@ -89,15 +94,15 @@ class Rows:
     @staticmethod
     def kernel(k, node):
         x, y = node.inputs[0], node.outputs[0]
-        n, c, h, w = k.shape(x)
+        (n, c, h), w = k.shape(x)[:3], _row_size(k.shape(x))
         first, count = node.attr("first"), node.attr("count")
         rows = count * w
         return [k.call("et_copy_rows", n * c, rows, _element_bytes(k, y), Tensor(x, first * w), h * w, y, rows)]
 
     @staticmethod
     def shape(graph, node):
-        n, c, _, w = graph.shape(node.inputs[0])
-        return [(n, c, node.attr("count"), w)]
+        shape = graph.shape(node.inputs[0])
+        return [(*shape[:2], node.attr("count"), *shape[3:])]
 
     @staticmethod
     def reference(x, first, count):
@@ -114,7 +119,7 @@ class JoinRows:
     @staticmethod
     def kernel(k, node):
         y = node.outputs[0]
-        n, c, h, w = k.shape(y)
+        (n, c, h), w = k.shape(y)[:3], _row_size(k.shape(y))
         calls, row = [], 0
         size = _element_bytes(k, y)
         for band in node.inputs:
@@ -125,8 +130,8 @@ class JoinRows:
 
     @staticmethod
     def shape(graph, node):
-        n, c, _, w = graph.shape(node.inputs[0])
-        return [(n, c, sum(graph.shape(band)[2] for band in node.inputs), w)]
+        shape = graph.shape(node.inputs[0])
+        return [(*shape[:2], sum(graph.shape(band)[2] for band in node.inputs), *shape[3:])]
 
     @staticmethod
     def reference(*bands):

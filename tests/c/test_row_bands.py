@@ -45,6 +45,24 @@ class _Windows(torch.nn.Module):
         return self.fc(x.mean((2, 3)))
 
 
+class _Waveform(torch.nn.Module):
+    """The same windows along one axis (Conv1d and its pools), as audio front ends have them."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Conv1d(1, 16, 9, stride=2, padding=4)
+        self.pool = torch.nn.MaxPool1d(3, stride=2, padding=1)
+        self.depthwise = torch.nn.Conv1d(16, 16, 5, padding=4, dilation=2, groups=16)
+        self.average = torch.nn.AvgPool1d(3, stride=1, padding=1)
+        self.down = torch.nn.Conv1d(16, 24, 3, stride=2)
+        self.fc = torch.nn.Linear(24, 5)
+
+    def forward(self, x):
+        x = self.pool(torch.relu(self.stem(x)))
+        x = torch.relu(self.depthwise(x) + x)
+        return self.fc(self.down(self.average(x)).mean(2))
+
+
 class _InvertedResiduals(torch.nn.Module):
     """MobileNetV2 in small: a strided stem, an inverted residual block with its skip, two strided
     ones, a wide pointwise convolution on the small plane they leave, and a global pool before the
@@ -242,3 +260,26 @@ def test_inference_only_builds_take_row_bands(windows, tmp_path):
     (want,) = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})
     np.testing.assert_allclose(outputs[True], want, rtol=1e-4, atol=1e-5)
     assert arena[True] < 0.6 * arena[False]
+
+
+def test_one_dimensional_windows_take_row_bands(tmp_path, figure):
+    """A waveform's convolutions and pools in bands of their one axis: the same bits in training,
+    evaluation and inference, onnxruntime's outputs, a smaller arena."""
+    path = _export(_Waveform(), (1, 1001), tmp_path / "model.onnx")
+    rng = np.random.default_rng(4)
+    batches = _batches(rng, (1, 1001), 5, 3, 3)
+    probe = _batches(rng, (1, 1001), 5, 2, 1)[0]
+    runs, reports = {}, {}
+    for bands in (False, True):
+        module, reports[bands] = _build(path, tmp_path / str(bands), update_policy="last:1", row_bands=bands)
+        runs[bands] = _run(module, batches, probe)
+    for whole, banded in zip(runs[False], runs[True]):
+        _same_bits(whole, banded)
+    untrained = _build(path, tmp_path / "untrained", update_policy="last:1", row_bands=True)[0]
+    untrained.eval()
+    (want,) = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": probe[0]})
+    np.testing.assert_allclose(untrained.infer(probe[0])[0], want, rtol=1e-4, atol=1e-5)
+    assert reports[True]["functions"]["train_step"]["row_bands"]["bands"] > 1
+    arena = {bands: reports[bands]["arena_bytes"] for bands in (False, True)}
+    figure(f"row bands, one axis: arena {arena[False]:,} B whole, {arena[True]:,} B in bands")
+    assert arena[True] < arena[False]
