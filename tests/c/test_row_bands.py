@@ -141,6 +141,18 @@ def _same_bits(a, b):
     np.testing.assert_array_equal(np.asarray(a).view(np.uint32), np.asarray(b).view(np.uint32))
 
 
+def _with_and_without_bands(path, directory, batches, probe, **options) -> tuple[dict, dict]:
+    """Builds of `path` without row bands and with them, each trained on `batches` and run on
+    `probe` (_run), which must give the same bits: (_run's results, report.json) by row_bands."""
+    runs, reports = {}, {}
+    for bands in (False, True):
+        module, reports[bands] = _build(path, directory / str(bands), row_bands=bands, **options)
+        runs[bands] = _run(module, batches, probe)
+    for whole, banded in zip(runs[False], runs[True]):
+        _same_bits(whole, banded)
+    return runs, reports
+
+
 @pytest.fixture(scope="module")
 def windows(tmp_path_factory):
     directory = tmp_path_factory.mktemp("windows")
@@ -155,12 +167,7 @@ def test_float_bands_give_the_whole_tensors_bits_in_less_arena(windows, figure):
     rng = np.random.default_rng(0)
     batches = _batches(rng, (3, 45, 38), 5, 3, 4)
     probe = _batches(rng, (3, 45, 38), 5, 1, 1)[0]
-    runs, reports = {}, {}
-    for bands in (False, True):
-        module, reports[bands] = _build(path, directory / str(bands), update_policy="last:1", row_bands=bands)
-        runs[bands] = _run(module, batches, probe)
-    for whole, banded in zip(runs[False], runs[True]):
-        _same_bits(whole, banded)
+    _, reports = _with_and_without_bands(path, directory, batches, probe, update_policy="last:1")
     for name in ("train_step", "eval_step", "infer"):
         assert "row_bands" not in reports[False]["functions"][name]
         assert reports[True]["functions"][name]["row_bands"]["bands"] > 1
@@ -217,12 +224,7 @@ def test_int8_bands_and_pooled_gradient_blocks_give_the_same_bits(tmp_path, figu
         learning_rate=0.05,
     )
     batches = _batches(rng, (3, 96, 96), 4, batch, 5)
-    runs, reports = {}, {}
-    for bands in (False, True):
-        module, reports[bands] = _build(path, tmp_path / str(bands), row_bands=bands, **options)
-        runs[bands] = _run(module, batches, batches[0])
-    for whole, banded in zip(runs[False], runs[True]):
-        _same_bits(whole, banded)
+    runs, reports = _with_and_without_bands(path, tmp_path, batches, batches[0], **options)
     assert not np.array_equal(runs[True][1][0], runs[True][1][-1])  # it trains
     ram = {bands: reports[bands]["ram_bytes"] for bands in (False, True)}
     figure(f"row bands, int8, batch {batch}: ram_bytes {ram[False]:,} B whole, {ram[True]:,} B in bands")
@@ -269,12 +271,7 @@ def test_one_dimensional_windows_take_row_bands(tmp_path, figure):
     rng = np.random.default_rng(4)
     batches = _batches(rng, (1, 1001), 5, 3, 3)
     probe = _batches(rng, (1, 1001), 5, 2, 1)[0]
-    runs, reports = {}, {}
-    for bands in (False, True):
-        module, reports[bands] = _build(path, tmp_path / str(bands), update_policy="last:1", row_bands=bands)
-        runs[bands] = _run(module, batches, probe)
-    for whole, banded in zip(runs[False], runs[True]):
-        _same_bits(whole, banded)
+    _, reports = _with_and_without_bands(path, tmp_path, batches, probe, update_policy="last:1")
     untrained = _build(path, tmp_path / "untrained", update_policy="last:1", row_bands=True)[0]
     untrained.eval()
     (want,) = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": probe[0]})
