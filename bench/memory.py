@@ -310,22 +310,20 @@ def _quantized(graph, options: dict, sample, out: Path, data: Path | None = None
 
     rng = np.random.default_rng(1)
     calibration = [rng.normal(size=(1, *sample)).astype(np.float32) for _ in range(CALIBRATION_BATCHES)]
-    try:
-        built = artifacts.generate_artifacts(
-            graph, artifact_directory=out, quantize="int8", calibration_data=calibration, **options
+
+    def build(directory: Path, **changed) -> Path:
+        return artifacts.generate_artifacts(
+            graph, artifact_directory=directory, quantize="int8", calibration_data=calibration, **options | changed
         )
+
+    try:
+        built = build(out)
     except EdgetrainError as exc:
         return {"error": _table_cell(str(exc).splitlines()[0])}
     report = json.loads((built / "report.json").read_text())
     row = {"ram_bytes": report["ram_bytes"], "arena_bytes": report["arena_bytes"]}
     if data is not None and options.get("row_bands"):
-        whole = artifacts.generate_artifacts(
-            graph,
-            artifact_directory=out.with_name(out.name + "-whole"),
-            quantize="int8",
-            calibration_data=calibration,
-            **{**options, "row_bands": False},
-        )
+        whole = build(out.with_name(out.name + "-whole"), row_bands=False)
         row["instructions"] = {"row bands": count(data, built), "whole": count(data, whole)}
     return row
 

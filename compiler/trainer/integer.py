@@ -231,8 +231,7 @@ def pooled_gradient_blocks(
             if user.op == "ReduceSum":
                 param = trained[user.outputs[0]]
                 blocks[param] = []
-                for first in range(0, shape[1], -(-shape[1] // _BLOCKS)):
-                    count = min(-(-shape[1] // _BLOCKS), shape[1] - first)
+                for first, count in _pieces(shape[1]):
                     rows = _pooled_rows(graph, inputs, shape, f"{user.name}_{first}", channels=(first, count))
                     block = graph.add_value(graph.fresh("bias_grad_block"), (count,))
                     inputs_of_block = (rows.outputs[0], *user.inputs[1:])
@@ -258,8 +257,14 @@ def _smaller(graph: Graph, dy: str, users: list[Node]) -> bool:
     dy_size = graph.values[dy].size
     dx_size = sum(graph.values[u.outputs[0]].size for u in grad_x)
     in_place = all(u.op != "ConvGradX" for u in grad_x) and dx_size <= dy_size
-    pieces = len(range(0, graph.shape(dy)[2], -(-graph.shape(dy)[2] // _BLOCKS)))
+    pieces = len(_pieces(graph.shape(dy)[2]))
     return 2 * dx_size + (dy_size + dx_size) / pieces < dy_size + (0 if in_place else dx_size)
+
+
+def _pieces(total: int) -> list[tuple[int, int]]:
+    """(first, count) of at most _BLOCKS pieces of `total` channels or rows, all as long but the last."""
+    step = -(-total // _BLOCKS)
+    return [(first, min(step, total - first)) for first in range(0, total, step)]
 
 
 def _chain_values(producer: dict, dy: str, start: int) -> list[str]:
@@ -300,19 +305,17 @@ def _pooled_rows(graph: Graph, inputs: tuple[str, ...], shape, name: str, channe
 
 def _grad_x_rows(graph: Graph, node: Node, inputs: tuple[str, ...], shape) -> list[Node]:
     """Pointwise input gradient `node` a block of dY's rows at a time, from PooledGradRows, joined."""
-    height = shape[2]
-    step = -(-height // _BLOCKS)
     made, parts = [], []
-    for top in range(0, height, step):
-        rows = (top, min(step, height - top))
-        block = _pooled_rows(graph, inputs, shape, f"{node.name}_rows_{top}", channels=(0, shape[1]), rows=rows)
-        dx_shape = [*node.attr("shape")[:2], rows[1], *node.attr("shape")[3:]]
+    for top, height in _pieces(shape[2]):
+        name = f"{node.name}_rows_{top}"
+        block = _pooled_rows(graph, inputs, shape, name, channels=(0, shape[1]), rows=(top, height))
+        dx_shape = [*node.attr("shape")[:2], height, *node.attr("shape")[3:]]
         attrs = {**node.attrs, "shape": dx_shape}
         part = Node(node.op, (block.outputs[0], *node.inputs[1:]), (), attrs, "", node.domain)
         shape_of = require(part).shape
         assert shape_of is not None  # our own op's
         outputs = tuple(graph.add_value(graph.fresh("grad_x_rows"), s) for s in shape_of(graph, part))
-        made += [block, replace(part, outputs=outputs, name=f"{node.name}_rows_{top}")]
+        made += [block, replace(part, outputs=outputs, name=name)]
         parts.append(outputs[0])
     return made + [Node("JoinRows", tuple(parts), node.outputs[:1], {}, f"{node.name}_join", ET_DOMAIN)]
 
@@ -325,10 +328,9 @@ def _weight_block(graph: Graph, made: Node, chain: list[Node], first: int, count
     nodes, inputs, attrs = [], made.inputs, {**made.attrs, "channels": [first, count]}
     if pooled is not None:
         _, pool_inputs, dy_shape = pooled
-        rows_attrs = {"shape": list(dy_shape), "channels": [first, count]}
-        rows = graph.add_value(graph.fresh("pooled_grad_rows"), (dy_shape[0], count, *dy_shape[2:]))
-        nodes.append(Node("PooledGradRows", pool_inputs, (rows,), rows_attrs, f"{made.name}_rows_{first}", ET_DOMAIN))
-        inputs, attrs = (rows, *made.inputs[1:]), {**made.attrs, "channels": [0, count]}
+        rows = _pooled_rows(graph, pool_inputs, dy_shape, f"{made.name}_rows_{first}", channels=(first, count))
+        nodes.append(rows)
+        inputs, attrs = (rows.outputs[0], *made.inputs[1:]), {**made.attrs, "channels": [0, count]}
     nodes.append(Node(made.op, inputs, (out,), attrs, f"{made.name}_{first}", made.domain))
     for node in chain:
         before, out = out, graph.add_value(graph.fresh("weight_grad_block"), shape)
