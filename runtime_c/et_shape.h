@@ -80,6 +80,21 @@ static ET_NOINLINE void et_copy_rows(int outer, int inner, int size, const void 
                row);
 }
 
+/* Bits [first, first + bits) of each of `planes` runs of plane_bits bits
+ * of mask X (bit j: bit j % 32 of word j / 32), one run after another in
+ * Y, the rest of its last word 0: the part of a gradient's bit mask that a
+ * band of rows reads. */
+static ET_NOINLINE void et_mask_rows(int planes, int plane_bits, int first, int bits, const uint32_t *X, uint32_t *Y)
+{
+    size_t p, i, to = 0;
+    memset(Y, 0, ((size_t)planes * (size_t)bits + 31) / 32 * sizeof *Y);
+    for (p = 0; p < (size_t)planes; ++p)
+        for (i = 0; i < (size_t)bits; ++i, ++to) {
+            size_t from = p * (size_t)plane_bits + (size_t)first + i;
+            Y[to / 32] |= ((X[from / 32] >> (from % 32)) & 1u) << (to % 32);
+        }
+}
+
 /* Whether X, read in memory order, is [outer][Y's elements][inner] with the
  * outer and inner axes summed (a bias gradient: N and the spatial axes of
  * NCHW), and the sizes of the three. */

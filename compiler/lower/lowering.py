@@ -126,6 +126,7 @@ def _function(
     after: dict[int, list[Call]] | None = None,
     backward_from: int | None = None,
     row_bands: tuple[int, int] = (0, 0),
+    gradient_bands: tuple[int, int] = (0, 0),
 ) -> LoweredFunction:
     """Kernel calls for `nodes`, and the `after[i]` calls right after node i's."""
     ctx = KernelCtx(trainer.graph)
@@ -159,6 +160,7 @@ def _function(
         backward_from,
         tuple(after_calls),
         row_bands,
+        gradient_bands,
     )
 
 
@@ -382,8 +384,12 @@ def lower(
     extra = list(trainer.extra_outputs)
     results = [trainer.loss] + extra + kept
     eval_nodes, infer_nodes, backward_start = trainer.eval_nodes, trainer.infer_nodes, trainer.backward_start
-    banded = {"train": (0, 0), "eval": (0, 0), "infer": (0, 0)}
+    banded = {"train": (0, 0), "eval": (0, 0), "infer": (0, 0), "gradients": (0, 0)}
     if row_bands is not None:
+        # the backward pass first: the forward pass's bands need go no lower than its peak
+        tail = bands.gradient_bands(g, train_nodes, backward_start, set(results), row_bands.get("gradients"))
+        row_bands.setdefault("gradients", (tail.ops, tail.height))
+        train_nodes = tail.nodes
         forward = len(train_nodes)
         split = _row_bands(row_bands, "train", g, train_nodes, backward_start, set(results))
         backward_start += len(split.nodes) - forward
@@ -392,7 +398,8 @@ def lower(
         evaluated = _row_bands(row_bands, "eval", g, eval_nodes, len(eval_nodes), keep, split.peak)
         inferred = _row_bands(row_bands, "infer", g, infer_nodes, len(infer_nodes), set(g.outputs), split.peak)
         train_nodes, eval_nodes, infer_nodes = split.nodes, evaluated.nodes, inferred.nodes
-        banded = {k: (b.ops, b.bands) for k, b in (("train", split), ("eval", evaluated), ("infer", inferred))}
+        functions = (("train", split), ("eval", evaluated), ("infer", inferred), ("gradients", tail))
+        banded = {k: (b.ops, b.bands) for k, b in functions}
     train = _function(
         trainer,
         storage,
@@ -401,6 +408,7 @@ def lower(
         _fused_updates(trainer, storage, train_nodes, outer, blocks) if fused_update else None,
         backward_start,
         banded["train"],
+        banded["gradients"],
     )
     evaluate = _function(trainer, storage, eval_nodes, [trainer.loss] + extra, row_bands=banded["eval"])
     infer = _function(trainer, storage, infer_nodes, list(g.outputs), row_bands=banded["infer"])

@@ -70,6 +70,7 @@ class LoweredFunction:
     backward_from: int | None = None
     after: tuple[tuple[int, ...], ...] = ()  # per node: the calls placed right after its own
     row_bands: tuple[int, int] = (0, 0)  # how many of its first nodes run in row bands, in how many
+    gradient_bands: tuple[int, int] = (0, 0)  # how many of its last nodes run in row bands, in how many
 
     def comment(self, i: int) -> str:
         node = self.nodes[self.owner[i]]

@@ -20,6 +20,7 @@ class FunctionPlan:
     lower_bound: int  # the liveness lower bound of its arena
     blocks: tuple[Block, ...]  # the arena's allocations, for the memory report
     row_bands: tuple[int, int] = (0, 0)  # the LoweredFunction's
+    gradient_bands: tuple[int, int] = (0, 0)  # the LoweredFunction's
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ class MemoryPlan:
     @property
     def row_bands(self) -> bool:
         """Whether any function runs layers in row bands."""
-        return any(f.row_bands[0] for f in self.functions.values())
+        return any(f.row_bands[0] or f.gradient_bands[0] for f in self.functions.values())
 
     @property
     def arena_floats(self) -> int:
@@ -150,7 +151,7 @@ def plan_function(program: Program, f: LoweredFunction, packed: bool = True) -> 
         for members, (start, end, words) in zip(segmented[iv.name][1], iv.segments())
     )
     where = {name: offsets[root.get(name, name)] for name in f.arena}
-    return FunctionPlan(where, total, liveness_lower_bound(intervals), blocks, f.row_bands)
+    return FunctionPlan(where, total, liveness_lower_bound(intervals), blocks, f.row_bands, f.gradient_bands)
 
 
 def _ram(program: Program, arena_floats: int) -> dict[str, int]:

@@ -115,6 +115,8 @@ def _function(f) -> dict:
         "blocks": blocks,
         # the ops the function starts with that run a band of output rows at a time, in how many bands
         **({"row_bands": dict(zip(("ops", "bands"), f.row_bands))} if f.row_bands[0] else {}),
+        # the ops it ends with (the backward pass's widest layers) that run in row bands, likewise
+        **({"gradient_bands": dict(zip(("ops", "bands"), f.gradient_bands))} if f.gradient_bands[0] else {}),
     }
 
 
@@ -159,6 +161,9 @@ def format_report(report: dict) -> str:
         if "row_bands" in f:
             bands = f["row_bands"]
             lines.append(f"{name} runs its first {bands['ops']} ops in {bands['bands']} row bands")
+        if "gradient_bands" in f:
+            bands = f["gradient_bands"]
+            lines.append(f"{name} runs its last {bands['ops']} ops in {bands['bands']} row bands")
     lines += format_sizes(report, width)
     lines += [
         "",

@@ -3,6 +3,7 @@
 import numpy as np
 
 from ..ir import ET_DOMAIN, PER_WORD
+from .elementwise import pack_bits, unpack_bits
 from .integer import typed
 from .registry import Tensor, at_least_1d, broadcast_strides, op, split_axis
 
@@ -107,6 +108,32 @@ class Rows:
     @staticmethod
     def reference(x, first, count):
         return (x[:, :, first : first + count].copy(),)
+
+
+@op("MaskRows", domain=ET_DOMAIN)
+class MaskRows:
+    """(mask) -> the bits of rows [first, first + count) of every plane of the NCH[W] tensor a bit
+    mask describes (attributes planes, height and width: its N * C, H and row size), packed as
+    mask's: the part of a ReLU's or a quantization's mask that one row band of its gradient reads
+    (lower/bands.py)."""
+
+    dtypes = (np.uint32,)
+
+    @staticmethod
+    def kernel(k, node):
+        planes, height, width = node.attr("planes"), node.attr("height"), node.attr("width")
+        first, count = node.attr("first"), node.attr("count")
+        mask, y = node.inputs[0], node.outputs[0]
+        return [k.call("et_mask_rows", planes, height * width, first * width, count * width, mask, y)]
+
+    @staticmethod
+    def shape(graph, node):
+        return [(-(-node.attr("planes") * node.attr("count") * node.attr("width") // 32),)]
+
+    @staticmethod
+    def reference(mask, planes, height, width, first, count):
+        bits = unpack_bits(mask, (planes, height, width))
+        return (pack_bits(bits[:, first : first + count]),)
 
 
 @op("JoinRows", domain=ET_DOMAIN)

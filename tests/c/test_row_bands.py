@@ -15,6 +15,8 @@ import pytest
 
 from edgetrain import api, artifacts
 from edgetrain.host import load_library
+from edgetrain.lower import bands as bands_module
+from gradcheck import kernel_library
 
 torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
@@ -280,3 +282,121 @@ def test_one_dimensional_windows_take_row_bands(tmp_path, figure):
     arena = {bands: reports[bands]["arena_bytes"] for bands in (False, True)}
     figure(f"row bands, one axis: arena {arena[False]:,} B whole, {arena[True]:,} B in bands")
     assert arena[True] < arena[False]
+
+
+class _Tapering(torch.nn.Module):
+    """Every bias trains, so the output gradient runs back to the stem at full resolution: a
+    strided stem, a dilated depthwise convolution with its residual and a ReLU6, a widening
+    pointwise one, a strided depthwise one and a strided pointwise one (a window that skips rows),
+    then the pool and the classifier."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.depthwise = torch.nn.Conv2d(8, 8, 3, padding=2, dilation=2, groups=8)
+        self.widen = torch.nn.Conv2d(8, 16, 1)
+        self.down = torch.nn.Conv2d(16, 16, 3, stride=2, padding=1, groups=16)
+        self.skip = torch.nn.Conv2d(16, 24, 1, stride=2)
+        self.fc = torch.nn.Linear(24, 5)
+
+    def forward(self, x):
+        x = torch.relu(self.stem(x))
+        x = torch.nn.functional.relu6(self.depthwise(x) + x)
+        x = torch.relu(self.down(torch.relu(self.widen(x))))
+        return self.fc(torch.relu(self.skip(x)).mean((2, 3)))
+
+
+def test_bias_gradients_in_row_bands_are_pytorchs(tmp_path, monkeypatch):
+    """The backward pass's widest layers in bands (gradient_bands): each band makes its rows of the
+    input gradients and sums the rows it owns into the biases' gradients. Checked against PyTorch's
+    autograd at batch 3 of a C for any batch. In float, the forward pass's activations are as wide as
+    the backward pass's gradients, so the bands lower no peak (the int8 test below shows the RAM):
+    here they are forced, by taking away the forward pass's floor."""
+    monkeypatch.setattr(bands_module, "_forward_floor", lambda *_: 0.0)
+    torch.manual_seed(0)
+    net = _Tapering()
+    path = _export(net, (3, 41, 37), tmp_path / "model.onnx")
+    rng = np.random.default_rng(4)
+    x, y = _batches(rng, (3, 41, 37), 5, 3, 1)[0]
+    grads = {}
+    for bands in (False, True):
+        out = artifacts.generate_artifacts(
+            path, artifact_directory=tmp_path / str(bands), optimizer="SGD", update_policy="bias", row_bands=bands
+        )
+        report = json.loads((out / "report.json").read_text())
+        state = api.CheckpointState.load_checkpoint(str(out / "checkpoint"))
+        module = api.Module(str(out / "training_model.onnx"), state, str(out / "eval_model.onnx"))
+        module.train()
+        module(x, y)
+        grads[bands] = {name: p.grad.copy() for name, p in state.parameters.items() if p.requires_grad}
+    assert "gradient_bands" not in report["functions"]["eval_step"]
+    banded = report["functions"]["train_step"]["gradient_bands"]
+    assert banded["bands"] > 1
+    loss = torch.nn.functional.cross_entropy(net(torch.from_numpy(x)), torch.from_numpy(y))
+    loss.backward()
+    want = {name: p.grad.numpy() for name, p in net.named_parameters() if name.endswith("bias")}
+    assert set(grads[True]) == set(want)
+    for name, grad in grads[True].items():
+        np.testing.assert_allclose(grad, want[name], rtol=1e-4, atol=1e-6, err_msg=name)
+        np.testing.assert_allclose(grad, grads[False][name], rtol=1e-5, atol=1e-7, err_msg=name)
+
+
+@pytest.mark.parametrize("max_batch, batch", [(1, 1), (None, 2)], ids=["batch-1", "any-batch"])
+def test_int8_bias_training_in_gradient_bands(tmp_path, figure, max_batch, batch):
+    """MobileNetV2 in small, int8, every bias and the classifier trained with a fused update (VWW's
+    policy): the backward pass's widest layers run in bands, their ReLU and quantization masks
+    sliced by rows. The forward pass is the same bits; the biases' sums are added in another order,
+    so five steps land within rounding of the build without bands, in less RAM."""
+    path = _export(_InvertedResiduals(), (3, 96, 96), tmp_path / "model.onnx")
+    rng = np.random.default_rng(5)
+    calibration = [rng.normal(size=(1, 3, 96, 96)).astype(np.float32) for _ in range(4)]
+    options = dict(
+        quantize="int8",
+        calibration_data=calibration,
+        update_policy="bias+last:1",
+        fused_update=True,
+        batch_size=max_batch,
+        learning_rate=0.05,
+    )
+    batches = _batches(rng, (3, 96, 96), 4, batch, 5)
+    runs, reports = {}, {}
+    for bands in (False, True):
+        module, reports[bands] = _build(path, tmp_path / str(bands), row_bands=bands, **options)
+        runs[bands] = _run(module, batches, batches[0])
+    (whole, losses, evaluation, outputs), banded = runs[False], runs[True]
+    _same_bits(losses[0], banded[1][0])
+    assert not np.array_equal(losses[0], losses[-1])  # it trains
+    np.testing.assert_allclose(banded[0], whole, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(banded[1], losses, rtol=1e-5)
+    np.testing.assert_allclose(banded[2], evaluation, rtol=1e-5)
+    np.testing.assert_allclose(banded[3], outputs, rtol=1e-4, atol=1e-5)
+    assert "gradient_bands" in reports[True]["functions"]["train_step"]
+    ram = {bands: reports[bands]["ram_bytes"] for bands in (False, True)}
+    figure(f"gradient bands, int8, batch {batch}: ram_bytes {ram[False]:,} B whole, {ram[True]:,} B in bands")
+    assert ram[True] < ram[False]
+
+
+@pytest.mark.parametrize(
+    "planes, height, width, first, count", [(1, 5, 7, 0, 5), (6, 9, 5, 2, 3), (4, 48, 48, 40, 8), (3, 7, 1, 6, 1)]
+)
+def test_mask_rows_are_numpys_rows_of_the_unpacked_bits(tmp_path, planes, height, width, first, count):
+    """et_mask_rows (MaskRows) at any bit offset: numpy's rows of the mask's bits, unpacked and
+    packed again in numpy's little-endian bit order, every bit past the last 0."""
+    ffi, lib = kernel_library(
+        tmp_path,
+        ["et_shape.h"],
+        "void t_mask_rows(int p, int pb, int f, int b, const uint32_t *x, uint32_t *y)"
+        " { et_mask_rows(p, pb, f, b, x, y); }\n",
+        "void t_mask_rows(int p, int pb, int f, int b, const uint32_t *x, uint32_t *y);",
+    )
+    rng = np.random.default_rng(planes * height + first)
+    bits = rng.integers(0, 2, (planes, height, width)).astype(bool)
+    words = np.packbits(bits.ravel(), bitorder="little")
+    mask = np.pad(words, (0, -words.size % 4)).view("<u4").copy()
+    out = np.full(-(-planes * count * width // 32), 0xFFFFFFFF, np.uint32)
+    x, y = (ffi.cast("uint32_t *", a.ctypes.data) for a in (mask, out))
+    lib.t_mask_rows(planes, height * width, first * width, count * width, x, y)
+    got = np.unpackbits(out.view(np.uint8), bitorder="little")
+    want = bits[:, first : first + count].ravel()
+    np.testing.assert_array_equal(got[: want.size], want)
+    assert not got[want.size :].any()
