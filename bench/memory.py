@@ -61,8 +61,12 @@ FOLDED_BN = (FUSED_BN_SUFFIX, SPARSE_SUFFIX)
 # The one policy of each variant above (all from the eval-mode export): the name's suffix -> policy.
 VARIANT_POLICIES = {
     FROZEN_BN_SUFFIX: ("bias + last {k}", {"update_policy": "bias+last:{k}"}),
-    FUSED_BN_SUFFIX: ("bias + last {k}, fused SGD", {"update_policy": "bias+last:{k}", "fused_update": True}),
-    # the frozen layers in front of the first trained one in row bands (compiler/lower/bands.py)
+    # row bands (compiler/lower/bands.py): the frozen layers in front of the first trained one, and
+    # the backward pass's widest layers where the biases train back to them
+    FUSED_BN_SUFFIX: (
+        "bias + last {k}, fused SGD, row bands",
+        {"update_policy": "bias+last:{k}", "fused_update": True, "row_bands": True},
+    ),
     SPARSE_SUFFIX: (
         "bias of last {k} + last 1, fused SGD, row bands",
         {"update_policy": "bias:{k}+last:1", "fused_update": True, "row_bands": True},
@@ -94,8 +98,8 @@ TARGETS = (
 # Issue 24's targets for int8 (quantize="int8"): (model, policy, at most this many KB of ram_bytes).
 # Each is compiled once more quantized, calibrated on CALIBRATION_BATCHES random batches.
 QUANTIZED_TARGETS = (
-    ("kws-fused", "bias + last 3, fused SGD", 64),
-    ("vww-fused", "bias + last 1, fused SGD", 96),
+    ("kws-fused", "bias + last 3, fused SGD, row bands", 64),
+    ("vww-fused", "bias + last 1, fused SGD, row bands", 96),
     ("mbv2-sparse", "bias of last 22 + last 1, fused SGD, row bands", 128),
 )
 CALIBRATION_BATCHES = 4

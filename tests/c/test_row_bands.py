@@ -143,16 +143,34 @@ def _same_bits(a, b):
     np.testing.assert_array_equal(np.asarray(a).view(np.uint32), np.asarray(b).view(np.uint32))
 
 
-def _with_and_without_bands(path, directory, batches, probe, **options) -> tuple[dict, dict]:
+def _with_and_without_bands(path, directory, batches, probe, same_bits=True, **options) -> tuple[dict, dict]:
     """Builds of `path` without row bands and with them, each trained on `batches` and run on
-    `probe` (_run), which must give the same bits: (_run's results, report.json) by row_bands."""
+    `probe` (_run), which must give the same bits unless not `same_bits`: (_run's results,
+    report.json) by row_bands."""
     runs, reports = {}, {}
     for bands in (False, True):
         module, reports[bands] = _build(path, directory / str(bands), row_bands=bands, **options)
         runs[bands] = _run(module, batches, probe)
-    for whole, banded in zip(runs[False], runs[True]):
+    for whole, banded in zip(runs[False], runs[True]) if same_bits else ():
         _same_bits(whole, banded)
     return runs, reports
+
+
+def _int8_inverted_residuals(directory, seed: int, policy: str, max_batch, batch):
+    """_InvertedResiduals exported and its int8 build's options (calibrated, `policy` trained by
+    a fused update, learning rate 0.05): (model path, 5 batches of `batch`, options)."""
+    path = _export(_InvertedResiduals(), (3, 96, 96), directory / "model.onnx")
+    rng = np.random.default_rng(seed)
+    calibration = [rng.normal(size=(1, 3, 96, 96)).astype(np.float32) for _ in range(4)]
+    options = dict(
+        quantize="int8",
+        calibration_data=calibration,
+        update_policy=policy,
+        fused_update=True,
+        batch_size=max_batch,
+        learning_rate=0.05,
+    )
+    return path, _batches(rng, (3, 96, 96), 4, batch, 5), options
 
 
 @pytest.fixture(scope="module")
@@ -214,18 +232,7 @@ def test_int8_bands_and_pooled_gradient_blocks_give_the_same_bits(tmp_path, figu
     pool makes its bias and input gradients from the pooled gradient's blocks. The same bits with
     and without bands, at batch 1 (the classifier's QAS update from the outer product's factors)
     and in a C for any batch (every batch's compile splits where the largest batch's does)."""
-    path = _export(_InvertedResiduals(), (3, 96, 96), tmp_path / "model.onnx")
-    rng = np.random.default_rng(2)
-    calibration = [rng.normal(size=(1, 3, 96, 96)).astype(np.float32) for _ in range(4)]
-    options = dict(
-        quantize="int8",
-        calibration_data=calibration,
-        update_policy="bias:3+last:1",
-        fused_update=True,
-        batch_size=max_batch,
-        learning_rate=0.05,
-    )
-    batches = _batches(rng, (3, 96, 96), 4, batch, 5)
+    path, batches, options = _int8_inverted_residuals(tmp_path, 2, "bias:3+last:1", max_batch, batch)
     runs, reports = _with_and_without_bands(path, tmp_path, batches, batches[0], **options)
     assert not np.array_equal(runs[True][1][0], runs[True][1][-1])  # it trains
     ram = {bands: reports[bands]["ram_bytes"] for bands in (False, True)}
@@ -347,22 +354,8 @@ def test_int8_bias_training_in_gradient_bands(tmp_path, figure, max_batch, batch
     policy): the backward pass's widest layers run in bands, their ReLU and quantization masks
     sliced by rows. The forward pass is the same bits; the biases' sums are added in another order,
     so five steps land within rounding of the build without bands, in less RAM."""
-    path = _export(_InvertedResiduals(), (3, 96, 96), tmp_path / "model.onnx")
-    rng = np.random.default_rng(5)
-    calibration = [rng.normal(size=(1, 3, 96, 96)).astype(np.float32) for _ in range(4)]
-    options = dict(
-        quantize="int8",
-        calibration_data=calibration,
-        update_policy="bias+last:1",
-        fused_update=True,
-        batch_size=max_batch,
-        learning_rate=0.05,
-    )
-    batches = _batches(rng, (3, 96, 96), 4, batch, 5)
-    runs, reports = {}, {}
-    for bands in (False, True):
-        module, reports[bands] = _build(path, tmp_path / str(bands), row_bands=bands, **options)
-        runs[bands] = _run(module, batches, batches[0])
+    path, batches, options = _int8_inverted_residuals(tmp_path, 5, "bias+last:1", max_batch, batch)
+    runs, reports = _with_and_without_bands(path, tmp_path, batches, batches[0], same_bits=False, **options)
     (whole, losses, evaluation, outputs), banded = runs[False], runs[True]
     _same_bits(losses[0], banded[1][0])
     assert not np.array_equal(losses[0], losses[-1])  # it trains
