@@ -504,38 +504,46 @@ def _sums_rows(graph: Graph, node: Node) -> bool:
     return 2 in {int(a) % len(graph.shape(node.inputs[0])) for a in axes}
 
 
-def _tail(graph: Graph, nodes: list[Node], first: int, keep: set[str]) -> tuple[list[int], list[list[int]], set[int]]:
+def _tail(
+    graph: Graph, nodes: list[Node], first: int, keep: set[str]
+) -> tuple[list[int], list[list[int]], set[int], list[int]]:
     """The nodes from `first` on that read what nodes[first] makes, and so on, where every one can
     run a band at a time and nothing after them or outside reads their results but sums over their
     rows: (their indices, the input slots each reads rows of, the positions of the sums among
-    them); no indices where they cannot. The other nodes from `first` on run before the bands."""
+    them, the indices of the nodes that read the sums, or what those make, to run after the
+    bands); no indices where they cannot. The other nodes from `first` on run before the bands."""
     made: set[str] = set()
-    summed: set[str] = set()
+    later: set[str] = set()  # the sums, and what the nodes after the bands make of them
     region: list[int] = []
     slots: list[list[int]] = []
     sums: set[int] = set()
+    after: list[int] = []
     for index in range(first, len(nodes)):
         node = nodes[index]
         reads = [name in made for name in node.inputs]
-        if any(name in summed for name in node.inputs):
-            return [], [], set()  # a sum's reader would run before the bands make it
+        if any(name in later for name in node.inputs):
+            if any(reads):
+                return [], [], set(), []
+            after.append(index)  # a parameter's gradient summed over its uses, say
+            later.update(node.outputs)
+            continue
         if index > first and not any(reads):
             continue
         if index > first and _sums_rows(graph, node) and reads[0] and not any(reads[1:]):
             sums.add(len(region))
-            summed.update(node.outputs)
+            later.update(node.outputs)
             slots.append([0])
         else:
             rows = _gradient_row_inputs(graph, node)
             masked = _MASKED.get(node.op) if node.domain == ET_DOMAIN else None
             if rows is None or any(read for s, read in enumerate(reads) if s not in rows and s != masked):
-                return [], [], set()
+                return [], [], set(), []
             made.add(node.outputs[0])
             slots.append(rows)
         region.append(index)
     if made & (keep | set(graph.outputs)):
-        return [], [], set()
-    return region, slots, sums
+        return [], [], set(), []
+    return region, slots, sums, after
 
 
 def _forward_floor(graph: Graph, nodes: list[Node], start: int, whole: list[float]) -> float:
@@ -567,24 +575,24 @@ def gradient_bands(
     best: tuple[float, float, int, int] = (max(max(whole[start:]), floor), 0.0, *(chosen or (0, 0)))
     # regions start at a layer's input gradient, its dY whole
     layers = [i for i in range(start, top + 1) if nodes[i].op in _TRANSPOSED or _windowed(nodes[i])]
-    options: dict[int, tuple[_Bands, list[Node]]] = {}
+    options: dict[int, tuple[_Bands, list[Node], list[Node]]] = {}  # first -> bands, nodes before, after
     for first in layers if chosen is None else [len(nodes) - chosen[0]]:
         if max(whole[start:first], default=0.0) >= best[0] and not chosen:
             break  # the steps before a region are as they were: no later one goes lower
-        region, slots, sums = _tail(graph, nodes, first, keep)
-        if not region:
+        region, slots, sums, after = _tail(graph, nodes, first, keep)
+        if not sums:  # gradients nothing sums are read by no one: autodiff made none such
             continue
-        banded = set(region)
-        passed = [n for i, n in enumerate(nodes[first:], start=first) if i not in banded]
+        moved = set(region + after)
+        passed = [n for i, n in enumerate(nodes[first:], start=first) if i not in moved]
         bands = _Bands(graph, [nodes[i] for i in region], slots, [], tag, frozenset(sums))
-        options[first] = bands, nodes[:first] + passed
+        options[first] = bands, nodes[:first] + passed, [nodes[i] for i in after]
         for height in [chosen[1]] if chosen else _heights(bands.total):
             try:
                 steps, shapes = bands.split(height)
             except _NoBand:
                 continue
             sizes.made = shapes
-            peak = max(sizes.peak(options[first][1] + steps, keep, start), floor)
+            peak = max(sizes.peak(options[first][1] + steps + options[first][2], keep, start), floor)
             work = sizes.work(steps)
             if (peak, work) < best[:2] or chosen:
                 best = (peak, work, len(nodes) - first, height)
@@ -593,9 +601,10 @@ def gradient_bands(
     _, _, ops, height = best
     if not ops or len(nodes) - ops not in options:
         return Banding(nodes, 0, 0, 0, max(whole, default=0.0))
-    bands, before = options[len(nodes) - ops]
+    bands, before, behind = options[len(nodes) - ops]
     bands.tag = graph.fresh("band")
     steps, made = bands.split(height)
     _added(graph, made)
     sizes.made = made
-    return Banding(before + steps, ops, height, -(-bands.total // height), sizes.peak(before + steps, keep))
+    steps = before + steps + behind
+    return Banding(steps, ops, height, -(-bands.total // height), sizes.peak(steps, keep))

@@ -293,9 +293,9 @@ def test_one_dimensional_windows_take_row_bands(tmp_path, figure):
 
 class _Tapering(torch.nn.Module):
     """Every bias trains, so the output gradient runs back to the stem at full resolution: a
-    strided stem, a dilated depthwise convolution with its residual and a ReLU6, a widening
-    pointwise one, a strided depthwise one and a strided pointwise one (a window that skips rows),
-    then the pool and the classifier."""
+    strided stem, a dilated depthwise convolution with its residual and a ReLU6, applied twice (its
+    bias's gradient the sum of two), a widening pointwise one, a strided depthwise one and a
+    strided pointwise one (a window that skips rows), then the pool and the classifier."""
 
     def __init__(self):
         super().__init__()
@@ -308,7 +308,8 @@ class _Tapering(torch.nn.Module):
 
     def forward(self, x):
         x = torch.relu(self.stem(x))
-        x = torch.nn.functional.relu6(self.depthwise(x) + x)
+        for _ in range(2):
+            x = torch.nn.functional.relu6(self.depthwise(x) + x)
         x = torch.relu(self.down(torch.relu(self.widen(x))))
         return self.fc(torch.relu(self.skip(x)).mean((2, 3)))
 
