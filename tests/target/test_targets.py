@@ -212,6 +212,14 @@ CASES = {
         # fused: the trained int8 weights train as integers (QAS), stochastic rounding and all
         {**_calibration((1, 2, 12, 12)), "update_policy": "bias+last:2", "fused_update": True},
     ),
+    # the same in row bands: the backward pass's last layers a band at a time, their masks sliced by rows
+    "conv_zoo_int8_bands": (
+        lambda: conv_zoo(batch=1),
+        (1, 2, 12, 12),
+        None,
+        "AdamW",
+        {**_calibration((1, 2, 12, 12)), "update_policy": "bias+last:2", "fused_update": True, "row_bands": True},
+    ),
 }
 
 
@@ -251,6 +259,8 @@ def case(request, tmp_path_factory):
     artifacts.generate_artifacts(
         model, artifact_directory=directory, optimizer=artifacts.OptimType[optimizer], **options
     )
+    if options.get("row_bands"):  # the case is there for its bands: they must be taken
+        assert "gradient_bands" in json.loads((directory / "report.json").read_text())["functions"]["train_step"]
     data = make_data(shape)
     np.savez(directory / "data.npz", **data)
     return directory, lr, reference_lines(directory, data, STEPS, lr)
