@@ -145,7 +145,7 @@ def _input_rows(graph: Graph, node: Node, rows: Rows) -> tuple[Rows, int, int]:
 
 def _transposed_rows(graph: Graph, node: Node, rows: Rows) -> Rows:
     """The rows of dY whose windows reach the band of dX `rows` (a convolution's input gradient)."""
-    geo = Window.explicit(*(node.attr(a) for a in ("kernel_shape", "strides", "dilations", "pads")))
+    geo = _window(graph, node)
     reach, stride = (geo.kernel[0] - 1) * geo.dilations[0], geo.strides[0]
     first = max(0, -(-(rows[0] + geo.begin[0] - reach) // stride))
     end = min(graph.shape(node.inputs[0])[2], (rows[1] - 1 + geo.begin[0]) // stride + 1)
@@ -166,7 +166,7 @@ def _banded(graph: Graph, node: Node, rows: Rows) -> tuple[str, dict[str, Any]]:
     the top and the bottom of the whole input, none between bands; an input gradient's transposed
     window starts where the band's first dY row puts it."""
     if node.op in _TRANSPOSED:
-        geo = Window.explicit(*(node.attr(a) for a in ("kernel_shape", "strides", "dilations", "pads")))
+        geo = _window(graph, node)
         first, end = _transposed_rows(graph, node, rows)
         begin = geo.begin[0] + rows[0] - first * geo.strides[0]  # dY row `first` is the band's row 0
         if begin < 0:
@@ -255,8 +255,11 @@ class _Bands:
                 n, c, height, *row = graph.shape(of)
                 attrs = {"planes": n * c, "height": height, "width": math.prod(row), "first": want[0]}
                 attrs["count"] = want[1] - want[0]
-                shapes[part_name] = (((n * c * attrs["count"] * attrs["width"] + 31) // 32,), mask)
-                steps.append(Node("MaskRows", (mask,), (part_name,), attrs, part_name, ET_DOMAIN))
+                step = Node("MaskRows", (mask,), (part_name,), attrs, part_name, ET_DOMAIN)
+                shape_of = require(step).shape
+                assert shape_of is not None  # our own op's
+                shapes[part_name] = (shape_of(graph, step)[0], mask)
+                steps.append(step)
             return part_name
 
         parts = []
@@ -461,9 +464,9 @@ def row_bands(
             except _NoBand:
                 continue
             sizes.made = shapes
-            peak = max(sizes.peak(before + steps, read_after), after)
-            if (peak, sizes.work(steps)) < best[:2]:
-                best = (peak, sizes.work(steps), j, height)
+            peak, work = max(sizes.peak(before + steps, read_after), after), sizes.work(steps)
+            if (peak, work) < best[:2]:
+                best = (peak, work, j, height)
     peak, _, j, height = best
     if not j:
         return Banding(nodes, 0, 0, 0, peak)
