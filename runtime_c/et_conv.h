@@ -1035,6 +1035,79 @@ static inline void et_conv_taps_(int e, int i0, int len, int n, int *lo, int *hi
         et_conv_span_(-e, len - 1 - i0, len, n, lo, hi);
 }
 
+/* A band of four output rows of a 3 x 3 depthwise kernel without
+ * dilation, column by column: output j's tap (ky, kx) reads row iy + j sy
+ * + ky ey, column ix + kx ex (ey and ex are 1, or -1 for a transposed
+ * kernel).  That row is iy + u ey with u = ky + j D (D = sy ey), so
+ * walking u upwards walks each output's taps in their order, ky then kx,
+ * and every input row is loaded once (three values) for all the outputs
+ * whose windows hold it, the nine weights in registers throughout.  Rows
+ * and columns outside the input are skipped (at the band's edges, where
+ * `clip`) or take 0 (a column's first or last tap): W * 0 adds nothing to
+ * a sum from 0, which is never -0, as the padded kernels' products with
+ * the margins add nothing.  D and clip are literals, so each output's tap
+ * for row u is a constant: sums and weights stay in registers. */
+#define ET_DW3_OUT_(j, u, D)                                                                    \
+    if ((u) - (j) * (D) >= 0 && (u) - (j) * (D) <= 2)                                           \
+        a##j = et_mla_(et_mla_(et_mla_(a##j, w3[((u) - (j) * (D)) * 3], v0), w3[((u) - (j) * (D)) * 3 + 1], v1), \
+                       w3[((u) - (j) * (D)) * 3 + 2], v2);
+#define ET_DW3_ROW_(u, D, CLIP)                                                                 \
+    if ((u) >= ((D) < 0 ? 3 * (D) : 0) && (u) <= 2 + ((D) > 0 ? 3 * (D) : 0) &&                  \
+        (!(CLIP) || ((u) >= ua && (u) <= ub))) {                                                \
+        const float *q = x + (at + (u) * step);                                                 \
+        float v0 = left ? 0.0f : q[-ex], v1 = q[0], v2 = right ? 0.0f : q[ex];                   \
+        ET_DW3_OUT_(0, u, D) ET_DW3_OUT_(1, u, D) ET_DW3_OUT_(2, u, D) ET_DW3_OUT_(3, u, D)     \
+    }
+#define ET_DW3_COLUMNS_(D, CLIP)                                                                              \
+    for (ox = 0, ix = ix0; ox < out2; ++ox, ix += sx) {                                                       \
+        int at = iy * width + ix + ex, left = (unsigned)ix >= (unsigned)width;                                \
+        int right = (unsigned)(ix + 2 * ex) >= (unsigned)width;                                               \
+        float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;                                                     \
+        ET_DW3_ROW_(-3, D, CLIP) ET_DW3_ROW_(-2, D, CLIP) ET_DW3_ROW_(-1, D, CLIP) ET_DW3_ROW_(0, D, CLIP)    \
+        ET_DW3_ROW_(1, D, CLIP) ET_DW3_ROW_(2, D, CLIP) ET_DW3_ROW_(3, D, CLIP) ET_DW3_ROW_(4, D, CLIP)       \
+        ET_DW3_ROW_(5, D, CLIP) ET_DW3_ROW_(6, D, CLIP) ET_DW3_ROW_(7, D, CLIP) ET_DW3_ROW_(8, D, CLIP)       \
+        y[ox] = a0 + b;                                                                                       \
+        if (!(CLIP) || count > 1)                                                                             \
+            y[out2 + ox] = a1 + b;                                                                            \
+        if (!(CLIP) || count > 2)                                                                             \
+            y[2 * out2 + ox] = a2 + b;                                                                        \
+        if (!(CLIP) || count > 3)                                                                             \
+            y[3 * out2 + ox] = a3 + b;                                                                        \
+    }
+
+/* et_conv_depthwise_planes_f32_'s band of `count` (up to 4) output rows y
+ * (out2 outputs a row), as above, for a plane x whose rows are width long,
+ * every column's middle tap inside: iy is the input row of the band's tap
+ * row 0, step = ey * width, ix0 the input column of column 0's tap 0 (sx
+ * apart); the band's rows u in [ua, ub] are inside.  Out of line, so that
+ * its registers are its own. */
+static ET_NOINLINE void et_conv_dw3_band_(int D, int count, int ua, int ub, const float *x, int iy, int step,
+                                          int width, int ix0, int sx, int ex, const float *w, float b, float *y,
+                                          int out2)
+{
+    float w3[9];
+    int ox, ix, umin = D < 0 ? 3 * D : 0, umax = 2 + (D > 0 ? 3 * D : 0);
+    memcpy(w3, w, sizeof w3);
+    if (count == 4 && ua <= umin && ub >= umax) {
+        if (D == 1) {
+            ET_DW3_COLUMNS_(1, 0)
+        } else if (D == 2) {
+            ET_DW3_COLUMNS_(2, 0)
+        } else {
+            ET_DW3_COLUMNS_(-1, 0)
+        }
+    } else if (D == 1) {
+        ET_DW3_COLUMNS_(1, 1)
+    } else if (D == 2) {
+        ET_DW3_COLUMNS_(2, 1)
+    } else {
+        ET_DW3_COLUMNS_(-1, 1)
+    }
+}
+#undef ET_DW3_OUT_
+#undef ET_DW3_ROW_
+#undef ET_DW3_COLUMNS_
+
 /* A depthwise convolution (dir 1) or, with unit strides, transposed
  * convolution (dir -1) over planes (one depth), read in place: for builds
  * without the padded scratch (microcontrollers), where the row kernels
@@ -1043,8 +1116,9 @@ static inline void et_conv_taps_(int e, int i0, int len, int n, int *lo, int *hi
  * each output sums its taps in order, from 0, skipping those outside the
  * input (the padded kernels add them as W * 0), then adds the bias (0
  * without one).  Four outputs down a column whose taps all fall inside
- * keep their sums in registers, sharing each weight.  Returns 0, having
- * done nothing, where it does not apply. */
+ * keep their sums in registers, sharing each weight; 3 x 3 kernels go a
+ * band of four rows at a time (et_conv_dw3_band_).  Returns 0, having done
+ * nothing, where it does not apply. */
 static inline int et_conv_depthwise_planes_f32_(int N, int C, const int *in, const int *out, const int *k,
                                                 const int *s, const int *d, const int *p, int dir, const float *X,
                                                 const float *W, const float *B, float *Y)
@@ -1052,6 +1126,11 @@ static inline int et_conv_depthwise_planes_f32_(int N, int C, const int *in, con
     int sy = dir > 0 ? s[1] : 1, sx = dir > 0 ? s[2] : 1, cy = -dir * p[1], cx = -dir * p[2];
     int ey = dir * d[1], ex = dir * d[2], in_size = et_conv_volume_(in), out_size = et_conv_volume_(out);
     int k_size = et_conv_volume_(k), n, c, oy, ox, ky, kx, rows, lo, hi, lo3, hi3;
+    /* et_conv_dw3_band_'s D where it applies (every column's middle tap inside), else 0 */
+    int D = k[1] == 3 && k[2] == 3 && d[1] == 1 && d[2] == 1 && sy <= 2 && (unsigned)(cx + ex) < (unsigned)in[2] &&
+                    (unsigned)((out[2] - 1) * sx + cx + ex) < (unsigned)in[2]
+                ? sy * ey
+                : 0;
     if (in[0] != 1 || out[0] != 1 || k[0] != 1 || (dir < 0 && (s[1] != 1 || s[2] != 1)))
         return 0;
     ET_PATH_(dir > 0 ? "conv_depthwise_planes" : "transpose_depthwise_planes");
@@ -1060,6 +1139,15 @@ static inline int et_conv_depthwise_planes_f32_(int N, int C, const int *in, con
             const float *x = X + ((size_t)n * (size_t)C + (size_t)c) * (size_t)in_size;
             const float *w = W + (size_t)c * (size_t)k_size;
             float *y = Y + ((size_t)n * (size_t)C + (size_t)c) * (size_t)out_size, b = B ? B[c] : 0.0f;
+            if (D != 0) {
+                ET_PATH_(D == 2 ? "depthwise_planes_3x3_strided" : "depthwise_planes_3x3");
+                for (oy = 0; oy < out[1]; oy += 4) {  /* the band's rows u inside: 0 <= iy + u ey < in[1] */
+                    int iy = oy * sy + cy, ua = ey > 0 ? -iy : iy - in[1] + 1, ub = ey > 0 ? in[1] - 1 - iy : iy;
+                    et_conv_dw3_band_(D, out[1] - oy < 4 ? out[1] - oy : 4, ua, ub, x, iy, ey * in[2], in[2], cx, sx,
+                                      ex, w, b, y + (size_t)oy * (size_t)out[2], out[2]);
+                }
+                continue;
+            }
             for (oy = 0; oy < out[1]; oy += rows) {
                 int iy = oy * sy + cy, rs = sy * in[2];  /* tap row 0's input row; four rows' step */
                 et_conv_taps_(ey, iy, in[1], k[1], &lo, &hi);
@@ -1562,6 +1650,51 @@ static inline void et_conv_plane_totals_(int taps, const float *lane, int add, f
  * hold 0 there); the pieces, the planes' totals and their sum over n are
  * et_conv_grad_w_f32's.  Returns 0, having done nothing, where it does
  * not apply. */
+/* One piece's lanes (tap t's lane l at piece[t * ET_LANES + l]) of
+ * et_conv_grad_w_depthwise_planes_f32_ for a 3 x 3 kernel without
+ * dilation: lane l's nine sums stay in registers while it takes the
+ * piece's positions l, l + ET_LANES, ... in order, from 0, each position's
+ * window of X loaded once.  A window reaching outside X takes 0 there:
+ * v * 0 adds nothing to a lane's sum, which starts from 0 and so is never
+ * -0, as the gathered runs' zeros add nothing. */
+#define ET_EACH9_(S) S(0) S(1) S(2) S(3) S(4) S(5) S(6) S(7) S(8)
+
+static inline void et_conv_dw3_grad_piece_(const float *x, const float *g, const int *in, const int *out,
+                                           const int *s, const int *p, int o0, int rows, int len, float *piece)
+{
+    int l, i, r, j, n = rows * len;
+    for (l = 0; l < ET_LANES; ++l) {
+#define ET_SUMS_(t) float p##t = 0.0f;
+#define ET_INSIDE_(t) x##t = q[(t) / 3 * in[2] + (t) % 3];
+#define ET_CLIPPED_(t)                                                                        \
+    x##t = (unsigned)(iy + (t) / 3) < (unsigned)in[1] && (unsigned)(ix + (t) % 3) < (unsigned)in[2] \
+               ? x[(iy + (t) / 3) * in[2] + ix + (t) % 3]                                       \
+               : 0.0f;
+#define ET_ADD_(t) p##t = et_mla_(p##t, v, x##t);
+#define ET_STORE_(t) piece[(t) * ET_LANES + l] = p##t;
+        ET_EACH9_(ET_SUMS_)
+        for (i = l, r = l / len, j = l % len; i < n; i += ET_LANES) {
+            int oy = o0 / out[2] + r, ox = o0 % out[2] + j, iy = oy * s[1] - p[1], ix = ox * s[2] - p[2];
+            float v = g[oy * out[2] + ox], x0, x1, x2, x3, x4, x5, x6, x7, x8;
+            if (iy >= 0 && iy + 2 < in[1] && ix >= 0 && ix + 2 < in[2]) {
+                const float *q = x + iy * in[2] + ix;
+                ET_EACH9_(ET_INSIDE_)
+            } else {
+                ET_EACH9_(ET_CLIPPED_)
+            }
+            ET_EACH9_(ET_ADD_)
+            for (j += ET_LANES; j >= len; j -= len)
+                ++r;
+        }
+        ET_EACH9_(ET_STORE_)
+#undef ET_SUMS_
+#undef ET_INSIDE_
+#undef ET_CLIPPED_
+#undef ET_ADD_
+#undef ET_STORE_
+    }
+}
+
 #define ET_CONV_PLANES_TAPS 16  /* the largest kernel it takes: 4 x 4, say (1 KB of lanes on the stack) */
 
 static inline int et_conv_grad_w_depthwise_planes_f32_(int N, int C, const int *in, const int *out, const int *k,
@@ -1570,30 +1703,35 @@ static inline int et_conv_grad_w_depthwise_planes_f32_(int N, int C, const int *
 {
     int in_size = et_conv_volume_(in), out_size = et_conv_volume_(out), k_size = et_conv_volume_(k);
     int n, c, o0, rows, len, r, j, i, ky, kx, ky0, ky1, kx0, kx1, q;
+    int three = k[1] == 3 && k[2] == 3 && d[1] == 1 && d[2] == 1;  /* et_conv_dw3_grad_piece_ applies */
     float piece[ET_CONV_PLANES_TAPS * ET_LANES], lane[ET_CONV_PLANES_TAPS * ET_LANES];
     if (in[0] != 1 || out[0] != 1 || k[0] != 1 || k_size > ET_CONV_PLANES_TAPS)
         return 0;
-    ET_PATH_("grad_depthwise_planes");
+    ET_PATH_(three ? "grad_depthwise_planes_3x3" : "grad_depthwise_planes");
     for (c = 0; c < C; ++c)
         for (n = 0; n < N; ++n) {
             const float *x = X + ((size_t)n * (size_t)C + (size_t)c) * (size_t)in_size;
             const float *g = dY + ((size_t)n * (size_t)C + (size_t)c) * (size_t)out_size;
             for (o0 = 0; o0 < out_size; o0 += rows * len) {
                 et_conv_piece_(o0, out, &rows, &len);
-                memset(piece, 0, (size_t)k_size * ET_LANES * sizeof *piece);
-                for (r = 0, i = 0; r < rows; ++r) {
-                    int oy = o0 / out[2] + r, iy = oy * s[1] - p[1];
-                    et_conv_span_(d[1], iy, in[1], k[1], &ky0, &ky1);
-                    for (j = 0; j < len; ++j, ++i) {
-                        int ox = o0 % out[2] + j, ix = ox * s[2] - p[2];
-                        float v = g[(size_t)oy * (size_t)out[2] + (size_t)ox];
-                        float *at = piece + (i % ET_LANES);  /* tap t's lane at t * ET_LANES */
-                        et_conv_span_(d[2], ix, in[2], k[2], &kx0, &kx1);
-                        for (ky = ky0; ky < ky1; ++ky) {
-                            const float *xr = x + (size_t)(iy + ky * d[1]) * (size_t)in[2];
-                            for (kx = kx0; kx < kx1; ++kx) {
-                                float *a = at + (ky * k[2] + kx) * ET_LANES;
-                                *a = et_mla_(*a, v, xr[ix + kx * d[2]]);
+                if (three)
+                    et_conv_dw3_grad_piece_(x, g, in, out, s, p, o0, rows, len, piece);
+                else {
+                    memset(piece, 0, (size_t)k_size * ET_LANES * sizeof *piece);
+                    for (r = 0, i = 0; r < rows; ++r) {
+                        int oy = o0 / out[2] + r, iy = oy * s[1] - p[1];
+                        et_conv_span_(d[1], iy, in[1], k[1], &ky0, &ky1);
+                        for (j = 0; j < len; ++j, ++i) {
+                            int ox = o0 % out[2] + j, ix = ox * s[2] - p[2];
+                            float v = g[(size_t)oy * (size_t)out[2] + (size_t)ox];
+                            float *at = piece + (i % ET_LANES);  /* tap t's lane at t * ET_LANES */
+                            et_conv_span_(d[2], ix, in[2], k[2], &kx0, &kx1);
+                            for (ky = ky0; ky < ky1; ++ky) {
+                                const float *xr = x + (size_t)(iy + ky * d[1]) * (size_t)in[2];
+                                for (kx = kx0; kx < kx1; ++kx) {
+                                    float *a = at + (ky * k[2] + kx) * ET_LANES;
+                                    *a = et_mla_(*a, v, xr[ix + kx * d[2]]);
+                                }
                             }
                         }
                     }

@@ -169,6 +169,12 @@ static geometry random_geometry(int dir)
                 g.p[a] = a < 2 ? 0 : pick(0, g.k[a] - 1);
                 hi = a < 2 ? 0 : pick(0, g.k[a] - 1);
             }
+            if (kind == 9 && used && g.in[a] > 1) {  /* depthwise below: MobileNets' 3 x 3 layers, strided or not */
+                g.k[a] = 3;
+                g.d[a] = 1;
+                g.s[a] = dir > 0 ? pick(1, 2) : 1;
+                g.p[a] = hi = pick(0, 1);
+            }
             if (dir > 0)
                 g.out[a] = (g.in[a] + g.p[a] + hi - g.d[a] * (g.k[a] - 1) - 1) / g.s[a] + 1;
             else

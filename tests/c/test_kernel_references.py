@@ -53,7 +53,10 @@ COMMON = {
     "conv_depthwise_planes",
     "transpose_depthwise_planes",
     "depthwise_planes_4_rows",
+    "depthwise_planes_3x3",
+    "depthwise_planes_3x3_strided",
     "grad_depthwise_planes",
+    "grad_depthwise_planes_3x3",
 }
 SCRATCH = {  # the padded planes' paths: hosts, or a scalar build given the scratch
     "conv_direct",
