@@ -1764,9 +1764,9 @@ static inline int et_conv_grad_w_depthwise_planes_f32_(int N, int C, const int *
  * positions groups of ET_CONV_ROWS output channels or more sum in order
  * instead, without lanes (et_conv_grad_w_short_f32_).
  * et_conv_grad_w_f32_ref is the plain form of these sums. */
-#define ET_CONV_GRAD_ROWS (ET_VECTORS ? 64 : 16)  /* 16: 1 KB of lanes on a microcontroller's stack */
+#define ET_CONV_GRAD_ROWS (ET_VECTORS ? 64 : 16)  /* 16: 2 KB of lanes on a microcontroller's stack */
 #define ET_CONV_GRAD_RUN 256
-#define ET_CONV_GRAD_TAPS (ET_VECTORS ? 16 : ET_DOT_TAPS)
+#define ET_CONV_GRAD_TAPS (ET_VECTORS ? 16 : ET_DOT_TILE_TAPS)
 
 /* (A small function that chose among the paths and left the lanes to
  * another would be inlined into the generated code, and gcc -O2, given
@@ -1833,8 +1833,8 @@ static inline void et_conv_grad_w_f32(int N, int C, int M, int G, const int *in,
                         }
                         for (m = 0; m < block; m += rows) {
                             rows = block - m < ET_TILE_ROWS ? block - m : ET_TILE_ROWS;
-                            for (h = 0; h < taps; h += ET_DOT_TAPS)
-                                et_dot_tile_f32_(rows, taps - h < ET_DOT_TAPS ? taps - h : ET_DOT_TAPS, segs, per, o0 == 0,
+                            for (h = 0; h < taps; h += ET_DOT_TILE_TAPS)
+                                et_dot_tile_f32_(rows, taps - h < ET_DOT_TILE_TAPS ? taps - h : ET_DOT_TILE_TAPS, segs, per, o0 == 0,
                                                  len, dY + ((size_t)n * (size_t)M + (size_t)(m0 + m)) * (size_t)out_size +
                                                  (size_t)o0, (size_t)out_size, (size_t)out[2], x, xt + h,
                                                  (size_t)dim[2],

@@ -166,6 +166,59 @@ static inline void et_sum_run_f32_(et_sum_ *s, int n, const float *x)
  * depth of packed A to the next. */
 #define ET_ROWS_DEPTH 32  /* ap: 512 bytes of stack */
 
+#if ET_VMLA
+/* et_rows_f32_'s 4 x 4 tile over rows of B `step` floats apart, where the FPU has VMLA, in
+ * assembly: row r's output t sums in s(4r + t), from init's four rows (init_rs bytes apart); each
+ * k is one VLDM of its four packed entries of A (s16-s19), one of its four values of B (s20-s23),
+ * and sixteen VMLA, so every sum adds its products in k order; then the sums go to y's rows.  From
+ * C, gcc spends an address on every load.  depth >= 1. */
+static inline void et_tile4x4_vmla_(int depth, const float *ap, const float *bk, size_t step, const float *init,
+                                    size_t init_rs, float *y, size_t y_rs)
+{
+    __asm__ volatile(
+        "vldmia %[i], {s0-s3}\n\t"
+        "add %[i], %[i], %[irs]\n\t"
+        "vldmia %[i], {s4-s7}\n\t"
+        "add %[i], %[i], %[irs]\n\t"
+        "vldmia %[i], {s8-s11}\n\t"
+        "add %[i], %[i], %[irs]\n\t"
+        "vldmia %[i], {s12-s15}\n\t"
+        "1:\n\t"
+        "vldmia %[a]!, {s16-s19}\n\t"
+        "vldmia %[b], {s20-s23}\n\t"
+        "add %[b], %[b], %[s]\n\t"
+        "vmla.f32 s0, s16, s20\n\t"
+        "vmla.f32 s1, s16, s21\n\t"
+        "vmla.f32 s2, s16, s22\n\t"
+        "vmla.f32 s3, s16, s23\n\t"
+        "vmla.f32 s4, s17, s20\n\t"
+        "vmla.f32 s5, s17, s21\n\t"
+        "vmla.f32 s6, s17, s22\n\t"
+        "vmla.f32 s7, s17, s23\n\t"
+        "vmla.f32 s8, s18, s20\n\t"
+        "vmla.f32 s9, s18, s21\n\t"
+        "vmla.f32 s10, s18, s22\n\t"
+        "vmla.f32 s11, s18, s23\n\t"
+        "vmla.f32 s12, s19, s20\n\t"
+        "vmla.f32 s13, s19, s21\n\t"
+        "vmla.f32 s14, s19, s22\n\t"
+        "vmla.f32 s15, s19, s23\n\t"
+        "subs %[n], %[n], #1\n\t"
+        "bne 1b\n\t"
+        "vstmia %[y], {s0-s3}\n\t"
+        "add %[y], %[y], %[yrs]\n\t"
+        "vstmia %[y], {s4-s7}\n\t"
+        "add %[y], %[y], %[yrs]\n\t"
+        "vstmia %[y], {s8-s11}\n\t"
+        "add %[y], %[y], %[yrs]\n\t"
+        "vstmia %[y], {s12-s15}"
+        : [a] "+r"(ap), [b] "+r"(bk), [n] "+r"(depth), [i] "+r"(init), [y] "+r"(y)
+        : [s] "r"(step * sizeof *bk), [irs] "r"(init_rs), [yrs] "r"(y_rs * sizeof *y)
+        : "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11", "s12", "s13", "s14", "s15",
+          "s16", "s17", "s18", "s19", "s20", "s21", "s22", "s23", "cc", "memory");
+}
+#endif
+
 static inline void et_rows_f32_(int rows, int n, int K, const float *a, size_t a_rs, const size_t *at,
                                 const float *restrict b, const size_t *bt, float *restrict y, size_t y_rs,
                                 int accumulate)
@@ -177,7 +230,13 @@ static inline void et_rows_f32_(int rows, int n, int K, const float *a, size_t a
         depth = K - k0 < ET_ROWS_DEPTH ? K - k0 : ET_ROWS_DEPTH;
         j = 0;
         if (rows == ET_TILE_ROWS) {
-            ET_PATH_("rows_4x4");
+            /* B's rows one stride apart (a plain product, a pointwise convolution): the tiles step
+               through them, two k a pass, without reading bt */
+            size_t step = depth > 1 && bt[k0 + 1] > bt[k0] ? bt[k0 + 1] - bt[k0] : 0;
+            for (k = 2; step && k < depth; ++k)
+                if (bt[k0 + k] != bt[k0] + (size_t)k * step)
+                    step = 0;
+            ET_PATH_(step ? "rows_4x4_strided" : "rows_4x4");
             for (k = 0; k < depth; ++k)
                 for (r = 0; r < ET_TILE_ROWS; ++r)
                     ap[k * ET_TILE_ROWS + r] = a[r * a_rs + at[k0 + k]];
@@ -186,20 +245,41 @@ static inline void et_rows_f32_(int rows, int n, int K, const float *a, size_t a
 #define ET_LOAD_(r) c##r##0 = y##r[0]; c##r##1 = y##r[1]; c##r##2 = y##r[2]; c##r##3 = y##r[3];
 #define ET_ADD_(r) c##r##0 = et_mla_(c##r##0, w[r], x0); c##r##1 = et_mla_(c##r##1, w[r], x1); \
                    c##r##2 = et_mla_(c##r##2, w[r], x2); c##r##3 = et_mla_(c##r##3, w[r], x3);
+#define ET_K_(bk, w_k)                                                    \
+    {                                                                     \
+        const float *w = (w_k);                                           \
+        float x0 = (bk)[0], x1 = (bk)[1], x2 = (bk)[2], x3 = (bk)[3];     \
+        ET_EACH4_(ET_ADD_)                                                \
+    }
 #define ET_STORE_(r) y##r[0] = c##r##0; y##r[1] = c##r##1; y##r[2] = c##r##2; y##r[3] = c##r##3;
+#if ET_VMLA
+                if (step) {
+                    static const float zeros[16] = {0.0f};
+                    et_tile4x4_vmla_(depth, ap, b + bt[k0] + j, step, fresh ? zeros : y + j,
+                                     fresh ? 4 * sizeof *zeros : y_rs * sizeof *y, y + j, y_rs);
+                    continue;
+                }
+#endif
                 ET_EACH4_(ET_SUMS_)
                 if (!fresh) {
                     ET_EACH4_(ET_LOAD_)
                 }
-                for (k = 0; k < depth; ++k) {
-                    const float *bk = b + bt[k0 + k] + j, *w = ap + k * ET_TILE_ROWS;
-                    float x0 = bk[0], x1 = bk[1], x2 = bk[2], x3 = bk[3];
-                    ET_EACH4_(ET_ADD_)
-                }
+                if (step) {  /* two pointers, so that each k's four loads are one address's offsets */
+                    const float *b0 = b + bt[k0] + j, *b1 = b0 + step;
+                    for (k = 0; k + 2 <= depth; k += 2, b0 += 2 * step, b1 += 2 * step) {
+                        ET_K_(b0, ap + k * ET_TILE_ROWS)
+                        ET_K_(b1, ap + (k + 1) * ET_TILE_ROWS)
+                    }
+                    if (k < depth)
+                        ET_K_(b0, ap + k * ET_TILE_ROWS)
+                } else
+                    for (k = 0; k < depth; ++k)
+                        ET_K_(b + bt[k0 + k] + j, ap + k * ET_TILE_ROWS)
                 ET_EACH4_(ET_STORE_)
 #undef ET_SUMS_
 #undef ET_LOAD_
 #undef ET_ADD_
+#undef ET_K_
 #undef ET_STORE_
             }
         }
@@ -412,8 +492,11 @@ static inline void et_tiles_f32_(int rows, int n, int K, const float *a, size_t 
 #endif
 }
 
-/* Taps of a weight-gradient tile (et_dot_tile_f32_). */
+/* Taps of a weight-gradient tile (et_dot_tile_f32_): ET_DOT_TAPS in
+ * vectors, up to ET_DOT_TILE_TAPS on a scalar FPU, whose 32 registers
+ * hold a tile of 4 rows by 4 taps. */
 #define ET_DOT_TAPS 2
+#define ET_DOT_TILE_TAPS (ET_VECTORS ? ET_DOT_TAPS : 4)
 
 #if ET_VECTORS
 /* *dst (ET_LANES floats) = v, where `fresh`, else *dst + v. */
@@ -466,7 +549,7 @@ static inline void et_dot_tail_f32_(int rows, int taps, int i0, int n, int fresh
 
 /* lane[r * lane_rs + t * ET_LANES + l] += the lane sums of each piece (see
  * Long sums) of the products y_r[i] * x_t[i], for rows r < rows <=
- * ET_TILE_ROWS of y (`y_rs` apart) and taps t < taps <= ET_DOT_TAPS of x
+ * ET_TILE_ROWS of y (`y_rs` apart) and taps t < taps <= ET_DOT_TILE_TAPS of x
  * (x_t = x + xt[t]).  The products come from `segs` segments of n values
  * (segment g reads y + g * y_ss and x + g * x_ss), `piece` segments to a
  * piece (the last may have fewer); within a piece, lane l adds those with
@@ -483,7 +566,7 @@ static inline void et_dot_tile_f32_(int rows, int taps, int segs, int piece, int
 #if ET_VECTORS
     const int tail = n % ET_LANES != 0;
 #else
-    float part[ET_TILE_ROWS * ET_DOT_TAPS * ET_LANES];  /* a piece's sums with a tail: (r * taps + t) * ET_LANES + l */
+    float part[ET_TILE_ROWS * ET_DOT_TILE_TAPS * ET_LANES];  /* a piece's sums with a tail: (r * taps + t) * ET_LANES + l */
 #endif
     for (g0 = 0; g0 < segs; g0 = g1, fresh = 0) {
         g1 = segs - g0 < piece ? segs : g0 + piece;
@@ -574,11 +657,61 @@ static inline void et_dot_tile_f32_(int rows, int taps, int segs, int piece, int
                     ET_LANES_ADD_(lane + r * lane_rs + t * ET_LANES, c, fresh);
                 }
 #else
-        /* A scalar FPU: the sums go through part.  A whole tile goes a lane at a time, its eight sums
-           with that lane (row r's with tap t in p<r><t>) in registers, so that each value loaded
-           serves two or four products, the tail's value of the lane last; other tiles keep a row and
-           tap's eight lanes in registers, and leave the tail to et_dot_tail_f32_.  Either way, each
-           lane adds its products in order. */
+        /* A scalar FPU.  A whole tile goes a lane at a time, its sums with that lane (row r's with
+           tap t in p<r><t>) in registers, so that each value loaded serves two or four products, the
+           tail's value of the lane last: 4 rows by 4 taps, whose sums go to `lane` themselves, or by
+           2, through part.  Other tiles keep a row and tap's eight lanes in registers, and leave the
+           tail to et_dot_tail_f32_, which adds part to `lane`.  Either way, each lane adds its
+           products in order. */
+        if (rows == ET_TILE_ROWS && taps == 4) {
+            int whole = n - n % ET_LANES, i, l;
+#define ET_SUMS_(r) float p##r##0 = 0.0f, p##r##1 = 0.0f, p##r##2 = 0.0f, p##r##3 = 0.0f;
+#define ET_ADD_(r, i)                                      \
+    {                                                      \
+        float v = yg[r * y_rs + (i)];                      \
+        p##r##0 = et_mla_(p##r##0, v, x0g[i]);             \
+        p##r##1 = et_mla_(p##r##1, v, x1g[i]);             \
+        p##r##2 = et_mla_(p##r##2, v, x2g[i]);             \
+        p##r##3 = et_mla_(p##r##3, v, x3g[i]);             \
+    }
+#define ET_ADD1_(r) ET_ADD_(r, i)
+#define ET_ADD2_(r) ET_ADD_(r, i + ET_LANES)
+#define ET_STORE1_(r, t)                                                        \
+    {                                                                           \
+        float *d = lane + r * lane_rs + t * ET_LANES + l;                       \
+        *d = fresh ? p##r##t : *d + p##r##t;                                    \
+    }
+#define ET_STORE_(r) ET_STORE1_(r, 0) ET_STORE1_(r, 1) ET_STORE1_(r, 2) ET_STORE1_(r, 3)
+            ET_PATH_("dot_tile_scalar_4x4");
+            for (l = 0; l < ET_LANES; ++l) {
+                ET_EACH4_(ET_SUMS_)
+                for (g = g0; g < g1; ++g) {
+                    const float *yg = y + (size_t)g * y_ss, *x0g = x + xt[0] + (size_t)g * x_ss;
+                    const float *x1g = x + xt[1] + (size_t)g * x_ss, *x2g = x + xt[2] + (size_t)g * x_ss;
+                    const float *x3g = x + xt[3] + (size_t)g * x_ss;
+                    for (i = l; i + ET_LANES < whole; i += 2 * ET_LANES) {  /* two values of the lane a pass */
+                        ET_EACH4_(ET_ADD1_)
+                        ET_EACH4_(ET_ADD2_)
+                    }
+                    if (i < whole) {
+                        ET_EACH4_(ET_ADD1_)
+                    }
+                }
+                if (whole + l < n) {  /* the lane's value in the tail (then there is one segment) */
+                    const float *yg = y, *x0g = x + xt[0], *x1g = x + xt[1], *x2g = x + xt[2], *x3g = x + xt[3];
+                    i = whole + l;
+                    ET_EACH4_(ET_ADD1_)
+                }
+                ET_EACH4_(ET_STORE_)
+            }
+#undef ET_SUMS_
+#undef ET_ADD_
+#undef ET_ADD1_
+#undef ET_ADD2_
+#undef ET_STORE1_
+#undef ET_STORE_
+            continue;  /* the lanes have the piece's sums */
+        }
         if (rows == ET_TILE_ROWS && taps == ET_DOT_TAPS) {
             int whole = n - n % ET_LANES, i, l;
 #define ET_SUMS_(r) float p##r##0 = 0.0f, p##r##1 = 0.0f;

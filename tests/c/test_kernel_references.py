@@ -38,6 +38,7 @@ COMMON = {
     "dots_8x1",
     "dots_one",
     "rows_4x4",
+    "rows_4x4_strided",
     "rows_one",
     "conv_pointwise_gemm",
     "transpose_pointwise_gemm",

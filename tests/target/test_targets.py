@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -469,3 +470,45 @@ def test_helium_float_vectors_flush_subnormals(tmp_path):
     )
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == ["vector", "00000000", "scalar", f"{np.float32(1.5e-39 * 0.5).view(np.uint32):08x}"]
+
+
+# The 32-bit ARM targets: their scalar FPU paths (VMLA, and the assembly tile where there is one)
+# and, on cortex-m3, the soft-float C.
+ARM_TARGETS = [t for t in TARGETS if t.startswith("cortex-m") or t == "linux-armhf"]
+KERNEL_CASES = 60  # per kernel: about 5 s on QEMU's Cortex-M4, and every path below reached
+# Paths of the microcontrollers' builds that the shapes must reach (the host's test checks them all).
+ARM_PATHS = {
+    "rows_4x4_strided",
+    "dot_tile_scalar_4x4",
+    "depthwise_planes_3x3",
+    "depthwise_planes_3x3_strided",
+    "grad_depthwise_planes_3x3",
+}
+
+
+@pytest.mark.parametrize("target", ARM_TARGETS)
+def test_kernel_fast_paths_match_their_references_on_the_target(tmp_path, target):
+    """tests/c/kernel_references.c, built for the target and run there: every fast path of the
+    matrix product and the convolutions against its plain reference, bit for bit, on random shapes."""
+    need(target)
+    tests = Path(__file__).resolve().parents[1]
+    for source in [*(tests.parent / "runtime_c").glob("*.h"), tests / "c" / "kernel_references.c"]:
+        shutil.copy(source, tmp_path)
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "model.c").write_text("typedef int empty_translation_unit;\n")
+    (tmp_path / "model" / "model.h").write_text("")
+    (tmp_path / "harness.c").write_text(
+        "#define main kernel_references_main\n"
+        '#include "kernel_references.c"\n'
+        "#undef main\n"
+        "int main(void)\n{\n"
+        f'    static char name[] = "kernel_references", seed[] = "7", cases[] = "{KERNEL_CASES}";\n'
+        "    char *argv[] = {name, seed, cases, 0};\n"
+        "    return kernel_references_main(3, argv);\n}\n"
+    )
+    run = targets.make(f"TARGET={target}", "BUILD=.", "MODELS=model", "RUN_TIMEOUT=300", "run", cwd=tmp_path)
+    mismatches = [line for line in run.stdout.splitlines() if line.startswith("mismatch ")]
+    assert run.returncode == 0 and not mismatches, (run.stderr + "\n".join(mismatches[:20]))[-4000:]
+    ran = set(re.findall(r"^path (\w+) \d+$", run.stdout, re.M))
+    assert ARM_PATHS <= ran, f"paths that did not run: {sorted(ARM_PATHS - ran)}"
+    assert int(re.search(r"^compared (\d+)$", run.stdout, re.M).group(1)) >= 4 * KERNEL_CASES
