@@ -1042,70 +1042,88 @@ static inline void et_conv_taps_(int e, int i0, int len, int n, int *lo, int *hi
  * walking u upwards walks each output's taps in their order, ky then kx,
  * and every input row is loaded once (three values) for all the outputs
  * whose windows hold it, the nine weights in registers throughout.  Rows
- * and columns outside the input are skipped (at the band's edges, where
- * `clip`) or take 0 (a column's first or last tap): W * 0 adds nothing to
- * a sum from 0, which is never -0, as the padded kernels' products with
- * the margins add nothing.  D and clip are literals, so each output's tap
- * for row u is a constant: sums and weights stay in registers. */
+ * outside the input are skipped, and a column's first or last tap outside
+ * takes 0: W * 0 adds nothing to a sum from 0, which is never -0, as the
+ * padded kernels' products with the margins add nothing.  D is a literal,
+ * so each output's tap for row u is a constant: sums and weights stay in
+ * registers. */
 #define ET_DW3_OUT_(j, u, D)                                                                    \
     if ((u) - (j) * (D) >= 0 && (u) - (j) * (D) <= 2)                                           \
         a##j = et_mla_(et_mla_(et_mla_(a##j, w3[((u) - (j) * (D)) * 3], v0), w3[((u) - (j) * (D)) * 3 + 1], v1), \
                        w3[((u) - (j) * (D)) * 3 + 2], v2);
-#define ET_DW3_ROW_(u, D, CLIP)                                                                 \
-    if ((u) >= ((D) < 0 ? 3 * (D) : 0) && (u) <= 2 + ((D) > 0 ? 3 * (D) : 0) &&                  \
-        (!(CLIP) || ((u) >= ua && (u) <= ub))) {                                                \
+#define ET_DW3_ROW_(u, D)                                                                       \
+    if ((u) >= ((D) < 0 ? 3 * (D) : 0) && (u) <= 2 + ((D) > 0 ? 3 * (D) : 0)) {                  \
         const float *q = x + (at + (u) * step);                                                 \
         float v0 = left ? 0.0f : q[-ex], v1 = q[0], v2 = right ? 0.0f : q[ex];                   \
         ET_DW3_OUT_(0, u, D) ET_DW3_OUT_(1, u, D) ET_DW3_OUT_(2, u, D) ET_DW3_OUT_(3, u, D)     \
     }
-#define ET_DW3_COLUMNS_(D, CLIP)                                                                              \
-    for (ox = 0, ix = ix0; ox < out2; ++ox, ix += sx) {                                                       \
-        int at = iy * width + ix + ex, left = (unsigned)ix >= (unsigned)width;                                \
-        int right = (unsigned)(ix + 2 * ex) >= (unsigned)width;                                               \
-        float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;                                                     \
-        ET_DW3_ROW_(-3, D, CLIP) ET_DW3_ROW_(-2, D, CLIP) ET_DW3_ROW_(-1, D, CLIP) ET_DW3_ROW_(0, D, CLIP)    \
-        ET_DW3_ROW_(1, D, CLIP) ET_DW3_ROW_(2, D, CLIP) ET_DW3_ROW_(3, D, CLIP) ET_DW3_ROW_(4, D, CLIP)       \
-        ET_DW3_ROW_(5, D, CLIP) ET_DW3_ROW_(6, D, CLIP) ET_DW3_ROW_(7, D, CLIP) ET_DW3_ROW_(8, D, CLIP)       \
-        y[ox] = a0 + b;                                                                                       \
-        if (!(CLIP) || count > 1)                                                                             \
-            y[out2 + ox] = a1 + b;                                                                            \
-        if (!(CLIP) || count > 2)                                                                             \
-            y[2 * out2 + ox] = a2 + b;                                                                        \
-        if (!(CLIP) || count > 3)                                                                             \
-            y[3 * out2 + ox] = a3 + b;                                                                        \
+/* Column ox's window: its middle column's input (at), and whether its first or last column is outside. */
+#define ET_DW3_COLUMN_                                                                              \
+    int at = iy * width + ix + ex, left = (unsigned)ix >= (unsigned)width;                          \
+    int right = (unsigned)(ix + 2 * ex) >= (unsigned)width;
+#define ET_DW3_COLUMNS_(D)                                                                          \
+    for (ox = 0, ix = ix0; ox < out2; ++ox, ix += sx) {                                             \
+        ET_DW3_COLUMN_                                                                              \
+        float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;                                           \
+        ET_DW3_ROW_(-3, D) ET_DW3_ROW_(-2, D) ET_DW3_ROW_(-1, D) ET_DW3_ROW_(0, D) ET_DW3_ROW_(1, D) \
+        ET_DW3_ROW_(2, D) ET_DW3_ROW_(3, D) ET_DW3_ROW_(4, D) ET_DW3_ROW_(5, D) ET_DW3_ROW_(6, D)    \
+        ET_DW3_ROW_(7, D) ET_DW3_ROW_(8, D)                                                         \
+        y[ox] = a0 + b;                                                                             \
+        y[out2 + ox] = a1 + b;                                                                      \
+        y[2 * out2 + ox] = a2 + b;                                                                  \
+        y[3 * out2 + ox] = a3 + b;                                                                  \
     }
 
 /* et_conv_depthwise_planes_f32_'s band of `count` (up to 4) output rows y
  * (out2 outputs a row), as above, for a plane x whose rows are width long,
  * every column's middle tap inside: iy is the input row of the band's tap
  * row 0, step = ey * width, ix0 the input column of column 0's tap 0 (sx
- * apart); the band's rows u in [ua, ub] are inside.  Out of line, so that
- * its registers are its own. */
+ * apart); the band's rows u in [ua, ub] are inside.  A band at the
+ * plane's edge (some rows outside, or fewer than four) walks the same rows
+ * in a loop.  Out of line, so that its registers are its own. */
 static ET_NOINLINE void et_conv_dw3_band_(int D, int count, int ua, int ub, const float *x, int iy, int step,
                                           int width, int ix0, int sx, int ex, const float *w, float b, float *y,
                                           int out2)
 {
     float w3[9];
-    int ox, ix, umin = D < 0 ? 3 * D : 0, umax = 2 + (D > 0 ? 3 * D : 0);
+    int ox, ix, u, umin = D < 0 ? 3 * D : 0, umax = 2 + (D > 0 ? 3 * D : 0);
     memcpy(w3, w, sizeof w3);
     if (count == 4 && ua <= umin && ub >= umax) {
         if (D == 1) {
-            ET_DW3_COLUMNS_(1, 0)
+            ET_DW3_COLUMNS_(1)
         } else if (D == 2) {
-            ET_DW3_COLUMNS_(2, 0)
+            ET_DW3_COLUMNS_(2)
         } else {
-            ET_DW3_COLUMNS_(-1, 0)
+            ET_DW3_COLUMNS_(-1)
         }
-    } else if (D == 1) {
-        ET_DW3_COLUMNS_(1, 1)
-    } else if (D == 2) {
-        ET_DW3_COLUMNS_(2, 1)
-    } else {
-        ET_DW3_COLUMNS_(-1, 1)
+        return;
+    }
+#define ET_DW3_EDGE_OUT_(j)                                                              \
+    if ((unsigned)(u - (j) * D) <= 2u) {                                                 \
+        const float *wk = w3 + (u - (j) * D) * 3;                                        \
+        a##j = et_mla_(et_mla_(et_mla_(a##j, wk[0], v0), wk[1], v1), wk[2], v2);         \
+    }
+    for (ox = 0, ix = ix0; ox < out2; ++ox, ix += sx) {
+        ET_DW3_COLUMN_
+        float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+        for (u = umin > ua ? umin : ua; u <= (umax < ub ? umax : ub); ++u) {
+            const float *q = x + (at + u * step);
+            float v0 = left ? 0.0f : q[-ex], v1 = q[0], v2 = right ? 0.0f : q[ex];
+            ET_EACH4_(ET_DW3_EDGE_OUT_)
+        }
+        y[ox] = a0 + b;
+        if (count > 1)
+            y[out2 + ox] = a1 + b;
+        if (count > 2)
+            y[2 * out2 + ox] = a2 + b;
+        if (count > 3)
+            y[3 * out2 + ox] = a3 + b;
     }
 }
+#undef ET_DW3_EDGE_OUT_
 #undef ET_DW3_OUT_
 #undef ET_DW3_ROW_
+#undef ET_DW3_COLUMN_
 #undef ET_DW3_COLUMNS_
 
 /* A depthwise convolution (dir 1) or, with unit strides, transposed

@@ -523,6 +523,45 @@ static inline void et_tiles_f32_(int rows, int n, int K, const float *a, size_t 
     } while (0)
 #endif
 
+#if ET_VMLA
+/* et_dot_tile_f32_'s lanes for two rows of y and one tap x, where the FPU has VMLA, in assembly:
+ * lane l of row 0 in s(l), of row 1 in s(8 + l), from init[0..15]; each block of eight values is
+ * one VLDM of x (s16-s23), one of each row (s24-s31) and eight VMLA per row, so every lane adds its
+ * products in order; then the lanes go to c.  blocks >= 1. */
+static inline void et_dot2_vmla_(int blocks, const float *y0, const float *y1, const float *x, const float *init,
+                                 float *c)
+{
+    __asm__ volatile(
+        "vldmia %[i], {s0-s15}\n\t"
+        "1:\n\t"
+        "vldmia %[x]!, {s16-s23}\n\t"
+        "vldmia %[y0]!, {s24-s31}\n\t"
+        "vmla.f32 s0, s24, s16\n\t"
+        "vmla.f32 s1, s25, s17\n\t"
+        "vmla.f32 s2, s26, s18\n\t"
+        "vmla.f32 s3, s27, s19\n\t"
+        "vmla.f32 s4, s28, s20\n\t"
+        "vmla.f32 s5, s29, s21\n\t"
+        "vmla.f32 s6, s30, s22\n\t"
+        "vmla.f32 s7, s31, s23\n\t"
+        "vldmia %[y1]!, {s24-s31}\n\t"
+        "vmla.f32 s8, s24, s16\n\t"
+        "vmla.f32 s9, s25, s17\n\t"
+        "vmla.f32 s10, s26, s18\n\t"
+        "vmla.f32 s11, s27, s19\n\t"
+        "vmla.f32 s12, s28, s20\n\t"
+        "vmla.f32 s13, s29, s21\n\t"
+        "vmla.f32 s14, s30, s22\n\t"
+        "vmla.f32 s15, s31, s23\n\t"
+        "subs %[n], %[n], #1\n\t"
+        "bne 1b\n\t"
+        "vstmia %[c], {s0-s15}"
+        : [x] "+r"(x), [y0] "+r"(y0), [y1] "+r"(y1), [n] "+r"(blocks)
+        : [i] "r"(init), [c] "r"(c)
+        : "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11", "s12", "s13", "s14", "s15", "s16", "s17", "s18", "s19", "s20", "s21", "s22", "s23", "s24", "s25", "s26", "s27", "s28", "s29", "s30", "s31", "cc", "memory");
+}
+#endif
+
 /* The end of et_dot_tile_f32_'s piece whose sums went to `part`, on a
  * scalar FPU (vectors take a tail into their lanes): the products from i0
  * on of a single segment join their lanes, then the piece's lane sums go
@@ -663,6 +702,30 @@ static inline void et_dot_tile_f32_(int rows, int taps, int segs, int piece, int
            2, through part.  Other tiles keep a row and tap's eight lanes in registers, and leave the
            tail to et_dot_tail_f32_, which adds part to `lane`.  Either way, each lane adds its
            products in order. */
+#if ET_VMLA
+        if (rows % 2 == 0 && n >= ET_LANES) {  /* two rows and a tap at a time, their lanes in registers */
+            int whole = n - n % ET_LANES, i, l;
+            ET_PATH_("dot_tile_vmla");
+            static const float zeros[2 * ET_LANES] = {0.0f};
+            for (r = 0; r < rows; r += 2)
+                for (t = 0; t < taps; ++t) {
+                    float c[2 * ET_LANES], *d = lane + r * lane_rs + t * ET_LANES;
+                    const float *y0 = y + r * y_rs, *y1 = y0 + y_rs, *xt0 = x + xt[t];
+                    for (g = g0; g < g1; ++g)
+                        et_dot2_vmla_(whole / ET_LANES, y0 + (size_t)g * y_ss, y1 + (size_t)g * y_ss,
+                                      xt0 + (size_t)g * x_ss, g == g0 ? zeros : c, c);
+                    for (i = whole; i < n; ++i) {  /* the tail's values, last in their lanes (one segment) */
+                        c[i % ET_LANES] = et_mla_(c[i % ET_LANES], y0[i], xt0[i]);
+                        c[ET_LANES + i % ET_LANES] = et_mla_(c[ET_LANES + i % ET_LANES], y1[i], xt0[i]);
+                    }
+                    for (l = 0; l < ET_LANES; ++l) {
+                        d[l] = fresh ? c[l] : d[l] + c[l];
+                        d[lane_rs + (size_t)l] = fresh ? c[ET_LANES + l] : d[lane_rs + (size_t)l] + c[ET_LANES + l];
+                    }
+                }
+            continue;  /* the lanes have the piece's sums */
+        }
+#else
         if (rows == ET_TILE_ROWS && taps == 4) {
             int whole = n - n % ET_LANES, i, l;
 #define ET_SUMS_(r) float p##r##0 = 0.0f, p##r##1 = 0.0f, p##r##2 = 0.0f, p##r##3 = 0.0f;
@@ -712,6 +775,7 @@ static inline void et_dot_tile_f32_(int rows, int taps, int segs, int piece, int
 #undef ET_STORE_
             continue;  /* the lanes have the piece's sums */
         }
+#endif
         if (rows == ET_TILE_ROWS && taps == ET_DOT_TAPS) {
             int whole = n - n % ET_LANES, i, l;
 #define ET_SUMS_(r) float p##r##0 = 0.0f, p##r##1 = 0.0f;
