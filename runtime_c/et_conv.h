@@ -1457,12 +1457,13 @@ static inline void et_conv_grad_w_short_f32_(int N, int C, int M, int G, const i
                                              const float *X, float *dW)
 {
     int Cg = C / G, Mg = M / G, in_size = et_conv_volume_(in), P = et_conv_volume_(out);
-    int k_size = et_conv_volume_(k), Q = Cg * k_size, g, n, m, q, c, i, lo[3], dim[3], kt[3];
+    int k_size = et_conv_volume_(k), Q = Cg * k_size, g, n, m, q, c, i, taps, lo[3], dim[3], kt[3];
     static const int from[3] = {0, 0, 0};
     size_t plane = et_conv_margins_(in, out, k, s, d, p, 1, lo, dim);
-    float col[ET_CONV_CHUNK];
+    float col[4][ET_CONV_CHUNK];  /* gathered taps (one on SIMD hosts) */
+    int q0, rows;
 #if ET_VECTORS
-    int pointwise = et_conv_pointwise_(in, out, k, s, p), q0, width, rows, pad_c, r;
+    int pointwise = et_conv_pointwise_(in, out, k, s, p), width, pad_c, r;
     float part[ET_TILE_ROWS * ET_CONV_GRAD_TAPS_SHORT];  /* a tile's sums over one plane */
     int padded = !pointwise && et_conv_fits_(plane + (size_t)ET_CONV_CHUNK * ET_CONV_GRAD_TAPS_SHORT);
     size_t at[ET_CONV_CHUNK], bt[ET_CONV_CHUNK];
@@ -1479,7 +1480,7 @@ static inline void et_conv_grad_w_short_f32_(int N, int C, int M, int G, const i
                 width = Q - q0 < ET_CONV_GRAD_TAPS_SHORT ? Q - q0 : ET_CONV_GRAD_TAPS_SHORT;
                 for (n = 0; n < N; ++n) {
                     for (q = q0, pad_c = -1; q < q0 + width; ++q) {
-                        const float *Xc, *run = col;
+                        const float *Xc, *run = col[0];
                         c = q / k_size;
                         Xc = X + ((size_t)n * (size_t)C + (size_t)(g * Cg + c)) * (size_t)in_size;
                         if (pointwise)  /* the tap's inputs are the plane itself */
@@ -1490,7 +1491,7 @@ static inline void et_conv_grad_w_short_f32_(int N, int C, int M, int G, const i
                             pad_c = c;
                             et_conv_tap_(q % k_size, k, kt);
                             et_conv_tap_inputs_(Xc, padded ? buf : NULL, lo, dim, kt, in, out, s, d, p, 1, 0, from,
-                                                P, col);
+                                                P, col[0]);
                         }
                         for (i = 0; i < P; ++i)
                             xt[(size_t)i * ET_CONV_GRAD_TAPS_SHORT + (size_t)(q - q0)] = run[i];
@@ -1513,18 +1514,55 @@ static inline void et_conv_grad_w_short_f32_(int N, int C, int M, int G, const i
     (void)plane;  /* no padded planes here: inputs are gathered with clipping */
     ET_PATH_("grad_short_gathered");
     for (g = 0; g < G; ++g)
-        for (q = 0; q < Q; ++q) {
-            c = q / k_size;
-            et_conv_tap_(q % k_size, k, kt);
+        for (q0 = 0; q0 < Q; q0 += taps) {  /* up to 4 taps gathered at a time */
+            taps = Q - q0 < 4 ? Q - q0 : 4;
             for (n = 0; n < N; ++n) {
-                et_conv_tap_inputs_(X + ((size_t)n * (size_t)C + (size_t)(g * Cg + c)) * (size_t)in_size, NULL,
-                                    lo, dim, kt, in, out, s, d, p, 1, 0, from, P, col);
-                for (m = 0; m < Mg; ++m) {
-                    const float *dy = dY + ((size_t)n * (size_t)M + (size_t)(g * Mg + m)) * (size_t)P;
-                    float *w = dW + (size_t)(g * Mg + m) * (size_t)Q + (size_t)q, sum = 0.0f;
-                    for (i = 0; i < P; ++i)
-                        sum += dy[i] * col[i];
-                    *w = n > 0 ? *w + sum : sum;
+                const float *dyn = dY + ((size_t)n * (size_t)M + (size_t)g * (size_t)Mg) * (size_t)P;
+                float *w = dW + (size_t)g * (size_t)Mg * (size_t)Q + (size_t)q0;
+                for (q = 0; q < taps; ++q) {
+                    c = (q0 + q) / k_size;
+                    et_conv_tap_((q0 + q) % k_size, k, kt);
+                    et_conv_tap_inputs_(X + ((size_t)n * (size_t)C + (size_t)(g * Cg + c)) * (size_t)in_size, NULL,
+                                        lo, dim, kt, in, out, s, d, p, 1, 0, from, P, col[q]);
+                }
+                for (m = 0; m < Mg; m += rows) {
+                    rows = Mg - m < 4 || taps < 4 ? 1 : 4;
+                    if (rows == 4) {  /* 4 output channels by 4 taps, their sums in c<r><t> */
+                        const float *dy0 = dyn + (size_t)m * (size_t)P, *dy1 = dy0 + P, *dy2 = dy1 + P, *dy3 = dy2 + P;
+#define ET_SUMS_(r) float c##r##0 = 0.0f, c##r##1 = 0.0f, c##r##2 = 0.0f, c##r##3 = 0.0f;
+#define ET_ADD_(r)                                                                          \
+    {                                                                                       \
+        float v = dy##r[i];                                                                 \
+        c##r##0 = et_mla_(c##r##0, v, x0);                                                  \
+        c##r##1 = et_mla_(c##r##1, v, x1);                                                  \
+        c##r##2 = et_mla_(c##r##2, v, x2);                                                  \
+        c##r##3 = et_mla_(c##r##3, v, x3);                                                  \
+    }
+#define ET_STORE1_(r, t)                                                                    \
+    {                                                                                       \
+        float *wt = w + (size_t)(m + r) * (size_t)Q + t;                                    \
+        *wt = n > 0 ? *wt + c##r##t : c##r##t;                                              \
+    }
+#define ET_STORE_(r) ET_STORE1_(r, 0) ET_STORE1_(r, 1) ET_STORE1_(r, 2) ET_STORE1_(r, 3)
+                        ET_PATH_("grad_short_gathered_4x4");
+                        ET_EACH4_(ET_SUMS_)
+                        for (i = 0; i < P; ++i) {
+                            float x0 = col[0][i], x1 = col[1][i], x2 = col[2][i], x3 = col[3][i];
+                            ET_EACH4_(ET_ADD_)
+                        }
+                        ET_EACH4_(ET_STORE_)
+#undef ET_SUMS_
+#undef ET_ADD_
+#undef ET_STORE1_
+#undef ET_STORE_
+                    } else
+                        for (q = 0; q < taps; ++q) {
+                            const float *dy = dyn + (size_t)m * (size_t)P;
+                            float *wt = w + (size_t)m * (size_t)Q + (size_t)q, sum = 0.0f;
+                            for (i = 0; i < P; ++i)
+                                sum = et_mla_(sum, dy[i], col[q][i]);
+                            *wt = n > 0 ? *wt + sum : sum;
+                        }
                 }
             }
         }

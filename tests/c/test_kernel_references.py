@@ -95,7 +95,14 @@ VECTORS = {
     "grad_short_tiles_padded",
     "grad_short_tiles_clipped",
 }
-SCALAR = {"dot_tile_scalar", "dot_tile_scalar_4x2", "dot_tile_scalar_4x4", "dot_tail", "grad_short_gathered"}
+SCALAR = {
+    "dot_tile_scalar",
+    "dot_tile_scalar_4x2",
+    "dot_tile_scalar_4x4",
+    "dot_tail",
+    "grad_short_gathered",
+    "grad_short_gathered_4x4",
+}
 WIDE = {"tile_4x32_wide", "direct_row_pairs_wide"}  # where the vectors have sixteen lanes (AVX-512)
 
 BUILDS = {
