@@ -696,12 +696,12 @@ static inline void et_dot_tile_f32_(int rows, int taps, int segs, int piece, int
                     ET_LANES_ADD_(lane + r * lane_rs + t * ET_LANES, c, fresh);
                 }
 #else
-        /* A scalar FPU.  A whole tile goes a lane at a time, its sums with that lane (row r's with
-           tap t in p<r><t>) in registers, so that each value loaded serves two or four products, the
-           tail's value of the lane last: 4 rows by 4 taps, whose sums go to `lane` themselves, or by
-           2, through part.  Other tiles keep a row and tap's eight lanes in registers, and leave the
-           tail to et_dot_tail_f32_, which adds part to `lane`.  Either way, each lane adds its
-           products in order. */
+        /* A scalar FPU.  Where it has VMLA, two rows and a tap at a time in assembly; elsewhere a
+           whole tile of 4 rows by 4 or 2 taps goes a lane at a time, its sums with that lane (row r's
+           with tap t in p<r><t>) in registers, so that each value loaded serves two or four
+           products, the tail's value of the lane last.  Either writes its sums to `lane` itself.
+           Other tiles keep a row and tap's eight lanes in registers, and leave the tail to
+           et_dot_tail_f32_, which adds part to `lane`.  Every lane adds its products in order. */
 #if ET_VMLA
         if (rows % 2 == 0 && n >= ET_LANES) {  /* two rows and a tap at a time, their lanes in registers */
             int whole = n - n % ET_LANES, i, l;
@@ -726,115 +726,94 @@ static inline void et_dot_tile_f32_(int rows, int taps, int segs, int piece, int
             continue;  /* the lanes have the piece's sums */
         }
 #else
-        if (rows == ET_TILE_ROWS && taps == 4) {
+        if (rows == ET_TILE_ROWS && (taps == 4 || taps == 2)) {
             int whole = n - n % ET_LANES, i, l;
-#define ET_SUMS_(r) float p##r##0 = 0.0f, p##r##1 = 0.0f, p##r##2 = 0.0f, p##r##3 = 0.0f;
-#define ET_ADD_(r, i)                                      \
-    {                                                      \
-        float v = yg[r * y_rs + (i)];                      \
-        p##r##0 = et_mla_(p##r##0, v, x0g[i]);             \
-        p##r##1 = et_mla_(p##r##1, v, x1g[i]);             \
-        p##r##2 = et_mla_(p##r##2, v, x2g[i]);             \
-        p##r##3 = et_mla_(p##r##3, v, x3g[i]);             \
-    }
-#define ET_ADD1_(r) ET_ADD_(r, i)
-#define ET_ADD2_(r) ET_ADD_(r, i + ET_LANES)
+/* The tile's lane loop, for taps listed by ET_DOT_EACH_TAP_(S, r): S(r, 0) S(r, 1) ... */
+#define ET_SUM1_(r, t) float p##r##t = 0.0f;
+#define ET_XG_(r, t) const float *x##t##g = x + xt[t] + (size_t)g * x_ss;
+#define ET_XTAIL_(r, t) const float *x##t##g = x + xt[t];
+#define ET_MLA1_(r, t) p##r##t = et_mla_(p##r##t, v, x##t##g[at_]);
 #define ET_STORE1_(r, t)                                                        \
     {                                                                           \
         float *d = lane + r * lane_rs + t * ET_LANES + l;                       \
         *d = fresh ? p##r##t : *d + p##r##t;                                    \
     }
-#define ET_STORE_(r) ET_STORE1_(r, 0) ET_STORE1_(r, 1) ET_STORE1_(r, 2) ET_STORE1_(r, 3)
-            ET_PATH_("dot_tile_scalar_4x4");
-            for (l = 0; l < ET_LANES; ++l) {
-                ET_EACH4_(ET_SUMS_)
-                for (g = g0; g < g1; ++g) {
-                    const float *yg = y + (size_t)g * y_ss, *x0g = x + xt[0] + (size_t)g * x_ss;
-                    const float *x1g = x + xt[1] + (size_t)g * x_ss, *x2g = x + xt[2] + (size_t)g * x_ss;
-                    const float *x3g = x + xt[3] + (size_t)g * x_ss;
-                    for (i = l; i + ET_LANES < whole; i += 2 * ET_LANES) {  /* two values of the lane a pass */
-                        ET_EACH4_(ET_ADD1_)
-                        ET_EACH4_(ET_ADD2_)
-                    }
-                    if (i < whole) {
-                        ET_EACH4_(ET_ADD1_)
-                    }
-                }
-                if (whole + l < n) {  /* the lane's value in the tail (then there is one segment) */
-                    const float *yg = y, *x0g = x + xt[0], *x1g = x + xt[1], *x2g = x + xt[2], *x3g = x + xt[3];
-                    i = whole + l;
-                    ET_EACH4_(ET_ADD1_)
-                }
-                ET_EACH4_(ET_STORE_)
-            }
-#undef ET_SUMS_
-#undef ET_ADD_
-#undef ET_ADD1_
-#undef ET_ADD2_
-#undef ET_STORE1_
-#undef ET_STORE_
-            continue;  /* the lanes have the piece's sums */
-        }
-#endif
-        if (rows == ET_TILE_ROWS && taps == ET_DOT_TAPS) {
-            int whole = n - n % ET_LANES, i, l;
-#define ET_SUMS_(r) float p##r##0 = 0.0f, p##r##1 = 0.0f;
-#define ET_ADD_(r, i)                                      \
-    {                                                      \
-        float v = yg[r * y_rs + (i)];                      \
-        p##r##0 = et_mla_(p##r##0, v, x0g[i]);             \
-        p##r##1 = et_mla_(p##r##1, v, x1g[i]);             \
+#define ET_SUMS_(r) ET_DOT_EACH_TAP_(ET_SUM1_, r)
+#define ET_ADD_(r, I)                                                           \
+    {                                                                           \
+        float v = yg[r * y_rs + (I)];                                           \
+        int at_ = (I);                                                          \
+        ET_DOT_EACH_TAP_(ET_MLA1_, r)                                           \
     }
 #define ET_ADD1_(r) ET_ADD_(r, i)
 #define ET_ADD2_(r) ET_ADD_(r, i + ET_LANES)
-#define ET_STORE_(r) part[(2 * r) * ET_LANES + l] = p##r##0; part[(2 * r + 1) * ET_LANES + l] = p##r##1;
-            ET_PATH_("dot_tile_scalar_4x2");
-            for (l = 0; l < ET_LANES; ++l) {
-                ET_EACH4_(ET_SUMS_)
-                for (g = g0; g < g1; ++g) {
-                    const float *yg = y + (size_t)g * y_ss, *x0g = x + xt[0] + (size_t)g * x_ss;
-                    const float *x1g = x + xt[1] + (size_t)g * x_ss;
-                    for (i = l; i + ET_LANES < whole; i += 2 * ET_LANES) {  /* two values of the lane a pass */
-                        ET_EACH4_(ET_ADD1_)
-                        ET_EACH4_(ET_ADD2_)
-                    }
-                    if (i < whole) {
-                        ET_EACH4_(ET_ADD1_)
-                    }
-                }
-                if (whole + l < n) {  /* the lane's value in the tail (then there is one segment) */
-                    const float *yg = y, *x0g = x + xt[0], *x1g = x + xt[1];
-                    i = whole + l;
-                    ET_EACH4_(ET_ADD1_)
-                }
-                ET_EACH4_(ET_STORE_)
+#define ET_STORE_(r) ET_DOT_EACH_TAP_(ET_STORE1_, r)
+#define ET_LANE_TILE_                                                                        \
+    for (l = 0; l < ET_LANES; ++l) {                                                         \
+        ET_EACH4_(ET_SUMS_)                                                                  \
+        for (g = g0; g < g1; ++g) {                                                          \
+            const float *yg = y + (size_t)g * y_ss;                                          \
+            ET_DOT_EACH_TAP_(ET_XG_, 0)                                                      \
+            for (i = l; i + ET_LANES < whole; i += 2 * ET_LANES) { /* two values a pass */   \
+                ET_EACH4_(ET_ADD1_)                                                          \
+                ET_EACH4_(ET_ADD2_)                                                          \
+            }                                                                                \
+            if (i < whole) {                                                                 \
+                ET_EACH4_(ET_ADD1_)                                                          \
+            }                                                                                \
+        }                                                                                    \
+        if (whole + l < n) { /* the lane's value in the tail (then there is one segment) */  \
+            const float *yg = y;                                                             \
+            ET_DOT_EACH_TAP_(ET_XTAIL_, 0)                                                   \
+            i = whole + l;                                                                   \
+            ET_EACH4_(ET_ADD1_)                                                              \
+        }                                                                                    \
+        ET_EACH4_(ET_STORE_)                                                                 \
+    }
+            if (taps == 4) {
+#define ET_DOT_EACH_TAP_(S, r) S(r, 0) S(r, 1) S(r, 2) S(r, 3)
+                ET_PATH_("dot_tile_scalar_4x4");
+                ET_LANE_TILE_
+#undef ET_DOT_EACH_TAP_
+            } else {
+#define ET_DOT_EACH_TAP_(S, r) S(r, 0) S(r, 1)
+                ET_PATH_("dot_tile_scalar_4x2");
+                ET_LANE_TILE_
+#undef ET_DOT_EACH_TAP_
             }
+#undef ET_SUM1_
+#undef ET_XG_
+#undef ET_XTAIL_
+#undef ET_MLA1_
+#undef ET_STORE1_
 #undef ET_SUMS_
 #undef ET_ADD_
 #undef ET_ADD1_
 #undef ET_ADD2_
 #undef ET_STORE_
-            i0 = n;
-        } else
-            for (r = 0; r < rows; ++r)
-                for (t = 0; t < taps; ++t) {
-                    float *p = part + (r * taps + t) * ET_LANES;
+#undef ET_LANE_TILE_
+            continue;  /* the lanes have the piece's sums */
+        }
+#endif
+        for (r = 0; r < rows; ++r)
+            for (t = 0; t < taps; ++t) {
+                float *p = part + (r * taps + t) * ET_LANES;
 #define ET_SUMS_(l) float p##l = 0.0f;
 #define ET_ADD_(l) p##l = et_mla_(p##l, a[l], b[l]);
 #define ET_STORE_(l) p[l] = p##l;
-                    ET_EACH8_(ET_SUMS_)
-                    ET_PATH_("dot_tile_scalar");
-                    for (g = g0; g < g1; ++g) {
-                        const float *a = y + r * y_rs + (size_t)g * y_ss, *b = x + xt[t] + (size_t)g * x_ss;
-                        for (i0 = 0; i0 + ET_LANES <= n; i0 += ET_LANES, a += ET_LANES, b += ET_LANES) {
-                            ET_EACH8_(ET_ADD_)
-                        }
+                ET_EACH8_(ET_SUMS_)
+                ET_PATH_("dot_tile_scalar");
+                for (g = g0; g < g1; ++g) {
+                    const float *a = y + r * y_rs + (size_t)g * y_ss, *b = x + xt[t] + (size_t)g * x_ss;
+                    for (i0 = 0; i0 + ET_LANES <= n; i0 += ET_LANES, a += ET_LANES, b += ET_LANES) {
+                        ET_EACH8_(ET_ADD_)
                     }
-                    ET_EACH8_(ET_STORE_)
+                }
+                ET_EACH8_(ET_STORE_)
 #undef ET_SUMS_
 #undef ET_ADD_
 #undef ET_STORE_
-                }
+            }
         et_dot_tail_f32_(rows, taps, i0, n, fresh, part, y, y_rs, x, xt, lane, lane_rs);
 #endif
     }
