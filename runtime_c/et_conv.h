@@ -1697,15 +1697,6 @@ static inline void et_conv_plane_totals_(int taps, const float *lane, int add, f
     }
 }
 
-/* et_conv_grad_w_f32 for a depthwise convolution over planes (one
- * depth), read in place: for builds without the padded scratch
- * (microcontrollers), where the lanes' runs would be gathered a row of a
- * few positions at a time.  Within each piece of a dY plane, every tap's
- * lane l takes the piece's positions l, l + ET_LANES, ... in order, from
- * 0, skipping the products whose input lies outside X (the gathered runs
- * hold 0 there); the pieces, the planes' totals and their sum over n are
- * et_conv_grad_w_f32's.  Returns 0, having done nothing, where it does
- * not apply. */
 /* One piece's lanes (tap t's lane l at piece[t * ET_LANES + l]) of
  * et_conv_grad_w_depthwise_planes_f32_ for a 3 x 3 kernel without
  * dilation: lane l's nine sums stay in registers while it takes the
@@ -1751,6 +1742,15 @@ static inline void et_conv_dw3_grad_piece_(const float *x, const float *g, const
     }
 }
 
+/* et_conv_grad_w_f32 for a depthwise convolution over planes (one
+ * depth), read in place: for builds without the padded scratch
+ * (microcontrollers), where the lanes' runs would be gathered a row of a
+ * few positions at a time.  Within each piece of a dY plane, every tap's
+ * lane l takes the piece's positions l, l + ET_LANES, ... in order, from
+ * 0, skipping the products whose input lies outside X (the gathered runs
+ * hold 0 there); the pieces, the planes' totals and their sum over n are
+ * et_conv_grad_w_f32's.  Returns 0, having done nothing, where it does
+ * not apply. */
 #define ET_CONV_PLANES_TAPS 16  /* the largest kernel it takes: 4 x 4, say (1 KB of lanes on the stack) */
 
 static inline int et_conv_grad_w_depthwise_planes_f32_(int N, int C, const int *in, const int *out, const int *k,
@@ -1890,8 +1890,8 @@ static inline void et_conv_grad_w_f32(int N, int C, int M, int G, const int *in,
                         for (m = 0; m < block; m += rows) {
                             rows = block - m < ET_TILE_ROWS ? block - m : ET_TILE_ROWS;
                             for (h = 0; h < taps; h += ET_DOT_TILE_TAPS)
-                                et_dot_tile_f32_(rows, taps - h < ET_DOT_TILE_TAPS ? taps - h : ET_DOT_TILE_TAPS, segs, per, o0 == 0,
-                                                 len, dY + ((size_t)n * (size_t)M + (size_t)(m0 + m)) * (size_t)out_size +
+                                et_dot_tile_f32_(rows, taps - h < ET_DOT_TILE_TAPS ? taps - h : ET_DOT_TILE_TAPS, segs,
+                                                 per, o0 == 0, len, dY + ((size_t)n * (size_t)M + (size_t)(m0 + m)) * (size_t)out_size +
                                                  (size_t)o0, (size_t)out_size, (size_t)out[2], x, xt + h,
                                                  (size_t)dim[2],
                                                  lane + ((size_t)m * ET_CONV_GRAD_TAPS + (size_t)h) * ET_LANES,
