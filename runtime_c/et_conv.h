@@ -1044,34 +1044,44 @@ static inline void et_conv_taps_(int e, int i0, int len, int n, int *lo, int *hi
  * whose windows hold it, the nine weights in registers throughout.  Rows
  * outside the input are skipped, and a column's first or last tap outside
  * takes 0: W * 0 adds nothing to a sum from 0, which is never -0, as the
- * padded kernels' products with the margins add nothing.  D is a literal,
- * so each output's tap for row u is a constant: sums and weights stay in
- * registers. */
-#define ET_DW3_OUT_(j, u, D)                                                                    \
-    if ((u) - (j) * (D) >= 0 && (u) - (j) * (D) <= 2)                                           \
-        a##j = et_mla_(et_mla_(et_mla_(a##j, w3[((u) - (j) * (D)) * 3], v0), w3[((u) - (j) * (D)) * 3 + 1], v1), \
-                       w3[((u) - (j) * (D)) * 3 + 2], v2);
-#define ET_DW3_ROW_(u, D)                                                                       \
-    if ((u) >= ((D) < 0 ? 3 * (D) : 0) && (u) <= 2 + ((D) > 0 ? 3 * (D) : 0)) {                  \
-        const float *q = x + (at + (u) * step);                                                 \
-        float v0 = left ? 0.0f : q[-ex], v1 = q[0], v2 = right ? 0.0f : q[ex];                   \
-        ET_DW3_OUT_(0, u, D) ET_DW3_OUT_(1, u, D) ET_DW3_OUT_(2, u, D) ET_DW3_OUT_(3, u, D)     \
-    }
+ * padded kernels' products with the margins add nothing. */
 /* Column ox's window: its middle column's input (at), and whether its first or last column is outside. */
 #define ET_DW3_COLUMN_                                                                              \
     int at = iy * width + ix + ex, left = (unsigned)ix >= (unsigned)width;                          \
     int right = (unsigned)(ix + 2 * ex) >= (unsigned)width;
-#define ET_DW3_COLUMNS_(D)                                                                          \
+/* Output j's tap row u - j D (weights wr0 .. wr2 of the nine w0 .. w8), where row u (three
+ * values v0 .. v2) is in its window. */
+#define ET_DW3_OUT_(j)                                                                      \
+    if ((unsigned)(u - (j) * D) <= 2u) {                                                    \
+        int ky = u - (j) * D;                                                               \
+        float wr0 = ky == 0 ? w0 : ky == 1 ? w3 : w6, wr1 = ky == 0 ? w1 : ky == 1 ? w4 : w7; \
+        float wr2 = ky == 0 ? w2 : ky == 1 ? w5 : w8;                                       \
+        a##j = et_mla_(et_mla_(et_mla_(a##j, wr0, v0), wr1, v1), wr2, v2);                  \
+    }
+/* The band's columns, rows u = u0 .. u1 of each.  Where D, u0 and u1 are literals and the loop is
+ * unrolled (GCC), each output's tap for row u is a constant: sums and weights stay in registers. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define ET_DW3_UNROLL_ _Pragma("GCC unroll 9")
+#else
+#define ET_DW3_UNROLL_
+#endif
+#define ET_DW3_COLUMNS_(D, u0, u1, UNROLL)                                                          \
     for (ox = 0, ix = ix0; ox < out2; ++ox, ix += sx) {                                             \
         ET_DW3_COLUMN_                                                                              \
         float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;                                           \
-        ET_DW3_ROW_(-3, D) ET_DW3_ROW_(-2, D) ET_DW3_ROW_(-1, D) ET_DW3_ROW_(0, D) ET_DW3_ROW_(1, D) \
-        ET_DW3_ROW_(2, D) ET_DW3_ROW_(3, D) ET_DW3_ROW_(4, D) ET_DW3_ROW_(5, D) ET_DW3_ROW_(6, D)    \
-        ET_DW3_ROW_(7, D) ET_DW3_ROW_(8, D)                                                         \
+        UNROLL                                                                                      \
+        for (u = (u0); u <= (u1); ++u) {                                                            \
+            const float *q = x + (at + u * step);                                                   \
+            float v0 = left ? 0.0f : q[-ex], v1 = q[0], v2 = right ? 0.0f : q[ex];                   \
+            ET_EACH4_(ET_DW3_OUT_)                                                                  \
+        }                                                                                           \
         y[ox] = a0 + b;                                                                             \
-        y[out2 + ox] = a1 + b;                                                                      \
-        y[2 * out2 + ox] = a2 + b;                                                                  \
-        y[3 * out2 + ox] = a3 + b;                                                                  \
+        if (count > 1)                                                                              \
+            y[out2 + ox] = a1 + b;                                                                  \
+        if (count > 2)                                                                              \
+            y[2 * out2 + ox] = a2 + b;                                                              \
+        if (count > 3)                                                                              \
+            y[3 * out2 + ox] = a3 + b;                                                              \
     }
 
 /* et_conv_depthwise_planes_f32_'s band of `count` (up to 4) output rows y
@@ -1085,45 +1095,22 @@ static ET_NOINLINE void et_conv_dw3_band_(int D, int count, int ua, int ub, cons
                                           int width, int ix0, int sx, int ex, const float *w, float b, float *y,
                                           int out2)
 {
-    float w3[9];
+    const float w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5], w6 = w[6], w7 = w[7], w8 = w[8];
     int ox, ix, u, umin = D < 0 ? 3 * D : 0, umax = 2 + (D > 0 ? 3 * D : 0);
-    memcpy(w3, w, sizeof w3);
-    if (count == 4 && ua <= umin && ub >= umax) {
+    if (count == 4 && ua <= umin && ub >= umax) {  /* every row inside: the loop's bounds are literals */
         if (D == 1) {
-            ET_DW3_COLUMNS_(1)
+            ET_DW3_COLUMNS_(1, 0, 5, ET_DW3_UNROLL_)
         } else if (D == 2) {
-            ET_DW3_COLUMNS_(2)
+            ET_DW3_COLUMNS_(2, 0, 8, ET_DW3_UNROLL_)
         } else {
-            ET_DW3_COLUMNS_(-1)
+            ET_DW3_COLUMNS_(-1, -3, 2, ET_DW3_UNROLL_)
         }
-        return;
-    }
-#define ET_DW3_EDGE_OUT_(j)                                                              \
-    if ((unsigned)(u - (j) * D) <= 2u) {                                                 \
-        const float *wk = w3 + (u - (j) * D) * 3;                                        \
-        a##j = et_mla_(et_mla_(et_mla_(a##j, wk[0], v0), wk[1], v1), wk[2], v2);         \
-    }
-    for (ox = 0, ix = ix0; ox < out2; ++ox, ix += sx) {
-        ET_DW3_COLUMN_
-        float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
-        for (u = umin > ua ? umin : ua; u <= (umax < ub ? umax : ub); ++u) {
-            const float *q = x + (at + u * step);
-            float v0 = left ? 0.0f : q[-ex], v1 = q[0], v2 = right ? 0.0f : q[ex];
-            ET_EACH4_(ET_DW3_EDGE_OUT_)
-        }
-        y[ox] = a0 + b;
-        if (count > 1)
-            y[out2 + ox] = a1 + b;
-        if (count > 2)
-            y[2 * out2 + ox] = a2 + b;
-        if (count > 3)
-            y[3 * out2 + ox] = a3 + b;
-    }
+    } else
+        ET_DW3_COLUMNS_(D, umin > ua ? umin : ua, umax < ub ? umax : ub, )
 }
-#undef ET_DW3_EDGE_OUT_
-#undef ET_DW3_OUT_
-#undef ET_DW3_ROW_
 #undef ET_DW3_COLUMN_
+#undef ET_DW3_OUT_
+#undef ET_DW3_UNROLL_
 #undef ET_DW3_COLUMNS_
 
 /* A depthwise convolution (dir 1) or, with unit strides, transposed
@@ -1526,8 +1513,8 @@ static inline void et_conv_grad_w_short_f32_(int N, int C, int M, int G, const i
                                         lo, dim, kt, in, out, s, d, p, 1, 0, from, P, col[q]);
                 }
                 for (m = 0; m < Mg; m += rows) {
-                    rows = Mg - m < 4 || taps < 4 ? 1 : 4;
-                    if (rows == 4) {  /* 4 output channels by 4 taps, their sums in c<r><t> */
+                    rows = Mg - m >= 4 && q0 + 4 <= Q ? 4 : 1;
+                    if (rows > 1) {  /* 4 output channels by 4 taps, their sums in c<r><t> */
                         const float *dy0 = dyn + (size_t)m * (size_t)P, *dy1 = dy0 + P, *dy2 = dy1 + P, *dy3 = dy2 + P;
 #define ET_SUMS_(r) float c##r##0 = 0.0f, c##r##1 = 0.0f, c##r##2 = 0.0f, c##r##3 = 0.0f;
 #define ET_ADD_(r)                                                                          \

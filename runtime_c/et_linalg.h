@@ -219,6 +219,19 @@ static inline void et_tile4x4_vmla_(int depth, const float *ap, const float *bk,
 }
 #endif
 
+/* The stride of B's rows bt[0 .. depth) where they are one stride apart (a plain product, a
+ * pointwise convolution), else 0: then the tiles step through them, two k a pass, without
+ * reading bt. */
+static inline size_t et_rows_step_(int depth, const size_t *bt)
+{
+    size_t step = depth > 1 && bt[1] > bt[0] ? bt[1] - bt[0] : 0;
+    int k;
+    for (k = 2; step && k < depth; ++k)
+        if (bt[k] != bt[0] + (size_t)k * step)
+            step = 0;
+    return step;
+}
+
 static inline void et_rows_f32_(int rows, int n, int K, const float *a, size_t a_rs, const size_t *at,
                                 const float *restrict b, const size_t *bt, float *restrict y, size_t y_rs,
                                 int accumulate)
@@ -230,12 +243,7 @@ static inline void et_rows_f32_(int rows, int n, int K, const float *a, size_t a
         depth = K - k0 < ET_ROWS_DEPTH ? K - k0 : ET_ROWS_DEPTH;
         j = 0;
         if (rows == ET_TILE_ROWS) {
-            /* B's rows one stride apart (a plain product, a pointwise convolution): the tiles step
-               through them, two k a pass, without reading bt */
-            size_t step = depth > 1 && bt[k0 + 1] > bt[k0] ? bt[k0 + 1] - bt[k0] : 0;
-            for (k = 2; step && k < depth; ++k)
-                if (bt[k0 + k] != bt[k0] + (size_t)k * step)
-                    step = 0;
+            size_t step = et_rows_step_(depth, bt + k0);
             ET_PATH_(step ? "rows_4x4_strided" : "rows_4x4");
             for (k = 0; k < depth; ++k)
                 for (r = 0; r < ET_TILE_ROWS; ++r)
@@ -264,14 +272,14 @@ static inline void et_rows_f32_(int rows, int n, int K, const float *a, size_t a
                 if (!fresh) {
                     ET_EACH4_(ET_LOAD_)
                 }
-                if (step) {  /* two pointers, so that each k's four loads are one address's offsets */
-                    const float *b0 = b + bt[k0] + j, *b1 = b0 + step;
-                    for (k = 0; k + 2 <= depth; k += 2, b0 += 2 * step, b1 += 2 * step) {
-                        ET_K_(b0, ap + k * ET_TILE_ROWS)
-                        ET_K_(b1, ap + (k + 1) * ET_TILE_ROWS)
+                if (step) {  /* two rows a pass, each k's four loads one address's offsets */
+                    size_t o = bt[k0] + (size_t)j;
+                    for (k = 0; k + 2 <= depth; k += 2, o += 2 * step) {
+                        ET_K_(b + o, ap + k * ET_TILE_ROWS)
+                        ET_K_(b + o + step, ap + (k + 1) * ET_TILE_ROWS)
                     }
                     if (k < depth)
-                        ET_K_(b0, ap + k * ET_TILE_ROWS)
+                        ET_K_(b + o, ap + k * ET_TILE_ROWS)
                 } else
                     for (k = 0; k < depth; ++k)
                         ET_K_(b + bt[k0 + k] + j, ap + k * ET_TILE_ROWS)

@@ -176,11 +176,11 @@ def use_every_kernel(source):
 
 
 def guarded_spans(source):
-    """Where the source's outermost `#if ET_VECTORS` and `#if ET_WIDE` blocks run, and which: what they
-    define exists only with vectors (wide ones)."""
+    """Where the source's outermost `#if ET_VECTORS`, `#if ET_WIDE` and `#if ET_VMLA` blocks run, and
+    which: what they define exists only with vectors (wide ones), or on 32-bit ARM's FPU."""
     spans, depth, start, guard = [], 0, None, ""
     for line in re.finditer(r"^\s*#\s*(if|ifdef|ifndef|endif)\b(.*)$", source, re.M):
-        if start is None and line.group(1) == "if" and line.group(2).strip() in ("ET_VECTORS", "ET_WIDE"):
+        if start is None and line.group(1) == "if" and line.group(2).strip() in ("ET_VECTORS", "ET_WIDE", "ET_VMLA"):
             start, guard = line.start(), line.group(2).strip()
         if start is not None:
             depth += -1 if line.group(1) == "endif" else 1
