@@ -1058,8 +1058,9 @@ static inline void et_conv_taps_(int e, int i0, int len, int n, int *lo, int *hi
         float wr2 = ky == 0 ? w2 : ky == 1 ? w5 : w8;                                       \
         a##j = et_mla_(et_mla_(et_mla_(a##j, wr0, v0), wr1, v1), wr2, v2);                  \
     }
-/* The band's columns, rows u = u0 .. u1 of each.  Where D, u0 and u1 are literals and the loop is
- * unrolled (GCC), each output's tap for row u is a constant: sums and weights stay in registers. */
+/* The band's columns, rows u = u0 .. u1 of each.  Where u0 and u1 are literals, in a branch that
+ * fixes D, and GCC unrolls the loop, each output's tap for row u is a constant: sums and weights
+ * stay in registers. */
 #if defined(__GNUC__) && !defined(__clang__)
 #define ET_DW3_UNROLL_ _Pragma("GCC unroll 9")
 #else
