@@ -452,14 +452,20 @@ int main(void)
 """
 
 
+def _harness_alone(build, harness: str) -> None:
+    """A firmware build directory (`make ... BUILD=build MODELS=model run`) whose program is `harness`
+    alone: the one model the Makefile links is an empty translation unit."""
+    (build / "model").mkdir()
+    (build / "model" / "model.c").write_text("typedef int empty_translation_unit;\n")
+    (build / "model" / "model.h").write_text("")
+    (build / "harness.c").write_text(harness)
+
+
 def test_helium_float_vectors_flush_subnormals(tmp_path):
     """Why cortex-m55 builds without Helium's float vectors: on QEMU's Cortex-M55 a subnormal
     product comes out +0 from VMUL.F32 on vectors, and as the subnormal it is from the scalar FPU."""
     need("cortex-m55")
-    (tmp_path / "model").mkdir()
-    (tmp_path / "model" / "model.c").write_text("typedef int empty_translation_unit;\n")
-    (tmp_path / "model" / "model.h").write_text("")
-    (tmp_path / "harness.c").write_text(MVE_PROBE)
+    _harness_alone(tmp_path, MVE_PROBE)
     run = targets.make(
         "TARGET=cortex-m55",
         "BUILD=.",
@@ -495,17 +501,15 @@ def test_kernel_fast_paths_match_their_references_on_the_target(tmp_path, target
     tests = Path(__file__).resolve().parents[1]
     for source in [*(tests.parent / "runtime_c").glob("*.h"), tests / "c" / "kernel_references.c"]:
         shutil.copy(source, tmp_path)
-    (tmp_path / "model").mkdir()
-    (tmp_path / "model" / "model.c").write_text("typedef int empty_translation_unit;\n")
-    (tmp_path / "model" / "model.h").write_text("")
-    (tmp_path / "harness.c").write_text(
+    _harness_alone(
+        tmp_path,
         "#define main kernel_references_main\n"
         '#include "kernel_references.c"\n'
         "#undef main\n"
         "int main(void)\n{\n"
         f'    static char name[] = "kernel_references", seed[] = "7", cases[] = "{KERNEL_CASES}";\n'
         "    char *argv[] = {name, seed, cases, 0};\n"
-        "    return kernel_references_main(3, argv);\n}\n"
+        "    return kernel_references_main(3, argv);\n}\n",
     )
     run = targets.make(f"TARGET={target}", "BUILD=.", "MODELS=model", "RUN_TIMEOUT=300", "run", cwd=tmp_path)
     mismatches = [line for line in run.stdout.splitlines() if line.startswith("mismatch ")]
