@@ -1049,24 +1049,25 @@ static inline void et_conv_taps_(int e, int i0, int len, int n, int *lo, int *hi
 #define ET_DW3_COLUMN_                                                                              \
     int at = iy * width + ix + ex, left = (unsigned)ix >= (unsigned)width;                          \
     int right = (unsigned)(ix + 2 * ex) >= (unsigned)width;
-/* Output j's tap row u - j D (weights wr0 .. wr2 of the nine w0 .. w8), where row u (three
+/* Output j's tap row u - j dd (weights wr0 .. wr2 of the nine w0 .. w8), where row u (three
  * values v0 .. v2) is in its window. */
 #define ET_DW3_OUT_(j)                                                                      \
-    if ((unsigned)(u - (j) * D) <= 2u) {                                                    \
-        int ky = u - (j) * D;                                                               \
+    if ((unsigned)(u - (j) * dd) <= 2u) {                                                   \
+        int ky = u - (j) * dd;                                                              \
         float wr0 = ky == 0 ? w0 : ky == 1 ? w3 : w6, wr1 = ky == 0 ? w1 : ky == 1 ? w4 : w7; \
         float wr2 = ky == 0 ? w2 : ky == 1 ? w5 : w8;                                       \
         a##j = et_mla_(et_mla_(et_mla_(a##j, wr0, v0), wr1, v1), wr2, v2);                  \
     }
-/* The band's columns, rows u = u0 .. u1 of each.  Where u0 and u1 are literals, in a branch that
- * fixes D, and GCC unrolls the loop, each output's tap for row u is a constant: sums and weights
- * stay in registers. */
+/* The band's columns, rows u = u0 .. u1 of each.  Where D, u0 and u1 are literals and GCC unrolls
+ * the loop, each output's tap for row u is a constant: sums and weights stay in registers.  (D is a
+ * constant dd of the loop's own: the branch that fixes the function's D did not fold the taps.) */
 #if defined(__GNUC__) && !defined(__clang__)
 #define ET_DW3_UNROLL_ _Pragma("GCC unroll 9")
 #else
 #define ET_DW3_UNROLL_
 #endif
 #define ET_DW3_COLUMNS_(D, u0, u1, UNROLL)                                                          \
+    const int dd = (D);                                                                             \
     for (ox = 0, ix = ix0; ox < out2; ++ox, ix += sx) {                                             \
         ET_DW3_COLUMN_                                                                              \
         float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;                                           \
@@ -1106,8 +1107,9 @@ static ET_NOINLINE void et_conv_dw3_band_(int D, int count, int ua, int ub, cons
         } else {
             ET_DW3_COLUMNS_(-1, -3, 2, ET_DW3_UNROLL_)
         }
-    } else
+    } else {
         ET_DW3_COLUMNS_(D, umin > ua ? umin : ua, umax < ub ? umax : ub, )
+    }
 }
 #undef ET_DW3_COLUMN_
 #undef ET_DW3_OUT_
