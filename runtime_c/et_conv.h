@@ -1693,39 +1693,62 @@ static inline void et_conv_plane_totals_(int taps, const float *lane, int add, f
  * piece's positions l, l + ET_LANES, ... in order, from 0, each position's
  * window of X loaded once.  A window reaching outside X takes 0 there:
  * v * 0 adds nothing to a lane's sum, which starts from 0 and so is never
- * -0, as the gathered runs' zeros add nothing. */
+ * -0, as the gathered runs' zeros add nothing.  Windows whose rows are
+ * inside and whose first or last column only is outside (a plane's edge
+ * columns with a padding of 1) take the literal 0 there, not a test per
+ * tap. */
 #define ET_EACH9_(S) S(0) S(1) S(2) S(3) S(4) S(5) S(6) S(7) S(8)
 
 static inline void et_conv_dw3_grad_piece_(const float *x, const float *g, const int *in, const int *out,
                                            const int *s, const int *p, int o0, int rows, int len, float *piece)
 {
-    int l, i, r, j, n = rows * len;
+    /* The piece's positions are g[o0] .. g[o0 + rows len - 1] (whole rows, or a part of one): a
+     * lane's next position is ET_LANES on in g, and its window's (iy, ix) moves with its column ox. */
+    const int h = in[1], w = in[2], sy = s[1], sx = s[2], ox_end = o0 % out[2] + len, end = o0 + rows * len;
+    int l, at, ox, iy, ix;
     for (l = 0; l < ET_LANES; ++l) {
 #define ET_SUMS_(t) float p##t = 0.0f;
-#define ET_INSIDE_(t) x##t = q[(t) / 3 * in[2] + (t) % 3];
-#define ET_CLIPPED_(t)                                                                        \
-    x##t = (unsigned)(iy + (t) / 3) < (unsigned)in[1] && (unsigned)(ix + (t) % 3) < (unsigned)in[2] \
-               ? x[(iy + (t) / 3) * in[2] + ix + (t) % 3]                                       \
+/* columns first .. last of the window inside (and its rows and middle column: rows_in); q, q1 and q2 at its
+ * middle column's rows, so that each tap is a load at a constant offset */
+#define ET_COLUMNS_(t, first, last) \
+    x##t = (t) % 3 < (first) || (t) % 3 > (last) ? 0.0f : ((t) < 3 ? q : (t) < 6 ? q1 : q2)[(t) % 3 - 1];
+#define ET_INSIDE_(t) ET_COLUMNS_(t, 0, 2)
+#define ET_LEFT_(t) ET_COLUMNS_(t, 1, 2)
+#define ET_RIGHT_(t) ET_COLUMNS_(t, 0, 1)
+#define ET_CLIPPED_(t)                                                                                \
+    x##t = (unsigned)(iy + (t) / 3) < (unsigned)h && (unsigned)(ix + (t) % 3) < (unsigned)w           \
+               ? x[(iy + (t) / 3) * w + ix + (t) % 3]                                                 \
                : 0.0f;
 #define ET_ADD_(t) p##t = et_mla_(p##t, v, x##t);
 #define ET_STORE_(t) piece[(t) * ET_LANES + l] = p##t;
         ET_EACH9_(ET_SUMS_)
-        for (i = l, r = l / len, j = l % len; i < n; i += ET_LANES) {
-            int oy = o0 / out[2] + r, ox = o0 % out[2] + j, iy = oy * s[1] - p[1], ix = ox * s[2] - p[2];
-            float v = g[oy * out[2] + ox], x0, x1, x2, x3, x4, x5, x6, x7, x8;
-            if (iy >= 0 && iy + 2 < in[1] && ix >= 0 && ix + 2 < in[2]) {
-                const float *q = x + iy * in[2] + ix;
+        at = o0 + l;
+        ox = o0 % out[2] + l % len;
+        iy = (o0 / out[2] + l / len) * sy - p[1];
+        ix = ox * sx - p[2];
+        for (; at < end; at += ET_LANES) {
+            float v = g[at], x0, x1, x2, x3, x4, x5, x6, x7, x8;
+            int rows_in = iy >= 0 && iy + 2 < h && ix + 1 >= 0 && ix + 1 < w, first_in = ix >= 0, last_in = ix + 2 < w;
+            const float *q = x + (rows_in ? iy * w + ix + 1 : 0), *q1 = q + (rows_in ? w : 0), *q2 = q1 + (rows_in ? w : 0);
+            if (rows_in && first_in && last_in) {
                 ET_EACH9_(ET_INSIDE_)
+            } else if (rows_in && last_in) {
+                ET_EACH9_(ET_LEFT_)
+            } else if (rows_in && first_in) {
+                ET_EACH9_(ET_RIGHT_)
             } else {
                 ET_EACH9_(ET_CLIPPED_)
             }
             ET_EACH9_(ET_ADD_)
-            for (j += ET_LANES; j >= len; j -= len)
-                ++r;
+            for (ox += ET_LANES, ix += ET_LANES * sx; ox >= ox_end; ox -= len, ix -= len * sx)
+                iy += sy;
         }
         ET_EACH9_(ET_STORE_)
 #undef ET_SUMS_
+#undef ET_COLUMNS_
 #undef ET_INSIDE_
+#undef ET_LEFT_
+#undef ET_RIGHT_
 #undef ET_CLIPPED_
 #undef ET_ADD_
 #undef ET_STORE_
