@@ -29,6 +29,31 @@
 #define ET_EACH4_(S) S(0) S(1) S(2) S(3)
 #define ET_EACH8_(S) S(0) S(1) S(2) S(3) S(4) S(5) S(6) S(7)
 
+#if ET_VMLA
+/* et_dot_lanes_f32_'s whole blocks where the FPU has VMLA, in assembly: the lanes in s16-s23
+ * throughout, and per block one VLDM of a's eight values, one of b's and eight VMLA (from C, gcc
+ * spends an address on every load).  blocks >= 1. */
+#define ET_LANE_MLA_(l, x, y) "vmla.f32 s" #l ", s" #x ", s" #y "\n\t"
+static inline void et_dot8_vmla_(int blocks, const float *a, const float *b, float *lane)
+{
+    __asm__ volatile(
+        "vldmia %[l], {s16-s23}\n\t"
+        "1:\n\t"
+        "vldmia %[a]!, {s0-s7}\n\t"
+        "vldmia %[b]!, {s8-s15}\n\t"
+        ET_LANE_MLA_(16, 0, 8) ET_LANE_MLA_(17, 1, 9) ET_LANE_MLA_(18, 2, 10) ET_LANE_MLA_(19, 3, 11)
+        ET_LANE_MLA_(20, 4, 12) ET_LANE_MLA_(21, 5, 13) ET_LANE_MLA_(22, 6, 14) ET_LANE_MLA_(23, 7, 15)
+        "subs %[n], %[n], #1\n\t"
+        "bne 1b\n\t"
+        "vstmia %[l], {s16-s23}"
+        : [a] "+r"(a), [b] "+r"(b), [n] "+r"(blocks)
+        : [l] "r"(lane)
+        : "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11", "s12", "s13", "s14", "s15",
+          "s16", "s17", "s18", "s19", "s20", "s21", "s22", "s23", "cc", "memory");
+}
+#undef ET_LANE_MLA_
+#endif
+
 /* lane[j % ET_LANES] += a[j * a_step] * b[j] for j < n, the lanes in
  * registers (p<l>) through the whole blocks.  (Whole blocks are counted up
  * front: a `j + ET_LANES <= n` loop makes 32-bit gcc warn of an overflow
@@ -36,7 +61,14 @@
 static inline void et_dot_lanes_f32_(int n, const float *restrict a, int a_step, const float *restrict b,
                                      float *restrict lane)
 {
-    int blocks = a_step == 1 ? n / ET_LANES : 0, i, j;
+    int blocks = a_step == 1 ? n / ET_LANES : 0, j;
+#if ET_VMLA
+    if (blocks > 0) {
+        ET_PATH_("dot_lanes_vmla");
+        et_dot8_vmla_(blocks, a, b, lane);
+    }
+#else
+    int i;
 #define ET_SUMS_(l) float p##l = lane[l];
 #define ET_ADD_(l) p##l = et_mla_(p##l, a[i * ET_LANES + l], b[i * ET_LANES + l]);
 #define ET_STORE_(l) lane[l] = p##l;
@@ -48,6 +80,7 @@ static inline void et_dot_lanes_f32_(int n, const float *restrict a, int a_step,
 #undef ET_SUMS_
 #undef ET_ADD_
 #undef ET_STORE_
+#endif
     for (j = blocks * ET_LANES; j < n; ++j)
         lane[j % ET_LANES] += a[j * a_step] * b[j];
 }
@@ -1006,28 +1039,72 @@ static inline void et_transpose_f32_(int rows, int cols, const float *restrict X
                     Y[(size_t)c * (size_t)rows + (size_t)r] = X[(size_t)r * (size_t)cols + (size_t)c];
 }
 
-/* y[j] = 0 + w * x[j] for j < n: a sum over a single k, which starts
- * from 0 like every other (so -0 products give +0). */
-static inline void et_scaled_row_f32_(int n, float w, const float *restrict x, float *restrict y)
+#if ET_VMLA
+/* The loop below, eight values at a time where the FPU has VMLA, in assembly: one VLDM of x (and
+ * one of y, adding), the same rounded operations in the same order, one VSTM of y.  From C, gcc
+ * spends a load, a store and an address on every value.  blocks >= 1. */
+#define ET_PRODUCT_(i) "vmul.f32 s" #i ", %[w], s" #i "\n\tvadd.f32 s" #i ", %[z], s" #i "\n\t"
+#define ET_SUM_(i, j) "vadd.f32 s" #j ", s" #j ", s" #i "\n\t"
+#define ET_PRODUCTS_ ET_PRODUCT_(0) ET_PRODUCT_(1) ET_PRODUCT_(2) ET_PRODUCT_(3) \
+    ET_PRODUCT_(4) ET_PRODUCT_(5) ET_PRODUCT_(6) ET_PRODUCT_(7)
+static inline void et_scaled8_vmla_(int blocks, float w, const float *x, float *y, int add)
 {
-    int j;
-    for (j = 0; j < n; ++j)
-        y[j] = 0.0f + w * x[j];
+    const float zero = 0.0f;
+    if (!add)
+        __asm__ volatile(
+            "1:\n\t"
+            "vldmia %[x]!, {s0-s7}\n\t"
+            ET_PRODUCTS_
+            "vstmia %[y]!, {s0-s7}\n\t"
+            "subs %[n], %[n], #1\n\t"
+            "bne 1b"
+            : [x] "+r"(x), [y] "+r"(y), [n] "+r"(blocks)
+            : [w] "t"(w), [z] "t"(zero)
+            : "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "cc", "memory");
+    else
+        __asm__ volatile(
+            "1:\n\t"
+            "vldmia %[x]!, {s0-s7}\n\t"
+            "vldmia %[y], {s8-s15}\n\t"
+            ET_PRODUCTS_
+            ET_SUM_(0, 8) ET_SUM_(1, 9) ET_SUM_(2, 10) ET_SUM_(3, 11)
+            ET_SUM_(4, 12) ET_SUM_(5, 13) ET_SUM_(6, 14) ET_SUM_(7, 15)
+            "vstmia %[y]!, {s8-s15}\n\t"
+            "subs %[n], %[n], #1\n\t"
+            "bne 1b"
+            : [x] "+r"(x), [y] "+r"(y), [n] "+r"(blocks)
+            : [w] "t"(w), [z] "t"(zero)
+            : "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11", "s12", "s13", "s14",
+              "s15", "cc", "memory");
+}
+#undef ET_PRODUCT_
+#undef ET_SUM_
+#undef ET_PRODUCTS_
+#endif
+
+/* y[j] = 0 + w * x[j] for j < n: a sum over a single k, which starts
+ * from 0 like every other (so -0 products give +0); with `add`, y[j] += that. */
+static inline void et_scaled_row_f32_(int n, float w, const float *restrict x, float *restrict y, int add)
+{
+    int j = 0;
+#if ET_VMLA
+    if (n >= 8) {
+        ET_PATH_("scaled_row_vmla");
+        et_scaled8_vmla_(n / 8, w, x, y, add);
+        j = n - n % 8;
+    }
+#endif
+    for (; j < n; ++j)
+        y[j] = add ? y[j] + (0.0f + w * x[j]) : 0.0f + w * x[j];
 }
 
 /* et_accumulate_f32 for a gradient that is the outer product of A (m) and B (n), summed as the
  * Gemm that would have made it (K = 1 below): the gradient is never stored. */
 static inline void et_outer_accumulate_f32(int m, const float *A, int n, const float *B, float *Acc, int reset)
 {
-    int i, j;
-    for (i = 0; i < m; ++i) {
-        float *row = Acc + (size_t)i * (size_t)n;
-        if (reset)
-            et_scaled_row_f32_(n, A[i], B, row);
-        else
-            for (j = 0; j < n; ++j)
-                row[j] += 0.0f + A[i] * B[j];
-    }
+    int i;
+    for (i = 0; i < m; ++i)
+        et_scaled_row_f32_(n, A[i], B, Acc + (size_t)i * (size_t)n, !reset);
 }
 
 /* Y = op(A) B in tiles (et_tiles_f32_), ET_GEMM_COLS columns and ET_GEMM_DEPTH rows of B at a
@@ -1109,7 +1186,7 @@ static inline void et_gemm_f32(int M, int N, int K, float alpha, const float *A,
     else if (K == 1) {  /* an outer product (a weight gradient at batch 1): a row at a time, as the tiles sum it */
         ET_PATH_("gemm_outer");
         for (i = 0; i < M; ++i)
-            et_scaled_row_f32_(N, A[(size_t)i * (size_t)a_rs], B, Y + (size_t)i * (size_t)N);
+            et_scaled_row_f32_(N, A[(size_t)i * (size_t)a_rs], B, Y + (size_t)i * (size_t)N, 0);
     } else
         et_gemm_tiles_f32_(M, N, K, A, (size_t)a_rs, (size_t)a_ks, B, (size_t)N, Y, (size_t)N);
     if (alpha == 1.0f && !C)

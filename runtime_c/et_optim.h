@@ -51,6 +51,30 @@ static inline void et_adamw_f32(int n, float step_size, float lr, float beta1,
     }
 }
 
+#if ET_VMLA
+/* W[i] = W[i] - lr G[i], eight at a time where the FPU has VMLA, in assembly: one VLDM of W and
+ * one of G, eight VMLS (the multiply rounded, then the subtraction, as et_mls_), one VSTM.  From C,
+ * gcc spends a load, a store and an address on every parameter.  blocks >= 1. */
+#define ET_MLS_(i, j) "vmls.f32 s" #i ", %[lr], s" #j "\n\t"
+static inline void et_mls8_vmla_(int blocks, float lr, float *W, const float *G)
+{
+    __asm__ volatile(
+        "1:\n\t"
+        "vldmia %[w], {s0-s7}\n\t"
+        "vldmia %[g]!, {s8-s15}\n\t"
+        ET_MLS_(0, 8) ET_MLS_(1, 9) ET_MLS_(2, 10) ET_MLS_(3, 11)
+        ET_MLS_(4, 12) ET_MLS_(5, 13) ET_MLS_(6, 14) ET_MLS_(7, 15)
+        "vstmia %[w]!, {s0-s7}\n\t"
+        "subs %[n], %[n], #1\n\t"
+        "bne 1b"
+        : [w] "+r"(W), [g] "+r"(G), [n] "+r"(blocks)
+        : [lr] "t"(lr)
+        : "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11", "s12", "s13", "s14", "s15",
+          "cc", "memory");
+}
+#undef ET_MLS_
+#endif
+
 /* torch.optim.SGD (foreach=False) step for step.  The weight_decay and
  * momentum tests mirror PyTorch's: skipping the add is not the same as
  * adding 0 when w is infinite or g is -0. */
@@ -60,6 +84,13 @@ static inline void et_sgd_f32(int n, float lr, float momentum, float dampening,
 {
     int i = 0, end = n - n % 4;  /* (whole blocks counted up front: see et_dot_lanes_f32_) */
     if (weight_decay == 0.0f && momentum == 0.0f) {  /* plain SGD: a multiply-subtract per parameter */
+#if ET_VMLA
+        if (n >= 8) {
+            ET_PATH_("sgd_vmla");
+            et_mls8_vmla_(n / 8, lr, W, G);
+            i = end = n - n % 8;
+        }
+#endif
         for (; i < end; i += 4) {
             W[i] = et_mls_(W[i], lr, G[i]);
             W[i + 1] = et_mls_(W[i + 1], lr, G[i + 1]);
@@ -96,7 +127,7 @@ static inline int et_outer_piece_(int m, const float *A, int n, const float *B, 
     int len = n - (int)j < ET_OUTER_CHUNK ? n - (int)j : ET_OUTER_CHUNK;
     if (i >= (size_t)m)
         return 0;
-    et_scaled_row_f32_(len, A[i], B + j, g);
+    et_scaled_row_f32_(len, A[i], B + j, g, 0);
     return len;
 }
 

@@ -1,7 +1,9 @@
 /* Runs every fast path of et_linalg.h and et_conv.h against the plain
  * references beside them (et_gemm_f32_ref, et_conv_f32_ref,
  * et_conv_transpose_f32_ref, et_conv_grad_w_f32_ref) over random shapes,
- * and compares the bits.  Each path is run through its kernel's dispatcher
+ * and compares the bits; so too an outer-product gradient's accumulation
+ * (against et_gemm_f32_ref's outer product) and plain SGD's update
+ * (against its formula, W - lr G).  Each path is run through its kernel's dispatcher
  * and, where it is a function of its own, also called directly whichever
  * path the dispatcher picks (the fallbacks inline in the dispatchers run
  * where they pick them).  Prints
@@ -15,6 +17,7 @@
 static void count_path(const char *name);
 #define ET_PATH_(name) count_path(name)
 #include "et_conv.h"
+#include "et_optim.h"
 
 #define MAX_PATHS 64
 static const char *path_names[MAX_PATHS];
@@ -116,6 +119,36 @@ static void gemm_case(void)
     free(At);
     free(B);
     free(C);
+    free(want);
+    free(got);
+}
+
+/* ---- an outer-product gradient accumulated (or stored, at a reset), then a plain SGD update ---- */
+
+static void update_case(void)
+{
+    int m = pick(1, 12), n = pick(0, 3) ? pick(1, 40) : pick(41, 300), reset = pick(0, 1);
+    size_t mn = (size_t)m * (size_t)n, i;
+    float *A = malloc((size_t)m * sizeof *A), *B = malloc((size_t)n * sizeof *B), *G = malloc(mn * sizeof *G);
+    float *want = outputs(mn, 0x7fc00001u), *got = outputs(mn, 0x7fc00002u), lr = 0.375f;
+    char shape[64];
+    fill(A, (size_t)m);
+    fill(B, (size_t)n);
+    fill(G, mn);
+    snprintf(shape, sizeof shape, "m=%d n=%d reset=%d", m, n, reset);
+    et_gemm_f32_ref(m, n, 1, 1.0f, A, 0, B, 0, 0.0f, NULL, 0, 0, want);
+    for (i = 0; !reset && i < mn; ++i)
+        want[i] = G[i] + want[i];
+    memcpy(got, G, mn * sizeof *got);
+    et_outer_accumulate_f32(m, A, n, B, got, reset);
+    check("outer_accumulate", want, got, mn, shape);
+    for (i = 0; i < mn; ++i)  /* the parameters W = got, their gradient G */
+        want[i] = got[i] - lr * G[i];
+    et_sgd_f32((int)mn, lr, 0.0f, 0.0f, 0, 0.0f, 0, got, G, NULL);
+    check("sgd", want, got, mn, shape);
+    free(A);
+    free(B);
+    free(G);
     free(want);
     free(got);
 }
@@ -369,6 +402,8 @@ int main(int argc, char **argv)
         grad_w_case();
         grad_x_case();
     }
+    for (i = 0; i < cases; ++i)  /* after the others, which so draw the shapes they always drew */
+        update_case();
     for (i = 0; i < MAX_PATHS && path_names[i]; ++i)
         printf("path %s %ld\n", path_names[i], path_counts[i]);
     printf("compared %ld\nmismatches %ld\n", compared, mismatches);
