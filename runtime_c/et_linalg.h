@@ -250,6 +250,35 @@ static inline void et_tile4x4_vmla_(int depth, const float *ap, const float *bk,
         : "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11", "s12", "s13", "s14", "s15",
           "s16", "s17", "s18", "s19", "s20", "s21", "s22", "s23", "cc", "memory");
 }
+
+/* The same for one row of eight outputs (the rows a 4 x 4 tile leaves, a batch of one's row): its
+ * sums in s0-s7, from init's; each k is one load of its entry of A, one VLDM of its eight values of
+ * B and eight VMLA. */
+static inline void et_row8_vmla_(int depth, const float *ap, const float *bk, size_t step, const float *init,
+                                 float *y)
+{
+    __asm__ volatile(
+        "vldmia %[i], {s0-s7}\n\t"
+        "1:\n\t"
+        "vldmia %[a]!, {s16}\n\t"
+        "vldmia %[b], {s8-s15}\n\t"
+        "add %[b], %[b], %[s]\n\t"
+        "vmla.f32 s0, s16, s8\n\t"
+        "vmla.f32 s1, s16, s9\n\t"
+        "vmla.f32 s2, s16, s10\n\t"
+        "vmla.f32 s3, s16, s11\n\t"
+        "vmla.f32 s4, s16, s12\n\t"
+        "vmla.f32 s5, s16, s13\n\t"
+        "vmla.f32 s6, s16, s14\n\t"
+        "vmla.f32 s7, s16, s15\n\t"
+        "subs %[n], %[n], #1\n\t"
+        "bne 1b\n\t"
+        "vstmia %[y], {s0-s7}"
+        : [a] "+r"(ap), [b] "+r"(bk), [n] "+r"(depth)
+        : [s] "r"(step * sizeof *bk), [i] "r"(init), [y] "r"(y)
+        : "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11", "s12", "s13", "s14", "s15",
+          "s16", "cc", "memory");
+}
 #endif
 
 /* The stride of B's rows bt[0 .. depth) where they are one stride apart (a plain product, a
@@ -329,6 +358,17 @@ static inline void et_rows_f32_(int rows, int n, int K, const float *a, size_t a
             float *yr = y + r * y_rs;
             int i = j;
             ET_PATH_("rows_one");
+#if ET_VMLA
+            if (n - i >= 8 && et_rows_step_(depth, bt + k0)) {
+                static const float zeros[8] = {0.0f};
+                size_t step = et_rows_step_(depth, bt + k0);
+                ET_PATH_("rows_one_vmla");
+                for (k = 0; k < depth; ++k)
+                    ap[k] = ar[at[k0 + k]];
+                for (; i + 8 <= n; i += 8)
+                    et_row8_vmla_(depth, ap, b + bt[k0] + i, step, fresh ? zeros : yr + i, yr + i);
+            }
+#endif
             for (; i + 8 <= n; i += 8) {
 #define ET_SUMS_(l) float c##l = fresh ? 0.0f : yr[i + l];
 #define ET_ADD_(l) c##l = et_mla_(c##l, v, bk[l]);

@@ -492,8 +492,9 @@ ARM_PATHS = {
 # The weight-gradient lanes: in assembly where the FPU has VMLA, in C on cortex-m3's soft float.
 LANES_PATH = {"cortex-m3": "dot_tile_scalar_4x4"}
 # The loops in assembly where the FPU has VMLA (every ARM target but cortex-m3): dot products' lanes,
-# an outer product's rows (Gemm's at K = 1, a gradient's accumulation) and plain SGD.
-VMLA_PATHS = {"dot_tile_vmla", "dot_lanes_vmla", "scaled_row_vmla", "sgd_vmla"}
+# the rows of a product that 4 x 4 tiles leave (a batch of one's), an outer product's rows (Gemm's at
+# K = 1, a gradient's accumulation) and plain SGD.
+VMLA_PATHS = {"dot_tile_vmla", "dot_lanes_vmla", "rows_one_vmla", "scaled_row_vmla", "sgd_vmla"}
 
 
 @pytest.mark.parametrize("target", ARM_TARGETS)
