@@ -1739,7 +1739,8 @@ static inline void et_conv_dw3_grad_piece_(const float *x, const float *g, const
         for (; at < end; at += ET_LANES) {
             float v = g[at], x0, x1, x2, x3, x4, x5, x6, x7, x8;
             int rows_in = iy >= 0 && iy + 2 < h && ix + 1 >= 0 && ix + 1 < w, first_in = ix >= 0, last_in = ix + 2 < w;
-            const float *q = x + (rows_in ? iy * w + ix + 1 : 0), *q1 = q + (rows_in ? w : 0), *q2 = q1 + (rows_in ? w : 0);
+            const float *q = x + (rows_in ? iy * w + ix + 1 : 0);
+            const float *q1 = q + (rows_in ? w : 0), *q2 = q1 + (rows_in ? w : 0);
             if (rows_in && first_in && last_in) {
                 ET_EACH9_(ET_INSIDE_)
             } else if (rows_in && last_in) {

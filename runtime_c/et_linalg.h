@@ -31,13 +31,13 @@
 
 #if ET_VMLA
 /* et_dot_lanes_f32_'s whole blocks where the FPU has VMLA, in assembly: the lanes in s16-s23
- * throughout, and per block one VLDM of a's eight values, one of b's and eight VMLA (from C, gcc
- * spends an address on every load).  blocks >= 1. */
+ * throughout, from `from` into `lane`, and per block one VLDM of a's eight values, one of b's and
+ * eight VMLA (from C, gcc spends an address on every load).  blocks >= 1. */
 #define ET_LANE_MLA_(l, x, y) "vmla.f32 s" #l ", s" #x ", s" #y "\n\t"
-static inline void et_dot8_vmla_(int blocks, const float *a, const float *b, float *lane)
+static inline void et_dot8_vmla_(int blocks, const float *a, const float *b, const float *from, float *lane)
 {
     __asm__ volatile(
-        "vldmia %[l], {s16-s23}\n\t"
+        "vldmia %[f], {s16-s23}\n\t"
         "1:\n\t"
         "vldmia %[a]!, {s0-s7}\n\t"
         "vldmia %[b]!, {s8-s15}\n\t"
@@ -47,7 +47,7 @@ static inline void et_dot8_vmla_(int blocks, const float *a, const float *b, flo
         "bne 1b\n\t"
         "vstmia %[l], {s16-s23}"
         : [a] "+r"(a), [b] "+r"(b), [n] "+r"(blocks)
-        : [l] "r"(lane)
+        : [f] "r"(from), [l] "r"(lane)
         : "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11", "s12", "s13", "s14", "s15",
           "s16", "s17", "s18", "s19", "s20", "s21", "s22", "s23", "cc", "memory");
 }
@@ -65,7 +65,7 @@ static inline void et_dot_lanes_f32_(int n, const float *restrict a, int a_step,
 #if ET_VMLA
     if (blocks > 0) {
         ET_PATH_("dot_lanes_vmla");
-        et_dot8_vmla_(blocks, a, b, lane);
+        et_dot8_vmla_(blocks, a, b, lane, lane);
     }
 #else
     int i;
@@ -89,6 +89,24 @@ static inline void et_dot_lanes_f32_(int n, const float *restrict a, int a_step,
 static inline float et_dot_total_f32_(const float *lane)
 {
     return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
+}
+
+/* The dot product of a (its values a_step apart) and b, n values each: et_dot_lanes_f32_ from lanes
+ * of 0, added up by et_dot_total_f32_. */
+static inline float et_dot_f32_(int n, const float *a, int a_step, const float *b)
+{
+    float lane[ET_LANES];
+#if ET_VMLA
+    static const float zeros[ET_LANES] = {0.0f};
+    if (a_step == 1 && n >= ET_LANES && n % ET_LANES == 0) {  /* no zeros stored for lanes that start in registers */
+        ET_PATH_("dot_lanes_vmla");
+        et_dot8_vmla_(n / ET_LANES, a, b, zeros, lane);
+        return et_dot_total_f32_(lane);
+    }
+#endif
+    memset(lane, 0, sizeof lane);
+    et_dot_lanes_f32_(n, a, a_step, b, lane);
+    return et_dot_total_f32_(lane);
 }
 
 /* ---- Long sums ----
@@ -955,11 +973,8 @@ static inline void et_dots8_f32_(int K, const float *y, const size_t *y_off, con
                                  float *total)
 {
     int q;
-    for (q = 0; q < 8; ++q) {
-        float lane[ET_LANES] = {0.0f};
-        et_dot_lanes_f32_(K, y + y_off[q], 1, x + x_off[q], lane);
-        total[q] = et_dot_total_f32_(lane);
-    }
+    for (q = 0; q < 8; ++q)
+        total[q] = et_dot_f32_(K, y + y_off[q], 1, x + x_off[q]);
 }
 
 /* total[2 r + t] = the dot product of y + r y_rs (r < 4) and x + t x_rs
@@ -1060,10 +1075,9 @@ static inline void et_gemm_dots_f32_(int M, int N, int K, const float *A, const 
     }
     for (i = 0; i < M; ++i)
         for (j = i < tiled_rows ? tiled_cols : 0; j < N; ++j) {
-            float lane[ET_LANES] = {0.0f};
             ET_PATH_("dots_one");
-            et_dot_lanes_f32_(K, A + (size_t)i * (size_t)K, 1, B + (size_t)j * (size_t)K, lane);
-            Y[(size_t)i * (size_t)N + (size_t)j] = et_dot_total_f32_(lane);
+            Y[(size_t)i * (size_t)N + (size_t)j] =
+                et_dot_f32_(K, A + (size_t)i * (size_t)K, 1, B + (size_t)j * (size_t)K);
         }
 }
 
@@ -1188,11 +1202,9 @@ static inline void et_gemm_f32(int M, int N, int K, float alpha, const float *A,
         /* Rows of B are contiguous in k: one dot product per output. */
         ET_PATH_("gemm_dots_a_transposed");
         for (i = 0; i < M; ++i)
-            for (j = 0; j < N; ++j) {
-                float lane[ET_LANES] = {0.0f};
-                et_dot_lanes_f32_(K, A + (size_t)i * (size_t)a_rs, a_ks, B + (size_t)j * (size_t)K, lane);
-                Y[(size_t)i * (size_t)N + (size_t)j] = et_dot_total_f32_(lane);
-            }
+            for (j = 0; j < N; ++j)
+                Y[(size_t)i * (size_t)N + (size_t)j] =
+                    et_dot_f32_(K, A + (size_t)i * (size_t)a_rs, a_ks, B + (size_t)j * (size_t)K);
     }
 #if ET_VECTORS
     else if (trans_a && N < ET_GEMM_NARROW && N % ET_TILE_COLS && M >= 8 && K > 0) {
