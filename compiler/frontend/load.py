@@ -723,6 +723,10 @@ def _dtype_problem(node, value: Value, slot: int | None) -> str | None:
         )
     if value.dtype != np.float32 and not spec.integer and slot not in spec.index_inputs:
         return f"node '{node.name}' ({node.op}) {use}; {node.op} computes float32 tensors only"
+    if value.dtype == np.float32 and slot in spec.index_inputs:
+        # not valid ONNX (torch exports cross-entropy with probability targets this way): the C would
+        # read the floats as indices
+        return f"node '{node.name}' ({node.op}) {use}; {node.op} takes integer indices there (int32 or int64)"
     return None
 
 
