@@ -226,12 +226,14 @@ def check_batchnorm(proto: onnx.ModelProto, frozen_bn: bool) -> None:
             f"BatchNormalization folded into {len(folded or computed)} convolution(s) trains as the folded "
             "convolution (frozen_bn=True)"
         )
-    restored, frozen = [], []
+    restored, frozen, last_batch = [], [], []
     for node in graph.node:
         if node.op_type != "BatchNormalization":
             continue
         attrs = {a.name: a for a in node.attribute}
         if ("training_mode" in attrs and attrs["training_mode"].i) or len(node.output) > 1:
+            if "momentum" in attrs and attrs["momentum"].f == 0.0:
+                last_batch.append(node.name)
             continue
         training = any(key in _meta(node).get(_FX_NODE, "") for key in _TRAINING_BN)
         if not training or frozen_bn:
@@ -245,6 +247,13 @@ def check_batchnorm(proto: onnx.ModelProto, frozen_bn: bool) -> None:
             f"{len(restored)} BatchNormalization node(s) that torch's exporter wrote in inference form were "
             "training-mode batch norms in PyTorch: they train with batch statistics and update their running "
             "statistics (frozen_bn=True keeps them frozen)"
+        )
+    if last_batch:
+        # PyTorch's momentum=None (a cumulative average) has no ONNX form: the TorchScript exporter writes 0
+        note(
+            f"{len(last_batch)} BatchNormalization node(s) (first {last_batch[0]!r}) have momentum 0: their running "
+            "statistics become each batch's own, not an average (PyTorch's BatchNorm with momentum=None, a "
+            "cumulative average, exports so; give it a momentum such as 0.1 to train one)"
         )
     if frozen and not frozen_bn:
         note(

@@ -317,6 +317,32 @@ def test_torchscript_eval_export_with_folded_batchnorm_is_refused(tmp_path):
     assert state.parameters["bn.weight"].requires_grad
 
 
+def test_batchnorm_without_momentum_says_its_statistics_are_the_last_batch(tmp_path):
+    """PyTorch's BatchNorm with momentum=None keeps a cumulative average, which ONNX cannot say: the
+    TorchScript exporter writes momentum 0, whose running statistics are each batch's own. A note says
+    so; a BatchNorm with a momentum has none."""
+    torch.manual_seed(0)
+    model, x = ConvBN().train(), torch.randn(B, 3, 8, 8)
+    for name, momentum in (("none", None), ("usual", 0.1)):
+        model.bn.momentum = momentum
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(
+                model,
+                (x,),
+                tmp_path / f"{name}.onnx",
+                dynamo=False,
+                training=torch.onnx.TrainingMode.TRAINING,
+                do_constant_folding=False,
+            )
+        _, _, notes = compile_(tmp_path / f"{name}.onnx", tmp_path / name)
+        said = [n for n in notes if "momentum 0" in n]
+        if momentum is None:
+            assert len(said) == 1 and "running statistics become each batch's own" in said[0], notes
+        else:
+            assert not said, notes
+
+
 class TinyLM(torch.nn.Module):
     """An embedding tied to the output layer, attention (MultiheadAttention's in_proj_weight and its
     fresh out_proj bias of zeros), and a gain of zeros used as (1 + gain), which dynamo's optimizer
