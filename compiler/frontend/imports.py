@@ -448,7 +448,8 @@ def restore_names(proto: onnx.ModelProto) -> None:
     state_dict name and layout back (`<module>.weight`, or the name dynamo's record gives it), read
     through a Transpose, so gradients, checkpoints and state.parameters use the names PyTorch users
     know. A weight tied to another layer's (GPT-2's output layer and embedding) is read from that
-    parameter again, so the tie trains as one."""
+    parameter again, so the tie trains as one: the parameter of the layer's name, or, where the export
+    kept the tie under the other layer's name only, the one parameter that holds the same values."""
     graph = proto.graph
     inits = {i.name: i for i in graph.initializer}
     readers = collections.Counter(name for node in graph.node for name in node.input)
@@ -469,6 +470,9 @@ def restore_names(proto: onnx.ModelProto) -> None:
             continue
         weight = numpy_helper.to_array(init).T
         tied = inits.get(public)
+        if tied is None:  # tied under the other layer's name (a head tied to the embedding, exported as it)
+            public = _equal_parameter(inits, weight, name) or public
+            tied = inits.get(public)
         if tied is None and public in taken:
             continue
         if tied is not None and not np.array_equal(numpy_helper.to_array(tied), weight):
@@ -481,6 +485,22 @@ def restore_names(proto: onnx.ModelProto) -> None:
             index, onnx.helper.make_node("Transpose", [public], [name], perm=[1, 0], name=f"{node.name}__weight_t")
         )
         taken.add(public)
+
+
+def _equal_parameter(inits: dict, weight: np.ndarray, name: str) -> str | None:
+    """The one other float initializer that holds exactly `weight`'s values, where they are not all
+    one value (fresh zeros or ones in two layers are no tie)."""
+    if weight.size < 2 or np.all(weight == weight.flat[0]):
+        return None
+    equal = [
+        other
+        for other, init in inits.items()
+        if other != name
+        and init.data_type == onnx.TensorProto.FLOAT
+        and tuple(init.dims) == weight.shape
+        and np.array_equal(numpy_helper.to_array(init), weight)
+    ]
+    return equal[0] if len(equal) == 1 else None
 
 
 def _linear_weight(node, inits: dict) -> str | None:

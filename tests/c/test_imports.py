@@ -384,6 +384,41 @@ def test_dynamo_optimized_ties_attention_and_folded_parameters(tmp_path):
         np.testing.assert_allclose(state.parameters[name].grad, params[name].grad.numpy(), atol=1e-5, err_msg=name)
 
 
+class TiedHead(torch.nn.Module):
+    """An output layer tied to the embedding, as GPT-2's is, behind a Linear layer of its own."""
+
+    def __init__(self, vocab=11, dim=8):
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, dim)
+        self.mix = torch.nn.Linear(dim, dim)
+        self.head = torch.nn.Linear(dim, vocab, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, ids):
+        return self.head(torch.tanh(self.mix(self.embed(ids)))).mean(1)
+
+
+def test_torchscript_constant_folding_keeps_a_tie_under_the_other_layers_name(tmp_path):
+    """With its constant folding on (the default), the TorchScript exporter keeps the tied parameter
+    under the embedding's name alone and gives the head a transposed copy of its own (onnx::MatMul_*):
+    the head reads the embedding's parameter again, so the tie trains as one, as in PyTorch."""
+    torch.manual_seed(0)
+    model, ids, labels = TiedHead().train(), torch.randint(0, 11, (B, 5)), torch.tensor([1, 7])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (ids,), tmp_path / "m.onnx", dynamo=False, training=torch.onnx.TrainingMode.TRAINING)
+    module, state, notes = compile_(tmp_path / "m.onnx", tmp_path, loss=artifacts.LossType.CrossEntropyLoss)
+    assert any("'embed.weight' by 2 layers" in n for n in notes), notes
+    loss = module(ids.numpy(), labels.numpy())
+    want = torch.nn.functional.cross_entropy(model(ids), labels)
+    want.backward()
+    assert abs(loss - want.item()) <= 1e-5
+    trains = {n for n, p in state.parameters.items() if p.requires_grad}
+    assert trains == {"embed.weight", "mix.weight", "mix.bias"}, sorted(trains)
+    for name, param in model.named_parameters():
+        np.testing.assert_allclose(state.parameters[name].grad, param.grad.numpy(), atol=1e-5, err_msg=name)
+
+
 class Scaled(torch.nn.Module):
     def __init__(self):
         super().__init__()
