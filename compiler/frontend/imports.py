@@ -18,7 +18,7 @@ import collections
 import itertools
 import re
 import warnings
-from collections.abc import Container
+from collections.abc import Collection, Container
 from typing import Any
 
 import numpy as np
@@ -348,7 +348,7 @@ def restore_reshaped_parameters(proto: onnx.ModelProto) -> None:
     readers = collections.Counter(name for node in graph.node for name in node.input)
     found = {}
     for node in graph.node:
-        module = _torchscript_module(node)
+        module = _torchscript_module(node, inits)
         if module is None or len(node.input) < 2 or readers[node.input[1]] != 1:
             continue
         if node.op_type == "PRelu" and re.fullmatch(r"onnx::PRelu_\d+", node.input[1]):
@@ -378,11 +378,24 @@ def restore_reshaped_parameters(proto: onnx.ModelProto) -> None:
         taken.update((public, shape))
 
 
-def _torchscript_module(node) -> str | None:
+def _torchscript_module(node, inits: Collection[str] = ()) -> str | None:
     """The module a TorchScript-exported node belongs to, from the scope in its name
-    ('/encoder/layer.0/query/MatMul' -> 'encoder.layer.0.query'); None for a node of the top module."""
+    ('/encoder/layer.0/query/MatMul' -> 'encoder.layer.0.query'); None for a node of the top module.
+    An nn.Sequential's child is scoped under the container and again under its own name
+    ('/blocks/blocks.0/fc1' for blocks.0.fc1): the two are one, unless `inits` holds a parameter of
+    the module they would be apart (a module `x` holding a ModuleList `x`) and none of the other."""
     scopes = node.name.split("/")
-    return ".".join(scopes[1:-1]) if len(scopes) > 2 and not scopes[0] else None
+    if len(scopes) <= 2 or scopes[0]:
+        return None
+    apart = ".".join(scopes[1:-1])
+    merged: list[str] = []
+    for scope in scopes[1:-1]:
+        if merged and scope.startswith(f"{merged[-1]}."):
+            merged.pop()
+        merged.append(scope)
+    module = ".".join(merged)
+    owns = [any(name.startswith(f"{path}.") for name in inits) for path in (module, apart)]
+    return apart if owns == [False, True] else module
 
 
 def check_computed_constants(proto: onnx.ModelProto) -> None:
@@ -517,7 +530,7 @@ def _linear_weight(node, inits: dict) -> str | None:
     if "aten.linear" in _meta(node).get("namespace", "") and _EXPORTER_NAME.fullmatch(name):
         module = _module_path(node)
         return _parameter_of(node, module, "weight") if module else None
-    module = _torchscript_module(node)
+    module = _torchscript_module(node, inits)
     if not _TORCHSCRIPT_TRANSPOSED.fullmatch(name) or module is None:
         return None
     owned = {i for i in inits if i.startswith(f"{module}.")}

@@ -419,6 +419,28 @@ def test_torchscript_constant_folding_keeps_a_tie_under_the_other_layers_name(tm
         np.testing.assert_allclose(state.parameters[name].grad, param.grad.numpy(), atol=1e-5, err_msg=name)
 
 
+class Blocks(torch.nn.Module):
+    """Linear layers in nn.Sequential containers, with and without a bias: TorchScript scopes each
+    under the container and again under its own name (/mlp/mlp.0/MatMul for mlp.0)."""
+
+    def __init__(self):
+        super().__init__()
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3, bias=False))
+
+    def forward(self, x):
+        return self.mlp(x)
+
+
+def test_torchscript_constant_folding_keeps_the_state_dict_names_in_containers(tmp_path):
+    torch.manual_seed(0)
+    model, x = Blocks().train(), torch.randn(B, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (x,), tmp_path / "m.onnx", dynamo=False, training=torch.onnx.TrainingMode.TRAINING)
+    _, state, _ = compile_(tmp_path / "m.onnx", tmp_path, loss=artifacts.LossType.CrossEntropyLoss)
+    assert {n for n, _ in state.parameters.items()} == set(model.state_dict())
+
+
 class Scaled(torch.nn.Module):
     def __init__(self):
         super().__init__()
