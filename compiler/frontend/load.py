@@ -534,6 +534,8 @@ def _evaluate(node, constants, shapes) -> dict[str, np.ndarray] | None:
     try:
         return dict(zip(node.output, run_node(node, feeds, opset)))
     except Exception as exc:
+        if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+            return None  # a body that reads values computed at run time (EmbeddingBag's Loop): left to run, or refused
         message = f"cannot fold constant node '{node.name}' ({node.op_type}): {exc}"
         raise EdgetrainError(message.splitlines()[0]) from None
 

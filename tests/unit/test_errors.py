@@ -47,7 +47,34 @@ def lstm_with_projection_dropped():
     )
 
 
+def loop_over_run_time_values():
+    """A Loop whose trip count and condition are constants and whose body reads the model's input,
+    as the TorchScript exporter writes an EmbeddingBag: not folded into a constant, refused as an op."""
+    body = helper.make_graph(
+        [
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+            helper.make_node("Add", ["x", "x"], ["twice"]),
+        ],
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("twice", TensorProto.FLOAT, [2, 3]),
+        ],
+    )
+    return model_with(
+        [helper.make_node("Loop", ["trips", "cond"], ["ys"], name="loop", body=body)],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("ys", TensorProto.FLOAT, [2, 2, 3])],
+        [numpy_helper.from_array(np.array(2, np.int64), "trips"), numpy_helper.from_array(np.array(True), "cond")],
+    )
+
+
 CASES = {
+    "loop over run-time values": (loop_over_run_time_values, {}, ["unsupported ops", "Loop", "'loop'"]),
     "unsupported ops": (
         unsupported_model,
         {},
