@@ -49,6 +49,15 @@ def dynamo_export(model, x, path, optimize):
         )
 
 
+def _loss_as_pytorch(module, model, x, labels):
+    """One training step's loss through the trainer is PyTorch's cross-entropy on the same batch,
+    whose backward pass leaves PyTorch's gradients in the model."""
+    loss = module(x.numpy(), labels.numpy())
+    want = torch.nn.functional.cross_entropy(model(x), labels)
+    want.backward()
+    assert abs(loss - want.item()) <= 1e-5
+
+
 def compile_(path, tmp_path, **kwargs):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ImportNote)
@@ -79,10 +88,7 @@ def test_dynamo_batchnorm_trains_in_training_mode_as_in_pytorch(tmp_path):
     dynamo_export(model, x, tmp_path / "m.onnx", optimize=False)
     module, state, notes = compile_(tmp_path / "m.onnx", tmp_path, loss=artifacts.LossType.CrossEntropyLoss)
     assert any("training-mode batch norms" in n for n in notes), notes
-    loss = module(x.numpy(), labels.numpy())
-    want = torch.nn.functional.cross_entropy(model(x), labels)
-    want.backward()
-    assert abs(loss - want.item()) <= 1e-5
+    _loss_as_pytorch(module, model, x, labels)
     for name in ("bn.weight", "bn.bias", "conv.weight"):
         got, ref = state.parameters[name].grad, dict(model.named_parameters())[name].grad.numpy()
         np.testing.assert_allclose(got, ref, atol=1e-5 * max(1, np.abs(ref).max()))
@@ -222,10 +228,7 @@ def test_dynamo_optimized_export_trains_every_pytorch_parameter_under_its_name(t
     assert any("restored 1 zero bias" in n for n in notes), notes
     assert any("merged" in n and "each trains on its own" in n for n in notes), notes
     assert not any("shared between layers" in n for n in notes), notes
-    loss = module(x.numpy(), labels.numpy())
-    want = torch.nn.functional.cross_entropy(model(x), labels)
-    want.backward()
-    assert abs(loss - want.item()) <= 1e-5
+    _loss_as_pytorch(module, model, x, labels)
     trains = {n for n, p in state.parameters.items() if p.requires_grad}
     assert trains == {n for n, _ in model.named_parameters()}, sorted(trains ^ {n for n, _ in model.named_parameters()})
     for name, param in model.named_parameters():
@@ -267,10 +270,7 @@ def test_a_parameter_the_dynamo_optimizer_folded_is_said_and_frozen_and_the_rest
     assert len(folded) == 1 and "1 PyTorch parameter(s)" in folded[0] and "(relative.table)" in folded[0], notes
     assert not [n for n in notes if "relative.table" in n and n not in folded], notes  # said once, as folded
     assert {n for n, p in state.parameters.items() if p.requires_grad} == {"lin.weight", "lin.bias"}
-    loss = module(x.numpy(), labels.numpy())
-    want = torch.nn.functional.cross_entropy(model(x), labels)
-    want.backward()
-    assert abs(loss - want.item()) <= 1e-5
+    _loss_as_pytorch(module, model, x, labels)
     for name in ("lin.weight", "lin.bias"):
         np.testing.assert_allclose(state.parameters[name].grad, model.get_parameter(name).grad.numpy(), atol=1e-5)
 
@@ -373,10 +373,7 @@ def test_dynamo_optimized_ties_attention_and_folded_parameters(tmp_path):
     assert any("1 PyTorch parameter(s)" in n and "(scale.gain)" in n and "optimize=False" in n for n in notes), notes
     assert any("restored 1 zero bias" in n for n in notes), notes
     assert any("'out.weight' by 2 layers" in n for n in notes), notes  # the tie, under one of its names
-    loss = module(ids.numpy(), labels.numpy())
-    want = torch.nn.functional.cross_entropy(model(ids), labels)
-    want.backward()
-    assert abs(loss - want.item()) <= 1e-5
+    _loss_as_pytorch(module, model, ids, labels)
     params = dict(model.named_parameters(remove_duplicate=False))
     trains = {n for n, p in state.parameters.items() if p.requires_grad}
     assert trains == set(params) - {"embed.weight", "scale.gain"}, sorted(trains)
@@ -409,10 +406,7 @@ def test_torchscript_constant_folding_keeps_a_tie_under_the_other_layers_name(tm
         torch.onnx.export(model, (ids,), tmp_path / "m.onnx", dynamo=False, training=torch.onnx.TrainingMode.TRAINING)
     module, state, notes = compile_(tmp_path / "m.onnx", tmp_path, loss=artifacts.LossType.CrossEntropyLoss)
     assert any("'embed.weight' by 2 layers" in n for n in notes), notes
-    loss = module(ids.numpy(), labels.numpy())
-    want = torch.nn.functional.cross_entropy(model(ids), labels)
-    want.backward()
-    assert abs(loss - want.item()) <= 1e-5
+    _loss_as_pytorch(module, model, ids, labels)
     trains = {n for n, p in state.parameters.items() if p.requires_grad}
     assert trains == {"embed.weight", "mix.weight", "mix.bias"}, sorted(trains)
     for name, param in model.named_parameters():
@@ -524,10 +518,7 @@ def test_an_older_opset_export_trains_as_in_pytorch(opset, tmp_path):
     assert exported.opset_import[0].version == opset
     assert [len(n.output) for n in exported.graph.node if n.op_type == "BatchNormalization"] == [5 if opset < 14 else 3]
     module, state, _ = compile_(tmp_path / "m.onnx", tmp_path, loss=artifacts.LossType.CrossEntropyLoss)
-    loss = module(x.numpy(), labels.numpy())
-    want = torch.nn.functional.cross_entropy(model(x), labels)
-    want.backward()
-    assert abs(loss - want.item()) <= 1e-5
+    _loss_as_pytorch(module, model, x, labels)
     for name, p in model.named_parameters():
         np.testing.assert_allclose(state.parameters[name].grad, p.grad.numpy(), atol=1e-5 * max(1, p.grad.abs().max()))
     for name in ("bn.running_mean", "bn.running_var"):
@@ -713,10 +704,7 @@ def test_a_class_token_folded_over_a_static_batch_trains_as_in_pytorch(tmp_path)
     assert any("restored 1 parameter(s)" in n and "cls_token" in n for n in notes), notes
     assert {n for n, p in state.parameters.items() if p.requires_grad} == {n for n, _ in model.named_parameters()}
     np.testing.assert_array_equal(state.parameters["cls_token"].data, model.cls_token.detach().numpy())
-    loss = module(x.numpy(), labels.numpy())
-    want = torch.nn.functional.cross_entropy(model(x), labels)
-    want.backward()
-    assert abs(loss - want.item()) <= 1e-5
+    _loss_as_pytorch(module, model, x, labels)
     np.testing.assert_allclose(state.parameters["cls_token"].grad, model.cls_token.grad.numpy(), atol=1e-5)
 
 
@@ -802,10 +790,7 @@ def test_a_quantization_aware_convbn_folded_by_torchscript_is_refused_and_trains
     assert "onnx::QuantizeLinear_*" in message and "do_constant_folding=False" in message and "\n" not in message
     module, state, _ = compile_(tmp_path / "m.onnx", tmp_path, loss=artifacts.LossType.CrossEntropyLoss)
     assert {n for n, p in state.parameters.items() if p.requires_grad} == {n for n, _ in model.named_parameters()}
-    loss = module(x.numpy(), labels.numpy())
-    want = torch.nn.functional.cross_entropy(model(x), labels)
-    want.backward()
-    assert abs(loss - want.item()) <= 1e-5
+    _loss_as_pytorch(module, model, x, labels)
     for name, param in model.named_parameters():
         np.testing.assert_allclose(state.parameters[name].grad, param.grad.numpy(), atol=1e-5, err_msg=name)
 
