@@ -505,13 +505,14 @@ def _equal_parameter(inits: dict, weight: np.ndarray, name: str) -> str | None:
     one value (fresh zeros or ones in two layers are no tie)."""
     if weight.size < 2 or np.all(weight == weight.flat[0]):
         return None
+    raw = np.ascontiguousarray(weight, dtype="<f4").tobytes()  # most initializers hold raw bytes: compared as they are
     equal = [
         other
         for other, init in inits.items()
         if other != name
         and init.data_type == onnx.TensorProto.FLOAT
         and tuple(init.dims) == weight.shape
-        and np.array_equal(numpy_helper.to_array(init), weight)
+        and (init.raw_data == raw if init.raw_data else np.array_equal(numpy_helper.to_array(init), weight))
     ]
     return equal[0] if len(equal) == 1 else None
 
