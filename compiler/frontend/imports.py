@@ -870,6 +870,27 @@ def check_divisor_override(proto: onnx.ModelProto) -> None:
             )
 
 
+# A cross-entropy's recorded call: its label_smoothing, the sixth argument or a keyword, when one is given.
+_LABEL_SMOOTHING = re.compile(
+    r"aten\.cross_entropy_loss\.default\]\(args = \((?:[^,]+, ){5}([^,)]+)\)|label_smoothing: ([^,}]+)"
+)
+
+
+def check_label_smoothing(proto: onnx.ModelProto) -> None:
+    """Refuse a cross-entropy that PyTorch smooths (label_smoothing): ONNX's SoftmaxCrossEntropyLoss
+    cannot say it, and the dynamo exporter drops it, writing the unsmoothed loss. Its record shows it;
+    the TorchScript exporter refuses to export it."""
+    for node in proto.graph.node:
+        found = _LABEL_SMOOTHING.search(_meta(node).get(_FX_NODE, ""))
+        value = (found.group(1) or found.group(2)).strip() if found else "0"
+        if node.op_type == "SoftmaxCrossEntropyLoss" and value not in ("0", "0.0"):
+            raise EdgetrainError(
+                f"node '{node.name}' (SoftmaxCrossEntropyLoss): PyTorch smooths its labels by label_smoothing={value}, "
+                "which ONNX's SoftmaxCrossEntropyLoss cannot say and the export dropped; it would train the "
+                "unsmoothed loss"
+            )
+
+
 def detached_values(proto: onnx.ModelProto) -> frozenset[str]:
     """The values of nodes that torch's dynamo exporter records as `aten.detach` (x.detach() in the
     forward, an Identity in ONNX, which has no way to stop a gradient): PyTorch's gradient stops

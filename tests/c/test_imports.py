@@ -856,6 +856,31 @@ def test_an_average_pool_whose_divisor_override_the_export_dropped_is_refused(tm
     compile_(tmp_path / "n.onnx", tmp_path / "n", loss=artifacts.LossType.MSELoss)
 
 
+class SmoothedLoss(torch.nn.Module):
+    def __init__(self, smoothing):
+        super().__init__()
+        self.fc, self.smoothing = torch.nn.Linear(4, 5), smoothing
+
+    def forward(self, x, labels):
+        return torch.nn.functional.cross_entropy(self.fc(x), labels, label_smoothing=self.smoothing)
+
+
+def test_a_cross_entropy_whose_label_smoothing_the_export_dropped_is_refused(tmp_path):
+    x, labels = torch.randn(B, 4), torch.tensor([1, 3])
+    for smoothing in (0.1, 0.0):
+        path = tmp_path / f"{smoothing}.onnx"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(
+                SmoothedLoss(smoothing), (x, labels), path, dynamo=True, optimize=False, input_names=["x", "labels"]
+            )
+        if smoothing:
+            with pytest.raises(EdgetrainError, match=r"\(SoftmaxCrossEntropyLoss\): PyTorch smooths its labels by "):
+                compile_(path, tmp_path / "s", loss=None)
+        else:
+            compile_(path, tmp_path / "u", loss=None)
+
+
 def step_beside_pytorch(model, x, target, optimize, tmp_path):
     """Exported by dynamo, compiled, and one training step through the C and through PyTorch (whose
     gradients stay on the model), the losses checked to agree: (the C's state, the import notes).
