@@ -377,9 +377,9 @@ static inline void et_rows_f32_(int rows, int n, int K, const float *a, size_t a
             int i = j;
             ET_PATH_("rows_one");
 #if ET_VMLA
-            if (n - i >= 8 && et_rows_step_(depth, bt + k0)) {
+            size_t step = n - i >= 8 ? et_rows_step_(depth, bt + k0) : 0;
+            if (step) {
                 static const float zeros[8] = {0.0f};
-                size_t step = et_rows_step_(depth, bt + k0);
                 ET_PATH_("rows_one_vmla");
                 for (k = 0; k < depth; ++k)
                     ap[k] = ar[at[k0 + k]];
