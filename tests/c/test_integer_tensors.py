@@ -500,16 +500,7 @@ def test_float_indices_are_refused(tmp_path):
     """Class labels as probabilities (torch exports cross-entropy with soft targets so): not valid ONNX,
     and C that reads them as indices would not compile."""
     nodes = [helper.make_node("SoftmaxCrossEntropyLoss", ["X", "T"], ["loss"], name="ce")]
-    graph = helper.make_graph(
-        nodes,
-        "soft_targets",
-        [
-            helper.make_tensor_value_info("X", TP.FLOAT, [2, 3]),
-            helper.make_tensor_value_info("T", TP.FLOAT, [2, 3]),
-        ],
-        [helper.make_tensor_value_info("loss", TP.FLOAT, [])],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model = _model(nodes, {"X": np.zeros((2, 3), np.float32), "T": np.zeros((2, 3), np.float32)}, {})
     assert (
         "node 'ce' (SoftmaxCrossEntropyLoss) reads float32 'T' at input 1; SoftmaxCrossEntropyLoss takes integer "
         in (_refusal(model, tmp_path))
