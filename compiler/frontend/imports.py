@@ -394,6 +394,8 @@ def _torchscript_module(node, inits: Collection[str] = ()) -> str | None:
             merged.pop()
         merged.append(scope)
     module = ".".join(merged)
+    if module == apart:
+        return module
     owns = [any(name.startswith(f"{path}.") for name in inits) for path in (module, apart)]
     return apart if owns == [False, True] else module
 
