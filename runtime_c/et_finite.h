@@ -6,11 +6,18 @@
 #include "et_common.h"
 #endif
 
-/* max(m, |x|) for m >= 0, x finite. */
-static inline float et_larger_magnitude_f32_(float m, float x)
+/* The largest |X[i]| of n elements as its bit pattern shifted left by one, which drops the sign:
+ * shifted so, floats order as their magnitudes do, with infinities and then NaNs above every finite
+ * one.  An integer pass, which costs a Cortex-M about half what comparing floats does. */
+static inline uint32_t et_magnitude_shifted_(int n, const float *X)
 {
-    float v = x < 0.0f ? -x : x;
-    return v > m ? v : m;
+    uint32_t largest = 0, v;
+    int i;
+    for (i = 0; i < n; ++i) {
+        v = et_f32_bits(X[i]) << 1;
+        largest = v > largest ? v : largest;
+    }
+    return largest;
 }
 
 /* Whether Acc + G, the sum et_accumulate_f32 stores, is finite everywhere.  Gradients that are
@@ -27,18 +34,13 @@ static ET_NOINLINE int et_sum_finite_f32(int n, const float *G, const float *Acc
 
 /* Whether every element 0 + A[i] * B[j] of an outer product is finite, read from its factors
  * alone: rounding is monotonic, so no product is larger in magnitude than the rounded product of
- * the largest factors, which is one of them. */
+ * the largest factors, which is one of them.  A factor that is not finite is the largest of its
+ * side, and its product with the other side's largest is not finite either (infinity times 0 is
+ * NaN). */
 static inline int et_outer_finite_f32(int m, const float *A, int n, const float *B)
 {
-    float a = 0.0f, b = 0.0f;
-    int i;
-    if (!et_all_finite_f32(m, A) || !et_all_finite_f32(n, B))
-        return 0;
-    for (i = 0; i < m; ++i)
-        a = et_larger_magnitude_f32_(a, A[i]);
-    for (i = 0; i < n; ++i)
-        b = et_larger_magnitude_f32_(b, B[i]);
-    return et_is_finite_f32(a * b);
+    return et_is_finite_f32(et_f32_from_bits(et_magnitude_shifted_(m, A) >> 1) *
+                            et_f32_from_bits(et_magnitude_shifted_(n, B) >> 1));
 }
 
 /* et_sum_finite_f32 for a gradient that is the outer product of A (m) and B (n). */

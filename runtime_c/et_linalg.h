@@ -30,28 +30,53 @@
 #define ET_EACH8_(S) S(0) S(1) S(2) S(3) S(4) S(5) S(6) S(7)
 
 #if ET_VMLA
+/* Eight zeros for one VLDM to clear eight registers. */
+static const float et_zeros8_[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+
 /* et_dot_lanes_f32_'s whole blocks where the FPU has VMLA, in assembly: the lanes in s16-s23
- * throughout, from `from` into `lane`, and per block one VLDM of a's eight values, one of b's and
- * eight VMLA (from C, gcc spends an address on every load).  blocks >= 1. */
+ * throughout, and per block one VLDM of a's eight values, one of b's and eight VMLA (from C, gcc
+ * spends an address on every load).  blocks >= 1. */
 #define ET_LANE_MLA_(l, x, y) "vmla.f32 s" #l ", s" #x ", s" #y "\n\t"
+#define ET_DOT8_BLOCKS_                                                                                  \
+    "1:\n\t"                                                                                            \
+    "vldmia %[a]!, {s0-s7}\n\t"                                                                         \
+    "vldmia %[b]!, {s8-s15}\n\t"                                                                        \
+    ET_LANE_MLA_(16, 0, 8) ET_LANE_MLA_(17, 1, 9) ET_LANE_MLA_(18, 2, 10) ET_LANE_MLA_(19, 3, 11)       \
+    ET_LANE_MLA_(20, 4, 12) ET_LANE_MLA_(21, 5, 13) ET_LANE_MLA_(22, 6, 14) ET_LANE_MLA_(23, 7, 15)     \
+    "subs %[n], %[n], #1\n\t"                                                                           \
+    "bne 1b\n\t"
+#define ET_DOT8_CLOBBERS_ "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11", "s12", \
+    "s13", "s14", "s15", "s16", "s17", "s18", "s19", "s20", "s21", "s22", "s23", "cc", "memory"
+
+/* The lanes from `from` into `lane`. */
 static inline void et_dot8_vmla_(int blocks, const float *a, const float *b, const float *from, float *lane)
 {
-    __asm__ volatile(
-        "vldmia %[f], {s16-s23}\n\t"
-        "1:\n\t"
-        "vldmia %[a]!, {s0-s7}\n\t"
-        "vldmia %[b]!, {s8-s15}\n\t"
-        ET_LANE_MLA_(16, 0, 8) ET_LANE_MLA_(17, 1, 9) ET_LANE_MLA_(18, 2, 10) ET_LANE_MLA_(19, 3, 11)
-        ET_LANE_MLA_(20, 4, 12) ET_LANE_MLA_(21, 5, 13) ET_LANE_MLA_(22, 6, 14) ET_LANE_MLA_(23, 7, 15)
-        "subs %[n], %[n], #1\n\t"
-        "bne 1b\n\t"
-        "vstmia %[l], {s16-s23}"
-        : [a] "+r"(a), [b] "+r"(b), [n] "+r"(blocks)
-        : [f] "r"(from), [l] "r"(lane)
-        : "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11", "s12", "s13", "s14", "s15",
-          "s16", "s17", "s18", "s19", "s20", "s21", "s22", "s23", "cc", "memory");
+    __asm__ volatile("vldmia %[f], {s16-s23}\n\t" ET_DOT8_BLOCKS_ "vstmia %[l], {s16-s23}"
+                     : [a] "+r"(a), [b] "+r"(b), [n] "+r"(blocks)
+                     : [f] "r"(from), [l] "r"(lane)
+                     : ET_DOT8_CLOBBERS_);
+}
+
+/* The lanes from zeros, and their sum as et_dot_total_f32_ adds them, without storing them. */
+static inline float et_dot8_total_vmla_(int blocks, const float *a, const float *b)
+{
+    float total;
+    __asm__ volatile("vldmia %[z], {s16-s23}\n\t" ET_DOT8_BLOCKS_
+                     "vadd.f32 s16, s16, s20\n\t"
+                     "vadd.f32 s18, s18, s22\n\t"
+                     "vadd.f32 s17, s17, s21\n\t"
+                     "vadd.f32 s19, s19, s23\n\t"
+                     "vadd.f32 s16, s16, s18\n\t"
+                     "vadd.f32 s17, s17, s19\n\t"
+                     "vadd.f32 %[t], s16, s17"
+                     : [a] "+r"(a), [b] "+r"(b), [n] "+r"(blocks), [t] "=t"(total)
+                     : [z] "r"(et_zeros8_)
+                     : ET_DOT8_CLOBBERS_);
+    return total;
 }
 #undef ET_LANE_MLA_
+#undef ET_DOT8_BLOCKS_
+#undef ET_DOT8_CLOBBERS_
 #endif
 
 /* lane[j % ET_LANES] += a[j * a_step] * b[j] for j < n, the lanes in
@@ -97,11 +122,9 @@ static inline float et_dot_f32_(int n, const float *a, int a_step, const float *
 {
     float lane[ET_LANES];
 #if ET_VMLA
-    static const float zeros[ET_LANES] = {0.0f};
-    if (a_step == 1 && n >= ET_LANES && n % ET_LANES == 0) {  /* no zeros stored for lanes that start in registers */
+    if (a_step == 1 && n >= ET_LANES && n % ET_LANES == 0) {  /* the lanes in registers from start to sum */
         ET_PATH_("dot_lanes_vmla");
-        et_dot8_vmla_(n / ET_LANES, a, b, zeros, lane);
-        return et_dot_total_f32_(lane);
+        return et_dot8_total_vmla_(n / ET_LANES, a, b);
     }
 #endif
     memset(lane, 0, sizeof lane);
@@ -1094,40 +1117,43 @@ static inline void et_transpose_f32_(int rows, int cols, const float *restrict X
 }
 
 #if ET_VMLA
-/* The loop below, eight values at a time where the FPU has VMLA, in assembly: one VLDM of x (and
- * one of y, adding), the same rounded operations in the same order, one VSTM of y.  From C, gcc
- * spends a load, a store and an address on every value.  blocks >= 1. */
-#define ET_PRODUCT_(i) "vmul.f32 s" #i ", %[w], s" #i "\n\tvadd.f32 s" #i ", %[z], s" #i "\n\t"
-#define ET_SUM_(i, j) "vadd.f32 s" #j ", s" #j ", s" #i "\n\t"
-#define ET_PRODUCTS_ ET_PRODUCT_(0) ET_PRODUCT_(1) ET_PRODUCT_(2) ET_PRODUCT_(3) \
-    ET_PRODUCT_(4) ET_PRODUCT_(5) ET_PRODUCT_(6) ET_PRODUCT_(7)
+/* The loop below, eight values at a time where the FPU has VMLA, in assembly.  Each product is a
+ * VMLA into a register that a VLDM of eight zeros has just cleared: VMLA rounds the product, then
+ * the sum, so that is 0 + w * x[j] to the bit, in one instruction rather than a VMUL and a VADD.
+ * Adding, a VLDM of y and eight VADDs (y first, as in C) follow; one VSTM of y.  From C, gcc spends
+ * a load, a store and an address on every value.  blocks >= 1. */
+#define ET_PRODUCT_(i, j) "vmla.f32 s" #j ", %[w], s" #i "\n\t"
+#define ET_PRODUCTS_ "vldmia %[z], {s8-s15}\n\t" \
+    ET_PRODUCT_(0, 8) ET_PRODUCT_(1, 9) ET_PRODUCT_(2, 10) ET_PRODUCT_(3, 11) \
+    ET_PRODUCT_(4, 12) ET_PRODUCT_(5, 13) ET_PRODUCT_(6, 14) ET_PRODUCT_(7, 15)
+#define ET_SUM_(i, j) "vadd.f32 s" #i ", s" #i ", s" #j "\n\t"
 static inline void et_scaled8_vmla_(int blocks, float w, const float *x, float *y, int add)
 {
-    const float zero = 0.0f;
     if (!add)
         __asm__ volatile(
             "1:\n\t"
             "vldmia %[x]!, {s0-s7}\n\t"
             ET_PRODUCTS_
-            "vstmia %[y]!, {s0-s7}\n\t"
-            "subs %[n], %[n], #1\n\t"
-            "bne 1b"
-            : [x] "+r"(x), [y] "+r"(y), [n] "+r"(blocks)
-            : [w] "t"(w), [z] "t"(zero)
-            : "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "cc", "memory");
-    else
-        __asm__ volatile(
-            "1:\n\t"
-            "vldmia %[x]!, {s0-s7}\n\t"
-            "vldmia %[y], {s8-s15}\n\t"
-            ET_PRODUCTS_
-            ET_SUM_(0, 8) ET_SUM_(1, 9) ET_SUM_(2, 10) ET_SUM_(3, 11)
-            ET_SUM_(4, 12) ET_SUM_(5, 13) ET_SUM_(6, 14) ET_SUM_(7, 15)
             "vstmia %[y]!, {s8-s15}\n\t"
             "subs %[n], %[n], #1\n\t"
             "bne 1b"
             : [x] "+r"(x), [y] "+r"(y), [n] "+r"(blocks)
-            : [w] "t"(w), [z] "t"(zero)
+            : [w] "t"(w), [z] "r"(et_zeros8_)
+            : "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11", "s12", "s13", "s14",
+              "s15", "cc", "memory");
+    else
+        __asm__ volatile(
+            "1:\n\t"
+            "vldmia %[x]!, {s0-s7}\n\t"
+            ET_PRODUCTS_
+            "vldmia %[y], {s0-s7}\n\t"
+            ET_SUM_(0, 8) ET_SUM_(1, 9) ET_SUM_(2, 10) ET_SUM_(3, 11)
+            ET_SUM_(4, 12) ET_SUM_(5, 13) ET_SUM_(6, 14) ET_SUM_(7, 15)
+            "vstmia %[y]!, {s0-s7}\n\t"
+            "subs %[n], %[n], #1\n\t"
+            "bne 1b"
+            : [x] "+r"(x), [y] "+r"(y), [n] "+r"(blocks)
+            : [w] "t"(w), [z] "r"(et_zeros8_)
             : "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11", "s12", "s13", "s14",
               "s15", "cc", "memory");
 }

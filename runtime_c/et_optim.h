@@ -52,25 +52,29 @@ static inline void et_adamw_f32(int n, float step_size, float lr, float beta1,
 }
 
 #if ET_VMLA
-/* W[i] = W[i] - lr G[i], eight at a time where the FPU has VMLA, in assembly: one VLDM of W and
- * one of G, eight VMLS (the multiply rounded, then the subtraction, as et_mls_), one VSTM.  From C,
- * gcc spends a load, a store and an address on every parameter.  blocks >= 1. */
+/* W[i] = W[i] - lr G[i], fifteen at a time where the FPU has VMLA, in assembly: one VLDM of W and
+ * one of G, fifteen VMLS (the multiply rounded, then the subtraction, as et_mls_), one VSTM.  From
+ * C, gcc spends a load, a store and an address on every parameter.  Fifteen, because W and G then
+ * fill s0-s29 and lr takes one of the two registers left.  blocks >= 1. */
+#define ET_SGD_BLOCK 15
 #define ET_MLS_(i, j) "vmls.f32 s" #i ", %[lr], s" #j "\n\t"
-static inline void et_mls8_vmla_(int blocks, float lr, float *W, const float *G)
+static inline void et_mls15_vmla_(int blocks, float lr, float *W, const float *G)
 {
     __asm__ volatile(
         "1:\n\t"
-        "vldmia %[w], {s0-s7}\n\t"
-        "vldmia %[g]!, {s8-s15}\n\t"
-        ET_MLS_(0, 8) ET_MLS_(1, 9) ET_MLS_(2, 10) ET_MLS_(3, 11)
-        ET_MLS_(4, 12) ET_MLS_(5, 13) ET_MLS_(6, 14) ET_MLS_(7, 15)
-        "vstmia %[w]!, {s0-s7}\n\t"
+        "vldmia %[w], {s0-s14}\n\t"
+        "vldmia %[g]!, {s15-s29}\n\t"
+        ET_MLS_(0, 15) ET_MLS_(1, 16) ET_MLS_(2, 17) ET_MLS_(3, 18) ET_MLS_(4, 19)
+        ET_MLS_(5, 20) ET_MLS_(6, 21) ET_MLS_(7, 22) ET_MLS_(8, 23) ET_MLS_(9, 24)
+        ET_MLS_(10, 25) ET_MLS_(11, 26) ET_MLS_(12, 27) ET_MLS_(13, 28) ET_MLS_(14, 29)
+        "vstmia %[w]!, {s0-s14}\n\t"
         "subs %[n], %[n], #1\n\t"
         "bne 1b"
         : [w] "+r"(W), [g] "+r"(G), [n] "+r"(blocks)
         : [lr] "t"(lr)
         : "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11", "s12", "s13", "s14", "s15",
-          "cc", "memory");
+          "s16", "s17", "s18", "s19", "s20", "s21", "s22", "s23", "s24", "s25", "s26", "s27", "s28", "s29", "cc",
+          "memory");
 }
 #undef ET_MLS_
 #endif
@@ -85,10 +89,11 @@ static inline void et_sgd_f32(int n, float lr, float momentum, float dampening,
     int i = 0, end = n - n % 4;  /* (whole blocks counted up front: see et_dot_lanes_f32_) */
     if (weight_decay == 0.0f && momentum == 0.0f) {  /* plain SGD: a multiply-subtract per parameter */
 #if ET_VMLA
-        if (n >= 8) {
+        if (n >= ET_SGD_BLOCK) {
             ET_PATH_("sgd_vmla");
-            et_mls8_vmla_(n / 8, lr, W, G);
-            i = end = n - n % 8;
+            et_mls15_vmla_(n / ET_SGD_BLOCK, lr, W, G);
+            i = n - n % ET_SGD_BLOCK;
+            end = n - (n - i) % 4;
         }
 #endif
         for (; i < end; i += 4) {
