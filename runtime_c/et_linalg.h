@@ -649,41 +649,84 @@ static inline void et_tiles_f32_(int rows, int n, int K, const float *a, size_t 
 /* et_dot_tile_f32_'s lanes for two rows of y and one tap x, where the FPU has VMLA, in assembly:
  * lane l of row 0 in s(l), of row 1 in s(8 + l), from init[0..15]; each block of eight values is
  * one VLDM of x (s16-s23), one of each row (s24-s31) and eight VMLA per row, so every lane adds its
- * products in order; then the lanes go to c.  blocks >= 1. */
+ * products in order.  blocks >= 1. */
+#define ET_DOT2_BLOCKS_                 \
+    "vldmia %[i], {s0-s15}\n\t"         \
+    "1:\n\t"                            \
+    "vldmia %[x]!, {s16-s23}\n\t"       \
+    "vldmia %[y0]!, {s24-s31}\n\t"      \
+    "vmla.f32 s0, s24, s16\n\t"         \
+    "vmla.f32 s1, s25, s17\n\t"         \
+    "vmla.f32 s2, s26, s18\n\t"         \
+    "vmla.f32 s3, s27, s19\n\t"         \
+    "vmla.f32 s4, s28, s20\n\t"         \
+    "vmla.f32 s5, s29, s21\n\t"         \
+    "vmla.f32 s6, s30, s22\n\t"         \
+    "vmla.f32 s7, s31, s23\n\t"         \
+    "vldmia %[y1]!, {s24-s31}\n\t"      \
+    "vmla.f32 s8, s24, s16\n\t"         \
+    "vmla.f32 s9, s25, s17\n\t"         \
+    "vmla.f32 s10, s26, s18\n\t"        \
+    "vmla.f32 s11, s27, s19\n\t"        \
+    "vmla.f32 s12, s28, s20\n\t"        \
+    "vmla.f32 s13, s29, s21\n\t"        \
+    "vmla.f32 s14, s30, s22\n\t"        \
+    "vmla.f32 s15, s31, s23\n\t"        \
+    "subs %[n], %[n], #1\n\t"           \
+    "bne 1b\n\t"
+#define ET_DOT2_CLOBBERS_ "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11", "s12", "s13", \
+    "s14", "s15", "s16", "s17", "s18", "s19", "s20", "s21", "s22", "s23", "s24", "s25", "s26", "s27", "s28",   \
+    "s29", "s30", "s31", "cc", "memory"
+
+/* The lanes go to c. */
 static inline void et_dot2_vmla_(int blocks, const float *y0, const float *y1, const float *x, const float *init,
                                  float *c)
 {
-    __asm__ volatile(
-        "vldmia %[i], {s0-s15}\n\t"
-        "1:\n\t"
-        "vldmia %[x]!, {s16-s23}\n\t"
-        "vldmia %[y0]!, {s24-s31}\n\t"
-        "vmla.f32 s0, s24, s16\n\t"
-        "vmla.f32 s1, s25, s17\n\t"
-        "vmla.f32 s2, s26, s18\n\t"
-        "vmla.f32 s3, s27, s19\n\t"
-        "vmla.f32 s4, s28, s20\n\t"
-        "vmla.f32 s5, s29, s21\n\t"
-        "vmla.f32 s6, s30, s22\n\t"
-        "vmla.f32 s7, s31, s23\n\t"
-        "vldmia %[y1]!, {s24-s31}\n\t"
-        "vmla.f32 s8, s24, s16\n\t"
-        "vmla.f32 s9, s25, s17\n\t"
-        "vmla.f32 s10, s26, s18\n\t"
-        "vmla.f32 s11, s27, s19\n\t"
-        "vmla.f32 s12, s28, s20\n\t"
-        "vmla.f32 s13, s29, s21\n\t"
-        "vmla.f32 s14, s30, s22\n\t"
-        "vmla.f32 s15, s31, s23\n\t"
-        "subs %[n], %[n], #1\n\t"
-        "bne 1b\n\t"
-        "vstmia %[c], {s0-s15}"
-        : [x] "+r"(x), [y0] "+r"(y0), [y1] "+r"(y1), [n] "+r"(blocks)
-        : [i] "r"(init), [c] "r"(c)
-        : "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11", "s12", "s13", "s14", "s15",
-          "s16", "s17", "s18", "s19", "s20", "s21", "s22", "s23", "s24", "s25", "s26", "s27", "s28", "s29", "s30",
-          "s31", "cc", "memory");
+    __asm__ volatile(ET_DOT2_BLOCKS_ "vstmia %[c], {s0-s15}"
+                     : [x] "+r"(x), [y0] "+r"(y0), [y1] "+r"(y1), [n] "+r"(blocks)
+                     : [i] "r"(init), [c] "r"(c)
+                     : ET_DOT2_CLOBBERS_);
 }
+
+/* A piece's last segment: after the blocks, its tail's values k < tail <= 7 join lanes k, last;
+ * then row 0's lanes go to d0 and row 1's to d1, or where not `fresh` are added to them (d first,
+ * as in C).  From C, the tail and the lanes' way out through memory cost a third of the whole. */
+#define ET_DOT2_TAIL_(k, offset, l0, l1)         \
+    "cmp %[t], #" #k "\n\t"                    \
+    "beq 2f\n\t"                               \
+    "vldr s16, [%[x], #" #offset "]\n\t"       \
+    "vldr s24, [%[y0], #" #offset "]\n\t"      \
+    "vldr s25, [%[y1], #" #offset "]\n\t"      \
+    "vmla.f32 s" #l0 ", s24, s16\n\t"          \
+    "vmla.f32 s" #l1 ", s25, s16\n\t"
+#define ET_DOT2_ADD_(l, d) "vadd.f32 s" #l ", s" #d ", s" #l "\n\t"
+static inline void et_dot2_last_vmla_(int blocks, const float *y0, const float *y1, const float *x,
+                                      const float *init, int tail, int fresh, float *d0, float *d1)
+{
+    __asm__ volatile(ET_DOT2_BLOCKS_
+                     ET_DOT2_TAIL_(0, 0, 0, 8) ET_DOT2_TAIL_(1, 4, 1, 9) ET_DOT2_TAIL_(2, 8, 2, 10)
+                     ET_DOT2_TAIL_(3, 12, 3, 11) ET_DOT2_TAIL_(4, 16, 4, 12) ET_DOT2_TAIL_(5, 20, 5, 13)
+                     ET_DOT2_TAIL_(6, 24, 6, 14)
+                     "2:\n\t"
+                     "cmp %[f], #0\n\t"
+                     "bne 3f\n\t"
+                     "vldmia %[d0], {s16-s23}\n\t"
+                     "vldmia %[d1], {s24-s31}\n\t"
+                     ET_DOT2_ADD_(0, 16) ET_DOT2_ADD_(1, 17) ET_DOT2_ADD_(2, 18) ET_DOT2_ADD_(3, 19)
+                     ET_DOT2_ADD_(4, 20) ET_DOT2_ADD_(5, 21) ET_DOT2_ADD_(6, 22) ET_DOT2_ADD_(7, 23)
+                     ET_DOT2_ADD_(8, 24) ET_DOT2_ADD_(9, 25) ET_DOT2_ADD_(10, 26) ET_DOT2_ADD_(11, 27)
+                     ET_DOT2_ADD_(12, 28) ET_DOT2_ADD_(13, 29) ET_DOT2_ADD_(14, 30) ET_DOT2_ADD_(15, 31)
+                     "3:\n\t"
+                     "vstmia %[d0], {s0-s7}\n\t"
+                     "vstmia %[d1], {s8-s15}"
+                     : [x] "+r"(x), [y0] "+r"(y0), [y1] "+r"(y1), [n] "+r"(blocks)
+                     : [i] "r"(init), [t] "r"(tail), [f] "r"(fresh), [d0] "r"(d0), [d1] "r"(d1)
+                     : ET_DOT2_CLOBBERS_);
+}
+#undef ET_DOT2_BLOCKS_
+#undef ET_DOT2_CLOBBERS_
+#undef ET_DOT2_TAIL_
+#undef ET_DOT2_ADD_
 #endif
 
 /* The end of et_dot_tile_f32_'s piece whose sums went to `part`, on a
@@ -828,24 +871,19 @@ static inline void et_dot_tile_f32_(int rows, int taps, int segs, int piece, int
            et_dot_tail_f32_, which adds part to `lane`.  Every lane adds its products in order. */
 #if ET_VMLA
         if (rows % 2 == 0 && n >= ET_LANES) {  /* two rows and a tap at a time, their lanes in registers */
-            int whole = n - n % ET_LANES, i, l;
+            int whole = n - n % ET_LANES;
             ET_PATH_("dot_tile_vmla");
             static const float zeros[2 * ET_LANES] = {0.0f};
             for (r = 0; r < rows; r += 2)
                 for (t = 0; t < taps; ++t) {
                     float c[2 * ET_LANES], *d = lane + r * lane_rs + t * ET_LANES;
                     const float *y0 = y + r * y_rs, *y1 = y0 + y_rs, *xt0 = x + xt[t];
-                    for (g = g0; g < g1; ++g)
+                    for (g = g0; g + 1 < g1; ++g)
                         et_dot2_vmla_(whole / ET_LANES, y0 + (size_t)g * y_ss, y1 + (size_t)g * y_ss,
                                       xt0 + (size_t)g * x_ss, g == g0 ? zeros : c, c);
-                    for (i = whole; i < n; ++i) {  /* the tail's values, last in their lanes (one segment) */
-                        c[i % ET_LANES] = et_mla_(c[i % ET_LANES], y0[i], xt0[i]);
-                        c[ET_LANES + i % ET_LANES] = et_mla_(c[ET_LANES + i % ET_LANES], y1[i], xt0[i]);
-                    }
-                    for (l = 0; l < ET_LANES; ++l) {
-                        d[l] = fresh ? c[l] : d[l] + c[l];
-                        d[lane_rs + (size_t)l] = fresh ? c[ET_LANES + l] : d[lane_rs + (size_t)l] + c[ET_LANES + l];
-                    }
+                    /* a tail comes with one segment only */
+                    et_dot2_last_vmla_(whole / ET_LANES, y0 + (size_t)g * y_ss, y1 + (size_t)g * y_ss,
+                                       xt0 + (size_t)g * x_ss, g == g0 ? zeros : c, n - whole, fresh, d, d + lane_rs);
                 }
             continue;  /* the lanes have the piece's sums */
         }
