@@ -37,10 +37,13 @@ static inline void et_slice_grad_f32(int rank, const int *shape, const float *dY
 }
 
 /* ONNX Tile: output extent d is in_shape[d] * repeats[d].  Each output row
- * is the matching input row copied repeats[rank - 1] times. */
-static inline void et_tile_f32(int rank, const int *in_shape, const int *repeats, const float *X,
-                               float *Y)
+ * is the matching input row copied repeats[rank - 1] times.  Float and
+ * int32_t tensors share it, as they share et_expand_b32_: it moves 4-byte
+ * elements as bytes. */
+static inline void et_tile_b32_(int rank, const int *in_shape, const int *repeats, const void *X, void *Y)
 {
+    const unsigned char *x = (const unsigned char *)X;
+    unsigned char *y = (unsigned char *)Y;
     int in_strides[ET_MAX_RANK] = {0}, idx[ET_MAX_RANK] = {0};
     int d, n = 1, s = 1, o, r, xo, row, block;
     for (d = rank - 1; d >= 0; --d) {
@@ -57,13 +60,23 @@ static inline void et_tile_f32(int rank, const int *in_shape, const int *repeats
         for (d = 0; d < rank - 1; ++d)
             xo += (idx[d] % in_shape[d]) * in_strides[d];
         for (r = 0; r < repeats[rank - 1]; ++r)
-            memcpy(Y + o + r * row, X + xo, (size_t)row * sizeof(float));
+            memcpy(y + (size_t)(o + r * row) * 4u, x + (size_t)xo * 4u, (size_t)row * 4u);
         for (d = rank - 2; d >= 0; --d) {
             if (++idx[d] < in_shape[d] * repeats[d])
                 break;
             idx[d] = 0;
         }
     }
+}
+
+static inline void et_tile_f32(int rank, const int *in_shape, const int *repeats, const float *X, float *Y)
+{
+    et_tile_b32_(rank, in_shape, repeats, X, Y);
+}
+
+static inline void et_tile_i32(int rank, const int *in_shape, const int *repeats, const int32_t *X, int32_t *Y)
+{
+    et_tile_b32_(rank, in_shape, repeats, X, Y);
 }
 
 /* Token indices come from user data at run time, so they are validated

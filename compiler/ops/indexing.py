@@ -103,11 +103,13 @@ def _repeats(k, node) -> tuple[int, ...]:
 
 @op("Tile", const_inputs=(1,))
 class Tile:
+    integer = True  # repeated token or position ids, as a masked autoencoder's shuffle makes
+
     @staticmethod
     def kernel(k, node):
         x, y = node.inputs[0], node.outputs[0]
         shape = at_least_1d(k.shape(x))
-        return [k.call("et_tile_f32", len(shape), shape, at_least_1d(_repeats(k, node)), x, y)]
+        return [k.call(typed(k, "et_tile", y), len(shape), shape, at_least_1d(_repeats(k, node)), x, y)]
 
     @staticmethod
     def grad(g, node, dy):

@@ -130,6 +130,9 @@ OPS = {
     "Concat-int64-with-constant": OpCase("Concat", {"A": ints((2, 3)), "B": ints((2, 1))}, {"axis": 1}, ("B",)),
     "Concat-bool": OpCase("Concat", {"A": bools((1, 3)), "B": bools((2, 3))}, {"axis": 0}),
     "Expand-bool": OpCase("Expand", {"X": bools((1, 3)), "shape": i64(2, 1, 3)}, consts=("shape",)),
+    # a masked autoencoder's shuffle repeats its kept ids over the hidden size
+    "Tile-int64": OpCase("Tile", {"X": ints((2, 3, 1)), "repeats": i64(1, 2, 4)}, consts=("repeats",)),
+    "Tile-bool": OpCase("Tile", {"X": bools((3,)), "repeats": i64(2)}, consts=("repeats",)),
     "Transpose-int32": OpCase("Transpose", {"X": ints((2, 3, 4), dtype=np.int32)}, {"perm": [2, 0, 1]}),
     "Gather-int64-runtime-indices": OpCase("Gather", {"X": ints((5, 3)), "I": i64(4, -1, 0, 2).reshape(2, 2)}),
     "Gather-bool-constant-indices": OpCase("Gather", {"X": bools((2, 4)), "I": i64(3, -4)}, {"axis": 1}, ("I",)),
