@@ -893,6 +893,31 @@ def check_label_smoothing(proto: onnx.ModelProto) -> None:
             )
 
 
+_OUTPUT_KIND = "pkg.torch.export.graph_signature.OutputSpec.kind"  # USER_OUTPUT, BUFFER_MUTATION, ...
+
+
+def note_buffer_updates(proto: onnx.ModelProto) -> None:
+    """Say where the forward updates a buffer of its own (a running normalizer, an EMA): ONNX cannot
+    write a model's state, so neither exporter keeps the update. The dynamo exporter's record marks
+    the new value where the forward itself reads it (BUFFER_MUTATION); an update nothing reads
+    after it leaves no trace. BatchNorm's running statistics are restored apart (check_batchnorm)."""
+    producers = {out: node for node in proto.graph.node for out in node.output}
+    updated = [
+        value.name
+        for value in [*proto.graph.value_info, *proto.graph.output]
+        if value.type.tensor_type.elem_type == onnx.TensorProto.FLOAT
+        and any(p.key == _OUTPUT_KIND and p.value == "BUFFER_MUTATION" for p in value.metadata_props)
+        and getattr(producers.get(value.name), "op_type", "") != "BatchNormalization"
+    ]
+    if updated:
+        note(
+            f"the forward updates {len(updated)} buffer(s) of its own (first: value {updated[0]!r}), which the "
+            "export does not write back: each step computes the update from the buffer as stored, and training "
+            "leaves the buffer as it is "
+            "(PyTorch updates it every training step; a TorchScript export drops the update without a record)"
+        )
+
+
 def detached_values(proto: onnx.ModelProto) -> frozenset[str]:
     """The values of nodes that torch's dynamo exporter records as `aten.detach` (x.detach() in the
     forward, an Identity in ONNX, which has no way to stop a gradient): PyTorch's gradient stops

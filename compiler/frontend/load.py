@@ -64,6 +64,7 @@ def load_model(
     imports.check_dropped_statistics(proto)
     imports.check_divisor_override(proto)
     imports.check_label_smoothing(proto)
+    imports.note_buffer_updates(proto)
     _fix_dims(proto, dim_values or {})
     dims.tie_to_constants(proto, _data_inputs(proto))
     _fix_batch(proto, batch_size)

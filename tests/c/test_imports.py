@@ -881,6 +881,35 @@ def test_a_cross_entropy_whose_label_smoothing_the_export_dropped_is_refused(tmp
             compile_(path, tmp_path / "u", loss=None)
 
 
+class RunningNormalizer(torch.nn.Module):
+    """Normalizes its input by a running mean that its forward updates (`update`), or only reads."""
+
+    def __init__(self, update: bool):
+        super().__init__()
+        self.update = update
+        self.register_buffer("center", torch.full((4,), 0.5))
+        self.fc = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        if self.update:
+            with torch.no_grad():
+                self.center.mul_(0.9).add_(0.1 * x.mean(0))
+        return self.fc(x - self.center)
+
+
+@pytest.mark.parametrize("optimize", [False, True])
+def test_a_buffer_the_forward_updates_is_noted(optimize, tmp_path):
+    """Neither exporter writes a buffer's update back; the dynamo exporter's record marks the new value,
+    and a note says the trainer leaves the buffer as it is. A buffer only read has no note."""
+    for update in (True, False):
+        path = tmp_path / f"{update}.onnx"
+        dynamo_export(RunningNormalizer(update).train(), torch.randn(B, 4), path, optimize=optimize)
+        _, state, notes = compile_(path, tmp_path / str(update))
+        said = [n for n in notes if "buffer(s) of its own" in n]
+        assert len(said) == int(update), notes
+        assert "center" not in [n for n, p in state.parameters.items() if p.requires_grad]
+
+
 def step_beside_pytorch(model, x, target, optimize, tmp_path):
     """Exported by dynamo, compiled, and one training step through the C and through PyTorch (whose
     gradients stay on the model), the losses checked to agree: (the C's state, the import notes).
