@@ -456,6 +456,16 @@ def _parameter_of(node, module: str, usual: str) -> str:
     return f"{module}.{read[0] if read else usual}"
 
 
+def normalize_transpose_perms(proto: onnx.ModelProto) -> None:
+    """A Transpose's perm written with negative axes, as torch's TorchScript exporter writes
+    `x.permute(0, -2, -1, 1)` (HuggingFace's Mamba2): ONNX's perm counts from 0 only, and shape
+    inference refuses it. A perm lists every axis once, so its length is the rank."""
+    for node in proto.graph.node:
+        for attr in node.attribute:
+            if node.op_type == "Transpose" and attr.name == "perm" and any(p < 0 for p in attr.ints):
+                attr.ints[:] = [p % len(attr.ints) for p in attr.ints]
+
+
 def restore_names(proto: onnx.ModelProto) -> None:
     """dynamo folds a Linear layer's transposed weight into a new constant (val_70 = weight^T) and
     loses its name, and so does the TorchScript exporter's constant folding (onnx::MatMul_302), in a

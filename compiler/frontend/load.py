@@ -47,6 +47,7 @@ def load_model(
     not_parameters, folded = imports.not_parameters(proto), imports.folded_sources(proto)
     proto = _normalize_opset(proto)
     proto = onnx.inliner.inline_local_functions(proto)
+    imports.normalize_transpose_perms(proto)
     imports.check_batchnorm(proto, frozen_bn)
     imports.restore_names(proto)
     imports.restore_reshaped_parameters(proto)

@@ -1137,3 +1137,32 @@ def test_a_draw_left_random_is_said_with_its_eval_mean(tmp_path):
     _, _, notes = compile_(tmp_path / "m.onnx", tmp_path)
     said = [n for n in notes if "random draw" in n]
     assert len(said) == 1 and "RandomUniformLike, mean 0.5" in said[0] and "eval and inference" in said[0], notes
+
+
+class NegativePermute(torch.nn.Module):
+    """A permute written with negative axes, as HuggingFace's Mamba2 writes one."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(5, 3)
+
+    def forward(self, x):
+        return self.fc(x.permute(0, -1, 1)).mean(1)
+
+
+def test_a_transpose_with_negative_axes_trains_as_in_pytorch(tmp_path):
+    """The TorchScript exporter writes permute's negative axes into Transpose's perm, which ONNX
+    counts from 0 only (its shape inference refused the model); they count from the end."""
+    torch.manual_seed(0)
+    model, x, labels = NegativePermute().train(), torch.randn(B, 5, 4), torch.tensor([0, 2])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            model, (x,), tmp_path / "m.onnx", dynamo=False, training=torch.onnx.TrainingMode.TRAINING, input_names=["x"]
+        )
+    (perm,) = [a.ints for n in onnx.load(tmp_path / "m.onnx").graph.node for a in n.attribute if a.name == "perm"]
+    assert list(perm) == [0, -1, 1]  # what the case is about
+    module, state, _ = compile_(tmp_path / "m.onnx", tmp_path, loss=artifacts.LossType.CrossEntropyLoss)
+    module.train()
+    _loss_as_pytorch(module, model, x, labels)
+    np.testing.assert_allclose(state.parameters["fc.weight"].grad, model.fc.weight.grad.numpy(), atol=1e-6)
