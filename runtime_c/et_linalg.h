@@ -30,8 +30,8 @@
 #define ET_EACH8_(S) S(0) S(1) S(2) S(3) S(4) S(5) S(6) S(7)
 
 #if ET_VMLA
-/* Eight zeros for one VLDM to clear eight registers. */
-static const float et_zeros8_[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+/* Zeros for one VLDM to clear up to sixteen registers: lanes that start from 0. */
+static const float et_zeros_[2 * ET_LANES] = {0.0f};
 
 /* et_dot_lanes_f32_'s whole blocks where the FPU has VMLA, in assembly: the lanes in s16-s23
  * throughout, and per block one VLDM of a's eight values, one of b's and eight VMLA (from C, gcc
@@ -70,7 +70,7 @@ static inline float et_dot8_total_vmla_(int blocks, const float *a, const float 
                      "vadd.f32 s17, s17, s19\n\t"
                      "vadd.f32 %[t], s16, s17"
                      : [a] "+r"(a), [b] "+r"(b), [n] "+r"(blocks), [t] "=t"(total)
-                     : [z] "r"(et_zeros8_)
+                     : [z] "r"(et_zeros_)
                      : ET_DOT8_CLOBBERS_);
     return total;
 }
@@ -874,17 +874,17 @@ static inline void et_dot_tile_f32_(int rows, int taps, int segs, int piece, int
         if (rows % 2 == 0 && n >= ET_LANES) {  /* two rows and a tap at a time, their lanes in registers */
             int whole = n - n % ET_LANES;
             ET_PATH_("dot_tile_vmla");
-            static const float zeros[2 * ET_LANES] = {0.0f};
             for (r = 0; r < rows; r += 2)
                 for (t = 0; t < taps; ++t) {
                     float c[2 * ET_LANES], *d = lane + r * lane_rs + t * ET_LANES;
                     const float *y0 = y + r * y_rs, *y1 = y0 + y_rs, *xt0 = x + xt[t];
                     for (g = g0; g + 1 < g1; ++g)
                         et_dot2_vmla_(whole / ET_LANES, y0 + (size_t)g * y_ss, y1 + (size_t)g * y_ss,
-                                      xt0 + (size_t)g * x_ss, g == g0 ? zeros : c, c);
+                                      xt0 + (size_t)g * x_ss, g == g0 ? et_zeros_ : c, c);
                     /* a tail comes with one segment only */
                     et_dot2_last_vmla_(whole / ET_LANES, y0 + (size_t)g * y_ss, y1 + (size_t)g * y_ss,
-                                       xt0 + (size_t)g * x_ss, g == g0 ? zeros : c, n - whole, fresh, d, d + lane_rs);
+                                       xt0 + (size_t)g * x_ss, g == g0 ? et_zeros_ : c, n - whole, fresh, d,
+                                       d + lane_rs);
                 }
             continue;  /* the lanes have the piece's sums */
         }
@@ -1177,7 +1177,7 @@ static inline void et_scaled8_vmla_(int blocks, float w, const float *x, float *
             "subs %[n], %[n], #1\n\t"
             "bne 1b"
             : [x] "+r"(x), [y] "+r"(y), [n] "+r"(blocks)
-            : [w] "t"(w), [z] "r"(et_zeros8_)
+            : [w] "t"(w), [z] "r"(et_zeros_)
             : "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11", "s12", "s13", "s14",
               "s15", "cc", "memory");
     else
@@ -1192,7 +1192,7 @@ static inline void et_scaled8_vmla_(int blocks, float w, const float *x, float *
             "subs %[n], %[n], #1\n\t"
             "bne 1b"
             : [x] "+r"(x), [y] "+r"(y), [n] "+r"(blocks)
-            : [w] "t"(w), [z] "r"(et_zeros8_)
+            : [w] "t"(w), [z] "r"(et_zeros_)
             : "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11", "s12", "s13", "s14",
               "s15", "cc", "memory");
 }
