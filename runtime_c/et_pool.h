@@ -1,5 +1,6 @@
 /* edgetrain runtime: max and average pooling (also the global forms,
- * which are one window covering the plane) and their gradients.
+ * which are one window covering the plane) and their gradients, and
+ * Col2Im (torch's fold), whose blocks are windows of the same geometry.
  *
  * Geometry is 3-D as in et_conv.h: `in`, `out`, `k`, `s`, `d` hold 3 ints
  * (input and output spatial sizes, window, strides, dilations), `p` holds 6
@@ -220,6 +221,57 @@ static inline void et_average_pool_grad_f32(int NC, const int *in, const int *ou
                 }
         } while (et_pool_next_(o, out));
     }
+}
+
+/* Col2Im: plane c of the columns holds one row of L = volume(out) block
+ * values per tap t of the window (taps in (kz, ky, kx) order), and value
+ * (t, o) belongs at the image position of tap t of window o.  Gathering 0,
+ * `from` is the columns and `to` the image: each position is the sum of
+ * the values that land on it, added in (t, o) order as PyTorch's fold adds
+ * them, and values in the padding are dropped.  Gathering 1 (the gradient,
+ * torch's unfold), `from` is the image and each value of the columns `to`
+ * is read back from its position, 0 in the padding. */
+static inline void et_col2im_walk_(int NC, const int *in, const int *out, const int *k, const int *s,
+                                   const int *d, const int *p, int gather, const float *from, float *to)
+{
+    int in_size = et_pool_volume_(in), out_size = et_pool_volume_(out), cols = et_pool_volume_(k) * out_size;
+    int plane, i;
+    for (plane = 0; plane < NC; ++plane) {
+        const float *src = from + (size_t)plane * (size_t)(gather ? in_size : cols);
+        float *dst = to + (size_t)plane * (size_t)(gather ? cols : in_size);
+        int t[3] = {0, 0, 0}, lo[3], hi[3], oz, oy, ox, a, col = 0;
+        for (i = 0; i < (gather ? cols : in_size); ++i)
+            dst[i] = 0.0f;
+        do {  /* the windows o in [lo, hi) put tap t inside the image */
+            for (a = 0; a < 3; ++a)
+                et_pool_span_(s[a], t[a] * d[a] - p[a], in[a], out[a], &lo[a], &hi[a]);
+            for (oz = lo[0]; oz < hi[0]; ++oz)
+                for (oy = lo[1]; oy < hi[1]; ++oy) {
+                    int c = col + (oz * out[1] + oy) * out[2];
+                    int x = ((oz * s[0] + t[0] * d[0] - p[0]) * in[1] + oy * s[1] + t[1] * d[1] - p[1]) * in[2] +
+                            t[2] * d[2] - p[2];
+                    if (gather)
+                        for (ox = lo[2]; ox < hi[2]; ++ox)
+                            dst[c + ox] = src[x + ox * s[2]];
+                    else
+                        for (ox = lo[2]; ox < hi[2]; ++ox)
+                            dst[x + ox * s[2]] += src[c + ox];
+                }
+            col += out_size;
+        } while (et_pool_next_(t, k));
+    }
+}
+
+static inline void et_col2im_f32(int NC, const int *in, const int *out, const int *k, const int *s,
+                                 const int *d, const int *p, const float *X, float *Y)
+{
+    et_col2im_walk_(NC, in, out, k, s, d, p, 0, X, Y);
+}
+
+static inline void et_col2im_grad_f32(int NC, const int *in, const int *out, const int *k, const int *s,
+                                      const int *d, const int *p, const float *dY, float *dX)
+{
+    et_col2im_walk_(NC, in, out, k, s, d, p, 1, dY, dX);
 }
 
 #endif /* ET_POOL_H */

@@ -218,3 +218,72 @@ class AveragePoolGrad:
                 (...,) + (None,) * rank
             ]
         return (dx.astype(np.float32),)
+
+
+def _col2im_window(k, node, x_shape) -> tuple[Window, tuple[int, ...], tuple[int, ...]]:
+    """Col2Im's (window, image shape, blocks per axis), after checking that the columns are the
+    blocks the geometry makes: ONNX shape inference takes the output shape from image_shape alone."""
+    image = tuple(int(v) for v in k.value_of(node.inputs[1]).ravel())
+    block = tuple(int(v) for v in k.value_of(node.inputs[2]).ravel())
+    geo = window(node, image, image, block)
+    blocks = geo.output(image)
+    taps = int(np.prod(block))
+    if min(blocks) < 1 or x_shape[2] != int(np.prod(blocks)) or x_shape[1] % taps:
+        raise EdgetrainError(
+            f"Col2Im node '{node.name}': input shape {tuple(x_shape)} is not the blocks of image {image} "
+            f"with block {block}, strides {geo.strides}, dilations {geo.dilations} and pads {geo.begin + geo.end} "
+            f"(expected (N, C * {taps}, {int(np.prod(blocks))}))"
+        )
+    return geo, image, blocks
+
+
+def _col2im_call(k, fn, geo, image, blocks, y_shape, src, dst):
+    """A call of et_col2im_f32 or its gradient for the N * C planes of the image of `y_shape`."""
+    return k.call(fn, y_shape[0] * y_shape[1], *geo.c_args(image, blocks, trailing_pads=True), src, dst)
+
+
+@op("Col2Im", const_inputs=(1, 2))
+class Col2Im:
+    """torch's fold: sums blocks of columns into an image. Its gradient gathers them back
+    (Col2ImGrad, torch's unfold)."""
+
+    @staticmethod
+    def kernel(k, node):
+        x, y = node.inputs[0], node.outputs[0]
+        geo, image, blocks = _col2im_window(k, node, k.shape(x))
+        return [_col2im_call(k, "et_col2im_f32", geo, image, blocks, k.shape(y), x, y)]
+
+    @staticmethod
+    def grad(g, node, dy):
+        x = node.inputs[0]
+        geo, _, _ = _col2im_window(g, node, g.shape(x))
+        dx = g.emit("Col2ImGrad", [dy[0]], {**geo.attrs(), "shape": list(g.shape(x))}, domain=ET_DOMAIN)
+        return [dx, None, None]
+
+
+@op("Col2ImGrad", domain=ET_DOMAIN)
+class Col2ImGrad:
+    """dX of Col2Im from dY: each column value is the image gradient at its position, 0 in the padding."""
+
+    @staticmethod
+    def kernel(k, node):
+        dy, dx = node.inputs[0], node.outputs[0]
+        dys = k.shape(dy)
+        geo = _explicit(node, dys[2:], dys[2:])
+        return [_col2im_call(k, "et_col2im_grad_f32", geo, dys[2:], geo.output(dys[2:]), dys, dy, dx)]
+
+    @staticmethod
+    def shape(graph, node):
+        return [tuple(node.attr("shape"))]
+
+    @staticmethod
+    def reference(dy, kernel_shape, strides, dilations, pads, shape):
+        geo = Window.explicit(kernel_shape, strides, dilations, pads)
+        blocks = geo.output(dy.shape[2:])
+        dx = np.zeros((*dy.shape[:2], *kernel_shape, *blocks), np.float32)
+        for t in itertools.product(*map(range, kernel_shape)):
+            for o in itertools.product(*map(range, blocks)):
+                at = [j * s - b + i * d for j, s, b, i, d in zip(o, geo.strides, geo.begin, t, geo.dilations)]
+                if all(0 <= a < n for a, n in zip(at, dy.shape[2:])):
+                    dx[(slice(None), slice(None)) + t + o] = dy[(slice(None), slice(None)) + tuple(at)]
+        return (dx.reshape(shape),)

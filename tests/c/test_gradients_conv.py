@@ -355,6 +355,49 @@ for dims in ((2, 3, 5), (2, 3, 4, 5), (1, 2, 3, 4, 2)):
 case("2d-adaptive-ties", "GlobalMaxPool", {"X": (2, 3, 3, 3)}, {}, lambda x: F.adaptive_max_pool2d(x, 1), kind="ties")
 
 
+def torch_fold(image, block, attrs):
+    """Col2Im as F.fold (two spatial axes; one gets a unit axis): onto the image padded at both
+    ends, then cropped, since F.fold's padding is the same at both ends of an axis."""
+    rank = len(image)
+    strides = attrs.get("strides", [1] * rank)
+    dilations = attrs.get("dilations", [1] * rank)
+    pads = attrs.get("pads", [0] * 2 * rank)
+    begin, end = pads[:rank], pads[rank:]
+    lift = (lambda v, one: [one, *v]) if rank == 1 else (lambda v, one: list(v))
+    padded = [i + b + e for i, b, e in zip(image, begin, end)]
+
+    def fn(x):
+        y = F.fold(x, lift(padded, 1), lift(block, 1), dilation=lift(dilations, 1), stride=lift(strides, 1))
+        y = y[(..., *(slice(b, b + i) for b, i in zip(lift(begin, 0), lift(image, 1))))]
+        return y.reshape(*y.shape[:2], *image)
+
+    return fn
+
+
+def col2im_case(name, channels, image, block, attrs):
+    """Col2Im of `channels` planes of `image` from batch-2 columns, as many blocks as the geometry makes."""
+    rank = len(image)
+    pads = attrs.get("pads", [0] * 2 * rank)
+    blocks = [
+        (i + pads[a] + pads[a + rank] - (k - 1) * d - 1) // s + 1
+        for a, (i, k, d, s) in enumerate(
+            zip(image, block, attrs.get("dilations", [1] * rank), attrs.get("strides", [1] * rank))
+        )
+    ]
+    x = (2, channels * int(np.prod(block)), int(np.prod(blocks)))
+    consts = {"image_shape": np.array(image, np.int64), "block_shape": np.array(block, np.int64)}
+    CASES.op(name, "Col2Im", {"input": x}, torch_fold(image, block, attrs), attrs=attrs, consts=consts)
+
+
+# torch's fold and unfold: MobileViT's patches (blocks that tile the image), VOLO's overlapping 3 x 3
+# windows with padding, and asymmetric pads, dilations and a 1-D image.
+col2im_case("2d-patches", 3, (8, 8), (2, 2), {"strides": [2, 2]})
+col2im_case("2d-overlap-pad1", 2, (6, 5), (3, 3), {"pads": [1, 1, 1, 1]})
+col2im_case("2d-overlap-stride2-pad1", 2, (7, 6), (3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]})
+col2im_case("2d-asym-dil", 2, (5, 7), (2, 3), {"strides": [1, 2], "dilations": [2, 1], "pads": [1, 0, 2, 1]})
+col2im_case("1d-stride2-pad1", 3, (9,), (3,), {"strides": [2], "pads": [1, 1]})
+
+
 @pytest.mark.parametrize("spec", CASES)
 def test_gradient(spec, tmp_path, request):
     run_case(spec, tmp_path, request)

@@ -458,6 +458,15 @@ CASES: dict[str, OpCases] = {
             "test_clip_default_int8_inbounds": SMALL_INT_DATA,
         },
     ),
+    "Col2Im": OpCases(
+        included=(
+            "test_col2im",
+            "test_col2im_5d",
+            "test_col2im_dilations",
+            "test_col2im_pads",
+            "test_col2im_strides",
+        )
+    ),
     "Concat": OpCases(
         included=(
             "test_concat_1d_axis_0",

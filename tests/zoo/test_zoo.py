@@ -26,7 +26,9 @@ import torch
 from zoo.zoo_models import BATCH, SEQ, ZOO, ZooModel
 
 
-EXPORTERS = ("torchscript", "dynamo")
+PAIRS = [
+    pytest.param(name, exporter, id=f"{name}-{exporter}") for name, zoo in ZOO.items() for exporter in zoo.exporters
+]
 # (model, exporter) -> a fragment of the one-line refusal; README's table lists the same.
 REFUSED: dict[tuple[str, str], str] = {}
 RESULTS: dict[tuple[str, str], str] = {}
@@ -140,8 +142,7 @@ def c_args(inputs, labels):
     return [a.numpy() for a in inputs] + ([] if labels is None else [labels.numpy()])
 
 
-@pytest.mark.parametrize("exporter", EXPORTERS)
-@pytest.mark.parametrize("name", ZOO)
+@pytest.mark.parametrize("name, exporter", PAIRS)
 def test_zoo_model_trains_as_in_pytorch(name, exporter, tmp_path):
     key = (name, exporter)
     RESULTS[key] = "FAILED"  # until it passes or is refused as listed
@@ -210,8 +211,7 @@ def test_zoo_model_trains_as_in_pytorch(name, exporter, tmp_path):
     RESULTS[key] = f"ok (worst error {worst:.2f} of its bound; loss {first:.3f} -> {loss:.3f})"
 
 
-@pytest.mark.parametrize("exporter", EXPORTERS)
-@pytest.mark.parametrize("name", [n for n, z in ZOO.items() if z.random])
+@pytest.mark.parametrize("name, exporter", [pair for pair in PAIRS if ZOO[pair.values[0]].random])
 def test_random_layers_train_and_are_the_identity_in_eval(name, exporter, tmp_path):
     """Stochastic depth and dropout left on: they draw in training, and infer is PyTorch eval."""
     zoo, model, inputs, labels, state, module, opt = compile_pair(name, exporter, tmp_path, randomness=True)
@@ -231,7 +231,7 @@ def test_random_layers_train_and_are_the_identity_in_eval(name, exporter, tmp_pa
 def test_coverage(request):
     """At least 90 % of the (model, exporter) pairs train and match PyTorch; the rest are refused in one
     line each. Runs last in this module, over the results of the test above."""
-    total = len(ZOO) * len(EXPORTERS)
+    total = len(PAIRS)
     if len(RESULTS) < total:
         pytest.skip("runs only with the whole zoo in the same session")
     ok = sum(r.startswith("ok") for r in RESULTS.values())

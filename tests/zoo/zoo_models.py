@@ -22,6 +22,9 @@ class ZooModel:
     image_size: int = 32
     random: bool = False  # draws random numbers in training (stochastic depth, dropout left on)
     shape: tuple[int, ...] = ()
+    # torch's TorchScript exporter cannot export torch's fold (Col2Im) with a symbolic batch: its
+    # symbolic reads the input's size, which it does not know, and fails with a TypeError
+    exporters: tuple[str, ...] = ("torchscript", "dynamo")
 
     @property
     def one_input(self) -> bool:
@@ -87,6 +90,21 @@ def _convnext():
 def _vit():
     return _tv().VisionTransformer(
         image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64, num_classes=CLASSES
+    )
+
+
+def _volo():
+    """timm's VOLO at a small size: its outlooker folds 3 x 3 windows back into the image (Col2Im)."""
+    _tv()
+    from timm.models.volo import VOLO
+
+    return VOLO(
+        layers=[1, 1, 1, 1],
+        img_size=32,
+        num_classes=CLASSES,
+        stem_hidden_dim=16,
+        embed_dims=[32, 64, 64, 64],
+        num_heads=[1, 2, 2, 2],
     )
 
 
@@ -221,6 +239,20 @@ ZOO: dict[str, ZooModel] = {
     # LCNet is depthwise convolutions with hard-swish and squeeze-excitation.
     "timm_mobilevit_xxs": ZooModel(_timm("mobilevit_xxs"), "image", image_size=64),
     "timm_lcnet_050": ZooModel(_timm("lcnet_050"), "image", image_size=64),
+    "mobilevitv2": ZooModel(
+        _hf_by_keyword(
+            "MobileViTV2Config",
+            "MobileViTV2ForImageClassification",
+            "pixel_values",
+            image_size=64,
+            width_multiplier=0.25,
+            num_labels=CLASSES,
+        ),
+        "image",
+        image_size=64,
+        exporters=("dynamo",),
+    ),
+    "timm_volo": ZooModel(_volo, "image", exporters=("dynamo",)),
     "bert": ZooModel(
         _hf("BertConfig", "BertForSequenceClassification", "text", max_position_embeddings=32, **_ENCODER), "text"
     ),
