@@ -950,7 +950,10 @@ def padding_rows(proto: onnx.ModelProto) -> dict[str, int]:
     padding_idx -> that row, whose weight PyTorch's gradient leaves untouched: the index it reads
     gathers its row in the forward pass but adds nothing to the gradient. Refuses an embedding that
     scales its gradient by the indices' frequencies (scale_grad_by_freq), which no ONNX op says. The
-    TorchScript exporter keeps no record of either."""
+    TorchScript exporter keeps no record of either: there, a table with exactly one row of zeros is
+    read as one with a padding_idx (_zero_rows)."""
+    if not any(_FX_NODE in _meta(node) for node in proto.graph.node):
+        return _zero_rows(proto)
     rows = {}
     for node in proto.graph.node:
         found = _EMBEDDING.search(_meta(node).get(_FX_NODE, "")) if node.op_type == "Gather" else None
@@ -963,6 +966,34 @@ def padding_rows(proto: onnx.ModelProto) -> dict[str, int]:
             )
         if found.group(1) is not None and int(found.group(1)) >= 0:
             rows[node.output[0]] = int(found.group(1))
+    return rows
+
+
+def _zero_rows(proto: onnx.ModelProto) -> dict[str, int]:
+    """For a model without the dynamo exporter's record: the output of each Gather whose data is a
+    2-D float initializer, read at axis 0, with exactly one row of zeros -> that row. nn.Embedding
+    makes its padding_idx row zeros and its gradient never changes it (HuggingFace's initializers
+    zero it too), and a row of zeros is otherwise improbable in a trained or random table; a model
+    whose decoder starts from the padding token (Pegasus, Marian) feeds that row on every step."""
+    tables = {i.name: i for i in proto.graph.initializer if i.data_type == onnx.TensorProto.FLOAT and len(i.dims) == 2}
+    zeros: dict[str, np.ndarray] = {}  # table -> its rows of zeros
+    rows, padded = {}, {}
+    for node in proto.graph.node:
+        axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+        if node.op_type != "Gather" or node.input[0] not in tables or axis not in (0, -2):
+            continue
+        table = node.input[0]
+        if table not in zeros:
+            zeros[table] = np.flatnonzero(~numpy_helper.to_array(tables[table]).any(axis=1))
+        if len(zeros[table]) == 1 and tables[table].dims[0] > 1:
+            rows[node.output[0]] = padded[table] = int(zeros[table][0])
+    if padded:
+        note(
+            "; ".join(f"row {row} of '{table}'" for table, row in sorted(padded.items()))
+            + ": all zeros, as nn.Embedding keeps its padding_idx row, so its lookups add nothing to its gradient, "
+            "as in PyTorch (a TorchScript export does not record padding_idx; if it is not one, export with "
+            "dynamo=True, whose record says)"
+        )
     return rows
 
 

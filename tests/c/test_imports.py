@@ -961,6 +961,40 @@ def test_an_embeddings_padding_row_the_dynamo_exporter_recorded_gets_no_gradient
     np.testing.assert_allclose(state.parameters["embed.weight"].grad, model.embed.weight.grad, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("padding_idx", [0, None])
+def test_an_embeddings_row_of_zeros_in_a_torchscript_export_gets_no_gradient_from_its_lookups(padding_idx, tmp_path):
+    """TorchScript keeps no record of padding_idx, but nn.Embedding makes that row zeros, and its
+    gradient keeps it so: such a row is read as the padding row, with a note. Without a padding_idx
+    (no row of zeros), every lookup trains its row."""
+    torch.manual_seed(0)
+    model = TiedEmbedding(padding_idx).train()
+    if padding_idx is not None:
+        with torch.no_grad():
+            model.embed.weight[padding_idx] = 0.0  # as nn.Embedding makes it
+    ids, labels = torch.tensor([[0, 5, 5, 2, 0, 1], [3, 5, 0, 6, 4, 0]][:B]), torch.tensor([0, 5])[:B]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            model,
+            (ids,),
+            tmp_path / "m.onnx",
+            dynamo=False,
+            training=torch.onnx.TrainingMode.TRAINING,
+            do_constant_folding=False,
+            input_names=["x"],
+            dynamic_axes={"x": {0: "batch"}},
+        )
+    module, state, notes = compile_(tmp_path / "m.onnx", tmp_path, loss=artifacts.LossType.CrossEntropyLoss)
+    module.train()
+    _loss_as_pytorch(module, model, ids, labels)
+    assert model.embed.weight.grad[0].abs().sum() > 0  # the head's part: the row trains, through the head alone
+    np.testing.assert_allclose(state.parameters["embed.weight"].grad, model.embed.weight.grad, rtol=1e-5, atol=1e-6)
+    padding = [n for n in notes if "padding_idx" in n]
+    assert padding == (
+        ["row 0 of 'embed.weight': all zeros" + padding[0].split("all zeros", 1)[1]] if padding_idx == 0 else []
+    ), notes
+
+
 class FoldedCopies(torch.nn.Module):
     """Parameters read directly and through a transpose, a view or an expansion, which dynamo's
     optimizer folds into constants of their own, one through a product, which is no rearrangement,

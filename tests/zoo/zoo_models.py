@@ -368,6 +368,31 @@ ZOO: dict[str, ZooModel] = {
         ),
         "lm",
     ),
+    # Its decoder starts from the padding token, whose embedding row PyTorch's gradient skips
+    # (padding_idx): the dynamo exporter records it, and in a TorchScript export the row is zeros.
+    "pegasus": ZooModel(
+        _hf(
+            "PegasusConfig",
+            "PegasusForConditionalGeneration",
+            "lm",
+            vocab_size=VOCAB,
+            d_model=32,
+            encoder_layers=1,
+            decoder_layers=1,
+            encoder_attention_heads=2,
+            decoder_attention_heads=2,
+            encoder_ffn_dim=64,
+            decoder_ffn_dim=64,
+            max_position_embeddings=32,
+            dropout=0.0,
+            attention_dropout=0.0,
+            activation_dropout=0.0,
+            pad_token_id=0,
+            eos_token_id=1,
+            decoder_start_token_id=0,
+        ),
+        "lm",
+    ),
     # A waveform through a strided Conv1d stack with GroupNorm, a grouped positional convolution
     # under weight_norm, and a transformer; SpecAugment's masking (mask_time_prob) off, as dropout is.
     "wav2vec2": ZooModel(
