@@ -491,9 +491,13 @@ def restore_names(proto: onnx.ModelProto) -> None:
             first.setdefault(node.input[1], (index, node))
     for name, (index, node) in sorted(first.items(), key=lambda item: -item[1][0]):  # from the last
         init, public = inits.get(name), next(iter(layers[name])) if len(layers[name]) == 1 else None
-        if init is None or public is None or readers[name] != calls[name] or len(init.dims) != 2:
+        if init is None or readers[name] != calls[name] or len(init.dims) != 2:
             continue
         weight = numpy_helper.to_array(init).T
+        if public is None and _TORCHSCRIPT_TRANSPOSED.fullmatch(name):  # no Linear: `x @ embedding.weight.T`
+            public = _equal_parameter(inits, weight, name)
+        if public is None:
+            continue
         tied = inits.get(public)
         if tied is None:  # tied under the other layer's name (a head tied to the embedding, exported as it)
             public = _equal_parameter(inits, weight, name) or public
