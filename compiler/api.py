@@ -5,6 +5,7 @@ Python only moves buffers."""
 from __future__ import annotations
 
 import json
+import numbers
 import os
 import threading
 from pathlib import Path
@@ -20,6 +21,7 @@ from .checkpoint import CheckpointError
 from .export import merge_parameter_blob
 from .files import write_artifact, write_atomic
 from .host import load_library
+from .optim.optimizers import in_range
 
 __all__ = [
     "CheckpointError",
@@ -800,8 +802,11 @@ class Optimizer:
         _check(status, "optimizer_step")
 
     def set_learning_rate(self, learning_rate: float) -> None:
-        if not np.isfinite(learning_rate) or learning_rate < 0:
-            raise ValueError(f"learning rate must be a finite number >= 0, got {learning_rate}")
+        if isinstance(learning_rate, bool) or not isinstance(learning_rate, numbers.Real):
+            raise ValueError(f"learning rate must be a number, got {learning_rate!r}")
+        problem = in_range({"learning rate": float(learning_rate)}, {"learning rate": (0.0, None)})
+        if problem:
+            raise ValueError(problem)
         _check(self._module._lib_call("set_learning_rate", float(learning_rate)), "set_learning_rate")
 
     def get_learning_rate(self) -> float:

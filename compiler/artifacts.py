@@ -174,7 +174,7 @@ def generate_artifacts(
         class_weights=None if class_weights is None else np.asarray(class_weights).tolist(),
     )
     stages = _Stages.of(model, prefix, _max_batch(batch_size), options)
-    _check_options(stages.spec, target, requires_grad, update_policy, fused_update, memory_plot)
+    _check_options(stages.spec, target, requires_grad, frozen_params, update_policy, fused_update, memory_plot)
     (trainer, model_c), free = _compile(stages, dict(dim_values or {}), defer_free_dims and target is None)
     for message in (
         _unread_outputs(trainer.graph.outputs, options),
@@ -514,8 +514,13 @@ def specialize(directory: Path, recipe: dict, max_batch: int, dims: dict[str, in
     return out
 
 
-def _check_options(spec: OptimizerSpec, target, requires_grad, update_policy, fused_update, memory_plot) -> None:
+def _check_options(
+    spec: OptimizerSpec, target, requires_grad, frozen_params, update_policy, fused_update, memory_plot
+) -> None:
     """generate_artifacts' arguments that cannot go together, or are unknown."""
+    for name, names in (("requires_grad", requires_grad), ("frozen_params", frozen_params)):
+        if isinstance(names, str):  # would be read a character at a time
+            raise EdgetrainError(f"{name} takes a list of parameter names, not the string {names!r}")
     if target is not None and target not in TARGETS:
         raise EdgetrainError(f"unknown target {target!r}; known targets: {', '.join(TARGETS)}")
     if spec.problem():

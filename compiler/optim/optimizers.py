@@ -43,9 +43,26 @@ class OptimizerSpec:
         return {name: type(default)(getattr(self, name, default)) for name, default in self.binding.hyper.items()}
 
     def problem(self) -> str | None:
-        """Why these hyperparameters cannot go together, or None."""
+        """Why these hyperparameters are out of range or cannot go together, or None."""
+        if self.max_grad_norm is not None and not 0.0 < self.max_grad_norm <= FLOAT32_MAX:
+            return f"max_grad_norm must be a finite number > 0, got {self.max_grad_norm}"
         check = self.binding.check
-        return check(self.attrs()) if check else None
+        return in_range({"learning rate": self.lr}, {"learning rate": (0.0, None)}) or (
+            check(self.attrs()) if check else None
+        )
+
+
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def in_range(values: dict, bounds: dict[str, tuple[float, float | None]]) -> str | None:
+    """Why a value is outside its [low, high) (high None: any float32), as torch.optim says it for
+    its own; NaN is outside every range. None when each is inside."""
+    for name, (low, high) in bounds.items():
+        value = values[name]
+        if not (low <= value < high if high is not None else low <= value <= FLOAT32_MAX):
+            return f"{name} must be a finite number >= {low:g}{f' and < {high:g}' if high is not None else ''}, got {value}"
+    return None
 
 
 # Adding an optimizer is one block here (an op in ET_DOMAIN: its hyperparameters, state slots,
@@ -59,6 +76,10 @@ class AdamW:
     """(lr, step, W, G, M, V) -> (W, M, V): ONNX Runtime 1.19's AdamW, with t = step + 1."""
 
     hyper = {"beta1": 0.9, "beta2": 0.999, "eps": 1e-6, "weight_decay": 0.0}
+
+    @staticmethod
+    def check(h):
+        return in_range(h, {"beta1": (0.0, 1.0), "beta2": (0.0, 1.0), "eps": (0.0, None), "weight_decay": (0.0, None)})
 
     @staticmethod
     def slots(h):
@@ -125,7 +146,9 @@ class SGD:
 
     @staticmethod
     def check(h):
-        return "nesterov needs a positive momentum" if h["nesterov"] and h["momentum"] <= 0 else None
+        if h["nesterov"] and h["momentum"] <= 0:
+            return "nesterov needs a positive momentum"
+        return in_range(h, {"momentum": (0.0, None), "dampening": (0.0, None), "weight_decay": (0.0, None)})
 
     @staticmethod
     def update(u: Update, h) -> Call:

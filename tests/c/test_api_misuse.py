@@ -95,11 +95,20 @@ def test_optimizer_step_needs_gradients(bound):
     opt.step()
 
 
-@pytest.mark.parametrize("lr", [-0.1, float("nan"), float("inf")])
-def test_bad_learning_rate(bound, lr):
+@pytest.mark.parametrize(
+    "lr, match",
+    [
+        (-0.1, "finite number >= 0"),
+        (float("nan"), "finite number >= 0"),
+        (float("inf"), "finite number >= 0"),
+        (1e39, "finite number >= 0"),  # past float32, where the C keeps it
+        ("0.1", "must be a number, got '0.1'"),
+    ],
+)
+def test_bad_learning_rate(bound, lr, match):
     _, _, opt = bound
     old = opt.get_learning_rate()
-    with pytest.raises(ValueError, match="finite number >= 0"):
+    with pytest.raises(ValueError, match=match):
         opt.set_learning_rate(lr)
     assert opt.get_learning_rate() == old
 

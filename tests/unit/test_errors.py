@@ -12,6 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from edgetrain import EdgetrainError, artifacts
 from edgetrain.cli import main
+from edgetrain.optim import OptimizerSpec, OptimType
 from models import mlp
 
 
@@ -204,6 +205,60 @@ def test_cli_error_is_one_line_exit_2(tmp_path, case):
     assert "Traceback" not in result.stderr
     for fragment in fragments:
         assert fragment in lines[0]
+
+
+# Settings out of range, or given where they change nothing: (generate_artifacts' arguments, the
+# same on the command line or None where it cannot say it, what the one line says).
+CE = {"batch_size": 4, "loss": artifacts.LossType.CrossEntropyLoss}
+OPTION_CASES = {
+    "nan learning rate": ({**CE, "learning_rate": float("nan")}, ["--lr", "nan"], ["learning rate", ">= 0", "nan"]),
+    "negative learning rate": ({**CE, "learning_rate": -0.1}, ["--lr", "-0.1"], ["learning rate", ">= 0", "-0.1"]),
+    "learning rate past float32": ({**CE, "learning_rate": 1e39}, ["--lr", "1e39"], ["learning rate", "finite"]),
+    "negative momentum": (
+        {**CE, "optimizer": "SGD", "momentum": -0.5},
+        ["--optimizer", "SGD", "--momentum", "-0.5"],
+        ["momentum must be a finite number >= 0", "-0.5"],
+    ),
+    "negative weight decay": ({**CE, "weight_decay": -1.0}, ["--weight-decay", "-1"], ["weight_decay", ">= 0"]),
+    "negative max_grad_norm": ({**CE, "max_grad_norm": -1.0}, ["--max-grad-norm", "-1"], ["max_grad_norm", "> 0"]),
+    "ignore_index with MSE": (
+        {"batch_size": 4, "loss": artifacts.LossType.MSELoss, "ignore_index": 2},
+        ["--loss", "MSELoss", "--ignore-index", "2"],
+        ["ignore_index", "CrossEntropyLoss's", "not MSELoss's"],
+    ),
+    "fractional ignore_index": ({**CE, "ignore_index": 2.5}, None, ["ignore_index must be an int32", "2.5"]),
+    "ignore_index past int32": ({**CE, "ignore_index": 2**40}, None, ["ignore_index must be an int32"]),
+    "nan class weight": ({**CE, "class_weights": [1.0, float("nan"), 1.0]}, None, ["class_weights must be finite"]),
+    "frozen_params as a string": ({**CE, "frozen_params": "fc0.bias"}, None, ["list of parameter names", "'fc0.bias'"]),
+}
+
+
+@pytest.mark.parametrize("case", OPTION_CASES)
+def test_a_setting_out_of_range_is_refused_in_one_line(tmp_path, case):
+    kwargs, flags, fragments = OPTION_CASES[case]
+    with pytest.raises(EdgetrainError) as err:
+        artifacts.generate_artifacts(mlp(), artifact_directory=tmp_path / "api", **kwargs)
+    assert "\n" not in str(err.value) and all(f in str(err.value) for f in fragments), str(err.value)
+    assert not (tmp_path / "api").exists()
+    if flags is not None:
+        onnx.save(mlp(), tmp_path / "m.onnx")
+        result = cli("compile", tmp_path / "m.onnx", "-o", tmp_path / "cli", "--batch-size", 4, *flags)
+        assert result.returncode == 2 and len(result.stderr.splitlines()) == 1, result.stderr
+        assert all(f in result.stderr for f in fragments), result.stderr
+
+
+@pytest.mark.parametrize(
+    "hyper, fragment",
+    [
+        ({"beta1": 1.0}, "beta1 must be a finite number >= 0 and < 1, got 1.0"),
+        ({"beta2": float("nan")}, "beta2 must be"),
+        ({"eps": -1e-8}, "eps must be a finite number >= 0"),
+    ],
+)
+def test_adamw_hyperparameters_out_of_range_are_a_problem(hyper, fragment):
+    """AdamW's betas and eps, which generate_artifacts takes at their defaults, as torch.optim.AdamW bounds them."""
+    assert fragment in OptimizerSpec(OptimType.AdamW, **hyper).problem()
+    assert OptimizerSpec(OptimType.AdamW).problem() is None
 
 
 def test_unfixed_dimension_names_every_fix_in_the_interfaces_spelling(tmp_path):
