@@ -97,3 +97,32 @@ def test_bce_with_logits(case, tmp_path, request):
         LossType.BCEWithLogitsLoss, logits, target, F.binary_cross_entropy_with_logits, tmp_path=tmp_path
     )
     print(f"max |C - torch| = {err:.3g}")
+
+
+@pytest.mark.parametrize("nothing_counts", ["every-label-ignored", "every-weight-zero"])
+def test_cross_entropy_of_a_batch_in_which_no_target_counts_is_zero(nothing_counts, tmp_path, request):
+    """PyTorch's mean is then 0/0 = NaN; edgetrain's loss and gradients are 0 (README: Losses): its
+    sum, which PyTorch gives as 0 with zero gradients."""
+    rng = _rng(request)
+    logits = (2 * rng.normal(size=(4, 3))).astype(np.float32)
+    labels = rng.integers(0, 3, size=4).astype(np.int64)
+    ignore_index, weights = None, None
+    if nothing_counts == "every-label-ignored":
+        labels[:], ignore_index = 1, 1
+    else:
+        weights = np.zeros(3, np.float32)
+
+    def torch_loss(x, y):
+        w = None if weights is None else torch.from_numpy(weights)
+        return F.cross_entropy(x, y, weight=w, reduction="sum", ignore_index=-100 if ignore_index is None else 1)
+
+    err = check_loss_gradients(
+        LossType.CrossEntropyLoss,
+        logits,
+        labels,
+        torch_loss,
+        tmp_path=tmp_path,
+        ignore_index=ignore_index,
+        class_weights=weights,
+    )
+    print(f"max |C - torch| = {err:.3g}")
