@@ -466,6 +466,34 @@ def normalize_transpose_perms(proto: onnx.ModelProto) -> None:
                 attr.ints[:] = [p % len(attr.ints) for p in attr.ints]
 
 
+def explicit_squeeze_axes(proto: onnx.ModelProto) -> None:
+    """A Squeeze without axes removes every axis of size 1, so its result's rank can depend on the
+    batch. torch.export traces with symbolic sizes of at least 2, and writes the graph after such a
+    Squeeze for the axes that were 1 in the trace (MBart's shift of its labels, `.squeeze()` of a
+    (batch, 1) tensor): at a batch of 1, the batch axis would go too, and shape inference fails. Where
+    the input's shape has a symbolic size, the Squeeze gets the axes its shape gives as 1, as traced."""
+    graph = proto.graph
+    unnamed = [n for n in graph.node if n.op_type == "Squeeze" and len([i for i in n.input if i]) == 1]
+    if not unnamed:
+        return
+    try:  # the exporter's shapes, completed by inference: symbolic sizes stay by name
+        inferred = onnx.shape_inference.infer_shapes(proto).graph
+    except Exception:
+        inferred = graph
+    shapes = {v.name: v.type.tensor_type.shape for v in [*inferred.value_info, *inferred.input, *graph.value_info]}
+    for node in unnamed:
+        shape = shapes.get(node.input[0])
+        if shape is None or not shape.dim or not all(d.HasField("dim_value") or d.dim_param for d in shape.dim):
+            continue  # an unknown size, which may be 1
+        if all(d.HasField("dim_value") for d in shape.dim):
+            continue  # known in full: the axes do not depend on the batch
+        axes = [axis for axis, d in enumerate(shape.dim) if d.HasField("dim_value") and d.dim_value == 1]
+        name = f"{node.name or node.output[0]}__axes"
+        graph.initializer.append(numpy_helper.from_array(np.array(axes, np.int64), name))
+        del node.input[1:]
+        node.input.append(name)
+
+
 def restore_names(proto: onnx.ModelProto) -> None:
     """dynamo folds a Linear layer's transposed weight into a new constant (val_70 = weight^T) and
     loses its name, and so does the TorchScript exporter's constant folding (onnx::MatMul_302), in a

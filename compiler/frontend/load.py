@@ -48,6 +48,7 @@ def load_model(
     proto = _normalize_opset(proto)
     proto = onnx.inliner.inline_local_functions(proto)
     imports.normalize_transpose_perms(proto)
+    imports.explicit_squeeze_axes(proto)
     imports.check_batchnorm(proto, frozen_bn)
     imports.restore_names(proto)
     imports.restore_reshaped_parameters(proto)

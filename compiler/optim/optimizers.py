@@ -61,7 +61,8 @@ def in_range(values: dict, bounds: dict[str, tuple[float, float | None]]) -> str
     for name, (low, high) in bounds.items():
         value = values[name]
         if not (low <= value < high if high is not None else low <= value <= FLOAT32_MAX):
-            return f"{name} must be a finite number >= {low:g}{f' and < {high:g}' if high is not None else ''}, got {value}"
+            upper = f" and < {high:g}" if high is not None else ""
+            return f"{name} must be a finite number >= {low:g}{upper}, got {value}"
     return None
 
 

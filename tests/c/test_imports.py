@@ -1000,6 +1000,39 @@ def test_an_embeddings_row_of_zeros_in_a_torchscript_export_gets_no_gradient_fro
     ), notes
 
 
+class ShiftRight(torch.nn.Module):
+    """MBart's shift of its labels: each row's last token moves to the front, taken by a gather and
+    `.squeeze()`, which a batch of 1 turns into a scalar."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed, self.out = torch.nn.Embedding(10, 4), torch.nn.Linear(4, 3)
+
+    def forward(self, ids):
+        last = ids.gather(1, (ids.ne(0).sum(1) - 1).unsqueeze(-1)).squeeze()
+        shifted = ids.clone()
+        shifted[:, 1:] = ids[:, :-1].clone()
+        shifted[:, 0] = last
+        return self.out(torch.tanh(self.embed(shifted)).mean(1))
+
+
+def test_a_squeeze_of_every_unit_axis_keeps_the_batch_axis_at_a_batch_of_1(tmp_path):
+    """torch.export traces symbolic sizes as at least 2, so the graph after the Squeeze is written
+    for a (batch,) result: at a batch of 1 it trains as PyTorch does, rather than failing shape
+    inference (the batch axis squeezed too)."""
+    torch.manual_seed(0)
+    model = ShiftRight().train()
+    ids = torch.tensor([[3, 4, 5, 0], [6, 7, 0, 0], [1, 2, 8, 9]])
+    dynamo_export(model, ids, tmp_path / "m.onnx", optimize=True)
+    module, state, _ = compile_(tmp_path / "m.onnx", tmp_path, loss=artifacts.LossType.CrossEntropyLoss)
+    module.train()
+    for rows in ([1], [0, 2]):
+        model.zero_grad()
+        module.lazy_reset_grad()
+        _loss_as_pytorch(module, model, ids[rows], torch.tensor([2, 0])[: len(rows)])
+        assert_gradients_as_in_pytorch(state, model)
+
+
 class FoldedCopies(torch.nn.Module):
     """Parameters read directly and through a transpose, a view or an expansion, which dynamo's
     optimizer folds into constants of their own, one through a product, which is no rearrangement,
