@@ -52,6 +52,19 @@ CE_CASES = [
 ]
 
 
+def _check_cross_entropy(logits, labels, torch_loss, ignore_index, weights, tmp_path):
+    err = check_loss_gradients(
+        LossType.CrossEntropyLoss,
+        logits,
+        labels,
+        torch_loss,
+        tmp_path=tmp_path,
+        ignore_index=ignore_index,
+        class_weights=weights,
+    )
+    print(f"max |C - torch| = {err:.3g}")
+
+
 @pytest.mark.parametrize("shape,dtype,ignore_index,weighted", [pytest.param(*c[1:], id=c[0]) for c in CE_CASES])
 def test_cross_entropy(shape, dtype, ignore_index, weighted, tmp_path, request):
     rng = _rng(request)
@@ -70,16 +83,7 @@ def test_cross_entropy(shape, dtype, ignore_index, weighted, tmp_path, request):
         w = None if weights is None else torch.from_numpy(weights)
         return F.cross_entropy(x, y, weight=w, reduction="mean", **kwargs)
 
-    err = check_loss_gradients(
-        LossType.CrossEntropyLoss,
-        logits,
-        labels,
-        torch_loss,
-        tmp_path=tmp_path,
-        ignore_index=ignore_index,
-        class_weights=weights,
-    )
-    print(f"max |C - torch| = {err:.3g}")
+    _check_cross_entropy(logits, labels, torch_loss, ignore_index, weights, tmp_path)
 
 
 @pytest.mark.parametrize("case", ["3x4", "2x3x2", "extreme"])
@@ -116,13 +120,4 @@ def test_cross_entropy_of_a_batch_in_which_no_target_counts_is_zero(nothing_coun
         w = None if weights is None else torch.from_numpy(weights)
         return F.cross_entropy(x, y, weight=w, reduction="sum", ignore_index=-100 if ignore_index is None else 1)
 
-    err = check_loss_gradients(
-        LossType.CrossEntropyLoss,
-        logits,
-        labels,
-        torch_loss,
-        tmp_path=tmp_path,
-        ignore_index=ignore_index,
-        class_weights=weights,
-    )
-    print(f"max |C - torch| = {err:.3g}")
+    _check_cross_entropy(logits, labels, torch_loss, ignore_index, weights, tmp_path)
