@@ -1199,10 +1199,16 @@ def tied_parameters(proto: onnx.ModelProto, params: set[str], untie: bool) -> No
     if not tied:
         return
     if not untie:
-        shown = "; ".join(f"'{name}' by {len(r)} layers" for name, r in list(tied.items())[:4])
+        # The nodes by name: one module's nodes reading its own parameter (a bias put together
+        # by a Concat) look like a tie across layers (an output layer reading the embedding).
+        shown = "; ".join(
+            f"'{name}' by {len(r)} nodes: {', '.join(repr(n.name) for n, _ in r[:3])}{', ...' if len(r) > 3 else ''}"
+            for name, r in list(tied.items())[:4]
+        )
         note(
-            f"{len(tied)} parameter(s) are shared between layers and train as one tied parameter ({shown}"
-            f"{'; ...' if len(tied) > 4 else ''}); untie=True (--untie) gives each layer its own copy"
+            f"{len(tied)} parameter(s) are read by more than one node and train as one, as in PyTorch ({shown}"
+            f"{'; ...' if len(tied) > 4 else ''}); to untie weights tied across layers, untie=True (--untie) "
+            "gives each node its own copy"
         )
         return
     _own_copies(graph, {name: readers[1:] for name, readers in tied.items()})

@@ -157,7 +157,7 @@ def test_ties_are_reported_once_and_untie_gives_each_layer_a_copy(tmp_path):
     )
     x, t = rng.normal(size=(B, 4)).astype(np.float32), rng.normal(size=(B, 4)).astype(np.float32)
     module, state, notes = compile_(model, tmp_path, loss=artifacts.LossType.MSELoss)
-    assert len(notes) == 1 and "'ln.weight' by 2 layers" in notes[0] and "untie=True" in notes[0]
+    assert len(notes) == 1 and "'ln.weight' by 2 nodes" in notes[0] and "untie=True" in notes[0]
     tied_loss = module(x, t)
     tied = state.parameters["ln.weight"].grad.copy()
     module, state, notes = compile_(model, tmp_path / "untied", loss=artifacts.LossType.MSELoss, untie=True)
@@ -227,7 +227,7 @@ def test_dynamo_optimized_export_trains_every_pytorch_parameter_under_its_name(t
     module, state, notes = compile_(tmp_path / "m.onnx", tmp_path, loss=artifacts.LossType.CrossEntropyLoss)
     assert any("restored 1 zero bias" in n for n in notes), notes
     assert any("merged" in n and "each trains on its own" in n for n in notes), notes
-    assert not any("shared between layers" in n for n in notes), notes
+    assert not any("read by more than one node" in n for n in notes), notes
     _loss_as_pytorch(module, model, x, labels)
     trains = {n for n, p in state.parameters.items() if p.requires_grad}
     assert trains == {n for n, _ in model.named_parameters()}, sorted(trains ^ {n for n, _ in model.named_parameters()})
@@ -290,7 +290,7 @@ def test_a_real_tie_stays_tied_through_the_dynamo_optimizer(tmp_path):
 
     dynamo_export(Twice().train(), torch.randn(B, 6), tmp_path / "m.onnx", optimize=True)
     module, state, notes = compile_(tmp_path / "m.onnx", tmp_path, loss=artifacts.LossType.MSELoss)
-    assert any("shared between layers" in n for n in notes), notes
+    assert any("read by more than one node" in n for n in notes), notes
     assert not any("merged" in n for n in notes), notes
     assert {n for n, p in state.parameters.items() if p.requires_grad} == {"lin.weight", "lin.bias"}
 
@@ -372,7 +372,7 @@ def test_dynamo_optimized_ties_attention_and_folded_parameters(tmp_path):
     module, state, notes = compile_(tmp_path / "m.onnx", tmp_path, loss=artifacts.LossType.CrossEntropyLoss)
     assert any("1 PyTorch parameter(s)" in n and "(scale.gain)" in n and "optimize=False" in n for n in notes), notes
     assert any("restored 1 zero bias" in n for n in notes), notes
-    assert any("'out.weight' by 2 layers" in n for n in notes), notes  # the tie, under one of its names
+    assert any("'out.weight' by 2 nodes" in n for n in notes), notes  # the tie, under one of its names
     _loss_as_pytorch(module, model, ids, labels)
     params = dict(model.named_parameters(remove_duplicate=False))
     trains = {n for n, p in state.parameters.items() if p.requires_grad}
@@ -405,7 +405,7 @@ def test_torchscript_constant_folding_keeps_a_tie_under_the_other_layers_name(tm
         warnings.simplefilter("ignore")
         torch.onnx.export(model, (ids,), tmp_path / "m.onnx", dynamo=False, training=torch.onnx.TrainingMode.TRAINING)
     module, state, notes = compile_(tmp_path / "m.onnx", tmp_path, loss=artifacts.LossType.CrossEntropyLoss)
-    assert any("'embed.weight' by 2 layers" in n for n in notes), notes
+    assert any("'embed.weight' by 2 nodes" in n for n in notes), notes
     _loss_as_pytorch(module, model, ids, labels)
     trains = {n for n, p in state.parameters.items() if p.requires_grad}
     assert trains == {"embed.weight", "mix.weight", "mix.bias"}, sorted(trains)
