@@ -938,19 +938,24 @@ def check_label_smoothing(proto: onnx.ModelProto) -> None:
 _OUTPUT_KIND = "pkg.torch.export.graph_signature.OutputSpec.kind"  # USER_OUTPUT, BUFFER_MUTATION, ...
 
 
-def note_buffer_updates(proto: onnx.ModelProto) -> None:
-    """Say where the forward updates a buffer of its own (a running normalizer, an EMA): ONNX cannot
-    write a model's state, so neither exporter keeps the update. The dynamo exporter's record marks
-    the new value where the forward itself reads it (BUFFER_MUTATION); an update nothing reads
-    after it leaves no trace. BatchNorm's running statistics are restored apart (check_batchnorm)."""
+def _buffer_updates(proto: onnx.ModelProto) -> list[str]:
+    """The values the dynamo exporter's record marks as a buffer's new value (BUFFER_MUTATION), where
+    the forward itself reads it; an update nothing reads after it leaves no trace. BatchNorm's running
+    statistics are left out: check_batchnorm restores them."""
     producers = {out: node for node in proto.graph.node for out in node.output}
-    updated = [
+    return [
         value.name
         for value in [*proto.graph.value_info, *proto.graph.output]
         if value.type.tensor_type.elem_type == onnx.TensorProto.FLOAT
         and any(p.key == _OUTPUT_KIND and p.value == "BUFFER_MUTATION" for p in value.metadata_props)
         and getattr(producers.get(value.name), "op_type", "") != "BatchNormalization"
     ]
+
+
+def note_buffer_updates(proto: onnx.ModelProto) -> None:
+    """Say where the forward updates a buffer of its own (a running normalizer, an EMA, spectral_norm's
+    power iteration): ONNX cannot write a model's state, so neither exporter keeps the update."""
+    updated = _buffer_updates(proto)
     if updated:
         note(
             f"the forward updates {len(updated)} buffer(s) of its own (first: value {updated[0]!r}), which the "
@@ -961,16 +966,21 @@ def note_buffer_updates(proto: onnx.ModelProto) -> None:
 
 
 def detached_values(proto: onnx.ModelProto) -> frozenset[str]:
-    """The values of nodes that torch's dynamo exporter records as `aten.detach` (x.detach() in the
-    forward, an Identity in ONNX, which has no way to stop a gradient): PyTorch's gradient stops
-    there, and so does edgetrain's. The TorchScript exporter keeps no such record, nor does any
-    exporter for a torch.no_grad() block: there the gradient flows on, as in ONNX Runtime."""
-    return frozenset(
+    """The values where PyTorch's gradient stops, and so edgetrain's, as torch's dynamo exporter
+    records them: nodes recorded as `aten.detach` (x.detach() in the forward, an Identity in ONNX,
+    which has no way to stop a gradient), and a buffer's new value (_buffer_updates). PyTorch cannot
+    train through a buffer's update: the buffer would carry the step's graph into the next step, whose
+    backward then fails, so modules make it under torch.no_grad() (spectral_norm's power iteration, a
+    running mean), which the export does not record. The TorchScript exporter keeps no record of
+    either, nor does any exporter for a torch.no_grad() block elsewhere: there the gradient flows on,
+    as in ONNX Runtime."""
+    detached = {
         name
         for node in proto.graph.node
         if re.search(r"target=torch\.ops\.aten\.detach\.default\b", _meta(node).get(_FX_NODE, ""))
         for name in node.output
-    )
+    }
+    return frozenset(detached.union(_buffer_updates(proto)))
 
 
 # An embedding's recorded call: aten.embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, ...).

@@ -67,6 +67,7 @@ def load_model(
     imports.check_divisor_override(proto)
     imports.check_label_smoothing(proto)
     imports.note_buffer_updates(proto)
+    detached = imports.detached_values(proto)  # before shape inference rewrites value_info, and its records
     _fix_dims(proto, dim_values or {})
     dims.tie_to_constants(proto, _data_inputs(proto))
     _fix_batch(proto, batch_size)
@@ -76,7 +77,7 @@ def load_model(
     graph.not_parameters = not_parameters & set(graph.params)
     graph.folded = folded - graph.values.keys()
     graph.recorded = imports.recorded_parameters(proto)
-    graph.detached = imports.detached_values(proto) & graph.values.keys()
+    graph.detached = detached & graph.values.keys()
     graph.padding_rows = {v: row for v, row in imports.padding_rows(proto).items() if v in graph.values}
     for value in graph.values.values():
         check_tensor_size(value.name, value.shape)

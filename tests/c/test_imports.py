@@ -910,6 +910,49 @@ def test_a_buffer_the_forward_updates_is_noted(optimize, tmp_path):
         assert "center" not in [n for n, p in state.parameters.items() if p.requires_grad]
 
 
+class CenteredAfterLayer(torch.nn.Module):
+    """A running mean of a trained layer's output, updated under no_grad and read by the forward, and a
+    spectral_norm convolution, whose power iteration updates its buffers under no_grad likewise."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.utils.parametrizations.spectral_norm(torch.nn.Conv2d(3, 4, 3))
+        self.fc1, self.fc2 = torch.nn.Linear(4, 4), torch.nn.Linear(4, 3)
+        self.register_buffer("center", torch.zeros(4))
+
+    def forward(self, x):
+        h = self.fc1(self.conv(x).mean((2, 3)))
+        with torch.no_grad():
+            self.center.mul_(0.5).add_(0.5 * h.mean(0))
+        return self.fc2(h - self.center)
+
+
+@pytest.mark.parametrize("optimize", [False, True])
+def test_a_buffers_update_stops_the_gradient_as_in_pytorch(optimize, tmp_path):
+    """PyTorch computes a buffer's update under no_grad (it could not backpropagate through the stored
+    buffer on the next step otherwise); the export does not record that, but the dynamo exporter's
+    record of the update does: without the stop, fc1's and the convolution's gradients took a share
+    through the new mean and the power iteration."""
+    torch.manual_seed(0)
+    model, x = CenteredAfterLayer().train(), torch.randn(B, 3, 6, 6)
+    reference = copy.deepcopy(model)
+    dynamo_export(model, x, tmp_path / "m.onnx", optimize=optimize)
+    module, state, notes = compile_(tmp_path / "m.onnx", tmp_path, loss=artifacts.LossType.CrossEntropyLoss)
+    assert [n for n in notes if "buffer(s) of its own" in n], notes
+    labels = torch.tensor([0, 2, 1, 0][:B])
+    module.train()
+    loss = module(x.numpy(), labels.numpy().astype(np.int64))
+    want = torch.nn.functional.cross_entropy(reference(x), labels)
+    want.backward()
+    assert np.isclose(loss, want.item(), rtol=1e-5)
+    folded = [n for n in notes if "folded into constants" in n]
+    # dynamo's optimizer folds the whole power iteration, the weight with it, into a constant: said
+    assert bool(folded) == optimize and all("conv.parametrizations.weight.original" in n for n in folded), notes
+    for name, p in reference.named_parameters():
+        if name in state.parameters:
+            np.testing.assert_allclose(state.parameters[name].grad, p.grad.numpy(), rtol=1e-4, atol=1e-6, err_msg=name)
+
+
 def step_beside_pytorch(model, x, target, optimize, tmp_path):
     """Exported by dynamo, compiled, and one training step through the C and through PyTorch (whose
     gradients stay on the model), the losses checked to agree: (the C's state, the import notes).
