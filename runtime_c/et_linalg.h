@@ -1114,17 +1114,18 @@ static inline void et_gemm_dots_f32_(int M, int N, int K, const float *A, const 
 {
     int i, j, tiled_rows = 0, tiled_cols = 0;  /* outputs (i < tiled_rows, j < tiled_cols) come from tiles */
     float total[8];
-    int q;
     if (K % ET_LANES == 0 && M >= ET_TILE_ROWS) {
         tiled_rows = M - M % ET_TILE_ROWS;
         tiled_cols = N - N % 2;
         ET_PATH_("dots_4x2");
         for (i = 0; i < tiled_rows; i += ET_TILE_ROWS)
             for (j = 0; j < tiled_cols; j += 2) {
+                float *y = Y + (size_t)i * (size_t)N + (size_t)j;
                 et_dots_4x2_f32_(K, A + (size_t)i * (size_t)K, (size_t)K, B + (size_t)j * (size_t)K, (size_t)K,
                                  total);
-                for (q = 0; q < 8; ++q)
-                    Y[(size_t)(i + q / 2) * (size_t)N + (size_t)(j + q % 2)] = total[q];
+#define ET_STORE_(r) y[(size_t)r * (size_t)N] = total[2 * r]; y[(size_t)r * (size_t)N + 1] = total[2 * r + 1];
+                ET_EACH4_(ET_STORE_)
+#undef ET_STORE_
             }
     } else if (K % ET_LANES == 0) {
         tiled_rows = M;
@@ -1308,14 +1309,19 @@ static inline void et_gemm_f32(int M, int N, int K, float alpha, const float *A,
         et_gemm_tiles_f32_(M, N, K, A, (size_t)a_rs, (size_t)a_ks, B, (size_t)N, Y, (size_t)N);
     if (alpha == 1.0f && !C)
         return;  /* multiplying by 1 changes no bits: save a pass over Y */
-    for (i = 0; i < M; ++i)
-        for (j = 0; j < N; ++j) {
-            float *y = Y + (size_t)i * (size_t)N + (size_t)j;
-            float v = alpha * *y;
-            if (C)
-                v += beta * C[(ptrdiff_t)i * c_rs + (ptrdiff_t)j * c_cs];
-            *y = v;
-        }
+    for (i = 0; i < M; ++i) {
+        float *y = Y + (size_t)i * (size_t)N;
+        const float *c = C ? C + (ptrdiff_t)i * c_rs : NULL;
+        if (!c)
+            for (j = 0; j < N; ++j)
+                y[j] = alpha * y[j];
+        else if (c_cs == 1)  /* a row of C (a bias), a loop compilers vectorize */
+            for (j = 0; j < N; ++j)
+                y[j] = alpha * y[j] + beta * c[j];
+        else
+            for (j = 0; j < N; ++j)
+                y[j] = alpha * y[j] + beta * c[(ptrdiff_t)j * c_cs];
+    }
 }
 
 static inline void et_matmul_f32(int batch_rank, const int *batch_shape,

@@ -13,6 +13,9 @@
 #ifndef ET_SOFTMAX_H
 #include "et_softmax.h"
 #endif
+#ifndef ET_ELEMENTWISE_H
+#include "et_elementwise.h"
+#endif
 
 /* Labels come from user data at run time, so they are validated before
  * they are used as indices. */
@@ -81,6 +84,13 @@ static inline void et_softmax_cross_entropy_grad_f32(int N, int C, int D,
             int32_t t = labels[(size_t)i * (size_t)D + (size_t)d];
             float w = et_target_weight_(t, C, weights, ignore_index);
             float g = den != 0.0f ? dloss[0] * (w / den) : 0.0f;
+            if (D == 1 && w != 0.0f) {  /* a row of C contiguous values: its exps eight at a time with vectors */
+                float *dx = dX + (size_t)i * (size_t)C;
+                et_exp_f32(C, log_prob + (size_t)i * (size_t)C, dx);
+                for (c = 0; c < C; ++c)
+                    dx[c] = g * (dx[c] - (c == t ? 1.0f : 0.0f));
+                continue;
+            }
             for (c = 0; c < C; ++c) {
                 size_t k = ((size_t)i * (size_t)C + (size_t)c) * (size_t)D + (size_t)d;
                 if (w == 0.0f)

@@ -66,6 +66,21 @@ static inline void et_log_softmax_f32(int outer, int n, int inner, const float *
             const float *x = X + base;
             float *y = Y + base;
             float m = et_line_max_(n, inner, x), s = 0.0f, ls;
+            if (inner == 1) {  /* a contiguous line: x - m in y, then its exps eight at a time, summed in order */
+                float e[8];
+                for (j = 0; j < n; ++j)
+                    y[j] = x[j] - m;
+                for (j = 0; j < n; j += 8) {
+                    int l, count = n - j < 8 ? n - j : 8;
+                    et_exp_f32(count, y + j, e);
+                    for (l = 0; l < count; ++l)
+                        s += e[l];
+                }
+                ls = et_logf(s);
+                for (j = 0; j < n; ++j)
+                    y[j] = y[j] - ls;
+                continue;
+            }
             for (j = 0; j < n; ++j)
                 s += et_expf(x[(size_t)j * (size_t)inner] - m);
             ls = et_logf(s);
