@@ -1214,8 +1214,12 @@ static inline void et_scaled_row_f32_(int n, float w, const float *restrict x, f
         j = n - n % 8;
     }
 #endif
-    for (; j < n; ++j)
-        y[j] = add ? y[j] + (0.0f + w * x[j]) : 0.0f + w * x[j];
+    if (add)  /* two loops, not one that tests add: gcc vectorizes these, and not that */
+        for (; j < n; ++j)
+            y[j] = y[j] + (0.0f + w * x[j]);
+    else
+        for (; j < n; ++j)
+            y[j] = 0.0f + w * x[j];
 }
 
 /* et_accumulate_f32 for a gradient that is the outer product of A (m) and B (n), summed as the
