@@ -1266,7 +1266,11 @@ static inline void et_gemm_f32(int M, int N, int K, float alpha, const float *A,
     /* Element (i,k) of op(A) is A[i*a_rs + k*a_ks]. */
     int a_rs = trans_a ? 1 : K, a_ks = trans_a ? M : 1;
     int i, j;
-    if (trans_b && !trans_a)
+    if (K == 0)  /* every sum is empty, +0 (a weight gradient over no rows): no kernel's offsets to fill */
+        for (i = 0; i < M; ++i)
+            for (j = 0; j < N; ++j)
+                Y[(size_t)i * (size_t)N + (size_t)j] = 0.0f;
+    else if (trans_b && !trans_a)
         et_gemm_dots_f32_(M, N, K, A, B, Y);
     else if (trans_b) {
         /* Rows of B are contiguous in k: one dot product per output. */

@@ -44,12 +44,14 @@ def c_int(value) -> str:
 
 
 def c_ints(values) -> str:
-    """A C99 compound literal for an int array argument.
+    """A C99 compound literal for an int array argument; an empty one holds a 0, since C99 has no
+    empty initializer (a kernel given no entries reads none: a GatherND of no rows).
 
-    >>> c_ints((2, 3))
-    '(const int[]){2, 3}'
+    >>> c_ints((2, 3)), c_ints(())
+    ('(const int[]){2, 3}', '(const int[]){0}')
     """
-    return "(const int[]){" + ", ".join(c_batch(v) for v in values) + "}"  # entries may change with the batch
+    entries = [c_batch(v) for v in values] or ["0"]  # entries may change with the batch
+    return "(const int[]){" + ", ".join(entries) + "}"
 
 
 def c_batch(value) -> str:

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import external_data_helper, numpy_helper
+from onnx import external_data_helper, helper, numpy_helper
 
 from ..errors import EdgetrainError
+from .imports import not_parameters
 
 MAX_BYTES = 2**31
 FLOAT_TYPES = {
@@ -97,7 +98,7 @@ def check_model(proto: onnx.ModelProto) -> None:
     g = proto.graph
     if not g.output:
         raise EdgetrainError("the graph has no outputs")
-    _check_dtypes(g)
+    _check_dtypes(g, not_parameters(proto))
     _check_weights_present(g)
     _check_initializers(g)
     _check_structure(g)
@@ -112,13 +113,28 @@ def check_model(proto: onnx.ModelProto) -> None:
         raise EdgetrainError(f"invalid ONNX model: {one_line(exc)}") from None
 
 
-def _check_dtypes(g: onnx.GraphProto) -> None:
+def _check_dtypes(g: onnx.GraphProto, buffers: frozenset[str]) -> None:
+    """Refuses values of other float types than float32, but a module's buffer (`buffers`) that only
+    casts to float32 read (a bfloat16 normalizer of a float32 model): it folds into a float32
+    constant, as the TorchScript exporter's Constant node of the same buffer does."""
     kinds = [(i.name, i.type.WhichOneof("value")) for i in list(g.input) + list(g.output)]
     other = [f"{name!r} is a {kind.removesuffix('_type')}" for name, kind in kinds if kind not in (None, "tensor_type")]
     if other:
         raise EdgetrainError("unsupported value type: " + ", ".join(other) + "; edgetrain computes tensors only")
     typed = [(i.name, i.type.tensor_type.elem_type) for i in list(g.input) + list(g.output)]
-    typed += [(i.name, i.data_type) for i in g.initializer]
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in g.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    cast_up = {
+        name
+        for name in buffers
+        if readers.get(name)
+        and all(
+            n.op_type == "Cast" and helper.get_node_attr_value(n, "to") == onnx.TensorProto.FLOAT for n in readers[name]
+        )
+    }
+    typed += [(i.name, i.data_type) for i in g.initializer if i.name not in cast_up]
     bad = [f"{name!r} is {FLOAT_TYPES[t]}" for name, t in typed if t in FLOAT_TYPES]
     if bad:
         raise EdgetrainError(

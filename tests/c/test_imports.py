@@ -1281,3 +1281,84 @@ def test_a_transpose_with_negative_axes_trains_as_in_pytorch(tmp_path):
     module.train()
     _loss_as_pytorch(module, model, x, labels)
     np.testing.assert_allclose(state.parameters["fc.weight"].grad, model.fc.weight.grad.numpy(), atol=1e-6)
+
+
+class EmptyRoute(torch.nn.Module):
+    """Rows routed to adapters by a mask that is constant in the export (HF X-MOD's per-language
+    adapters with the default language): adapter 1 takes no rows, a GatherND and ScatterND of none
+    and a weight gradient summed over no rows."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 16)
+        self.adapters = torch.nn.ModuleList([torch.nn.Linear(16, 16) for _ in range(2)])
+        self.head = torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        h = self.fc(x)
+        route = torch.zeros(x.shape[0], dtype=torch.long)
+        out = torch.zeros_like(h)
+        for k, adapter in enumerate(self.adapters):
+            mask = route == k
+            out[mask] = adapter(h[mask])
+        return self.head(out + h)
+
+
+class CastBuffer(torch.nn.Module):
+    """A bfloat16 buffer that a float32 forward casts up (HF RecurrentGemma's `normalizer`), or a
+    bfloat16 weight that it casts likewise, which stays refused: it would freeze as a constant."""
+
+    def __init__(self, weight: bool):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 3)
+        scale = torch.tensor(8**0.5, dtype=torch.bfloat16)
+        if weight:
+            self.scale = torch.nn.Parameter(scale)
+        else:
+            self.register_buffer("scale", scale, persistent=False)
+
+    def forward(self, x):
+        return self.fc(x * self.scale.to(x.dtype))
+
+
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+def test_a_route_of_no_rows_compiles_and_trains_as_in_pytorch(exporter, tmp_path):
+    """Its C once held `(const int[]){}` (no C99) and a product over K = 0 that gcc refused
+    (maybe-uninitialized offsets); the adapter with no rows gets zero gradients, as in PyTorch."""
+    torch.manual_seed(0)
+    model, x = EmptyRoute(), torch.randn(B, 8)
+    path = tmp_path / "m.onnx"
+    if exporter == "dynamo":
+        dynamo_export(model, x, path, optimize=False)
+    else:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(
+                model,
+                (x,),
+                path,
+                dynamo=False,
+                input_names=["x"],
+                dynamic_axes={"x": {0: "batch"}},
+                do_constant_folding=False,
+            )
+    module, state, _ = compile_(path, tmp_path, loss=artifacts.LossType.CrossEntropyLoss)
+    module.train()
+    _loss_as_pytorch(module, model, x, torch.tensor([0, 2]))
+    for name, p in model.named_parameters():
+        np.testing.assert_allclose(state.parameters[name].grad, p.grad.numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_a_bfloat16_buffer_cast_to_float32_compiles_and_a_bfloat16_weight_is_refused(tmp_path):
+    torch.manual_seed(0)
+    x = torch.randn(B, 8)
+    model = CastBuffer(weight=False)
+    dynamo_export(model, x, tmp_path / "b.onnx", optimize=False)
+    module, state, _ = compile_(tmp_path / "b.onnx", tmp_path / "b", loss=artifacts.LossType.CrossEntropyLoss)
+    module.train()
+    _loss_as_pytorch(module, model, x, torch.tensor([0, 2]))
+    for name, p in model.named_parameters():
+        np.testing.assert_allclose(state.parameters[name].grad, p.grad.numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
+    dynamo_export(CastBuffer(weight=True), x, tmp_path / "w.onnx", optimize=False)
+    with pytest.raises(EdgetrainError, match=r"unsupported dtype: 'scale' is bfloat16"):
+        compile_(tmp_path / "w.onnx", tmp_path / "w", loss=artifacts.LossType.CrossEntropyLoss)
