@@ -1323,8 +1323,8 @@ class CastBuffer(torch.nn.Module):
 
 @pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
 def test_a_route_of_no_rows_compiles_and_trains_as_in_pytorch(exporter, tmp_path):
-    """Its C once held `(const int[]){}` (no C99) and a product over K = 0 that gcc refused
-    (maybe-uninitialized offsets); the adapter with no rows gets zero gradients, as in PyTorch."""
+    """Its C once held `(const int[]){}`, which C99 has not, and did not compile; the adapter with no
+    rows gets zero gradients, as in PyTorch (its weight gradient, a product over K = 0, is zeros)."""
     torch.manual_seed(0)
     model, x = EmptyRoute(), torch.randn(B, 8)
     path = tmp_path / "m.onnx"
