@@ -110,7 +110,7 @@ def names_in(graph: onnx.GraphProto) -> set[str]:
     )
 
 
-def _readers(graph: onnx.GraphProto) -> dict[str, list[onnx.NodeProto]]:
+def readers_of(graph: onnx.GraphProto) -> dict[str, list[onnx.NodeProto]]:
     """value name -> the nodes that read it, once per input slot, in graph order."""
     readers: dict[str, list[onnx.NodeProto]] = collections.defaultdict(list)
     for node in graph.node:
@@ -1052,7 +1052,7 @@ def quantized_parameters(proto: onnx.ModelProto) -> None:
     graph = proto.graph
     _fold_quantization_casts(graph)
     inits = {i.name: i for i in graph.initializer}
-    readers = _readers(graph)
+    readers = readers_of(graph)
     taken = names_in(graph)
     masters = 0
     for dq in [n for n in graph.node if n.op_type == "DequantizeLinear"]:
@@ -1102,7 +1102,7 @@ def fake_quantized_constants(graph: onnx.GraphProto) -> frozenset[str]:
     the constant itself if it is one) where the DequantizeLinear's value reaches only inputs that ops
     read as compile-time constants (Pad's padding value), as quantize_static quantizes a constant
     there: constants to fold, never parameters to train. A parameter's own are not among them."""
-    readers = _readers(graph)
+    readers = readers_of(graph)
     inits = {i.name for i in graph.initializer}
     constants = inits | {name for node in graph.node for name in node.output if node.op_type == "Constant"}
 
@@ -1258,7 +1258,7 @@ def bernoulli_patterns(proto: onnx.ModelProto) -> None:
     trains the same way and is exactly p in eval, so the layer is the identity there as in PyTorch."""
     graph = proto.graph
     producer = {o: n for n in graph.node for o in n.output}
-    readers = _readers(graph)
+    readers = readers_of(graph)
     for uniform in [n for n in graph.node if n.op_type == "RandomUniformLike"]:
         attrs = _attributes(uniform)
         if (attrs.get("low", 0.0), attrs.get("high", 1.0), attrs.get("dtype", onnx.TensorProto.FLOAT)) != _UNIT_FLOAT:

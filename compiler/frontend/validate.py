@@ -18,7 +18,7 @@ import onnx
 from onnx import external_data_helper, helper, numpy_helper
 
 from ..errors import EdgetrainError
-from .imports import not_parameters
+from .imports import not_parameters, readers_of
 
 MAX_BYTES = 2**31
 FLOAT_TYPES = {
@@ -114,18 +114,15 @@ def check_model(proto: onnx.ModelProto) -> None:
 
 
 def _check_dtypes(g: onnx.GraphProto, buffers: frozenset[str]) -> None:
-    """Refuses values of other float types than float32, but a module's buffer (`buffers`) that only
-    casts to float32 read (a bfloat16 normalizer of a float32 model): it folds into a float32
+    """Refuses values of other float types than float32, but a module's buffer (`buffers`) read only by
+    casts to float32 (a bfloat16 normalizer of a float32 model): it folds into a float32
     constant, as the TorchScript exporter's Constant node of the same buffer does."""
     kinds = [(i.name, i.type.WhichOneof("value")) for i in list(g.input) + list(g.output)]
     other = [f"{name!r} is a {kind.removesuffix('_type')}" for name, kind in kinds if kind not in (None, "tensor_type")]
     if other:
         raise EdgetrainError("unsupported value type: " + ", ".join(other) + "; edgetrain computes tensors only")
     typed = [(i.name, i.type.tensor_type.elem_type) for i in list(g.input) + list(g.output)]
-    readers: dict[str, list[onnx.NodeProto]] = {}
-    for node in g.node:
-        for name in node.input:
-            readers.setdefault(name, []).append(node)
+    readers = readers_of(g)
     cast_up = {
         name
         for name in buffers
