@@ -241,56 +241,93 @@ static inline void et_sum_run_f32_(et_sum_ *s, int n, const float *x)
 #define ET_ROWS_DEPTH 32  /* ap: 512 bytes of stack */
 
 #if ET_VMLA
-/* et_rows_f32_'s 4 x 4 tile over rows of B `step` floats apart, where the FPU has VMLA, in
- * assembly: row r's output t sums in s(4r + t), from init's four rows (init_rs bytes apart); each
- * k is one VLDM of its four packed entries of A (s16-s19), one of its four values of B (s20-s23),
- * and sixteen VMLA, so every sum adds its products in k order; then the sums go to y's rows.  From
- * C, gcc spends an address on every load.  depth >= 1. */
-static inline void et_tile4x4_vmla_(int depth, const float *ap, const float *bk, size_t step, const float *init,
-                                    size_t init_rs, float *y, size_t y_rs)
+/* et_rows_f32_'s 4 x 4 tiles over rows of B `step` floats apart, where the FPU has VMLA, in
+ * assembly: `tiles` tiles side by side along y's four rows (y_rs floats apart) in one call, so
+ * that no tile pays a call's setup.  Row r's output t of a tile sums in s(4r + t), from 0 where
+ * `fresh`, else from y; each k is one VLDM of its four packed entries of A (s16-s19), one of its
+ * four values of B (s20-s23), and sixteen VMLA, so every sum adds its products in k order; then
+ * the sums go to y, and the next tile starts four outputs on, A and B rewound.  From C, gcc spent
+ * an address on every load and some thirty instructions a tile around the loop.  Where `fresh`,
+ * sixteen zeros follow A's `depth` packed entries: one VLDM clears a tile's sums.  depth >= 1,
+ * tiles >= 1; y walks down a tile's rows and back. */
+#define ET_TILE4X4_K_                     \
+    "1:\n\t"                              \
+    "vldmia %[a]!, {s16-s19}\n\t"         \
+    "vldmia %[b], {s20-s23}\n\t"          \
+    "add %[b], %[b], %[s]\n\t"            \
+    "vmla.f32 s0, s16, s20\n\t"           \
+    "vmla.f32 s1, s16, s21\n\t"           \
+    "vmla.f32 s2, s16, s22\n\t"           \
+    "vmla.f32 s3, s16, s23\n\t"           \
+    "vmla.f32 s4, s17, s20\n\t"           \
+    "vmla.f32 s5, s17, s21\n\t"           \
+    "vmla.f32 s6, s17, s22\n\t"           \
+    "vmla.f32 s7, s17, s23\n\t"           \
+    "vmla.f32 s8, s18, s20\n\t"           \
+    "vmla.f32 s9, s18, s21\n\t"           \
+    "vmla.f32 s10, s18, s22\n\t"          \
+    "vmla.f32 s11, s18, s23\n\t"          \
+    "vmla.f32 s12, s19, s20\n\t"          \
+    "vmla.f32 s13, s19, s21\n\t"          \
+    "vmla.f32 s14, s19, s22\n\t"          \
+    "vmla.f32 s15, s19, s23\n\t"          \
+    "cmp %[a], %[e]\n\t"                  \
+    "bne 1b\n\t"                          \
+    "vstmia %[y], {s12-s15}\n\t"          \
+    "sub %[y], %[y], %[rs]\n\t"           \
+    "vstmia %[y], {s8-s11}\n\t"           \
+    "sub %[y], %[y], %[rs]\n\t"           \
+    "vstmia %[y], {s4-s7}\n\t"            \
+    "sub %[y], %[y], %[rs]\n\t"           \
+    "vstmia %[y]!, {s0-s3}\n\t"
+#define ET_TILE4X4_DOWN_                  \
+    "add %[y], %[y], %[rs]\n\t"           \
+    "add %[y], %[y], %[rs]\n\t"           \
+    "add %[y], %[y], %[rs]\n\t"
+#define ET_TILE4X4_NEXT_                  \
+    "sub %[a], %[a], %[as]\n\t"           \
+    "sub %[b], %[b], %[bb]\n\t"           \
+    "subs %[n], %[n], #1\n\t"             \
+    "bne 2b"
+#define ET_TILE4X4_OPERANDS_                                                                                    \
+    : [a] "+r"(ap), [b] "+r"(bk), [n] "+r"(tiles), [y] "+r"(y)                                                  \
+    : [e] "r"(a_end), [as] "r"(a_span), [s] "r"(step * sizeof *bk), [bb] "r"(b_back), [rs] "r"(y_rs * sizeof *y) \
+    : "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11", "s12", "s13", "s14", "s15",     \
+      "s16", "s17", "s18", "s19", "s20", "s21", "s22", "s23", "cc", "memory"
+
+static inline void et_tiles4x4_vmla_(int tiles, int depth, const float *ap, const float *bk, size_t step, int fresh,
+                                     float *y, size_t y_rs)
 {
-    __asm__ volatile(
-        "vldmia %[i], {s0-s3}\n\t"
-        "add %[i], %[i], %[irs]\n\t"
-        "vldmia %[i], {s4-s7}\n\t"
-        "add %[i], %[i], %[irs]\n\t"
-        "vldmia %[i], {s8-s11}\n\t"
-        "add %[i], %[i], %[irs]\n\t"
-        "vldmia %[i], {s12-s15}\n\t"
-        "1:\n\t"
-        "vldmia %[a]!, {s16-s19}\n\t"
-        "vldmia %[b], {s20-s23}\n\t"
-        "add %[b], %[b], %[s]\n\t"
-        "vmla.f32 s0, s16, s20\n\t"
-        "vmla.f32 s1, s16, s21\n\t"
-        "vmla.f32 s2, s16, s22\n\t"
-        "vmla.f32 s3, s16, s23\n\t"
-        "vmla.f32 s4, s17, s20\n\t"
-        "vmla.f32 s5, s17, s21\n\t"
-        "vmla.f32 s6, s17, s22\n\t"
-        "vmla.f32 s7, s17, s23\n\t"
-        "vmla.f32 s8, s18, s20\n\t"
-        "vmla.f32 s9, s18, s21\n\t"
-        "vmla.f32 s10, s18, s22\n\t"
-        "vmla.f32 s11, s18, s23\n\t"
-        "vmla.f32 s12, s19, s20\n\t"
-        "vmla.f32 s13, s19, s21\n\t"
-        "vmla.f32 s14, s19, s22\n\t"
-        "vmla.f32 s15, s19, s23\n\t"
-        "subs %[n], %[n], #1\n\t"
-        "bne 1b\n\t"
-        "vstmia %[y], {s0-s3}\n\t"
-        "add %[y], %[y], %[yrs]\n\t"
-        "vstmia %[y], {s4-s7}\n\t"
-        "add %[y], %[y], %[yrs]\n\t"
-        "vstmia %[y], {s8-s11}\n\t"
-        "add %[y], %[y], %[yrs]\n\t"
-        "vstmia %[y], {s12-s15}"
-        : [a] "+r"(ap), [b] "+r"(bk), [n] "+r"(depth), [i] "+r"(init), [y] "+r"(y)
-        : [s] "r"(step * sizeof *bk), [irs] "r"(init_rs), [yrs] "r"(y_rs * sizeof *y)
-        : "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11", "s12", "s13", "s14", "s15",
-          "s16", "s17", "s18", "s19", "s20", "s21", "s22", "s23", "cc", "memory");
+    const float *a_end = ap + 4 * depth;
+    size_t a_span = 4 * (size_t)depth * sizeof *ap, b_back = (size_t)depth * step * sizeof *bk - 4 * sizeof *bk;
+    if (fresh)
+        __asm__ volatile(
+            "vldmia %[e], {s0-s15}\n\t"
+            ET_TILE4X4_DOWN_
+            "2:\n\t"
+            ET_TILE4X4_K_
+            "vldmia %[a], {s0-s15}\n\t"
+            ET_TILE4X4_DOWN_
+            ET_TILE4X4_NEXT_
+            ET_TILE4X4_OPERANDS_);
+    else
+        __asm__ volatile(
+            "2:\n\t"
+            "vldmia %[y], {s0-s3}\n\t"
+            "add %[y], %[y], %[rs]\n\t"
+            "vldmia %[y], {s4-s7}\n\t"
+            "add %[y], %[y], %[rs]\n\t"
+            "vldmia %[y], {s8-s11}\n\t"
+            "add %[y], %[y], %[rs]\n\t"
+            "vldmia %[y], {s12-s15}\n\t"
+            ET_TILE4X4_K_
+            ET_TILE4X4_NEXT_
+            ET_TILE4X4_OPERANDS_);
 }
+#undef ET_TILE4X4_K_
+#undef ET_TILE4X4_DOWN_
+#undef ET_TILE4X4_NEXT_
+#undef ET_TILE4X4_OPERANDS_
 
 /* The same for one row of eight outputs (the rows a 4 x 4 tile leaves, a batch of one's row): its
  * sums in s0-s7, from init's; each k is one load of its entry of A, one VLDM of its eight values of
@@ -339,7 +376,7 @@ static inline void et_rows_f32_(int rows, int n, int K, const float *a, size_t a
                                 const float *restrict b, const size_t *bt, float *restrict y, size_t y_rs,
                                 int accumulate)
 {
-    float ap[ET_TILE_ROWS * ET_ROWS_DEPTH];
+    float ap[ET_TILE_ROWS * ET_ROWS_DEPTH + 16];  /* + the zeros of et_tiles4x4_vmla_ */
     int j, k, r, k0 = 0, depth;
     do {  /* once at least: K = 0 makes zeros */
         int fresh = k0 == 0 && !accumulate;  /* the sums start from 0 rather than from y */
@@ -348,9 +385,21 @@ static inline void et_rows_f32_(int rows, int n, int K, const float *a, size_t a
         if (rows == ET_TILE_ROWS) {
             size_t step = et_rows_step_(depth, bt + k0);
             ET_PATH_(step ? "rows_4x4_strided" : "rows_4x4");
-            for (k = 0; k < depth; ++k)
-                for (r = 0; r < ET_TILE_ROWS; ++r)
-                    ap[k * ET_TILE_ROWS + r] = a[r * a_rs + at[k0 + k]];
+            for (k = 0; k < depth; ++k) {  /* four rows' loads from one offset */
+                const float *ak = a + at[k0 + k];
+                ap[k * ET_TILE_ROWS] = ak[0];
+                ap[k * ET_TILE_ROWS + 1] = ak[a_rs];
+                ap[k * ET_TILE_ROWS + 2] = ak[2 * a_rs];
+                ap[k * ET_TILE_ROWS + 3] = ak[3 * a_rs];
+            }
+#if ET_VMLA
+            if (step && n >= 4) {
+                for (k = 0; fresh && k < 16; ++k)  /* the zeros the tiles' sums start from */
+                    ap[depth * ET_TILE_ROWS + k] = 0.0f;
+                et_tiles4x4_vmla_(n / 4, depth, ap, b + bt[k0], step, fresh, y, y_rs);
+                j = n / 4 * 4;
+            }
+#endif
             for (; j + 4 <= n; j += 4) {  /* row r's sums in c<r>0 .. c<r>3 */
 #define ET_SUMS_(r) float c##r##0 = 0.0f, c##r##1 = 0.0f, c##r##2 = 0.0f, c##r##3 = 0.0f, *y##r = y + r * y_rs + j;
 #define ET_LOAD_(r) c##r##0 = y##r[0]; c##r##1 = y##r[1]; c##r##2 = y##r[2]; c##r##3 = y##r[3];
@@ -363,14 +412,6 @@ static inline void et_rows_f32_(int rows, int n, int K, const float *a, size_t a
         ET_EACH4_(ET_ADD_)                                                \
     }
 #define ET_STORE_(r) y##r[0] = c##r##0; y##r[1] = c##r##1; y##r[2] = c##r##2; y##r[3] = c##r##3;
-#if ET_VMLA
-                if (step) {
-                    static const float zeros[16] = {0.0f};
-                    et_tile4x4_vmla_(depth, ap, b + bt[k0] + j, step, fresh ? zeros : y + j,
-                                     fresh ? 4 * sizeof *zeros : y_rs * sizeof *y, y + j, y_rs);
-                    continue;
-                }
-#endif
                 ET_EACH4_(ET_SUMS_)
                 if (!fresh) {
                     ET_EACH4_(ET_LOAD_)
