@@ -117,6 +117,30 @@ static inline int et_conv_reads_(int o, int s, int dir, int off, int len)
     return at < len ? at : -1;
 }
 
+/* dst[i] = src[i] for i < n: short runs (rows of small planes) inline,
+ * in fixed-size pieces (the last one overlapping) that compile to plain
+ * moves, rather than through a library call. */
+static inline void et_conv_copy_(float *restrict dst, const float *restrict src, int n)
+{
+    int i;
+    if (n >= 8) {
+        for (i = 0; i + 8 <= n; i += 8)
+            memcpy(dst + i, src + i, 8 * sizeof *dst);
+        if (i < n)
+            memcpy(dst + n - 8, src + n - 8, 8 * sizeof *dst);
+    } else if (n >= 4) {
+        memcpy(dst, src, 4 * sizeof *dst);
+        memcpy(dst + n - 4, src + n - 4, 4 * sizeof *dst);
+    } else {
+        if (n > 0)
+            dst[0] = src[0];
+        if (n > 1)
+            dst[1] = src[1];
+        if (n > 2)
+            dst[2] = src[2];
+    }
+}
+
 /* col[i] = the input that output position o0 + i of a plane reads through
  * the tap whose offsets are `off` (et_conv_reads_), or 0 where there is
  * none; for i < n.  Gathered once, a tap's inputs serve every output
@@ -146,8 +170,7 @@ static inline int et_conv_gather_(const float *restrict Xc, const int *in, const
             for (i = 0; i < lo; ++i)
                 col[i] = 0.0f;
             if (s[2] == 1 || dir < 0)
-                for (i = lo; i < hi; ++i)
-                    col[i] = xrow[at + i];
+                et_conv_copy_(col + lo, xrow + at + lo, hi - lo);
             else
                 for (i = lo; i < hi; ++i)
                     col[i] = xrow[at + i * s[2]];
@@ -236,30 +259,6 @@ static inline size_t et_conv_margins_(const int *in, const int *out, const int *
         dim[a] = lo[a] + (last >= in[a] ? last + 1 : in[a]);
     }
     return (size_t)dim[0] * (size_t)dim[1] * (size_t)dim[2];
-}
-
-/* dst[i] = src[i] for i < n: short runs (rows of small planes) inline,
- * in fixed-size pieces (the last one overlapping) that compile to plain
- * moves, rather than through a library call. */
-static inline void et_conv_copy_(float *restrict dst, const float *restrict src, int n)
-{
-    int i;
-    if (n >= 8) {
-        for (i = 0; i + 8 <= n; i += 8)
-            memcpy(dst + i, src + i, 8 * sizeof *dst);
-        if (i < n)
-            memcpy(dst + n - 8, src + n - 8, 8 * sizeof *dst);
-    } else if (n >= 4) {
-        memcpy(dst, src, 4 * sizeof *dst);
-        memcpy(dst + n - 4, src + n - 4, 4 * sizeof *dst);
-    } else {
-        if (n > 0)
-            dst[0] = src[0];
-        if (n > 1)
-            dst[1] = src[1];
-        if (n > 2)
-            dst[2] = src[2];
-    }
 }
 
 /* xp = `channels` planes of X (`in_size` apart) inside zero margins
