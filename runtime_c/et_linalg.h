@@ -238,7 +238,7 @@ static inline void et_sum_run_f32_(et_sum_ *s, int n, const float *x)
  * time, eight outputs at once.  Each sum still adds its products in k
  * order, from 0 unless `accumulate`, the stored sum carried from one
  * depth of packed A to the next. */
-#define ET_ROWS_DEPTH 32  /* ap: 512 bytes of stack */
+#define ET_ROWS_DEPTH 32  /* ap: 576 bytes of stack, with 16 zeros */
 
 #if ET_VMLA
 /* et_rows_f32_'s 4 x 4 tiles over rows of B `step` floats apart, where the FPU has VMLA, in
@@ -250,6 +250,7 @@ static inline void et_sum_run_f32_(et_sum_ *s, int n, const float *x)
  * an address on every load and some thirty instructions a tile around the loop.  Where `fresh`,
  * sixteen zeros follow A's `depth` packed entries: one VLDM clears a tile's sums.  depth >= 1,
  * tiles >= 1; y walks down a tile's rows and back. */
+/* The loop over k. */
 #define ET_TILE4X4_K_                     \
     "1:\n\t"                              \
     "vldmia %[a]!, {s16-s19}\n\t"         \
@@ -272,7 +273,9 @@ static inline void et_sum_run_f32_(et_sum_ *s, int n, const float *x)
     "vmla.f32 s14, s19, s22\n\t"          \
     "vmla.f32 s15, s19, s23\n\t"          \
     "cmp %[a], %[e]\n\t"                  \
-    "bne 1b\n\t"                          \
+    "bne 1b\n\t"
+/* The sums to y's four rows, from the last up; y on to the next tile. */
+#define ET_TILE4X4_STORE_                 \
     "vstmia %[y], {s12-s15}\n\t"          \
     "sub %[y], %[y], %[rs]\n\t"           \
     "vstmia %[y], {s8-s11}\n\t"           \
@@ -280,10 +283,12 @@ static inline void et_sum_run_f32_(et_sum_ *s, int n, const float *x)
     "vstmia %[y], {s4-s7}\n\t"            \
     "sub %[y], %[y], %[rs]\n\t"           \
     "vstmia %[y]!, {s0-s3}\n\t"
+/* y from a tile's first row to its last. */
 #define ET_TILE4X4_DOWN_                  \
     "add %[y], %[y], %[rs]\n\t"           \
     "add %[y], %[y], %[rs]\n\t"           \
     "add %[y], %[y], %[rs]\n\t"
+/* A and B rewound for the next tile, and the loop over tiles. */
 #define ET_TILE4X4_NEXT_                  \
     "sub %[a], %[a], %[as]\n\t"           \
     "sub %[b], %[b], %[bb]\n\t"           \
@@ -306,6 +311,7 @@ static inline void et_tiles4x4_vmla_(int tiles, int depth, const float *ap, cons
             ET_TILE4X4_DOWN_
             "2:\n\t"
             ET_TILE4X4_K_
+            ET_TILE4X4_STORE_
             "vldmia %[a], {s0-s15}\n\t"
             ET_TILE4X4_DOWN_
             ET_TILE4X4_NEXT_
@@ -321,10 +327,12 @@ static inline void et_tiles4x4_vmla_(int tiles, int depth, const float *ap, cons
             "add %[y], %[y], %[rs]\n\t"
             "vldmia %[y], {s12-s15}\n\t"
             ET_TILE4X4_K_
+            ET_TILE4X4_STORE_
             ET_TILE4X4_NEXT_
             ET_TILE4X4_OPERANDS_);
 }
 #undef ET_TILE4X4_K_
+#undef ET_TILE4X4_STORE_
 #undef ET_TILE4X4_DOWN_
 #undef ET_TILE4X4_NEXT_
 #undef ET_TILE4X4_OPERANDS_
