@@ -141,39 +141,98 @@ static inline void et_conv_copy_(float *restrict dst, const float *restrict src,
     }
 }
 
+/* dst[i] = 0 for i < n: the one to three zeros that border a clipped run
+ * inline, where a call to memset would cost many times over. */
+static inline void et_conv_zero_(float *dst, int n)
+{
+    if (n > 3) {
+        memset(dst, 0, (size_t)n * sizeof *dst);
+    } else if (n > 0) {
+        dst[0] = 0.0f;
+        dst[n / 2] = 0.0f;
+        dst[n - 1] = 0.0f;
+    }
+}
+
+/* et_conv_gather_ for a convolution, where output o reads input o*s + off
+ * along each axis (and a transposed one with unit strides, which reads
+ * o + off): every whole row reads the same span of its input row, worked
+ * out once. */
+static inline int et_conv_gather_rows_(const float *restrict Xc, const int *in, const int *out, const int *s,
+                                       const int *off, int o0, int n, float *restrict col)
+{
+    int width = out[2], height = out[1], row = o0 / width, ox = o0 % width, oz = row / height, oy = row % height;
+    int s2 = s[2], whole_lo, whole_hi, i, any = 0;
+    unsigned in0 = (unsigned)in[0], in1 = (unsigned)in[1];
+    float *end = col + n;
+    et_conv_span_(s2, off[2], in[2], width, &whole_lo, &whole_hi);
+    if (whole_hi > width)  /* no output reads an input */
+        whole_lo = whole_hi = 0;
+    while (col < end) {
+        int len = width - ox < end - col ? width - ox : (int)(end - col), lo = whole_lo, hi = whole_hi;
+        /* the input row, whose index is out of range where it is negative (as an unsigned, large) */
+        unsigned iz = (unsigned)(oz * s[0] + off[0]), iy = (unsigned)(oy * s[1] + off[1]);
+        const float *xrow = Xc + (iz < in0 && iy < in1 ? ((size_t)iz * in1 + iy) * (size_t)in[2] : 0);
+        int at = ox * s2 + off[2];  /* output i of the segment reads xrow[at + i * s2] */
+        if (iz >= in0 || iy >= in1)
+            lo = hi = 0;
+        else if (len < width) {
+            et_conv_span_(s2, at, in[2], len, &lo, &hi);
+            if (hi > len)
+                lo = hi = 0;
+        }
+        et_conv_zero_(col, lo);
+        if (s2 == 1)
+            et_conv_copy_(col + lo, xrow + (hi > lo ? at + lo : 0), hi - lo);  /* (no pointer before X) */
+        else
+            for (i = lo; i < hi; ++i)
+                col[i] = xrow[at + i * s2];
+        et_conv_zero_(col + hi, len - hi);
+        any |= hi > lo;
+        col += len;
+        ox = 0;
+        if (++oy == height) {
+            oy = 0;
+            ++oz;
+        }
+    }
+    return any;
+}
+
 /* col[i] = the input that output position o0 + i of a plane reads through
  * the tap whose offsets are `off` (et_conv_reads_), or 0 where there is
  * none; for i < n.  Gathered once, a tap's inputs serve every output
  * channel as one contiguous run.  Returns 0 when every col[i] is 0 for
- * want of an input, so that the caller can skip the run. */
-static inline int et_conv_gather_(const float *restrict Xc, const int *in, const int *out, const int *s, int dir,
-                                  const int *off, int o0, int n, float *restrict col)
+ * want of an input, so that the caller can skip the run.  (Out of line:
+ * gcc copied it into every convolution kernel, 1 KB of a microcontroller's
+ * code.) */
+static ET_NOINLINE int et_conv_gather_(const float *restrict Xc, const int *in, const int *out, const int *s, int dir,
+                                       const int *off, int o0, int n, float *restrict col)
 {
     int row = o0 / out[2], ox = o0 % out[2], oz = row / out[1], oy = row % out[1], i, lo, hi, any = 0;
     float *end = col + n;
-    while (col < end) {
+    if (dir > 0 || et_conv_volume_(s) == 1)
+        return et_conv_gather_rows_(Xc, in, out, s, off, o0, n, col);
+    while (col < end) {  /* a transposed convolution with strides */
         int len = out[2] - ox < end - col ? out[2] - ox : (int)(end - col);
         int iz = et_conv_reads_(oz, s[0], dir, off[0], in[0]), iy = et_conv_reads_(oy, s[1], dir, off[1], in[1]);
-        /* Outputs `step` apart read neighbouring inputs (step s for a transposed
-         * convolution), from the `first` output that reads one at all. */
-        int step = dir > 0 ? 1 : s[2], first = 0, at = dir > 0 ? ox * s[2] + off[2] : ox + off[2];
+        /* Outputs `step` apart read neighbouring inputs, from the `first` output that reads one at all. */
+        int step = s[2], first = 0, at = ox + off[2];
         const float *xrow = Xc + ((size_t)(iz > 0 ? iz : 0) * (size_t)in[1] + (size_t)(iy > 0 ? iy : 0)) * (size_t)in[2];
         lo = hi = 0;
         if (iz >= 0 && iy >= 0) {
-            first = dir > 0 ? 0 : ((-at) % step + step) % step;
-            at = dir > 0 ? at : (at + first) / step;
-            et_conv_span_(dir > 0 ? s[2] : 1, at, in[2], (len - first + step - 1) / step, &lo, &hi);
-            if (hi > (len - first + step - 1) / step)  /* no output reads an input: zeros alone */
+            int reads;
+            first = ((-at) % step + step) % step;
+            at = (at + first) / step;
+            reads = (len - first + step - 1) / step;
+            et_conv_span_(1, at, in[2], reads, &lo, &hi);
+            if (hi > reads)  /* no output reads an input: zeros alone */
                 lo = hi = 0;
         }
         if (step == 1) {
             for (i = 0; i < lo; ++i)
                 col[i] = 0.0f;
-            if (s[2] == 1 || dir < 0)
-                et_conv_copy_(col + lo, xrow + at + lo, hi - lo);
-            else
-                for (i = lo; i < hi; ++i)
-                    col[i] = xrow[at + i * s[2]];
+            et_conv_copy_(col + lo, xrow + (hi > lo ? at + lo : 0), hi - lo);
             for (i = hi; i < len; ++i)
                 col[i] = 0.0f;
         } else {
