@@ -117,17 +117,59 @@ static inline int et_conv_reads_(int o, int s, int dir, int off, int len)
     return at < len ? at : -1;
 }
 
+#if ET_VMLA
+/* Eight floats a VLDM and a VSTM where the FPU has them, the last eight overlapping (n >= 8): a
+ * third of the instructions of gcc's pieces, which go through eight core registers.  They move
+ * bits, as a memcpy does: no arithmetic, so subnormals and NaNs pass unchanged. */
+static inline void et_conv_copy8_vfp_(float *restrict dst, const float *restrict src, int n)
+{
+    const float *last_src = src + n - 8;
+    float *last_dst = dst + n - 8;
+    int blocks = n / 8;
+    __asm__ volatile("1:\n\t"
+                     "vldmia %[s]!, {s0-s7}\n\t"
+                     "vstmia %[d]!, {s0-s7}\n\t"
+                     "subs %[n], %[n], #1\n\t"
+                     "bne 1b\n\t"
+                     "vldmia %[ls], {s0-s7}\n\t"
+                     "vstmia %[ld], {s0-s7}"
+                     : [s] "+r"(src), [d] "+r"(dst), [n] "+r"(blocks)
+                     : [ls] "r"(last_src), [ld] "r"(last_dst)
+                     : "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "cc", "memory");
+}
+
+/* dst[i] = 0 for i < n (n >= 4) likewise: four zeros a VSTM, the last four overlapping. */
+static inline void et_conv_zero4_vfp_(float *dst, int n)
+{
+    float *last = dst + n - 4;
+    int blocks = n / 4;
+    __asm__ volatile("vldmia %[z], {s0-s3}\n\t"
+                     "1:\n\t"
+                     "vstmia %[d]!, {s0-s3}\n\t"
+                     "subs %[n], %[n], #1\n\t"
+                     "bne 1b\n\t"
+                     "vstmia %[l], {s0-s3}"
+                     : [d] "+r"(dst), [n] "+r"(blocks)
+                     : [z] "r"(et_zeros_), [l] "r"(last)
+                     : "s0", "s1", "s2", "s3", "cc", "memory");
+}
+#endif
+
 /* dst[i] = src[i] for i < n: short runs (rows of small planes) inline,
  * in fixed-size pieces (the last one overlapping) that compile to plain
  * moves, rather than through a library call. */
 static inline void et_conv_copy_(float *restrict dst, const float *restrict src, int n)
 {
-    int i;
     if (n >= 8) {
+#if ET_VMLA
+        et_conv_copy8_vfp_(dst, src, n);
+#else
+        int i;
         for (i = 0; i + 8 <= n; i += 8)
             memcpy(dst + i, src + i, 8 * sizeof *dst);
         if (i < n)
             memcpy(dst + n - 8, src + n - 8, 8 * sizeof *dst);
+#endif
     } else if (n >= 4) {
         memcpy(dst, src, 4 * sizeof *dst);
         memcpy(dst + n - 4, src + n - 4, 4 * sizeof *dst);
@@ -146,7 +188,11 @@ static inline void et_conv_copy_(float *restrict dst, const float *restrict src,
 static inline void et_conv_zero_(float *dst, int n)
 {
     if (n > 3) {
+#if ET_VMLA
+        et_conv_zero4_vfp_(dst, n);
+#else
         memset(dst, 0, (size_t)n * sizeof *dst);
+#endif
     } else if (n > 0) {
         dst[0] = 0.0f;
         dst[n / 2] = 0.0f;
@@ -230,14 +276,11 @@ static ET_NOINLINE int et_conv_gather_(const float *restrict Xc, const int *in, 
                 lo = hi = 0;
         }
         if (step == 1) {
-            for (i = 0; i < lo; ++i)
-                col[i] = 0.0f;
+            et_conv_zero_(col, lo);
             et_conv_copy_(col + lo, xrow + (hi > lo ? at + lo : 0), hi - lo);
-            for (i = hi; i < len; ++i)
-                col[i] = 0.0f;
+            et_conv_zero_(col + hi, len - hi);
         } else {
-            for (i = 0; i < len; ++i)
-                col[i] = 0.0f;
+            et_conv_zero_(col, len);
             for (i = lo; i < hi; ++i)
                 col[first + i * step] = xrow[at + i];
         }
